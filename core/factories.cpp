@@ -1,0 +1,156 @@
+// Tensor factories (empty, zeros, full, arange, linspace, eye) and the seeded random ones.
+#include <cmath>
+
+#include "core/internal.h"
+#include "normcore/random.h"
+
+namespace normcore {
+
+using namespace detail;
+
+Tensor empty(const Shape& shape, TensorOptions options) {
+  checked_numel(shape, "empty");
+  DType dtype = options.dtype_or(DType::F32);
+  if (!options.pinned) return new_tensor(shape, dtype, options.device);
+  NC_CHECK(options.device.is_cpu(), DeviceError, "empty: pinned memory is host memory, but device ",
+           options.device, " was asked for");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = allocate_storage(static_cast<size_t>(checked_numel(shape, "empty")) * dtype_size(dtype),
+                                   Device::cpu(), /*pinned=*/true);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor full(const Shape& shape, Scalar value, TensorOptions options) {
+  DType fallback = value.is_bool() ? DType::Bool : value.is_integral() ? DType::I64 : DType::F32;
+  if (!options.dtype) options.dtype = fallback;
+  Tensor t = empty(shape, options);
+  t.fill_(value);
+  return t;
+}
+
+Tensor zeros(const Shape& shape, TensorOptions options) {
+  if (!options.dtype) options.dtype = DType::F32;
+  return full(shape, 0, options);
+}
+
+Tensor ones(const Shape& shape, TensorOptions options) {
+  if (!options.dtype) options.dtype = DType::F32;
+  return full(shape, 1, options);
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), TensorOptions(t.dtype(), t.device())); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), TensorOptions(t.dtype(), t.device())); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), TensorOptions(t.dtype(), t.device())); }
+
+Tensor arange(Scalar end, TensorOptions options) { return arange(0, end, 1, options); }
+
+Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options) {
+  const char* op = "arange";
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  NC_CHECK(std::isfinite(s) && std::isfinite(e) && std::isfinite(st), ValueError, op,
+           ": start, end and step must be finite (got ", start, ", ", end, ", ", step, ")");
+  NC_CHECK(st != 0, ValueError, op, ": step must be non-zero");
+  NC_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), ValueError, op, ": step ", step,
+           " does not lead from ", start, " to ", end);
+  bool all_int = start.is_integral() && end.is_integral() && step.is_integral();
+  int64_t n;
+  if (all_int) {
+    int64_t a = start.to_int(), b = end.to_int(), c = step.to_int();
+    n = c > 0 ? (b - a + c - 1) / c : (a - b + (-c) - 1) / (-c);
+  } else {
+    n = static_cast<int64_t>(std::ceil((e - s) / st));
+  }
+  if (!options.dtype) options.dtype = all_int ? DType::I64 : DType::F32;
+  Tensor out = empty({n}, options);
+  if (n > 0) NC_BACKEND(out.device(), arange, out, s, st);
+  return out;
+}
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options) {
+  NC_CHECK(steps >= 0, ValueError, "linspace: steps must be non-negative, got ", steps);
+  NC_CHECK(std::isfinite(start) && std::isfinite(end), ValueError,
+           "linspace: start and end must be finite (got ", start, ", ", end, ")");
+  Tensor out = empty({steps}, options);
+  if (steps == 1) out.fill_(start);
+  if (steps >= 2) NC_BACKEND(out.device(), linspace, out, start, end);
+  return out;
+}
+
+Tensor eye(int64_t n, int64_t m, TensorOptions options) {
+  if (m < 0) m = n;
+  NC_CHECK(n >= 0, ValueError, "eye: n must be non-negative, got ", n);
+  Tensor out = zeros({n, m}, options);
+  int64_t diag = std::min(n, m);
+  if (diag > 0) make_view(out, {diag}, {m + 1}, 0).fill_(1);
+  return out;
+}
+
+// ---------------------------------------------------------------- random
+void Generator::manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  seed_ = seed;
+  offset_ = 0;
+}
+
+uint64_t Generator::seed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return seed_;
+}
+
+uint64_t Generator::advance(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t first = offset_;
+  offset_ += n;
+  return first;
+}
+
+Generator& default_generator() {
+  static Generator gen(0);
+  return gen;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+namespace {
+
+Tensor empty_floating(const char* op, const Shape& shape, TensorOptions options) {
+  if (!options.dtype) options.dtype = DType::F32;
+  NC_CHECK(is_floating(*options.dtype), DTypeError, op, ": dtype must be floating, got ",
+           dtype_name(*options.dtype));
+  return empty(shape, options);
+}
+
+}  // namespace
+
+Tensor rand(const Shape& shape, TensorOptions options, Generator* gen) {
+  Tensor out = empty_floating("rand", shape, options);
+  Generator& g = gen ? *gen : default_generator();
+  uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
+  if (out.numel()) NC_BACKEND(out.device(), random_uniform, out, g.seed(), offset);
+  return out;
+}
+
+Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) {
+  Tensor out = empty_floating("randn", shape, options);
+  Generator& g = gen ? *gen : default_generator();
+  uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
+  if (out.numel()) NC_BACKEND(out.device(), random_normal, out, g.seed(), offset);
+  return out;
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options, Generator* gen) {
+  NC_CHECK(low < high, ValueError, "randint: low (", low, ") must be less than high (", high, ")");
+  if (!options.dtype) options.dtype = DType::I64;
+  NC_CHECK(*options.dtype != DType::Bool, DTypeError, "randint: dtype bool is not supported");
+  Tensor out = empty(shape, options);
+  Generator& g = gen ? *gen : default_generator();
+  uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
+  uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  if (out.numel()) NC_BACKEND(out.device(), random_int, out, g.seed(), offset, low, range);
+  return out;
+}
+
+}  // namespace normcore

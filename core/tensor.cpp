@@ -1,0 +1,574 @@
+// Tensor: storage allocation, geometry, views, copies, conversions and element access.
+#include "normcore/tensor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <numeric>
+#include <optional>
+
+#include "core/internal.h"
+#ifdef NORMCORE_HAS_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace normcore {
+
+// ---------------------------------------------------------------- helpers
+namespace detail {
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+int64_t checked_numel(const Shape& shape, const char* op) {
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    NC_CHECK(s >= 0, ShapeError, op, ": negative size in shape ", shape);
+    if (s != 0 && n > std::numeric_limits<int64_t>::max() / s)
+      throw ShapeError(cat_str(op, ": shape ", shape, " has too many elements"));
+    n *= s;
+  }
+  return n;
+}
+
+int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op) {
+  int64_t lo = ndim > 0 ? -ndim : -1, hi = ndim > 0 ? ndim - 1 : 0;
+  NC_CHECK(dim >= lo && dim <= hi, IndexError, op, ": dim ", dim, " out of range for a tensor of ",
+           ndim, " dims (expected ", lo, " to ", hi, ")");
+  return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
+}
+
+std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, int64_t ndim, const char* op) {
+  std::vector<int64_t> out;
+  if (dims.empty()) {
+    out.resize(ndim);
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  for (int64_t d : dims) {
+    int64_t n = normalize_dim(d, ndim, op);
+    NC_CHECK(std::find(out.begin(), out.end(), n) == out.end(), IndexError, op, ": dim ", d,
+             " appears more than once in ", dims);
+    out.push_back(n);
+  }
+  if (ndim == 0) out.clear();  // dim 0 / -1 of a 0-dim tensor: nothing to reduce over
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Tensor make_view(const Tensor& t, Shape shape, Shape strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage();
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = t.dtype();
+  return Tensor(std::move(impl));
+}
+
+Tensor new_tensor(const Shape& shape, DType dtype, Device device) {
+  int64_t n = checked_numel(shape, "empty");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = allocate_storage(static_cast<size_t>(n) * dtype_size(dtype), device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+void check_defined(const char* op, const char* name, const Tensor& t) {
+  NC_CHECK(t.defined(), ValueError, op, ": argument '", name, "' is an undefined tensor");
+}
+
+void check_same_device(const char* op, const char* name_a, const Tensor& a, const char* name_b,
+                       const Tensor& b) {
+  NC_CHECK(a.device() == b.device(), DeviceError, op, ": '", name_a, "' is on ", a.device(), " but '",
+           name_b, "' is on ", b.device(), " (move them to one device with .to())");
+}
+
+void throw_no_cuda(const char* what) {
+  throw DeviceError(cat_str(what, ": normcore was built without CUDA; use Device::cpu()"));
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+// ---------------------------------------------------------------- storage
+namespace {
+
+void release_cpu(StorageImpl* s) { std::free(s->data); }
+
+#ifdef NORMCORE_HAS_CUDA
+void release_cuda(StorageImpl* s) { cuda_runtime::device_free(s->data, s->nbytes, s->device.index); }
+void release_pinned(StorageImpl* s) { cuda_runtime::pinned_free(s->data); }
+#endif
+
+}  // namespace
+
+Storage allocate_storage(size_t nbytes, Device device, bool pinned) {
+  auto s = std::make_shared<StorageImpl>();
+  s->nbytes = nbytes;
+  s->device = device;
+  if (device.is_cpu()) {
+    if (pinned) {
+#ifdef NORMCORE_HAS_CUDA
+      NC_CHECK(cuda_device_count() > 0, DeviceError, "pin_memory: no CUDA device is available");
+      if (nbytes) s->data = cuda_runtime::pinned_alloc(nbytes);
+      s->pinned = true;
+      s->release = release_pinned;
+      return s;
+#else
+      throw_no_cuda("pin_memory");
+#endif
+    }
+    if (nbytes) {
+      size_t rounded = (nbytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
+      s->data = std::aligned_alloc(64, rounded);
+      NC_CHECK(s->data != nullptr, OutOfMemoryError, "allocate: cannot allocate ", nbytes,
+               " bytes of host memory");
+    }
+    s->release = release_cpu;
+    return s;
+  }
+#ifdef NORMCORE_HAS_CUDA
+  int count = cuda_device_count();
+  NC_CHECK(device.index >= 0 && device.index < count, DeviceError, "allocate: ", device,
+           " does not exist (", count, " CUDA device(s) visible)");
+  if (nbytes) s->data = cuda_runtime::device_alloc(nbytes, device.index);
+  s->release = release_cuda;
+  return s;
+#else
+  throw_no_cuda("allocate");
+#endif
+}
+
+// ---------------------------------------------------------------- geometry
+int64_t Tensor::size(int64_t d) const { return shape()[normalize_dim(d, dim(), "Tensor::size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[normalize_dim(d, dim(), "Tensor::stride")]; }
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape()) n *= s;
+  return n;
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (shape()[i] == 0) return true;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  auto* base = static_cast<char*>(impl().storage->data);
+  if (!base) return nullptr;
+  return base + offset() * static_cast<int64_t>(element_size());
+}
+
+std::string shape_str(const Shape& shape) { return cat_str(shape); }
+
+std::string describe(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  return cat_str(dtype_name(t.dtype()), " ", t.shape(), " ", t.device());
+}
+
+// ---------------------------------------------------------------- views
+namespace {
+
+// Resolves one -1 in shape against numel; checks the element count.
+Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
+  Shape out = shape;
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      NC_CHECK(infer_at < 0, ShapeError, op, ": only one size may be -1 in ", shape);
+      infer_at = static_cast<int64_t>(i);
+    } else {
+      NC_CHECK(out[i] >= 0, ShapeError, op, ": invalid size ", out[i], " in ", shape);
+      known *= out[i];
+    }
+  }
+  if (infer_at >= 0) {
+    NC_CHECK(known != 0 && numel % known == 0, ShapeError, op, ": shape ", shape,
+             " is invalid for a tensor of ", numel, " elements");
+    out[infer_at] = numel / known;
+  } else {
+    NC_CHECK(known == numel, ShapeError, op, ": shape ", shape, " is invalid for a tensor of ",
+             numel, " elements");
+  }
+  return out;
+}
+
+// Strides that let (old_shape, old_strides) be seen as new_shape without a copy, if any.
+std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides,
+                                  const Shape& new_shape) {
+  Shape new_strides(new_shape.size());
+  int64_t numel = 1;
+  for (int64_t s : old_shape) numel *= s;
+  if (numel == 0 || old_shape.empty()) return contiguous_strides(new_shape);
+  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t tensor_d = static_cast<int64_t>(old_shape.size()) - 1; tensor_d >= 0; --tensor_d) {
+    tensor_numel *= old_shape[tensor_d];
+    // A chunk of dims that are mutually contiguous ends here.
+    if (tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
+                          old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        new_strides[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (tensor_d > 0) {
+        chunk_base_stride = old_strides[tensor_d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+
+}  // namespace
+
+Tensor Tensor::view(const Shape& new_shape) const {
+  Shape shape2 = infer_shape(new_shape, numel(), "view");
+  auto strides2 = view_strides(shape(), strides(), shape2);
+  NC_CHECK(strides2.has_value(), ShapeError, "view: cannot view a tensor of shape ", shape(),
+           " and strides ", strides(), " as ", shape2, " without a copy (use reshape)");
+  return make_view(*this, shape2, *strides2, offset());
+}
+
+Tensor Tensor::reshape(const Shape& new_shape) const {
+  Shape shape2 = infer_shape(new_shape, numel(), "reshape");
+  auto strides2 = view_strides(shape(), strides(), shape2);
+  if (strides2) return make_view(*this, shape2, *strides2, offset());
+  return clone().view(shape2);
+}
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  int64_t s = normalize_dim(start_dim, dim(), "flatten");
+  int64_t e = normalize_dim(end_dim, dim(), "flatten");
+  NC_CHECK(s <= e, IndexError, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim);
+  Shape out(shape().begin(), shape().begin() + s);
+  int64_t n = 1;
+  for (int64_t i = s; i <= e; ++i) n *= shape()[i];
+  out.push_back(n);
+  out.insert(out.end(), shape().begin() + e + 1, shape().end());
+  return reshape(out);
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  NC_CHECK(static_cast<int64_t>(dims.size()) == dim(), ShapeError, "permute: got ", dims.size(),
+           " dims ", dims, " for a tensor of ", dim(), " dims");
+  Shape s(dim()), st(dim());
+  std::vector<bool> seen(dim(), false);
+  for (int64_t i = 0; i < dim(); ++i) {
+    int64_t d = normalize_dim(dims[i], dim(), "permute");
+    NC_CHECK(!seen[d], IndexError, "permute: dim ", dims[i], " repeated in ", dims);
+    seen[d] = true;
+    s[i] = shape()[d];
+    st[i] = strides()[d];
+  }
+  return make_view(*this, s, st, offset());
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  if (dim() == 0) return *this;
+  int64_t a = normalize_dim(dim0, dim(), "transpose"), b = normalize_dim(dim1, dim(), "transpose");
+  Shape s = shape(), st = strides();
+  std::swap(s[a], s[b]);
+  std::swap(st[a], st[b]);
+  return make_view(*this, s, st, offset());
+}
+
+Tensor Tensor::t() const {
+  NC_CHECK(dim() <= 2, ShapeError, "t: expects a tensor of at most 2 dims, got shape ", shape());
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  NC_CHECK(dim() > 0, IndexError, "narrow: cannot narrow a 0-dim tensor");
+  int64_t n = normalize_dim(d, dim(), "narrow");
+  int64_t size = shape()[n];
+  if (start < 0 && start >= -size) start += size;
+  NC_CHECK(start >= 0 && length >= 0 && start <= size && length <= size - start, IndexError,
+           "narrow: start ", start, " and length ", length, " out of range for dim ", d, " of size ",
+           size, " (shape ", shape(), ")");
+  Shape s = shape();
+  s[n] = length;
+  return make_view(*this, s, strides(), offset() + start * strides()[n]);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  NC_CHECK(dim() > 0, IndexError, "slice: cannot slice a 0-dim tensor");
+  NC_CHECK(step > 0, ValueError, "slice: step must be positive, got ", step);
+  int64_t n = normalize_dim(d, dim(), "slice");
+  int64_t size = shape()[n];
+  auto clamp_index = [size](int64_t i) {
+    if (i < 0) i += size;
+    return std::min(std::max<int64_t>(i, 0), size);
+  };
+  start = clamp_index(start);
+  end = std::max(clamp_index(end), start);
+  Shape s = shape(), st = strides();
+  s[n] = (end - start + step - 1) / step;
+  st[n] *= step;
+  return make_view(*this, s, st, offset() + start * strides()[n]);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  NC_CHECK(dim() > 0, IndexError, "select: cannot select from a 0-dim tensor");
+  int64_t n = normalize_dim(d, dim(), "select");
+  int64_t size = shape()[n];
+  NC_CHECK(index >= -size && index < size, IndexError, "select: index ", index,
+           " out of range for dim ", d, " of size ", size);
+  if (index < 0) index += size;
+  Shape s = shape(), st = strides();
+  int64_t off = offset() + index * st[n];
+  s.erase(s.begin() + n);
+  st.erase(st.begin() + n);
+  return make_view(*this, s, st, off);
+}
+
+Tensor Tensor::squeeze() const {
+  Shape s, st;
+  for (int64_t i = 0; i < dim(); ++i)
+    if (shape()[i] != 1) {
+      s.push_back(shape()[i]);
+      st.push_back(strides()[i]);
+    }
+  return make_view(*this, s, st, offset());
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  if (dim() == 0) {
+    normalize_dim(d, 0, "squeeze");
+    return *this;
+  }
+  int64_t n = normalize_dim(d, dim(), "squeeze");
+  if (shape()[n] != 1) return *this;
+  Shape s = shape(), st = strides();
+  s.erase(s.begin() + n);
+  st.erase(st.begin() + n);
+  return make_view(*this, s, st, offset());
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  int64_t n = normalize_dim(d, dim() + 1, "unsqueeze");
+  Shape s = shape(), st = strides();
+  int64_t stride = n < dim() ? shape()[n] * strides()[n] : 1;
+  s.insert(s.begin() + n, 1);
+  st.insert(st.begin() + n, stride);
+  return make_view(*this, s, st, offset());
+}
+
+Tensor Tensor::expand(const Shape& target) const {
+  NC_CHECK(static_cast<int64_t>(target.size()) >= dim(), ShapeError, "expand: cannot expand shape ",
+           shape(), " to ", target, " (fewer dims)");
+  size_t lead = target.size() - shape().size();
+  Shape s(target.size()), st(target.size());
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (i < lead) {
+      NC_CHECK(target[i] >= 0, ShapeError, "expand: size -1 not allowed in new leading dim of ", target);
+      s[i] = target[i];
+      st[i] = 0;
+      continue;
+    }
+    int64_t have = shape()[i - lead];
+    int64_t want = target[i] == -1 ? have : target[i];
+    if (have == want) {
+      s[i] = have;
+      st[i] = strides()[i - lead];
+    } else {
+      NC_CHECK(have == 1 && want >= 0, ShapeError, "expand: cannot expand shape ", shape(), " to ",
+               target, " (dim ", i, " has size ", have, ")");
+      s[i] = want;
+      st[i] = 0;
+    }
+  }
+  return make_view(*this, s, st, offset());
+}
+
+// ---------------------------------------------------------------- copies
+namespace {
+
+// Copies contiguous src bytes between devices (the dtypes already agree).
+void transfer(const Tensor& dst, const Tensor& src) {
+#ifdef NORMCORE_HAS_CUDA
+  cuda_runtime::memcpy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), src.nbytes());
+#else
+  (void)dst;
+  (void)src;
+  throw_no_cuda("copy_");
+#endif
+}
+
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_defined("copy_", "src", src);
+  Tensor source = src.expand(shape());
+  if (numel() == 0) return *this;
+  if (device() == source.device()) {
+    NC_BACKEND(device(), copy, *this, source);
+    return *this;
+  }
+  // Across devices: convert on the source side, move contiguous bytes, scatter on arrival.
+  Tensor packed = source.to(dtype()).contiguous();
+  if (is_contiguous()) {
+    transfer(*this, packed);
+  } else {
+    Tensor staged = new_tensor(shape(), dtype(), device());
+    transfer(staged, packed);
+    NC_BACKEND(device(), copy, *this, staged);
+  }
+  return *this;
+}
+
+Tensor& Tensor::fill_(Scalar value) {
+  if (numel() == 0) return *this;
+  NC_BACKEND(device(), fill, *this, value);
+  return *this;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = new_tensor(shape(), dtype(), device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::to(Device d) const { return to(d, dtype()); }
+Tensor Tensor::to(DType t) const { return to(device(), t); }
+
+Tensor Tensor::to(Device d, DType t) const {
+  if (d == device() && t == dtype()) return *this;
+  Tensor out = new_tensor(shape(), t, d);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  NC_CHECK(device().is_cpu(), DeviceError, "pin_memory: tensor is on ", device(), ", expected cpu");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = allocate_storage(nbytes(), Device::cpu(), /*pinned=*/true);
+  impl->shape = shape();
+  impl->strides = contiguous_strides(shape());
+  impl->dtype = dtype();
+  Tensor out(std::move(impl));
+  out.copy_(*this);
+  return out;
+}
+
+// ---------------------------------------------------------------- element access
+namespace {
+
+template <class To, class From>
+To convert_value(From v) {
+  if constexpr (std::is_same<From, Half>::value || std::is_same<From, BFloat16>::value) {
+    return convert_value<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same<To, bool>::value) {
+    return v != From(0);
+  } else if constexpr (std::is_same<To, Half>::value || std::is_same<To, BFloat16>::value) {
+    return To(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// Calls f(const T* data) with the contiguous CPU copy of t, T matching t's dtype.
+template <class F>
+void with_host_data(const Tensor& t, F&& f) {
+  Tensor host = t.to(Device::cpu()).contiguous();
+  switch (host.dtype()) {
+    case DType::F32: f(static_cast<const float*>(host.data_ptr())); break;
+    case DType::F64: f(static_cast<const double*>(host.data_ptr())); break;
+    case DType::F16: f(static_cast<const Half*>(host.data_ptr())); break;
+    case DType::BF16: f(static_cast<const BFloat16*>(host.data_ptr())); break;
+    case DType::I32: f(static_cast<const int32_t*>(host.data_ptr())); break;
+    case DType::I64: f(static_cast<const int64_t*>(host.data_ptr())); break;
+    case DType::U8: f(static_cast<const uint8_t*>(host.data_ptr())); break;
+    case DType::Bool: f(static_cast<const bool*>(host.data_ptr())); break;
+  }
+}
+
+}  // namespace
+
+Scalar Tensor::item() const {
+  NC_CHECK(numel() == 1, ShapeError, "item: expects a tensor with one element, got shape ", shape());
+  Scalar result;
+  with_host_data(*this, [&](const auto* p) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+    if constexpr (std::is_same<T, bool>::value) {
+      result = Scalar(static_cast<bool>(p[0]));
+    } else if constexpr (std::is_integral<T>::value) {
+      result = Scalar(static_cast<int64_t>(p[0]));
+    } else {
+      result = Scalar(convert_value<double>(p[0]));
+    }
+  });
+  return result;
+}
+
+template <class T>
+T Tensor::item() const {
+  Scalar s = item();
+  if (s.is_integral()) return convert_value<T>(s.to_int());
+  return convert_value<T>(s.to_double());
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  std::vector<T> out;
+  out.reserve(static_cast<size_t>(numel()));
+  with_host_data(*this, [&](const auto* p) {
+    for (int64_t i = 0, n = numel(); i < n; ++i) out.push_back(convert_value<T>(p[i]));
+  });
+  return out;
+}
+
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+  int64_t n = checked_numel(shape, "from_vector");
+  NC_CHECK(n == static_cast<int64_t>(values.size()), ShapeError, "from_vector: ", values.size(),
+           " values do not fill shape ", shape, " (", n, " elements)");
+  Tensor host = new_tensor(shape, dtype_of<T>::value, Device::cpu());
+  T* p = static_cast<T*>(host.data_ptr());
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return host.to(device);
+}
+
+#define NC_INSTANTIATE_ELEMENT_ACCESS(T)                                                     \
+  template T Tensor::item<T>() const;                                                        \
+  template std::vector<T> Tensor::to_vector<T>() const;                                      \
+  template Tensor from_vector<T>(const std::vector<T>&, const Shape&, Device);
+NC_INSTANTIATE_ELEMENT_ACCESS(float)
+NC_INSTANTIATE_ELEMENT_ACCESS(double)
+NC_INSTANTIATE_ELEMENT_ACCESS(Half)
+NC_INSTANTIATE_ELEMENT_ACCESS(BFloat16)
+NC_INSTANTIATE_ELEMENT_ACCESS(int32_t)
+NC_INSTANTIATE_ELEMENT_ACCESS(int64_t)
+NC_INSTANTIATE_ELEMENT_ACCESS(uint8_t)
+NC_INSTANTIATE_ELEMENT_ACCESS(bool)
+#undef NC_INSTANTIATE_ELEMENT_ACCESS
+
+}  // namespace normcore

@@ -1,0 +1,11 @@
+// The whole public API of normcore in one include.
+#pragma once
+
+#include "normcore/cuda.h"
+#include "normcore/device.h"
+#include "normcore/dtype.h"
+#include "normcore/error.h"
+#include "normcore/ops.h"
+#include "normcore/random.h"
+#include "normcore/scalar.h"
+#include "normcore/tensor.h"

@@ -1,0 +1,178 @@
+// Tensor: a view (shape, strides in elements, offset) of a reference-counted Storage on
+// one device. Copying a Tensor copies the handle; views share the storage; clone() and
+// contiguous() (when needed) copy the data. A default-constructed Tensor is undefined.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include "normcore/device.h"
+#include "normcore/dtype.h"
+#include "normcore/error.h"
+#include "normcore/scalar.h"
+
+namespace normcore {
+
+using Shape = std::vector<int64_t>;
+
+// Raw memory on one device. Freed (or returned to the device's cache) with the last handle.
+struct StorageImpl {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  bool pinned = false;  // page-locked host memory
+  void (*release)(StorageImpl*) = nullptr;
+  StorageImpl() = default;
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+  ~StorageImpl() {
+    if (release) release(this);
+  }
+};
+using Storage = std::shared_ptr<StorageImpl>;
+
+// Allocates nbytes on device (pinned: page-locked host memory, for fast transfers).
+Storage allocate_storage(size_t nbytes, Device device, bool pinned = false);
+
+struct AutogradMeta;  // defined by the autograd layer
+
+struct TensorImpl {
+  Storage storage;
+  Shape shape;
+  Shape strides;
+  int64_t offset = 0;
+  DType dtype = DType::F32;
+  std::shared_ptr<AutogradMeta> autograd;
+};
+
+// What a factory makes: dtype (unset: the factory's default) and device.
+struct TensorOptions {
+  std::optional<DType> dtype;
+  Device device;
+  bool pinned = false;
+
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype(d) {}
+  TensorOptions(Device dev) : device(dev) {}
+  TensorOptions(DType d, Device dev) : dtype(d), device(dev) {}
+  TensorOptions& with_pinned(bool p = true) { pinned = p; return *this; }
+  DType dtype_or(DType fallback) const { return dtype ? *dtype : fallback; }
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  const Shape& strides() const { return impl().strides; }
+  int64_t offset() const { return impl().offset; }
+  int64_t dim() const { return static_cast<int64_t>(impl().shape.size()); }
+  // Size of dim d; negative d counts from the end.
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t numel() const;
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device; }
+  size_t element_size() const { return dtype_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  bool is_contiguous() const;
+  bool is_pinned() const { return impl().storage->pinned; }
+  const Storage& storage() const { return impl().storage; }
+  // Address of the first element (storage base + offset).
+  void* data_ptr() const;
+  // Typed pointer to the first element; throws DTypeError when T does not match.
+  template <class T>
+  T* data() const {
+    NC_CHECK(dtype_of<T>::value == dtype(), DTypeError, "Tensor::data: asked for ",
+             dtype_name(dtype_of<T>::value), " but the tensor holds ", dtype_name(dtype()));
+    return static_cast<T*>(data_ptr());
+  }
+
+  // ---- views (no copy) ----
+  // New shape with the same number of elements; one size may be -1. view() requires
+  // strides compatible with the new shape; reshape() copies when they are not.
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  // Transpose of a matrix (dim <= 2).
+  Tensor t() const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  // Elements start, start+step, ... < end along dim (Python slicing, clamped; step > 0).
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  // Removes dim, taking index along it.
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  // Broadcasts size-1 dims (and new leading dims) to shape with stride 0; -1 keeps a size.
+  Tensor expand(const Shape& shape) const;
+
+  // ---- copies and conversions ----
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(Device device) const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device, DType dtype) const;
+  // Page-locked host copy (for asynchronous host-to-GPU transfers).
+  Tensor pin_memory() const;
+  // Copies src into this tensor, broadcasting src and converting its dtype and device.
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(Scalar value);
+  Tensor& zero_() { return fill_(0); }
+
+  // Value of a one-element tensor.
+  Scalar item() const;
+  template <class T>
+  T item() const;
+  // All elements in row-major order, converted to T.
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  TensorImpl& impl() const {
+    NC_CHECK(impl_ != nullptr, Error, "Tensor: use of an undefined tensor");
+    return *impl_;
+  }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  // True when both handles refer to the same TensorImpl.
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// A tensor holding a copy of values, with the given shape (numel must match).
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());
+
+// ---- factories ----
+// Default dtype f32 unless the factory says otherwise.
+Tensor empty(const Shape& shape, TensorOptions options = {});
+Tensor zeros(const Shape& shape, TensorOptions options = {});
+Tensor ones(const Shape& shape, TensorOptions options = {});
+// Default dtype from the value: i64 for integers, bool for bool, f32 for floats.
+Tensor full(const Shape& shape, Scalar value, TensorOptions options = {});
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+// [start, end) in steps; default dtype i64 when all three are integers, else f32.
+Tensor arange(Scalar end, TensorOptions options = {});
+Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions options = {});
+// steps evenly spaced values from start to end inclusive.
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {});
+// Identity matrix n x m (m = n when negative).
+Tensor eye(int64_t n, int64_t m = -1, TensorOptions options = {});
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string shape_str(const Shape& shape);
+// "f32 [2, 3] cuda:0": used in error messages.
+std::string describe(const Tensor& t);
+
+}  // namespace normcore

@@ -1,0 +1,90 @@
+// The interface every backend (kernels/cpu, kernels/cuda) implements. Core ops in core/
+// validate arguments, allocate outputs and call these; the functions below assume valid
+// input and may not be called with tensors of another device. All outputs are written
+// (=), never accumulated, unless a function says +=. Tensors here are internal views:
+// "expanded" means already broadcast to the output shape (strides may be 0).
+#pragma once
+
+#include <cstdint>
+
+#include "normcore/scalar.h"
+#include "normcore/tensor.h"
+
+namespace normcore {
+
+enum class UnaryOp {
+  Neg, Abs, Sign, Relu,                  // any dtype but bool (Abs/Relu/Sign of u8 as usual)
+  Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Gelu, GeluTanh,  // floating only
+  Clamp,     // floating only: min(max(x, a), b); a = -inf / b = +inf when absent; NaN stays NaN
+  PowScalar  // floating only: x ** a
+};
+
+enum class BinaryOp {
+  Add, Sub, Mul, Div,  // Div on integers: never called (core promotes to float first)
+  Maximum, Minimum,    // NaN propagates
+  Pow,                 // floating only
+  Eq, Ne, Lt, Le, Gt, Ge  // out is Bool
+};
+
+enum class ReduceOp {
+  Sum,   // out: i64 for integer/bool x, else x's dtype; empty -> 0
+  Prod,  // as Sum; empty -> 1
+  Mean,  // floating; empty -> NaN
+  Var,   // floating; two-pass; divides by inner - arg (arg = correction: 0 or 1); inner - arg <= 0 -> NaN (inf for 0/0? NaN)
+  Norm,  // floating; arg = p > 0 (inf allowed: max |x|); empty -> 0
+  Max, Min,  // x's dtype; NaN propagates; inner > 0
+  All, Any   // out Bool; empty -> true / false
+};
+
+// Each backend namespace (normcore::cpu, normcore::cuda_kernels) defines all of these.
+#define NORMCORE_BACKEND_FUNCTIONS                                                          \
+  /* dst[i] = convert(src[i]); same shape, src expanded, any dtypes, dst any strides */     \
+  void copy(const Tensor& dst, const Tensor& src);                                          \
+  /* dst[i] = value converted to dst's dtype; dst any strides */                            \
+  void fill(const Tensor& dst, Scalar value);                                               \
+  /* out contiguous, same shape and dtype as x; x any strides */                            \
+  void unary(UnaryOp op, const Tensor& out, const Tensor& x, double a, double b);           \
+  /* a, b same dtype T, expanded to out's shape; out contiguous, dtype T (Bool for        \
+     comparisons) */                                                                        \
+  void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b);            \
+  /* cond Bool, a and b out's dtype, all expanded to out's shape; out contiguous */         \
+  void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);      \
+  /* x contiguous [outer, inner]; out contiguous [outer] (dtype: see ReduceOp) */           \
+  void reduce(ReduceOp op, const Tensor& out, const Tensor& x, double arg);                 \
+  /* x contiguous [outer, inner], inner > 0; values [outer] x's dtype, indices [outer] i64; \
+     first index of the max (min); a NaN wins and its first index is taken */               \
+  void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& x); \
+  /* a [B, M, K], b [B, K, N], out [B, M, N] contiguous, one floating dtype. a and b each   \
+     have stride(2) == 1 (row-major) or stride(1) == 1 (column-major, a transposed view),   \
+     and any batch stride (0 when broadcast); K may be 0 (out = 0) */                       \
+  void matmul(const Tensor& out, const Tensor& a, const Tensor& b);                         \
+  /* x contiguous viewed as [outer, size, inner]; index contiguous 1-D i64 of length n;    \
+     out contiguous [outer, n, inner]. Throws IndexError for an index outside [-size, size) \
+     (negative indices count from the end) */                                               \
+  void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index);  \
+  /* x contiguous; index contiguous i64 with x's rank; out contiguous, index's shape;      \
+     out[..i..] = x[..index[..i..]..] along dim. Throws IndexError out of [-size, size) */   \
+  void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index);        \
+  /* out contiguous (+= into it); index contiguous i64; src contiguous, index's shape;      \
+     out[..index[..i..]..] += src[..i..] along dim. Throws IndexError out of range (and     \
+     then skips the bad elements). dtype not Bool or U8 */                                  \
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src); \
+  /* out contiguous 1-D: out[i] = start + i * step, computed in double */                  \
+  void arange(const Tensor& out, double start, double step);                                \
+  /* out contiguous 1-D of n >= 2: start + i*step for i < n/2, end - (n-1-i)*step after,   \
+     step = (end - start) / (n - 1) */                                                      \
+  void linspace(const Tensor& out, double start, double end);                               \
+  /* out contiguous; element i from Philox(seed, counter offset + i): see core/philox.h */  \
+  void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset);                   \
+  void random_normal(const Tensor& out, uint64_t seed, uint64_t offset);                    \
+  void random_int(const Tensor& out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range);
+
+namespace cpu {
+NORMCORE_BACKEND_FUNCTIONS
+}  // namespace cpu
+
+namespace cuda_kernels {
+NORMCORE_BACKEND_FUNCTIONS
+}  // namespace cuda_kernels
+
+}  // namespace normcore

@@ -1,0 +1,89 @@
+// CPU reference indexing kernels: index_select, gather, scatter_add. Out-of-range indices
+// throw IndexError before anything is written.
+#include <cstring>
+
+#include "core/internal.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/loops.h"
+
+namespace normcore {
+namespace cpu {
+
+namespace {
+
+// Validates every index against size and returns them made non-negative.
+std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_t size, int64_t dim) {
+  const int64_t* p = static_cast<const int64_t*>(index.data_ptr());
+  std::vector<int64_t> out(p, p + index.numel());
+  for (int64_t& i : out) {
+    NC_CHECK(i >= -size && i < size, IndexError, op, ": index ", i, " is out of range for dim ", dim,
+             " of size ", size);
+    if (i < 0) i += size;
+  }
+  return out;
+}
+
+// Calls f(index_pos, x_pos) for every element of index (contiguous), where x_pos is the
+// element of contiguous x at the same coordinates except idx[index_pos] along dim.
+template <class F>
+void for_each_indexed(const Tensor& x, const Tensor& index, int64_t dim, const std::vector<int64_t>& idx,
+                      F&& f) {
+  Shape x_strides = detail::contiguous_strides(x.shape());
+  int64_t nd = index.dim();
+  std::vector<int64_t> coord(nd, 0);
+  int64_t base = 0;  // x offset of coord without the dim term
+  for (int64_t pos = 0, n = index.numel(); pos < n; ++pos) {
+    f(pos, base + idx[pos] * x_strides[dim]);
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      if (++coord[d] < index.size(d)) {
+        if (d != dim) base += x_strides[d];
+        break;
+      }
+      if (d != dim) base -= x_strides[d] * (index.size(d) - 1);
+      coord[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  int64_t size = x.size(dim);
+  std::vector<int64_t> idx = checked_indices("index_select", index, size, dim);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+  size_t row_bytes = static_cast<size_t>(inner) * x.element_size();
+  const char* src = static_cast<const char*>(x.data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+  int64_t n = static_cast<int64_t>(idx.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + (o * n + i) * row_bytes, src + (o * size + idx[i]) * row_bytes, row_bytes);
+}
+
+void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  std::vector<int64_t> idx = checked_indices("gather", index, x.size(dim), dim);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = static_cast<const T*>(x.data_ptr());
+    T* dst = static_cast<T*>(out.data_ptr());
+    for_each_indexed(x, index, dim, idx, [&](int64_t pos, int64_t x_pos) { dst[pos] = src[x_pos]; });
+  });
+}
+
+void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  std::vector<int64_t> idx = checked_indices("scatter_add", index, out.size(dim), dim);
+  dispatch(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const T* s = static_cast<const T*>(src.data_ptr());
+    T* dst = static_cast<T*>(out.data_ptr());
+    for_each_indexed(out, index, dim, idx, [&](int64_t pos, int64_t x_pos) {
+      dst[x_pos] = cast<T>(cast<A>(dst[x_pos]) + cast<A>(s[pos]));
+    });
+  });
+}
+
+}  // namespace cpu
+}  // namespace normcore

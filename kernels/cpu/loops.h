@@ -1,0 +1,141 @@
+// CPU loop helpers: dtype dispatch to host element types, value conversion between them,
+// and a strided N-operand loop that coalesces dims so contiguous data runs one flat loop.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "normcore/tensor.h"
+
+namespace normcore {
+namespace cpu {
+
+template <class T> struct is_half_like : std::false_type {};
+template <> struct is_half_like<Half> : std::true_type {};
+template <> struct is_half_like<BFloat16> : std::true_type {};
+
+// The type arithmetic on T happens in: float for the 16-bit floats, T otherwise.
+template <class T>
+using acc_t = std::conditional_t<is_half_like<T>::value, float, T>;
+
+template <class To, class From>
+inline To cast(From v) {
+  if constexpr (is_half_like<From>::value) {
+    return cast<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same<To, bool>::value) {
+    return v != From(0);
+  } else if constexpr (is_half_like<To>::value) {
+    return To(static_cast<float>(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// Calls f(T{}) with T the host type of dtype.
+template <class F>
+void dispatch(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F32: f(float{}); return;
+    case DType::F64: f(double{}); return;
+    case DType::F16: f(Half{}); return;
+    case DType::BF16: f(BFloat16{}); return;
+    case DType::I32: f(int32_t{}); return;
+    case DType::I64: f(int64_t{}); return;
+    case DType::U8: f(uint8_t{}); return;
+    case DType::Bool: f(bool{}); return;
+  }
+}
+
+// As dispatch, for floating dtypes only.
+template <class F>
+void dispatch_floating(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F32: f(float{}); return;
+    case DType::F64: f(double{}); return;
+    case DType::F16: f(Half{}); return;
+    case DType::BF16: f(BFloat16{}); return;
+    default: throw DTypeError(std::string("cpu kernel: expected a floating dtype, got ") + dtype_name(dtype));
+  }
+}
+
+constexpr int kMaxLoopDims = 16;
+
+// Visits every element of shape for N operands with the given element strides. Calls
+// body(offsets, n, inner_strides): offsets[k] is operand k's element offset of a run of n
+// elements along the innermost (coalesced) dim, which advances by inner_strides[k].
+template <size_t N, class Body>
+void strided_loop(const Shape& shape, const std::array<const int64_t*, N>& strides, Body&& body) {
+  int64_t sizes[kMaxLoopDims];
+  int64_t st[N][kMaxLoopDims];
+  int nd = 0;
+  // Drop size-1 dims and merge dims that are contiguous with the next for every operand.
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return;
+    if (shape[d] == 1) continue;
+    bool merge = nd > 0;
+    for (size_t k = 0; k < N && merge; ++k) merge = st[k][nd - 1] == strides[k][d] * shape[d];
+    if (merge) {
+      sizes[nd - 1] *= shape[d];
+      for (size_t k = 0; k < N; ++k) st[k][nd - 1] = strides[k][d];
+    } else {
+      sizes[nd] = shape[d];
+      for (size_t k = 0; k < N; ++k) st[k][nd] = strides[k][d];
+      ++nd;
+    }
+  }
+  std::array<int64_t, N> offsets{};
+  std::array<int64_t, N> inner{};
+  if (nd == 0) {
+    for (size_t k = 0; k < N; ++k) inner[k] = 1;
+    body(offsets, int64_t{1}, inner);
+    return;
+  }
+  for (size_t k = 0; k < N; ++k) inner[k] = st[k][nd - 1];
+  int64_t run = sizes[nd - 1];
+  int64_t counter[kMaxLoopDims] = {0};
+  while (true) {
+    body(offsets, run, inner);
+    int d = nd - 2;
+    for (; d >= 0; --d) {
+      ++counter[d];
+      for (size_t k = 0; k < N; ++k) offsets[k] += st[k][d];
+      if (counter[d] < sizes[d]) break;
+      for (size_t k = 0; k < N; ++k) offsets[k] -= st[k][d] * sizes[d];
+      counter[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+template <class Out, class... In, class F, class... Ts, size_t... I>
+void map_impl(std::index_sequence<I...>, const Tensor& out, F& f, const Ts&... in) {
+  constexpr size_t N = 1 + sizeof...(In);
+  std::array<const int64_t*, N> strides{out.strides().data(), in.strides().data()...};
+  Out* o = static_cast<Out*>(out.data_ptr());
+  std::tuple<const In*...> ptrs{static_cast<const In*>(in.data_ptr())...};
+  strided_loop<N>(out.shape(), strides,
+                  [&](const std::array<int64_t, N>& off, int64_t n, const std::array<int64_t, N>& inc) {
+                    Out* op = o + off[0];
+                    bool contiguous = ((inc[I + 1] == 1) && ... && (inc[0] == 1));
+                    if (contiguous) {
+                      for (int64_t i = 0; i < n; ++i) op[i] = f(std::get<I>(ptrs)[off[I + 1] + i]...);
+                    } else {
+                      for (int64_t i = 0; i < n; ++i)
+                        op[i * inc[0]] = f(std::get<I>(ptrs)[off[I + 1] + i * inc[I + 1]]...);
+                    }
+                  });
+}
+
+// Applies out[i] = f(in[i]...) over tensors of one shape (out may be strided too).
+template <class Out, class... In, class F, class... Ts>
+void map(const Tensor& out, F&& f, const Ts&... in) {
+  static_assert(sizeof...(In) == sizeof...(Ts), "map: one element type per input tensor");
+  map_impl<Out, In...>(std::index_sequence_for<In...>{}, out, f, in...);
+}
+
+}  // namespace cpu
+}  // namespace normcore

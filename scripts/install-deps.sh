@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages normcore builds and tests with (run as root). Skips
+# apt-get entirely when everything is already installed.
+set -euo pipefail
+
+packages=(cmake ninja-build g++ pkg-config libeigen3-dev nlohmann-json3-dev libgtest-dev zlib1g-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "normcore: build dependencies already installed"
+  exit 0
+fi
+echo "normcore: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${missing[@]}" >/dev/null
