@@ -7,5 +7,6 @@
 #include "normcore/error.h"
 #include "normcore/ops.h"
 #include "normcore/random.h"
+#include "normcore/safetensors.h"
 #include "normcore/scalar.h"
 #include "normcore/tensor.h"
