@@ -52,10 +52,10 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   return out;
 }
 
-// A 0-dim tensor holding s in the dtype that op(a, s) computes in.
-Tensor wrap_scalar(const char* name, const Tensor& a, Scalar s) {
-  check_defined(name, "a", a);
-  return full({}, s, TensorOptions(result_type(a, s), a.device()));
+// A 0-dim tensor holding s in the dtype that op(t, s) computes in; arg names t in errors.
+Tensor wrap_scalar(const char* name, const char* arg, const Tensor& t, Scalar s) {
+  check_defined(name, arg, t);
+  return full({}, s, TensorOptions(result_type(t, s), t.device()));
 }
 
 }  // namespace
@@ -130,6 +130,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 }
 
 Tensor pow(const Tensor& x, Scalar exponent) {
+  check_defined("pow", "x", x);
   NC_CHECK(!std::isnan(exponent.to_double()), ValueError, "pow: exponent is NaN");
   DType dtype = result_type(x, exponent);
   return unary_op("pow", UnaryOp::PowScalar, x.to(is_floating(dtype) ? dtype : DType::F32), true,
@@ -153,7 +154,7 @@ Tensor ge(const Tensor& a, const Tensor& b) { return binary_op("ge", BinaryOp::G
 
 #define NC_SCALAR_BINARY(fn, op)                                             \
   Tensor fn(const Tensor& a, Scalar b) {                                     \
-    return binary_op(#fn, BinaryOp::op, a, wrap_scalar(#fn, a, b));          \
+    return binary_op(#fn, BinaryOp::op, a, wrap_scalar(#fn, "a", a, b));     \
   }
 NC_SCALAR_BINARY(add, Add)
 NC_SCALAR_BINARY(sub, Sub)
@@ -187,10 +188,10 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
-  return where(cond, a, wrap_scalar("where", a, b));
+  return where(cond, a, wrap_scalar("where", "a", a, b));
 }
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
-  return where(cond, wrap_scalar("where", b, a), b);
+  return where(cond, wrap_scalar("where", "b", b, a), b);
 }
 
 // ---------------------------------------------------------------- operators
@@ -204,8 +205,8 @@ Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
 Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
-Tensor operator-(Scalar a, const Tensor& b) { return sub(wrap_scalar("sub", b, a), b); }
+Tensor operator-(Scalar a, const Tensor& b) { return sub(wrap_scalar("sub", "b", b, a), b); }
 Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(Scalar a, const Tensor& b) { return div(wrap_scalar("div", b, a), b); }
+Tensor operator/(Scalar a, const Tensor& b) { return div(wrap_scalar("div", "b", b, a), b); }
 
 }  // namespace normcore

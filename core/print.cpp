@@ -84,7 +84,7 @@ void emit(std::ostream& os, const std::vector<double>& v, const Shape& shape, co
       }
     }
     if (idx[k] < 0)
-      os << "...";
+      os << (last_dim ? " ..." : "...");  // PyTorch pads the marker inside a row
     else
       emit(os, v, shape, strides, d + 1, base + idx[k] * strides[d], summarize, f, indent + 1);
   }
@@ -116,15 +116,20 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
       max_abs = std::max(max_abs, std::fabs(v));
       if (v != 0) min_abs = std::min(min_abs, std::fabs(v));
     }
-    if (integral && max_abs < 1e8) {
-      f.kind = Formatter::IntegralFloat;
-    } else if (max_abs >= 1e8 || (min_abs < 1e-4) || (min_abs != INFINITY && max_abs / min_abs > 1000)) {
+    // As PyTorch: a wide range switches integral values to scientific notation too.
+    bool wide_range = min_abs != INFINITY && max_abs / min_abs > 1000;
+    if (wide_range || max_abs > 1e8 || min_abs < 1e-4) {
       f.kind = Formatter::Sci;
+    } else if (integral) {
+      f.kind = Formatter::IntegralFloat;
     } else {
       f.kind = Formatter::Fixed;
     }
   }
-  for (double v : visible) f.width = std::max<int>(f.width, static_cast<int>(f.format(v).size()));
+  // Column width comes from the finite values only; nan and inf are padded to it, as in PyTorch.
+  for (double v : visible)
+    if (!is_floating(t.dtype()) || std::isfinite(v))
+      f.width = std::max<int>(f.width, static_cast<int>(f.format(v).size()));
 
   os << "tensor(";
   if (shape.empty()) {

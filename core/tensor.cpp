@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/internal.h"
+#include "normcore/ops.h"
 #ifdef NORMCORE_HAS_CUDA
 #include "kernels/cuda/runtime.h"
 #endif
@@ -291,7 +292,11 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
-  if (dim() == 0) return *this;
+  if (dim() == 0) {
+    normalize_dim(dim0, 0, "transpose");  // a 0-dim tensor accepts dims 0 and -1 only
+    normalize_dim(dim1, 0, "transpose");
+    return *this;
+  }
   int64_t a = normalize_dim(dim0, dim(), "transpose"), b = normalize_dim(dim1, dim(), "transpose");
   Shape s = shape(), st = strides();
   std::swap(s[a], s[b]);
@@ -425,6 +430,8 @@ void transfer(const Tensor& dst, const Tensor& src) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_defined("copy_", "src", src);
+  NC_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), ShapeError, "copy_: src of shape ",
+           src.shape(), " does not broadcast to the destination's shape ", shape());
   Tensor source = src.expand(shape());
   if (numel() == 0) return *this;
   if (device() == source.device()) {

@@ -62,7 +62,9 @@ void dispatch_floating(DType dtype, F&& f) {
   }
 }
 
-constexpr int kMaxLoopDims = 16;
+// Dims left after merging (each of size >= 2) must fit the loop's fixed arrays; 64 such
+// dims would already mean 2^64 elements.
+constexpr int kMaxLoopDims = 64;
 
 // Visits every element of shape for N operands with the given element strides. Calls
 // body(offsets, n, inner_strides): offsets[k] is operand k's element offset of a run of n
@@ -82,6 +84,8 @@ void strided_loop(const Shape& shape, const std::array<const int64_t*, N>& strid
       sizes[nd - 1] *= shape[d];
       for (size_t k = 0; k < N; ++k) st[k][nd - 1] = strides[k][d];
     } else {
+      NC_CHECK(nd < kMaxLoopDims, ShapeError, "cpu kernel: shape ", shape, " has more than ",
+               kMaxLoopDims, " dims that cannot be merged");
       sizes[nd] = shape[d];
       for (size_t k = 0; k < N; ++k) st[k][nd] = strides[k][d];
       ++nd;
