@@ -41,9 +41,9 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   check_same_device(name, "a", a, "b", b);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   DType compute = result_type(a, b);
-  if ((op == BinaryOp::Div || op == BinaryOp::Pow) && !is_floating(compute)) compute = DType::F32;
+  if (op == BinaryOp::Div && !is_floating(compute)) compute = DType::F32;
   NC_CHECK(!(compute == DType::Bool && (op == BinaryOp::Sub || op == BinaryOp::Maximum ||
-                                         op == BinaryOp::Minimum)),
+                                         op == BinaryOp::Minimum || op == BinaryOp::Pow)),
            DTypeError, name, ": not supported for bool tensors (a is ", describe(a), ", b is ",
            describe(b), ")");
   Tensor out = new_tensor(shape, is_comparison(op) ? DType::Bool : compute, a.device());
@@ -133,8 +133,13 @@ Tensor pow(const Tensor& x, Scalar exponent) {
   check_defined("pow", "x", x);
   NC_CHECK(!std::isnan(exponent.to_double()), ValueError, "pow: exponent is NaN");
   DType dtype = result_type(x, exponent);
-  return unary_op("pow", UnaryOp::PowScalar, x.to(is_floating(dtype) ? dtype : DType::F32), true,
-                  exponent.to_double());
+  if (!is_floating(dtype)) {
+    // Integer powers stay integers, as in PyTorch; they have no negative exponents.
+    NC_CHECK(exponent.to_int() >= 0, ValueError, "pow: integer tensor ", describe(x),
+             " cannot be raised to the negative integer power ", exponent);
+    return binary_op("pow", BinaryOp::Pow, x, wrap_scalar("pow", "x", x, exponent));
+  }
+  return unary_op("pow", UnaryOp::PowScalar, x.to(dtype), true, exponent.to_double());
 }
 
 // ---------------------------------------------------------------- binary

@@ -22,7 +22,7 @@ enum class UnaryOp {
 enum class BinaryOp {
   Add, Sub, Mul, Div,  // Div on integers: never called (core promotes to float first)
   Maximum, Minimum,    // NaN propagates
-  Pow,                 // floating only
+  Pow,                 // not Bool; integers: exact, a negative exponent gives 0 (1 and -1 bases: +-1)
   Eq, Ne, Lt, Le, Gt, Ge  // out is Bool
 };
 

@@ -231,8 +231,6 @@ TEST(Binary, BroadcastingOverDTypes) {
 }
 
 TEST(Binary, IntegerPowKeepsTheIntegerDType) {
-  GTEST_SKIP() << "pow computes integer operands in f32 (kernels: Pow is floating only); PyTorch keeps "
-                  "i64 ** 2 in i64 and i32 ** i32 in i32. Needs integer pow kernels on both backends.";
   Tensor a = nc::pow(make({2, 3}, {2}, DType::I64), 2);
   EXPECT_EQ(a.dtype(), DType::I64);
   expect_values(a, {4, 9});
@@ -244,6 +242,9 @@ TEST(Binary, IntegerPowKeepsTheIntegerDType) {
   expect_values(c, {8});
   // A float exponent still gives a float result.
   EXPECT_EQ(nc::pow(make({4}, {1}, DType::I32), 0.5).dtype(), DType::F32);
+  // Negative integer exponents truncate toward zero; a negative scalar power is refused.
+  expect_values(nc::pow(make({2, 1, -1}, {3}, DType::I32), make({-1, -2, -3}, {3}, DType::I32)), {0, 1, -1});
+  EXPECT_THROW(nc::pow(make({2}, {1}, DType::I64), -1), nc::ValueError);
 }
 
 TEST(Binary, IntegerArithmeticWraps) {

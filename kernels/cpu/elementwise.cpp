@@ -39,6 +39,26 @@ A wrap_mul(A a, A b) {
   }
 }
 
+// Exact integer power by squaring (wrapping on overflow); negative exponents truncate
+// toward zero: 1 and -1 stay +-1, everything else gives 0.
+template <class A>
+A int_pow(A base, A exp) {
+  if constexpr (std::is_signed<A>::value) {
+    if (exp < 0) {
+      if (base == 1) return 1;
+      if (base == -1) return (exp & 1) ? A(-1) : A(1);
+      return 0;
+    }
+  }
+  A result = 1;
+  while (exp) {
+    if (exp & 1) result = wrap_mul(result, base);
+    base = wrap_mul(base, base);
+    exp = static_cast<A>(exp >> 1);
+  }
+  return result;
+}
+
 template <class A>
 bool is_nan(A v) {
   if constexpr (std::is_floating_point<A>::value) return std::isnan(v);
@@ -130,6 +150,9 @@ void binary_typed(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor&
     case BinaryOp::Pow:
       if constexpr (std::is_floating_point<A>::value) {
         arith([](A x, A y) { return std::pow(x, y); });
+        return;
+      } else if constexpr (!std::is_same<A, bool>::value) {
+        arith([](A x, A y) { return int_pow(x, y); });
         return;
       }
       break;
