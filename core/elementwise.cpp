@@ -2,6 +2,7 @@
 // binary and where kernels. Scalars become 0-dim tensors in the result dtype.
 #include <cmath>
 
+#include "autograd/graph.h"
 #include "core/internal.h"
 #include "normcore/ops.h"
 
@@ -18,15 +19,27 @@ Category category(DType d) {
   return is_floating(d) ? kFloatCategory : kIntCategory;
 }
 
-Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, bool float_only, double a = 0,
-                double b = 0) {
+// Gradient of a unary op: x and out are the (detached) input and result, a and b its
+// scalar arguments.
+using UnaryGrad = Tensor (*)(const Tensor& grad, const Tensor& x, const Tensor& out, double a, double b);
+
+Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, bool float_only, UnaryGrad grad_fn,
+                double a = 0, double b = 0) {
   check_defined(name, "x", x);
+  Tensor out;
   Tensor input = x;
-  if (float_only && !is_floating(x.dtype())) input = x.to(DType::F32);
-  NC_CHECK(input.dtype() != DType::Bool, DTypeError, name, ": bool tensors are not supported (x is ",
-           describe(x), ")");
-  Tensor out = new_tensor(input.shape(), input.dtype(), input.device());
-  if (out.numel() > 0) NC_BACKEND(out.device(), unary, op, out, input, a, b);
+  {
+    autograd::NoGradGuard no_grad;
+    if (float_only && !is_floating(x.dtype())) input = x.to(DType::F32);
+    NC_CHECK(input.dtype() != DType::Bool, DTypeError, name, ": bool tensors are not supported (x is ",
+             describe(x), ")");
+    out = new_tensor(input.shape(), input.dtype(), input.device());
+    if (out.numel() > 0) NC_BACKEND(out.device(), unary, op, out, input, a, b);
+  }
+  if (grad_fn && autograd::needs_grad(x)) {
+    autograd::record(name, out, {x}, [grad_fn, xs = autograd::saved(x), ys = autograd::saved(out), a,
+                                      b](const Tensor& g) { return std::vector<Tensor>{grad_fn(g, xs, ys, a, b)}; });
+  }
   return out;
 }
 
@@ -35,7 +48,18 @@ bool is_comparison(BinaryOp op) {
          op == BinaryOp::Gt || op == BinaryOp::Ge;
 }
 
-Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
+// Gradients of a binary op for its operands a and b (in the computing dtype, not yet
+// broadcast) given the result's gradient and the result.
+using BinaryGrad = std::pair<Tensor, Tensor> (*)(const Tensor& grad, const Tensor& a, const Tensor& b,
+                                                 const Tensor& out);
+
+// grad reduced to t's shape and dtype.
+Tensor grad_for(const Tensor& grad, const Tensor& t) {
+  if (!grad.defined()) return grad;
+  return autograd::sum_to(grad, t.shape()).to(t.dtype());
+}
+
+Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, BinaryGrad grad_fn = nullptr) {
   check_defined(name, "a", a);
   check_defined(name, "b", b);
   check_same_device(name, "a", a, "b", b);
@@ -47,8 +71,21 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
            DTypeError, name, ": not supported for bool tensors (a is ", describe(a), ", b is ",
            describe(b), ")");
   Tensor out = new_tensor(shape, is_comparison(op) ? DType::Bool : compute, a.device());
-  if (out.numel() > 0)
-    NC_BACKEND(out.device(), binary, op, out, a.to(compute).expand(shape), b.to(compute).expand(shape));
+  Tensor ca, cb;
+  {
+    autograd::NoGradGuard no_grad;
+    ca = a.to(compute);
+    cb = b.to(compute);
+    if (out.numel() > 0) NC_BACKEND(out.device(), binary, op, out, ca.expand(shape), cb.expand(shape));
+  }
+  if (grad_fn && autograd::needs_grad(a, b)) {
+    autograd::record(name, out, {a, b}, [grad_fn, sa = autograd::saved(a), sb = autograd::saved(b),
+                                         ca = autograd::saved(ca), cb = autograd::saved(cb),
+                                         ys = autograd::saved(out)](const Tensor& g) {
+      auto grads = grad_fn(g, ca, cb, ys);
+      return std::vector<Tensor>{grad_for(grads.first, sa), grad_for(grads.second, sb)};
+    });
+  }
   return out;
 }
 
@@ -91,24 +128,90 @@ DType result_type(const Tensor& a, Scalar b) {
 }
 
 // ---------------------------------------------------------------- unary
-Tensor neg(const Tensor& x) { return unary_op("neg", UnaryOp::Neg, x, false); }
-Tensor abs(const Tensor& x) { return unary_op("abs", UnaryOp::Abs, x, false); }
+namespace {
+
+Tensor zero_grad_like(const Tensor& g, const Tensor&, const Tensor&, double, double) { return zeros_like(g); }
+
+// 0.5 * (1 + erf(x / sqrt(2))), the normal CDF, recovered from gelu(x) = x * cdf(x).
+Tensor normal_cdf(const Tensor& x, const Tensor& gelu_x) { return where(eq(x, 0), full({}, 0.5, TensorOptions(x.dtype(), x.device())), gelu_x / x); }
+
+}  // namespace
+
+Tensor neg(const Tensor& x) {
+  return unary_op("neg", UnaryOp::Neg, x, false, [](const Tensor& g, const Tensor&, const Tensor&, double, double) {
+    return neg(g);
+  });
+}
+Tensor abs(const Tensor& x) {
+  return unary_op("abs", UnaryOp::Abs, x, false, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+    return mul(g, sign(x));
+  });
+}
 Tensor sign(const Tensor& x) {
   check_defined("sign", "x", x);
   if (x.dtype() == DType::Bool) return x.clone();
-  return unary_op("sign", UnaryOp::Sign, x, false);
+  return unary_op("sign", UnaryOp::Sign, x, false, zero_grad_like);
 }
-Tensor relu(const Tensor& x) { return unary_op("relu", UnaryOp::Relu, x, false); }
-Tensor exp(const Tensor& x) { return unary_op("exp", UnaryOp::Exp, x, true); }
-Tensor log(const Tensor& x) { return unary_op("log", UnaryOp::Log, x, true); }
-Tensor sqrt(const Tensor& x) { return unary_op("sqrt", UnaryOp::Sqrt, x, true); }
-Tensor rsqrt(const Tensor& x) { return unary_op("rsqrt", UnaryOp::Rsqrt, x, true); }
-Tensor sin(const Tensor& x) { return unary_op("sin", UnaryOp::Sin, x, true); }
-Tensor cos(const Tensor& x) { return unary_op("cos", UnaryOp::Cos, x, true); }
-Tensor tanh(const Tensor& x) { return unary_op("tanh", UnaryOp::Tanh, x, true); }
-Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", UnaryOp::Sigmoid, x, true); }
+Tensor relu(const Tensor& x) {
+  return unary_op("relu", UnaryOp::Relu, x, false, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+    return where(gt(y, 0), g, 0);
+  });
+}
+Tensor exp(const Tensor& x) {
+  return unary_op("exp", UnaryOp::Exp, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+    return mul(g, y);
+  });
+}
+Tensor log(const Tensor& x) {
+  return unary_op("log", UnaryOp::Log, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+    return div(g, x);
+  });
+}
+Tensor sqrt(const Tensor& x) {
+  return unary_op("sqrt", UnaryOp::Sqrt, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+    return div(g, mul(y, 2));
+  });
+}
+Tensor rsqrt(const Tensor& x) {
+  return unary_op("rsqrt", UnaryOp::Rsqrt, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+    return mul(g, mul(pow(y, 3), -0.5));
+  });
+}
+Tensor sin(const Tensor& x) {
+  return unary_op("sin", UnaryOp::Sin, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+    return mul(g, cos(x));
+  });
+}
+Tensor cos(const Tensor& x) {
+  return unary_op("cos", UnaryOp::Cos, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+    return neg(mul(g, sin(x)));
+  });
+}
+Tensor tanh(const Tensor& x) {
+  return unary_op("tanh", UnaryOp::Tanh, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+    return mul(g, 1 - mul(y, y));
+  });
+}
+Tensor sigmoid(const Tensor& x) {
+  return unary_op("sigmoid", UnaryOp::Sigmoid, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+    return mul(g, mul(y, 1 - y));
+  });
+}
 Tensor gelu(const Tensor& x, bool approximate) {
-  return unary_op("gelu", approximate ? UnaryOp::GeluTanh : UnaryOp::Gelu, x, true);
+  if (!approximate) {
+    return unary_op("gelu", UnaryOp::Gelu, x, true, [](const Tensor& g, const Tensor& x, const Tensor& y, double, double) {
+      // d/dx x * cdf(x) = cdf(x) + x * pdf(x)
+      Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 0.39894228040143267794);
+      return mul(g, add(normal_cdf(x, y), mul(x, pdf)));
+    });
+  }
+  return unary_op("gelu", UnaryOp::GeluTanh, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+    const double k = 0.79788456080286535588;  // sqrt(2 / pi)
+    Tensor x2 = mul(x, x);
+    Tensor t = tanh(mul(mul(x, add(mul(x2, 0.044715), 1)), k));
+    Tensor dt = mul(1 - mul(t, t), mul(add(mul(x2, 3 * 0.044715), 1), k));
+    return mul(g, add(mul(add(t, 1), 0.5), mul(mul(x, dt), 0.5)));
+  });
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
@@ -120,8 +223,12 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   if (min) dtype = promote_types(dtype, result_type(x, *min));
   if (max) dtype = promote_types(dtype, result_type(x, *max));
   if (is_floating(dtype)) {
-    return unary_op("clamp", UnaryOp::Clamp, x.to(dtype), true, min ? min->to_double() : -INFINITY,
-                    max ? max->to_double() : INFINITY);
+    // The gradient passes where min <= x <= max, as in PyTorch.
+    return unary_op("clamp", UnaryOp::Clamp, x.to(dtype), true,
+                    [](const Tensor& g, const Tensor& x, const Tensor&, double lo, double hi) {
+                      return where(lt(x, lo), 0, where(gt(x, hi), 0, g));
+                    },
+                    min ? min->to_double() : -INFINITY, max ? max->to_double() : INFINITY);
   }
   Tensor out = x;
   if (min) out = maximum(out, *min);
@@ -139,17 +246,63 @@ Tensor pow(const Tensor& x, Scalar exponent) {
              " cannot be raised to the negative integer power ", exponent);
     return binary_op("pow", BinaryOp::Pow, x, wrap_scalar("pow", "x", x, exponent));
   }
-  return unary_op("pow", UnaryOp::PowScalar, x.to(dtype), true, exponent.to_double());
+  return unary_op("pow", UnaryOp::PowScalar, x.to(dtype), true,
+                  [](const Tensor& g, const Tensor& x, const Tensor&, double e, double) {
+                    if (e == 0) return zeros_like(g);
+                    return mul(g, mul(pow(x, e - 1), e));
+                  },
+                  exponent.to_double());
 }
 
 // ---------------------------------------------------------------- binary
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op("add", BinaryOp::Add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary_op("sub", BinaryOp::Sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::Mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::Div, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary_op("maximum", BinaryOp::Maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary_op("minimum", BinaryOp::Minimum, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b); }
+namespace {
+
+using GradPair = std::pair<Tensor, Tensor>;
+
+GradPair add_grad(const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return {g, g}; }
+GradPair sub_grad(const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return {g, neg(g)}; }
+GradPair mul_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+  return {mul(g, b), mul(g, a)};
+}
+GradPair div_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+  Tensor ga = div(g, b);
+  return {ga, neg(mul(ga, div(a, b)))};
+}
+// Ties share the gradient equally between the operands, as in PyTorch.
+GradPair extreme_grad(const Tensor& g, const Tensor& a, const Tensor& b, bool is_max) {
+  Tensor a_wins = is_max ? gt(a, b) : lt(a, b);
+  Tensor tie = eq(a, b);
+  Tensor half = mul(g, 0.5);
+  Tensor ga = where(a_wins, g, where(tie, half, 0));
+  Tensor gb = where(a_wins, 0, where(tie, half, g));
+  return {ga, gb};
+}
+GradPair maximum_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+  return extreme_grad(g, a, b, true);
+}
+GradPair minimum_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
+  return extreme_grad(g, a, b, false);
+}
+GradPair pow_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor& out) {
+  // d/da a^b = b a^(b-1) (0 where b == 0); d/db a^b = a^b log(a) (0 where a == 0 and b >= 0).
+  Tensor ga = where(eq(b, 0), 0, mul(g, mul(b, pow(a, sub(b, 1)))));
+  Tensor gb = where(eq(a, 0), 0, mul(g, mul(out, log(a))));
+  return {ga, gb};
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op("add", BinaryOp::Add, a, b, add_grad); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_op("sub", BinaryOp::Sub, a, b, sub_grad); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::Mul, a, b, mul_grad); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::Div, a, b, div_grad); }
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op("maximum", BinaryOp::Maximum, a, b, maximum_grad);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op("minimum", BinaryOp::Minimum, a, b, minimum_grad);
+}
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b, pow_grad); }
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op("eq", BinaryOp::Eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return binary_op("ne", BinaryOp::Ne, a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return binary_op("lt", BinaryOp::Lt, a, b); }
@@ -157,22 +310,20 @@ Tensor le(const Tensor& a, const Tensor& b) { return binary_op("le", BinaryOp::L
 Tensor gt(const Tensor& a, const Tensor& b) { return binary_op("gt", BinaryOp::Gt, a, b); }
 Tensor ge(const Tensor& a, const Tensor& b) { return binary_op("ge", BinaryOp::Ge, a, b); }
 
-#define NC_SCALAR_BINARY(fn, op)                                             \
-  Tensor fn(const Tensor& a, Scalar b) {                                     \
-    return binary_op(#fn, BinaryOp::op, a, wrap_scalar(#fn, "a", a, b));     \
-  }
-NC_SCALAR_BINARY(add, Add)
-NC_SCALAR_BINARY(sub, Sub)
-NC_SCALAR_BINARY(mul, Mul)
-NC_SCALAR_BINARY(div, Div)
-NC_SCALAR_BINARY(maximum, Maximum)
-NC_SCALAR_BINARY(minimum, Minimum)
-NC_SCALAR_BINARY(eq, Eq)
-NC_SCALAR_BINARY(ne, Ne)
-NC_SCALAR_BINARY(lt, Lt)
-NC_SCALAR_BINARY(le, Le)
-NC_SCALAR_BINARY(gt, Gt)
-NC_SCALAR_BINARY(ge, Ge)
+#define NC_SCALAR_BINARY(fn) \
+  Tensor fn(const Tensor& a, Scalar b) { return fn(a, wrap_scalar(#fn, "a", a, b)); }
+NC_SCALAR_BINARY(add)
+NC_SCALAR_BINARY(sub)
+NC_SCALAR_BINARY(mul)
+NC_SCALAR_BINARY(div)
+NC_SCALAR_BINARY(maximum)
+NC_SCALAR_BINARY(minimum)
+NC_SCALAR_BINARY(eq)
+NC_SCALAR_BINARY(ne)
+NC_SCALAR_BINARY(lt)
+NC_SCALAR_BINARY(le)
+NC_SCALAR_BINARY(gt)
+NC_SCALAR_BINARY(ge)
 #undef NC_SCALAR_BINARY
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -186,9 +337,18 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), op), b.shape(), op);
   DType dtype = result_type(a, b);
   Tensor out = new_tensor(shape, dtype, a.device());
-  if (out.numel() > 0)
-    NC_BACKEND(out.device(), where, out, cond.expand(shape), a.to(dtype).expand(shape),
-               b.to(dtype).expand(shape));
+  {
+    autograd::NoGradGuard no_grad;
+    if (out.numel() > 0)
+      NC_BACKEND(out.device(), where, out, cond.expand(shape), a.to(dtype).expand(shape),
+                 b.to(dtype).expand(shape));
+  }
+  if (autograd::needs_grad(a, b)) {
+    autograd::record(op, out, {a, b}, [c = autograd::saved(cond), sa = autograd::saved(a),
+                                       sb = autograd::saved(b)](const Tensor& g) {
+      return std::vector<Tensor>{grad_for(where(c, g, 0), sa), grad_for(where(c, 0, g), sb)};
+    });
+  }
   return out;
 }
 

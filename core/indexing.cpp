@@ -2,6 +2,7 @@
 // one_hot, masked_fill. Index tensors may be i32 or i64; the backends get contiguous i64.
 #include <numeric>
 
+#include "autograd/graph.h"
 #include "core/internal.h"
 #include "normcore/ops.h"
 
@@ -49,11 +50,24 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   Shape shape = first.shape();
   shape[d] = total;
   Tensor out = new_tensor(shape, first.dtype(), first.device());
+  std::vector<Tensor> inputs;
+  std::vector<int64_t> sizes;
   int64_t at = 0;
   for (const Tensor* t : parts) {
     out.narrow(d, at, t->size(d)).copy_(*t);
     at += t->size(d);
+    inputs.push_back(*t);
+    sizes.push_back(t->size(d));
   }
+  autograd::record(op, out, inputs, [d, sizes](const Tensor& g) {
+    std::vector<Tensor> grads;
+    int64_t offset = 0;
+    for (int64_t size : sizes) {
+      grads.push_back(g.narrow(d, offset, size));
+      offset += size;
+    }
+    return grads;
+  });
   return out;
 }
 
@@ -122,6 +136,13 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     NC_CHECK(x.size(d) > 0, IndexError, op, ": cannot select from dim ", dim, " of size 0");
     NC_BACKEND(x.device(), index_select, out, x.contiguous(), d, idx);
   }
+  autograd::record(op, out, {x}, [shape = x.shape(), d, idx](const Tensor& g) {
+    // Scatter each selected slice back, adding where an index repeats.
+    Shape index_shape(g.dim(), 1);
+    index_shape[d] = idx.numel();
+    Tensor spread = idx.view(index_shape).expand(g.shape());
+    return std::vector<Tensor>{scatter_add(zeros(shape, TensorOptions(g.dtype(), g.device())), d, spread, g)};
+  });
   return out;
 }
 
@@ -148,6 +169,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor idx = index_as_i64(op, index);
   Tensor out = new_tensor(idx.shape(), x.dtype(), x.device());
   if (out.numel() > 0) NC_BACKEND(x.device(), gather, out, x.contiguous(), d, idx);
+  autograd::record(op, out, {x}, [shape = x.shape(), d, idx](const Tensor& g) {
+    return std::vector<Tensor>{scatter_add(zeros(shape, TensorOptions(g.dtype(), g.device())), d, idx, g)};
+  });
   return out;
 }
 
@@ -171,12 +195,25 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
     NC_CHECK(index.size(k) <= src.size(k), ShapeError, op, ": index shape ", index.shape(),
              " exceeds src shape ", src.shape(), " in dim ", k);
   Tensor idx = index_as_i64(op, index);
-  Tensor out = x.clone();
-  if (idx.numel() > 0) {
-    Tensor piece = src;
-    for (int64_t k = 0; k < src.dim(); ++k) piece = piece.narrow(k, 0, idx.size(k));
-    NC_BACKEND(x.device(), scatter_add, out, d, idx, piece.contiguous());
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    out = x.clone();
+    if (idx.numel() > 0) {
+      Tensor piece = src;
+      for (int64_t k = 0; k < src.dim(); ++k) piece = piece.narrow(k, 0, idx.size(k));
+      NC_BACKEND(x.device(), scatter_add, out, d, idx, piece.contiguous());
+    }
   }
+  autograd::record(op, out, {x, src}, [src_shape = src.shape(), d, idx](const Tensor& g) {
+    // x passes straight through; src gets back what it added (zeros beyond index's extent).
+    Tensor taken = gather(g, d, idx);
+    Tensor grad_src = zeros(src_shape, TensorOptions(g.dtype(), g.device()));
+    Tensor region = grad_src;
+    for (int64_t k = 0; k < grad_src.dim(); ++k) region = region.narrow(k, 0, idx.size(k));
+    region.copy_(taken);
+    return std::vector<Tensor>{g, grad_src};
+  });
   return out;
 }
 

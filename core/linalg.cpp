@@ -1,6 +1,7 @@
 // matmul with NumPy semantics: 1-D operands gain (and then lose) a dim, batch dims
 // broadcast, and each operand reaches the backend as a [batch, rows, cols] view that is
 // row- or column-major (transposed views need no copy; broadcast batches use stride 0).
+#include "autograd/graph.h"
 #include "core/internal.h"
 #include "normcore/ops.h"
 
@@ -75,10 +76,17 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   out_shape.push_back(cols);
   Tensor out = new_tensor(out_shape, a.dtype(), a.device());
   if (out.numel() > 0) {
+    autograd::NoGradGuard no_grad;
     int64_t count = checked_numel(batch, op);
     NC_BACKEND(out.device(), matmul, out.view({count, rows, cols}), as_matrix_batch(a, batch),
                as_matrix_batch(b, batch));
   }
+  autograd::record(op, out, {a, b}, [sa = autograd::saved(a), sb = autograd::saved(b)](const Tensor& g) {
+    // grad_a = g @ b^T and grad_b = a^T @ g, summed over the batch dims that broadcast.
+    Tensor ga = autograd::sum_to(matmul(g, sb.transpose(-1, -2)), sa.shape());
+    Tensor gb = autograd::sum_to(matmul(sa.transpose(-1, -2), g), sb.shape());
+    return std::vector<Tensor>{ga, gb};
+  });
   if (a_in.dim() == 1) out = out.squeeze(-2);
   if (b_in.dim() == 1) out = out.squeeze(-1);
   return out;

@@ -138,7 +138,12 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     emit(os, values, shape, strides, 0, 0, summarize, f, 7);
   }
   os << ", shape=" << shape_str(shape) << ", dtype=" << dtype_name(t.dtype())
-     << ", device=" << t.device() << ')';
+     << ", device=" << t.device();
+  if (t.requires_grad()) {
+    if (t.is_leaf()) os << ", requires_grad=true";
+    else os << ", grad_fn=" << t.grad_fn_name();
+  }
+  os << ')';
   return os;
 }
 

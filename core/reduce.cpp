@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "autograd/graph.h"
 #include "core/internal.h"
 #include "normcore/ops.h"
 
@@ -20,6 +21,7 @@ struct ReducePlan {
 
 ReducePlan plan_reduce(const char* op, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined(op, "x", x);
+  autograd::NoGradGuard no_grad;  // the reduction records itself, not its reshuffling
   std::vector<int64_t> reduced = normalize_dims(dims, x.dim(), op);
   std::vector<bool> is_reduced(x.dim(), false);
   for (int64_t d : reduced) is_reduced[d] = true;
@@ -46,6 +48,21 @@ DType sum_dtype(DType d) { return is_floating(d) ? d : DType::I64; }
 void require_floating(const char* op, const Tensor& x) {
   NC_CHECK(is_floating(x.dtype()), DTypeError, op, ": expects a floating tensor, got ", describe(x),
            " (convert with .to(DType::F32))");
+}
+
+// grad of a reduction's result seen with x's shape: reduced dims put back, then broadcast.
+Tensor expand_back(const Tensor& grad, const Shape& x_shape, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor g = grad;
+  if (!keepdim)
+    for (int64_t d : normalize_dims(dims, static_cast<int64_t>(x_shape.size()), "backward")) g = g.unsqueeze(d);
+  return g.expand(x_shape);
+}
+
+// Number of elements each result element reduces over.
+int64_t reduced_count(const Tensor& x, const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : normalize_dims(dims, x.dim(), "backward")) n *= x.size(d);
+  return n;
 }
 
 Tensor run_reduce(const char* op, ReduceOp kind, const Tensor& x, const std::vector<int64_t>& dims,
@@ -83,31 +100,76 @@ Tensor reduce_all_extreme(const char* op, ReduceOp kind, const Tensor& x) {
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined("sum", "x", x);
-  return run_reduce("sum", ReduceOp::Sum, x, dims, keepdim, sum_dtype(x.dtype()));
+  Tensor out = run_reduce("sum", ReduceOp::Sum, x, dims, keepdim, sum_dtype(x.dtype()));
+  autograd::record("sum", out, {x}, [shape = x.shape(), dims, keepdim](const Tensor& g) {
+    return std::vector<Tensor>{expand_back(g, shape, dims, keepdim)};
+  });
+  return out;
 }
 
 Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined("prod", "x", x);
-  return run_reduce("prod", ReduceOp::Prod, x, dims, keepdim, sum_dtype(x.dtype()));
+  Tensor out = run_reduce("prod", ReduceOp::Prod, x, dims, keepdim, sum_dtype(x.dtype()));
+  autograd::record("prod", out, {x}, [xs = autograd::saved(x), dims, keepdim](const Tensor& g) {
+    // d prod / d x_i is the product of the other elements: out / x_i without zeros; with
+    // exactly one zero, the product of the non-zero elements at that zero; else 0.
+    Tensor is_zero = eq(xs, 0);
+    Tensor nonzero = where(is_zero, 1, xs);
+    Tensor prod_nonzero = expand_back(prod(nonzero, dims, keepdim), xs.shape(), dims, keepdim);
+    Tensor zero_count = expand_back(sum(is_zero, dims, keepdim), xs.shape(), dims, keepdim);
+    Tensor gx = expand_back(g, xs.shape(), dims, keepdim);
+    Tensor no_zero = div(mul(gx, prod_nonzero), nonzero);
+    Tensor one_zero = where(is_zero, mul(gx, prod_nonzero), 0);
+    return std::vector<Tensor>{where(eq(zero_count, 0), no_zero, where(eq(zero_count, 1), one_zero, 0))};
+  });
+  return out;
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined("mean", "x", x);
   require_floating("mean", x);
-  return run_reduce("mean", ReduceOp::Mean, x, dims, keepdim, x.dtype());
+  Tensor out = run_reduce("mean", ReduceOp::Mean, x, dims, keepdim, x.dtype());
+  autograd::record("mean", out, {x}, [shape = x.shape(), dims, keepdim, n = reduced_count(x, dims)](const Tensor& g) {
+    return std::vector<Tensor>{div(expand_back(g, shape, dims, keepdim), static_cast<double>(n))};
+  });
+  return out;
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool unbiased, bool keepdim) {
   check_defined("var", "x", x);
   require_floating("var", x);
-  return run_reduce("var", ReduceOp::Var, x, dims, keepdim, x.dtype(), unbiased ? 1.0 : 0.0);
+  Tensor out = run_reduce("var", ReduceOp::Var, x, dims, keepdim, x.dtype(), unbiased ? 1.0 : 0.0);
+  double denom = static_cast<double>(reduced_count(x, dims)) - (unbiased ? 1.0 : 0.0);
+  autograd::record("var", out, {x}, [xs = autograd::saved(x), dims, keepdim, denom](const Tensor& g) {
+    Tensor centered = sub(xs, mean(xs, dims, /*keepdim=*/true));
+    return std::vector<Tensor>{mul(expand_back(g, xs.shape(), dims, keepdim), mul(centered, 2.0 / denom))};
+  });
+  return out;
 }
 
 Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined("norm", "x", x);
   require_floating("norm", x);
   NC_CHECK(p > 0, ValueError, "norm: p must be positive (or infinity), got ", p);
-  return run_reduce("norm", ReduceOp::Norm, x, dims, keepdim, x.dtype(), p);
+  Tensor out = run_reduce("norm", ReduceOp::Norm, x, dims, keepdim, x.dtype(), p);
+  autograd::record("norm", out, {x}, [xs = autograd::saved(x), ys = autograd::saved(out), p, dims,
+                                      keepdim](const Tensor& g) {
+    const Shape& shape = xs.shape();
+    Tensor gx = expand_back(g, shape, dims, keepdim);
+    Tensor y = expand_back(ys, shape, dims, keepdim);
+    if (p == 1) return std::vector<Tensor>{mul(gx, sign(xs))};
+    if (std::isinf(p)) {
+      // The gradient is shared by the elements whose magnitude is the maximum.
+      Tensor at_max = eq(abs(xs), y);
+      Tensor count = expand_back(sum(at_max, dims, keepdim), shape, dims, keepdim);
+      return std::vector<Tensor>{where(at_max, div(mul(gx, sign(xs)), count), 0)};
+    }
+    // d ||x||_p / d x_i = sign(x_i) |x_i|^(p-1) / ||x||^(p-1); 0 where the norm is 0.
+    Tensor scale = p == 2 ? div(gx, y) : div(gx, pow(y, p - 1));
+    Tensor term = p == 2 ? xs : mul(sign(xs), pow(abs(xs), p - 1));
+    return std::vector<Tensor>{where(eq(y, 0), 0, mul(term, scale))};
+  });
+  return out;
 }
 
 Tensor all(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
@@ -118,15 +180,42 @@ Tensor any(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return run_reduce("any", ReduceOp::Any, x, dims, keepdim, DType::Bool);
 }
 
-Tensor max(const Tensor& x) { return reduce_all_extreme("max", ReduceOp::Max, x); }
-Tensor min(const Tensor& x) { return reduce_all_extreme("min", ReduceOp::Min, x); }
+namespace {
+
+// Gradient of max/min over all elements: shared equally by the elements equal to it.
+Tensor extreme_all(const char* op, ReduceOp kind, const Tensor& x) {
+  Tensor out = reduce_all_extreme(op, kind, x);
+  autograd::record(op, out, {x}, [xs = autograd::saved(x), ys = autograd::saved(out)](const Tensor& g) {
+    Tensor hit = eq(xs, ys);
+    return std::vector<Tensor>{where(hit, div(g, sum(hit)), 0)};
+  });
+  return out;
+}
+
+// Gradient of max/min along dim: goes to the index that was selected.
+std::pair<Tensor, Tensor> extreme_dim(const char* op, bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
+  auto result = run_arg_reduce(op, is_max, x, dim, keepdim);
+  autograd::record(op, result.first, {x}, [shape = x.shape(), dtype = x.dtype(), device = x.device(),
+                                           idx = result.second, dim, keepdim](const Tensor& g) {
+    if (shape.empty()) return std::vector<Tensor>{g};
+    Tensor gk = keepdim ? g : g.unsqueeze(dim);
+    Tensor ik = keepdim ? idx : idx.unsqueeze(dim);
+    return std::vector<Tensor>{scatter_add(zeros(shape, TensorOptions(dtype, device)), dim, ik, gk)};
+  });
+  return result;
+}
+
+}  // namespace
+
+Tensor max(const Tensor& x) { return extreme_all("max", ReduceOp::Max, x); }
+Tensor min(const Tensor& x) { return extreme_all("min", ReduceOp::Min, x); }
 
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
-  return run_arg_reduce("max", true, x, dim, keepdim);
+  return extreme_dim("max", true, x, dim, keepdim);
 }
 
 std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
-  return run_arg_reduce("min", false, x, dim, keepdim);
+  return extreme_dim("min", false, x, dim, keepdim);
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {

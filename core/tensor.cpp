@@ -9,6 +9,7 @@
 #include <numeric>
 #include <optional>
 
+#include "autograd/graph.h"
 #include "core/internal.h"
 #include "normcore/ops.h"
 #ifdef NORMCORE_HAS_CUDA
@@ -248,18 +249,45 @@ std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strid
 
 }  // namespace
 
+namespace {
+
+// A view with new geometry over the same elements in the same order (view, reshape,
+// squeeze, unsqueeze): its gradient is the output gradient reshaped back.
+Tensor reshaped_view(const Tensor& x, const Shape& shape, const Shape& strides, const char* name) {
+  Tensor out = make_view(x, shape, strides, x.offset());
+  autograd::record(name, out, {x}, [in_shape = x.shape()](const Tensor& g) {
+    return std::vector<Tensor>{g.reshape(in_shape)};
+  });
+  return out;
+}
+
+// A view of a region of x (narrow, slice, select): its gradient is zeros of x's shape with
+// the output gradient written into the region that region(zeros) selects.
+template <class Region>
+void record_region(const char* name, const Tensor& x, const Tensor& out, Region region) {
+  if (!autograd::needs_grad(x)) return;
+  autograd::record(name, out, {x}, [region, shape = x.shape(), dtype = x.dtype(),
+                                    device = x.device()](const Tensor& g) {
+    Tensor z = zeros(shape, TensorOptions(dtype, device));
+    region(z).copy_(g);
+    return std::vector<Tensor>{z};
+  });
+}
+
+}  // namespace
+
 Tensor Tensor::view(const Shape& new_shape) const {
   Shape shape2 = infer_shape(new_shape, numel(), "view");
   auto strides2 = view_strides(shape(), strides(), shape2);
   NC_CHECK(strides2.has_value(), ShapeError, "view: cannot view a tensor of shape ", shape(),
            " and strides ", strides(), " as ", shape2, " without a copy (use reshape)");
-  return make_view(*this, shape2, *strides2, offset());
+  return reshaped_view(*this, shape2, *strides2, "view");
 }
 
 Tensor Tensor::reshape(const Shape& new_shape) const {
   Shape shape2 = infer_shape(new_shape, numel(), "reshape");
   auto strides2 = view_strides(shape(), strides(), shape2);
-  if (strides2) return make_view(*this, shape2, *strides2, offset());
+  if (strides2) return reshaped_view(*this, shape2, *strides2, "reshape");
   return clone().view(shape2);
 }
 
@@ -288,7 +316,13 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
     s[i] = shape()[d];
     st[i] = strides()[d];
   }
-  return make_view(*this, s, st, offset());
+  Tensor out = make_view(*this, s, st, offset());
+  if (autograd::needs_grad(*this)) {
+    std::vector<int64_t> inverse(dim());
+    for (int64_t i = 0; i < dim(); ++i) inverse[normalize_dim(dims[i], dim(), "permute")] = i;
+    autograd::record("permute", out, {*this}, [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
+  }
+  return out;
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
@@ -301,7 +335,9 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   Shape s = shape(), st = strides();
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
-  return make_view(*this, s, st, offset());
+  Tensor out = make_view(*this, s, st, offset());
+  autograd::record("transpose", out, {*this}, [a, b](const Tensor& g) { return std::vector<Tensor>{g.transpose(a, b)}; });
+  return out;
 }
 
 Tensor Tensor::t() const {
@@ -319,7 +355,9 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
            size, " (shape ", shape(), ")");
   Shape s = shape();
   s[n] = length;
-  return make_view(*this, s, strides(), offset() + start * strides()[n]);
+  Tensor out = make_view(*this, s, strides(), offset() + start * strides()[n]);
+  record_region("narrow", *this, out, [n, start, length](const Tensor& z) { return z.narrow(n, start, length); });
+  return out;
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
@@ -336,7 +374,9 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   Shape s = shape(), st = strides();
   s[n] = (end - start + step - 1) / step;
   st[n] *= step;
-  return make_view(*this, s, st, offset() + start * strides()[n]);
+  Tensor out = make_view(*this, s, st, offset() + start * strides()[n]);
+  record_region("slice", *this, out, [n, start, end, step](const Tensor& z) { return z.slice(n, start, end, step); });
+  return out;
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -350,7 +390,9 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   int64_t off = offset() + index * st[n];
   s.erase(s.begin() + n);
   st.erase(st.begin() + n);
-  return make_view(*this, s, st, off);
+  Tensor out = make_view(*this, s, st, off);
+  record_region("select", *this, out, [n, index](const Tensor& z) { return z.select(n, index); });
+  return out;
 }
 
 Tensor Tensor::squeeze() const {
@@ -360,7 +402,7 @@ Tensor Tensor::squeeze() const {
       s.push_back(shape()[i]);
       st.push_back(strides()[i]);
     }
-  return make_view(*this, s, st, offset());
+  return reshaped_view(*this, s, st, "squeeze");
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
@@ -373,7 +415,7 @@ Tensor Tensor::squeeze(int64_t d) const {
   Shape s = shape(), st = strides();
   s.erase(s.begin() + n);
   st.erase(st.begin() + n);
-  return make_view(*this, s, st, offset());
+  return reshaped_view(*this, s, st, "squeeze");
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -382,7 +424,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t stride = n < dim() ? shape()[n] * strides()[n] : 1;
   s.insert(s.begin() + n, 1);
   st.insert(st.begin() + n, stride);
-  return make_view(*this, s, st, offset());
+  return reshaped_view(*this, s, st, "unsqueeze");
 }
 
 Tensor Tensor::expand(const Shape& target) const {
@@ -409,7 +451,11 @@ Tensor Tensor::expand(const Shape& target) const {
       st[i] = 0;
     }
   }
-  return make_view(*this, s, st, offset());
+  Tensor out = make_view(*this, s, st, offset());
+  autograd::record("expand", out, {*this}, [shape = shape()](const Tensor& g) {
+    return std::vector<Tensor>{autograd::sum_to(g, shape)};
+  });
+  return out;
 }
 
 // ---------------------------------------------------------------- copies
@@ -432,6 +478,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
   check_defined("copy_", "src", src);
   NC_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), ShapeError, "copy_: src of shape ",
            src.shape(), " does not broadcast to the destination's shape ", shape());
+  NC_CHECK(!(autograd::is_grad_enabled() && requires_grad()), ValueError, "copy_: cannot write in place into ",
+           describe(*this), ", which requires grad (write under autograd::NoGradGuard, or into detach())");
+  autograd::NoGradGuard no_grad;  // copy_ itself records nothing
   Tensor source = src.expand(shape());
   if (numel() == 0) return *this;
   if (device() == source.device()) {
@@ -451,6 +500,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(Scalar value) {
+  NC_CHECK(!(autograd::is_grad_enabled() && requires_grad()), ValueError, "fill_: cannot write in place into ",
+           describe(*this), ", which requires grad (write under autograd::NoGradGuard, or into detach())");
   if (numel() == 0) return *this;
   NC_BACKEND(device(), fill, *this, value);
   return *this;
@@ -459,6 +510,7 @@ Tensor& Tensor::fill_(Scalar value) {
 Tensor Tensor::clone() const {
   Tensor out = new_tensor(shape(), dtype(), device());
   out.copy_(*this);
+  autograd::record("clone", out, {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
   return out;
 }
 
@@ -471,6 +523,11 @@ Tensor Tensor::to(Device d, DType t) const {
   if (d == device() && t == dtype()) return *this;
   Tensor out = new_tensor(shape(), t, d);
   out.copy_(*this);
+  if (autograd::needs_grad(*this) && is_floating(t)) {
+    autograd::record("to", out, {*this}, [device = device(), dtype = dtype()](const Tensor& g) {
+      return std::vector<Tensor>{g.to(device, dtype)};
+    });
+  }
   return out;
 }
 

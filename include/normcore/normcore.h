@@ -6,6 +6,7 @@
 #include "normcore/dtype.h"
 #include "normcore/error.h"
 #include "normcore/ops.h"
+#include "normcore/autograd.h"
 #include "normcore/random.h"
 #include "normcore/safetensors.h"
 #include "normcore/scalar.h"

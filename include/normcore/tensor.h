@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "normcore/device.h"
@@ -135,6 +136,27 @@ class Tensor {
   // All elements in row-major order, converted to T.
   template <class T>
   std::vector<T> to_vector() const;
+
+  // ---- autograd (see normcore/autograd.h) ----
+  // Whether gradients flow to (leaf) or through (recorded result) this tensor.
+  bool requires_grad() const;
+  // Marks a leaf as one whose gradient backward() accumulates. Floating dtypes only.
+  Tensor& requires_grad_(bool requires = true);
+  // The accumulated gradient of a leaf (undefined until a backward pass reaches it).
+  Tensor grad() const;
+  void set_grad(const Tensor& grad) const;
+  // Forgets the accumulated gradient (grad() becomes undefined).
+  void zero_grad() const;
+  // True for tensors not produced by a recorded op.
+  bool is_leaf() const;
+  // The name of the op that produced this tensor ("" for leaves).
+  std::string grad_fn_name() const;
+  // The same data without the autograd history.
+  Tensor detach() const;
+  // Back-propagates from this tensor, accumulating into the grad() of every leaf that
+  // requires it. grad defaults to 1 for one-element tensors and is required otherwise.
+  // The graph's saved tensors are freed unless retain_graph is true.
+  void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
 
   TensorImpl& impl() const {
     NC_CHECK(impl_ != nullptr, Error, "Tensor: use of an undefined tensor");

@@ -1,0 +1,193 @@
+// The autograd engine: per-tensor state, the grad-mode switch, record(), and backward(),
+// which runs recorded nodes in reverse topological order (each exactly once, after every
+// gradient flowing into it has arrived) and accumulates into leaves.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/graph.h"
+#include "core/internal.h"
+#include "normcore/ops.h"
+
+namespace normcore {
+
+namespace {
+
+thread_local bool grad_enabled = true;
+
+AutogradMeta* meta_of(const Tensor& t) { return t.impl().autograd.get(); }
+
+AutogradMeta& ensure_meta(const Tensor& t) {
+  auto& m = t.impl().autograd;
+  if (!m) m = std::make_shared<AutogradMeta>();
+  return *m;
+}
+
+void accumulate(AutogradMeta& leaf, const Tensor& grad) {
+  leaf.grad = leaf.grad.defined() ? add(leaf.grad, grad) : grad.clone();
+}
+
+}  // namespace
+
+namespace autograd {
+
+bool is_grad_enabled() { return grad_enabled; }
+void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+
+void record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs, BackwardFn fn) {
+  if (!grad_enabled) return;
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  bool any = false;
+  for (const Tensor& in : inputs) {
+    Edge e;
+    if (in.defined() && in.requires_grad()) {
+      if (in.is_same(out)) return;  // the op returned its input: nothing to record
+      AutogradMeta* m = meta_of(in);
+      if (m->grad_fn) e.node = m->grad_fn;
+      else e.leaf = in.impl().autograd;
+      any = true;
+    }
+    node->next.push_back(std::move(e));
+  }
+  if (!any) return;
+  node->backward = std::move(fn);
+  AutogradMeta& m = ensure_meta(out);
+  m.requires_grad = true;
+  m.grad_fn = std::move(node);
+}
+
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < grad.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && grad.size(d) != 1)) dims.push_back(d);
+  Tensor reduced = dims.empty() ? grad : sum(grad, dims, /*keepdim=*/true);
+  return reduced.reshape(shape);
+}
+
+}  // namespace autograd
+
+// ---------------------------------------------------------------- Tensor methods
+bool Tensor::requires_grad() const {
+  AutogradMeta* m = meta_of(*this);
+  return m && m->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool requires) {
+  NC_CHECK(!requires || is_floating(dtype()), DTypeError,
+           "requires_grad_: only floating tensors can require grad, got ", describe(*this));
+  AutogradMeta* m = meta_of(*this);
+  NC_CHECK(!(m && m->grad_fn), ValueError, "requires_grad_: can only be changed on leaf tensors, this one "
+           "was produced by '", m ? m->grad_fn->name : "", "' (use detach() first)");
+  ensure_meta(*this).requires_grad = requires;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  AutogradMeta* m = meta_of(*this);
+  return m ? m->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined()) {
+    NC_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), ShapeError,
+             "set_grad: gradient ", describe(g), " does not match tensor ", describe(*this));
+  }
+  ensure_meta(*this).grad = g;
+}
+
+void Tensor::zero_grad() const {
+  if (AutogradMeta* m = meta_of(*this)) m->grad = Tensor();
+}
+
+bool Tensor::is_leaf() const {
+  AutogradMeta* m = meta_of(*this);
+  return !m || !m->grad_fn;
+}
+
+std::string Tensor::grad_fn_name() const {
+  AutogradMeta* m = meta_of(*this);
+  return m && m->grad_fn ? m->grad_fn->name : "";
+}
+
+Tensor Tensor::detach() const {
+  return detail::make_view(*this, shape(), strides(), offset());
+}
+
+void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
+  const char* op = "backward";
+  NC_CHECK(requires_grad(), ValueError, op, ": tensor ", describe(*this),
+           " does not require grad (no input of the ops that made it requires grad)");
+  Tensor grad = grad_in;
+  if (!grad.defined()) {
+    NC_CHECK(numel() == 1, ShapeError, op, ": grad must be given for a tensor of shape ", shape(),
+             " (it is implied only for one-element tensors)");
+    grad = ones_like(*this);
+  } else {
+    NC_CHECK(grad.shape() == shape(), ShapeError, op, ": grad has shape ", grad.shape(),
+             " but the tensor has shape ", shape());
+    detail::check_same_device(op, "tensor", *this, "grad", grad);
+    grad = grad.detach().to(dtype());
+  }
+  autograd::NoGradGuard no_grad;
+  AutogradMeta* root_meta = meta_of(*this);
+  if (!root_meta->grad_fn) {
+    accumulate(*root_meta, grad);
+    return;
+  }
+
+  // Count, for every node reachable from the root, the edges that lead into it.
+  std::unordered_map<Node*, int> dependencies;
+  std::vector<Node*> stack{root_meta->grad_fn.get()};
+  std::unordered_set<Node*> seen{stack.back()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.node) continue;
+      ++dependencies[e.node.get()];
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+
+  std::unordered_map<Node*, Tensor> pending{{root_meta->grad_fn.get(), grad}};
+  std::vector<std::shared_ptr<Node>> ready{root_meta->grad_fn};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    Tensor g = std::move(pending[node.get()]);
+    pending.erase(node.get());
+    NC_CHECK(!node->released, Error, op, ": the graph through '", node->name,
+             "' was already freed by an earlier backward; pass retain_graph=true to that call to "
+             "run backward through it again");
+    std::vector<Tensor> grads;
+    if (g.defined()) {
+      grads = node->backward(g);
+      NC_CHECK(grads.size() == node->next.size(), Error, op, ": '", node->name, "' returned ",
+               grads.size(), " gradients for ", node->next.size(), " inputs");
+    }
+    if (!retain_graph) {
+      node->backward = nullptr;
+      node->released = true;
+    }
+    for (size_t i = 0; i < node->next.size(); ++i) {
+      const Edge& e = node->next[i];
+      const Tensor* gi = i < grads.size() && grads[i].defined() ? &grads[i] : nullptr;
+      if (e.leaf && gi) {
+        accumulate(*e.leaf, *gi);
+      } else if (e.node) {
+        if (gi) {
+          Tensor& slot = pending[e.node.get()];
+          slot = slot.defined() ? add(slot, *gi) : *gi;
+        }
+        if (--dependencies[e.node.get()] == 0) ready.push_back(e.node);
+      }
+    }
+  }
+}
+
+}  // namespace normcore

@@ -1,0 +1,51 @@
+// The recording side of autograd, used by the op implementations in core/: a Node per
+// recorded op, edges to the inputs' nodes (or leaves), and record(), which attaches a node
+// to an op's result. Backward functions receive the result's gradient and return one
+// gradient per input (undefined where an input needs none); they must capture only
+// detached tensors (saved()), or the graph would keep itself alive.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "normcore/autograd.h"
+#include "normcore/tensor.h"
+
+namespace normcore {
+
+struct Edge {
+  std::shared_ptr<Node> node;          // the input was produced by a recorded op
+  std::shared_ptr<AutogradMeta> leaf;  // or it is a leaf that requires grad
+  bool active() const { return node || leaf; }
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad)>;
+
+struct Node {
+  const char* name = "";
+  std::vector<Edge> next;  // one per input of the op
+  BackwardFn backward;     // empty once released
+  bool released = false;
+};
+
+namespace autograd {
+
+// True when recording is on and some tensor requires grad.
+template <class... T>
+bool needs_grad(const T&... tensors) {
+  return is_grad_enabled() && ((tensors.defined() && tensors.requires_grad()) || ...);
+}
+
+// Attaches a node named name to out (which must be a fresh result, not an input) when
+// recording is on and some input requires grad.
+void record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs, BackwardFn fn);
+
+// A tensor to keep in a backward function: same data, no history.
+inline Tensor saved(const Tensor& t) { return t.defined() ? t.detach() : t; }
+
+// Sums grad over the dims that broadcasting added or expanded, giving shape.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+}  // namespace autograd
+}  // namespace normcore

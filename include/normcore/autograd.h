@@ -1,0 +1,59 @@
+// Reverse-mode automatic differentiation. Differentiable ops record, on their result, a
+// node that maps the result's gradient to its inputs' gradients; Tensor::backward() runs
+// the nodes in reverse topological order and accumulates (+=) into leaves' grad().
+// Backward formulas run with recording off, so there are no gradients of gradients.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "normcore/tensor.h"
+
+namespace normcore {
+
+struct Node;
+
+// Per-tensor autograd state, created on first use.
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;  // null for leaves
+};
+
+namespace autograd {
+
+// Whether ops record for backward in this thread (on by default).
+bool is_grad_enabled();
+void set_grad_enabled(bool enabled);
+
+// Turns recording off in this thread for its lifetime (inference, optimizer updates).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace autograd
+
+struct GradcheckOptions {
+  double eps = 1e-6;
+  double atol = 1e-5;
+  double rtol = 1e-3;
+};
+
+// Compares the gradients backward() computes for fn at inputs with central differences,
+// for every input that requires grad. Inputs must be f64 (so that the differences are
+// accurate). fn's output is reduced against a fixed random weighting of the same shape, so
+// one backward pass checks all outputs. Returns true when every element agrees within
+// atol + rtol * |numerical|; otherwise false, with the first disagreement in *report.
+bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+               const std::vector<Tensor>& inputs, GradcheckOptions options = {},
+               std::string* report = nullptr);
+
+}  // namespace normcore
