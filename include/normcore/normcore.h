@@ -7,6 +7,8 @@
 #include "normcore/error.h"
 #include "normcore/ops.h"
 #include "normcore/autograd.h"
+#include "normcore/losses.h"
+#include "normcore/nn.h"
 #include "normcore/random.h"
 #include "normcore/safetensors.h"
 #include "normcore/scalar.h"

@@ -112,6 +112,13 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 
+// ---- normalized exponentials along one dim: [*] -> [*] ----
+// Floating dtypes; the row maximum is subtracted first, so large inputs do not overflow.
+// f16/bf16 compute in f32 and round the result. Each records a single backward node.
+Tensor softmax(const Tensor& x, int64_t dim);
+// log(softmax(x, dim)) computed as (x - max) - log(sum(exp(x - max))).
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
 // ---- linear algebra ----
 // NumPy matmul: 1-D operands are promoted and the added dim removed; batch dims broadcast.
 // [.., n, k] @ [.., k, m] -> [.., n, m]. Floating dtypes; f16/bf16 accumulate in f32.

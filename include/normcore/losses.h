@@ -1,0 +1,41 @@
+// Loss functions with PyTorch's semantics (torch.nn.functional). Every loss checks its
+// arguments and throws a normcore::Error naming the loss; the result is a 0-dim tensor for
+// Reduction::Mean and Reduction::Sum, or one loss per element (per sample) for None.
+// Mean divides by the number of elements that have a loss (N, or N * d1 * ... for
+// per-position class targets). All are differentiable with respect to their float inputs.
+#pragma once
+
+#include "normcore/tensor.h"
+
+namespace normcore {
+namespace nn {
+
+enum class Reduction { Mean, Sum, None };
+
+// Softmax cross entropy between logits and class indices, fused: one node whose backward
+// is (softmax(logits) - q) * grad, with q = (1 - label_smoothing) * onehot(target) +
+// label_smoothing / C (PyTorch's smoothing). Shapes: logits [N, C] with target [N];
+// logits [C] with a 0-dim target; logits [N, C, d1, ...] with target [N, d1, ...].
+// target is i64 with values in [0, C) (IndexError names the first bad value otherwise);
+// label_smoothing in [0, 1]. f16/bf16 logits are computed in f32.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
+                     double label_smoothing = 0.0);
+
+// Negative log likelihood: -log_probs[i, target[i]]. Same shapes and target rules as
+// cross_entropy (log_probs take the place of logits).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// (input - target)^2, element-wise. input and target: same shape, floating.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// |input - target|, element-wise. input and target: same shape, floating.
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))), computed without overflow as
+// max(x, 0) - x t + log(1 + exp(-|x|)). logits and target: same shape, floating (target
+// holds probabilities). One node: grad_logits = (sigmoid(x) - t) * grad, grad_target = -x * grad.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction = Reduction::Mean);
+
+}  // namespace nn
+}  // namespace normcore

@@ -1,0 +1,189 @@
+// Neural-network modules: a Module owns named parameters (leaves that require grad),
+// buffers (state that is saved but not trained) and child modules, and names them with
+// PyTorch's dotted state_dict keys ("fc1.weight", "body.0.bias"), so weights move between
+// PyTorch and normcore through safetensors. Layers compose functional ops from ops.h.
+// Modules are shared (std::shared_ptr) and not copyable: parameter handles alias the
+// module's tensors, and to()/load_state_dict() change those tensors in place.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "normcore/losses.h"
+#include "normcore/random.h"
+#include "normcore/tensor.h"
+
+namespace normcore {
+namespace nn {
+
+// (name, tensor) pairs in a fixed order; the same type as safetensors::TensorList.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The computation on one input. The base class has none and throws Error; modules with
+  // other inputs add their own forward overloads.
+  virtual Tensor forward(const Tensor& x);
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // ---- registration (normally from a subclass's constructor) ----
+  // Names are non-empty, contain no '.', and are unique among a module's parameters,
+  // buffers and children (ValueError otherwise). The module keeps the given handle.
+  // A floating leaf; marked requires_grad. Returns the handle the module keeps.
+  Tensor register_parameter(const std::string& name, Tensor tensor);
+  // Any dtype; saved in state_dict(), moved by to(), never trained.
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  // ---- traversal: this module's own entries in registration order, then each child's,
+  // recursively, with "child." prefixed; a tensor or module reachable twice is listed once ----
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_parameters() const;
+  NamedTensors named_buffers() const;
+  std::vector<std::shared_ptr<Module>> children() const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+
+  // ---- mode: training (the default) or evaluation, set recursively ----
+  void train(bool training = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Every parameter's grad() becomes undefined.
+  void zero_grad();
+
+  // Converts every parameter and buffer in place: each TensorImpl gets new storage, shape,
+  // strides and dtype, so every handle to it (an optimizer's list, a member) sees the
+  // change; requires_grad is kept and an accumulated grad is converted with it.
+  void to(Device device);
+  // Floating tensors only; integer and bool buffers keep their dtype.
+  void to(DType dtype);
+
+  // ---- state: parameters then buffers of each module, this module's before its
+  // children's (PyTorch's order); detached handles that share the module's data ----
+  NamedTensors state_dict() const;
+  // Copies each entry into the tensor of the same name (converting dtype and device), with
+  // recording off. Everything is checked before anything is copied: an entry whose shape
+  // differs throws ShapeError; with strict, keys the module lacks (unexpected) or that the
+  // dict lacks (missing) throw ValueError. Both messages list every offending name.
+  void load_state_dict(const NamedTensors& dict, bool strict = true);
+  // state_dict() to / load_state_dict() from a safetensors file.
+  void save(const std::string& path) const;
+  void load(const std::string& path, bool strict = true);
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void check_new_name(const char* what, const std::string& name) const;
+  // Appends this module's and its descendants' parameters and buffers, keys prefixed.
+  void collect_state(const std::string& prefix, bool detached, NamedTensors& out) const;
+
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// ---- layers ----
+
+// y = x @ weight^T + bias: [*, in_features] -> [*, out_features]. weight [out, in] and
+// bias [out] start uniform on [-1/sqrt(in), 1/sqrt(in)] (PyTorch's default), drawn from
+// gen (the default generator when null).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+
+  const int64_t in_features;
+  const int64_t out_features;
+  Tensor weight;  // [out_features, in_features]
+  Tensor bias;    // [out_features]; undefined when built without bias
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+};
+
+// Exact GELU, or its tanh approximation.
+class GELU : public Module {
+ public:
+  explicit GELU(bool approximate = false) : approximate(approximate) {}
+  Tensor forward(const Tensor& x) override;
+  const bool approximate;
+};
+
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+};
+
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+};
+
+// Training: each element is zeroed with probability p and the survivors scaled by
+// 1 / (1 - p) (all zeros for p = 1); evaluation: the identity. x floating; p in [0, 1].
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+
+// dropout() with the module's training flag; masks drawn from gen (default generator when null).
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  const double p;
+
+ private:
+  Generator* gen_;
+};
+
+// Dims start_dim..end_dim merged into one: [2, 3, 4, 5] with (1, -1) -> [2, 60].
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override;
+  const int64_t start_dim;
+  const int64_t end_dim;
+};
+
+// Children named "0", "1", ...; forward feeds each one's output to the next (the input
+// itself when empty).
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(const std::vector<std::shared_ptr<Module>>& modules);
+  void push_back(std::shared_ptr<Module> module);
+  size_t size() const { return layers_.size(); }
+  // The i-th module; IndexError when i >= size().
+  std::shared_ptr<Module> operator[](size_t i) const;
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+// A lookup table: index (i32/i64, any shape, values in [0, num_embeddings)) ->
+// [*index.shape, embedding_dim]. weight [num_embeddings, embedding_dim] starts N(0, 1).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, Generator* gen = nullptr);
+  Tensor forward(const Tensor& index) override;
+
+  const int64_t num_embeddings;
+  const int64_t embedding_dim;
+  Tensor weight;  // [num_embeddings, embedding_dim]
+};
+
+}  // namespace nn
+}  // namespace normcore
