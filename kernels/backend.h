@@ -77,7 +77,29 @@ enum class ReduceOp {
   /* out contiguous; element i from Philox(seed, counter offset + i): see core/philox.h */  \
   void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset);                   \
   void random_normal(const Tensor& out, uint64_t seed, uint64_t offset);                    \
-  void random_int(const Tensor& out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range);
+  void random_int(const Tensor& out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range); \
+  /* Optimizer updates, in place, one pass over every buffer. param, grad and the state    \
+     buffers are contiguous with one shape; param is floating and grad has its dtype;      \
+     state is f32 for f16/bf16 params and the param's dtype otherwise. Math in float       \
+     (double for f64), element by element:                                                 \
+     sgd_step: g = grad + weight_decay*param; when momentum != 0:                          \
+       momentum_buf = first_step ? g : momentum*momentum_buf + (1 - dampening)*g,          \
+       g = nesterov ? g + momentum*momentum_buf : momentum_buf;                            \
+     param = param - lr*g. momentum_buf is undefined and unused when momentum == 0. */     \
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr, \
+                double momentum, double dampening, double weight_decay, bool nesterov,     \
+                bool first_step);                                                           \
+  /* adam_step, step >= 1 (PyTorch's Adam, and AdamW when decoupled):                      \
+     decoupled: param = param*(1 - lr*weight_decay), else g = grad + weight_decay*param;   \
+     exp_avg = exp_avg + (1 - beta1)*(g - exp_avg)  (PyTorch's lerp form);                 \
+     exp_avg_sq = beta2*exp_avg_sq + (1 - beta2)*g*g;                                      \
+     denom = sqrt(exp_avg_sq)/sqrt(1 - beta2^step) + eps;                                  \
+     param = param - lr/(1 - beta1^step) * exp_avg/denom. Host scalars in double.         \
+     Both: every operation rounded on its own (no FMA), in this order, so that all         \
+     backends produce the same bits. */                                                    \
+  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,            \
+                 const Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps, \
+                 double weight_decay, bool decoupled, int64_t step);
 
 namespace cpu {
 NORMCORE_BACKEND_FUNCTIONS

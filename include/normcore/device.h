@@ -1,6 +1,7 @@
 // Devices: the CPU and CUDA GPUs by index ("cpu", "cuda:0"), and what is available.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 

@@ -6,6 +6,7 @@
 #include "normcore/dtype.h"
 #include "normcore/error.h"
 #include "normcore/ops.h"
+#include "normcore/optim.h"
 #include "normcore/autograd.h"
 #include "normcore/losses.h"
 #include "normcore/nn.h"

@@ -1,0 +1,229 @@
+// Optimizers, learning-rate schedules and gradient-norm clipping. An optimizer holds
+// handles to the parameters (sharing their TensorImpls with the modules, so step() updates
+// the modules' weights in place) and owns its per-parameter state. state_dict() copies
+// hyperparameters and state out as named tensors that a safetensors checkpoint can hold;
+// load_state_dict() restores them so that training resumes bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "normcore/tensor.h"
+
+namespace normcore {
+namespace optim {
+
+// Named tensors, in a fixed order (the layout safetensors::save takes).
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
+
+// The dtype of the state buffers kept for a parameter of param_dtype: f32 for f16 and bf16
+// (so the running averages keep full precision), the parameter's own dtype otherwise.
+DType state_dtype(DType param_dtype);
+
+// One parameter group: every parameter shares the hyperparameters. Parameters must be
+// defined, distinct, contiguous and floating; each grad() must have its parameter's shape,
+// dtype and device. State tensors live on their parameter's device.
+//
+// state_dict() entries (all copies, never aliases of the live state):
+//   "param_groups.<hyperparameter>"  0-dim f64 (bools as 0 or 1), in the order the
+//                                    optimizer lists them;
+//   "state.<i>.<name>"               the state of params()[i], only for parameters that were
+//                                    updated at least once; "step" is a 0-dim i64 count, the
+//                                    buffers have the parameter's shape and state_dtype().
+// load_state_dict() requires every hyperparameter, known names only, and for each parameter
+// either all of its state names or none; it copies the tensors to the parameters' devices.
+// It checks everything before changing anything, and throws ValueError (names, values),
+// ShapeError or DTypeError naming the entry.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Updates every parameter whose grad() is defined, with autograd recording off; the
+  // others keep their values and state.
+  virtual void step() = 0;
+  // Makes every parameter's grad() undefined.
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  // lr >= 0 (ValueError otherwise); the next step() uses it.
+  void set_lr(double lr);
+  const std::vector<Tensor>& params() const { return params_; }
+
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
+
+ protected:
+  Optimizer(const char* name, std::vector<Tensor> params, double lr);
+
+  // (name, value) of every hyperparameter but lr, in state_dict order.
+  virtual std::vector<std::pair<std::string, double>> hyperparameters() const = 0;
+  // Validates values (keyed like hyperparameters(), lr included) without changing anything.
+  virtual void check_hyperparameters(const std::map<std::string, double>& values) const = 0;
+  // Adopts values that check_hyperparameters accepted.
+  virtual void set_hyperparameters(const std::map<std::string, double>& values) = 0;
+  // Names of the state a parameter has once updated, in state_dict order.
+  virtual std::vector<std::string> state_names() const = 0;
+
+  // The parameter's gradient, checked against it and made contiguous.
+  Tensor checked_grad(size_t index) const;
+
+  const char* name_;
+  std::vector<Tensor> params_;
+  double lr_;
+  // state_[i]: params_[i]'s state by name; empty until its first update.
+  std::vector<std::map<std::string, Tensor>> state_;
+};
+
+struct SGDOptions {
+  double lr = 0.0;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// PyTorch's SGD: with g = grad + weight_decay * param and momentum > 0, the buffer starts
+// as g and then follows buf = momentum * buf + (1 - dampening) * g; the update uses
+// g + momentum * buf (nesterov) or buf. param -= lr * update.
+// Options: lr >= 0, momentum >= 0, 0 <= dampening <= 1, weight_decay >= 0; nesterov needs
+// momentum > 0 and dampening == 0. State: "momentum_buffer" (when momentum > 0).
+// Hyperparameters: lr, momentum, dampening, weight_decay, nesterov.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  void step() override;
+  // The options in effect (lr as set_lr or a schedule left it).
+  SGDOptions options() const;
+
+ protected:
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
+  void check_hyperparameters(const std::map<std::string, double>& values) const override;
+  void set_hyperparameters(const std::map<std::string, double>& values) override;
+  std::vector<std::string> state_names() const override;
+
+ private:
+  SGDOptions options_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+// AdamW's defaults differ from Adam's only in weight_decay.
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+// PyTorch's Adam (weight decay added to the gradient). Per parameter, at step t (1-based):
+// m = lerp(m, g, 1 - beta1), v = beta2 * v + (1 - beta2) * g^2,
+// param -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+// Options: lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0.
+// State: "step", "exp_avg", "exp_avg_sq". Hyperparameters: lr, beta1, beta2, eps,
+// weight_decay, decoupled (which must match the optimizer on load).
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options = {});
+  void step() override;
+  AdamOptions options() const;
+  // True for AdamW.
+  bool decoupled() const { return decoupled_; }
+
+ protected:
+  Adam(const char* name, std::vector<Tensor> params, AdamOptions options, bool decoupled);
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
+  void check_hyperparameters(const std::map<std::string, double>& values) const override;
+  void set_hyperparameters(const std::map<std::string, double>& values) override;
+  std::vector<std::string> state_names() const override;
+
+ private:
+  AdamOptions options_;
+  bool decoupled_;
+};
+
+// PyTorch's AdamW: as Adam, but weight decay shrinks the parameter, param *= 1 - lr * wd,
+// before the update instead of entering the gradient.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+};
+
+// A learning rate as a function of the step count, written into an optimizer (which must
+// outlive the schedule). Construction sets the optimizer's lr to lr_at(0) and records the
+// optimizer's lr before that as base_lr; each step() advances the count by one and sets
+// lr_at(count). state_dict(): "schedule.step" (0-dim i64) and "schedule.base_lr" (0-dim f64);
+// load_state_dict() restores both and sets the optimizer's lr to match.
+class LRSchedule {
+ public:
+  virtual ~LRSchedule() = default;
+  LRSchedule(const LRSchedule&) = delete;
+  LRSchedule& operator=(const LRSchedule&) = delete;
+
+  void step();
+  // Steps taken since construction (or since the loaded state's start).
+  int64_t last_step() const { return step_; }
+  double base_lr() const { return base_lr_; }
+  // The learning rate at step count s >= 0.
+  virtual double lr_at(int64_t s) const = 0;
+
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
+
+ protected:
+  LRSchedule(const char* name, Optimizer& optimizer);
+  // Sets the optimizer's lr to lr_at(0); derived constructors call it once they are valid.
+  void start();
+
+  const char* name_;
+  Optimizer& optimizer_;
+  double base_lr_;
+  int64_t step_ = 0;
+};
+
+// base_lr * gamma^floor(s / step_size). step_size >= 1, gamma >= 0 (ValueError otherwise).
+class StepLR : public LRSchedule {
+ public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+  double lr_at(int64_t s) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+// Linear warm-up base_lr * s / warmup_steps for s < warmup_steps (so step 0 runs at lr 0),
+// then a half cosine from base_lr at warmup_steps down to min_lr at total_steps, and min_lr
+// after that. 0 <= warmup_steps < total_steps, min_lr >= 0 (ValueError otherwise).
+class CosineLR : public LRSchedule {
+ public:
+  CosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_lr = 0.0);
+  double lr_at(int64_t s) const override;
+
+ private:
+  int64_t warmup_steps_;
+  int64_t total_steps_;
+  double min_lr_;
+};
+
+// Scales the gradients of params (those with a defined grad()) in place so that their
+// total norm is at most max_norm. The total is PyTorch's: the norm_type-norm of the
+// per-tensor norm_type-norms (norm_type > 0 or infinity), computed in float64 on the host
+// from per-tensor norms taken in the gradients' dtypes. When total > max_norm every
+// gradient is multiplied by max_norm / (total + 1e-6). Returns the total (0 when no
+// parameter has a gradient). max_norm >= 0; a NaN total leaves the gradients unchanged.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
+}  // namespace optim
+}  // namespace normcore

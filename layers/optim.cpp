@@ -1,0 +1,466 @@
+// Optimizers (SGD, Adam, AdamW), learning-rate schedules and clip_grad_norm. Options and
+// state dicts are checked here; the per-element updates are the backends' sgd_step and
+// adam_step (kernels/cpu/optim.cpp, kernels/cuda/optim.cu), called on each parameter's
+// device. Parameters, gradients and state are updated in place.
+#include "normcore/optim.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "core/internal.h"
+#include "normcore/autograd.h"
+#include "normcore/ops.h"
+
+namespace normcore {
+namespace optim {
+
+namespace {
+
+constexpr const char* kGroupPrefix = "param_groups.";
+constexpr const char* kStatePrefix = "state.";
+constexpr const char* kStepName = "step";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+Tensor f64_scalar(double value) { return full(Shape{}, value, TensorOptions(DType::F64)); }
+Tensor i64_scalar(int64_t value) { return full(Shape{}, value, TensorOptions(DType::I64)); }
+
+// Throws ValueError "<owner>: option <option> must be <rule>, got <value>" unless ok.
+void require(bool ok, const char* owner, const char* option, const char* rule, double value) {
+  NC_CHECK(ok, ValueError, owner, ": option ", option, " must be ", rule, ", got ", value);
+}
+
+// The value of a one-element floating entry of a state dict.
+double read_double(const char* owner, const std::string& name, const Tensor& t) {
+  NC_CHECK(t.numel() == 1, ShapeError, owner, ".load_state_dict: entry '", name,
+           "' must hold one value, got shape ", t.shape());
+  NC_CHECK(is_floating(t.dtype()), DTypeError, owner, ".load_state_dict: entry '", name,
+           "' must be floating, got ", describe(t));
+  return t.item<double>();
+}
+
+// The value of a one-element integer entry of a state dict.
+int64_t read_count(const char* owner, const std::string& name, const Tensor& t) {
+  NC_CHECK(t.numel() == 1, ShapeError, owner, ".load_state_dict: entry '", name,
+           "' must hold one value, got shape ", t.shape());
+  NC_CHECK(t.dtype() == DType::I64 || t.dtype() == DType::I32, DTypeError, owner,
+           ".load_state_dict: entry '", name, "' must be an integer count, got ", describe(t));
+  const int64_t count = t.item<int64_t>();
+  NC_CHECK(count >= 0, ValueError, owner, ".load_state_dict: entry '", name,
+           "' must be >= 0, got ", count);
+  return count;
+}
+
+// The bool option stored as 0 or 1.
+bool read_flag(const char* owner, const std::map<std::string, double>& values, const char* option) {
+  const double v = values.at(option);
+  NC_CHECK(v == 0.0 || v == 1.0, ValueError, owner, ": option ", option, " must be 0 or 1, got ", v);
+  return v == 1.0;
+}
+
+}  // namespace
+
+DType state_dtype(DType param_dtype) {
+  NC_CHECK(is_floating(param_dtype), DTypeError, "state_dtype: parameters are floating, got ",
+           dtype_name(param_dtype));
+  return param_dtype == DType::F16 || param_dtype == DType::BF16 ? DType::F32 : param_dtype;
+}
+
+// ---------------------------------------------------------------- Optimizer
+
+Optimizer::Optimizer(const char* name, std::vector<Tensor> params, double lr)
+    : name_(name), params_(std::move(params)), lr_(lr), state_(params_.size()) {
+  NC_CHECK(!params_.empty(), ValueError, name_, ": got an empty parameter list");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    NC_CHECK(p.defined(), ValueError, name_, ": parameter ", i, " is undefined");
+    NC_CHECK(is_floating(p.dtype()), DTypeError, name_, ": parameter ", i,
+             " must be floating, got ", describe(p));
+    NC_CHECK(p.is_contiguous(), ValueError, name_, ": parameter ", i, " (", describe(p),
+             ") must be contiguous");
+    for (size_t j = 0; j < i; ++j) {
+      NC_CHECK(!p.is_same(params_[j]), ValueError, name_, ": parameter ", i,
+               " is the same tensor as parameter ", j);
+    }
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (const Tensor& p : params_) p.zero_grad();
+}
+
+void Optimizer::set_lr(double lr) {
+  require(lr >= 0.0, name_, "lr", ">= 0", lr);
+  lr_ = lr;
+}
+
+Tensor Optimizer::checked_grad(size_t index) const {
+  const Tensor& p = params_[index];
+  Tensor g = p.grad();
+  NC_CHECK(p.is_contiguous(), ValueError, name_, ": parameter ", index, " (", describe(p),
+           ") must be contiguous");
+  NC_CHECK(g.shape() == p.shape(), ShapeError, name_, ": grad of parameter ", index, " is ",
+           describe(g), ", the parameter is ", describe(p));
+  NC_CHECK(g.dtype() == p.dtype(), DTypeError, name_, ": grad of parameter ", index, " is ",
+           describe(g), ", the parameter is ", describe(p));
+  NC_CHECK(g.device() == p.device(), DeviceError, name_, ": grad of parameter ", index, " is ",
+           describe(g), ", the parameter is ", describe(p));
+  return g.is_contiguous() ? g : g.contiguous();
+}
+
+StateDict Optimizer::state_dict() const {
+  StateDict out;
+  out.emplace_back(std::string(kGroupPrefix) + "lr", f64_scalar(lr_));
+  for (const auto& [name, value] : hyperparameters()) {
+    out.emplace_back(kGroupPrefix + name, f64_scalar(value));
+  }
+  const std::vector<std::string> names = state_names();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (const std::string& name : names) {
+      auto it = state_[i].find(name);
+      if (it == state_[i].end()) continue;
+      out.emplace_back(kStatePrefix + std::to_string(i) + "." + name, it->second.clone());
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  std::set<std::string> hyper_names{"lr"};
+  for (const auto& entry : hyperparameters()) hyper_names.insert(entry.first);
+  const std::vector<std::string> names = state_names();
+  const std::set<std::string> state_name_set(names.begin(), names.end());
+
+  std::map<std::string, double> hyper;
+  std::vector<std::map<std::string, Tensor>> loaded(params_.size());
+  std::set<std::string> seen;
+  for (const auto& [name, t] : state) {
+    NC_CHECK(seen.insert(name).second, ValueError, name_, ".load_state_dict: entry '", name,
+             "' appears twice");
+    NC_CHECK(t.defined(), ValueError, name_, ".load_state_dict: entry '", name, "' is undefined");
+    if (starts_with(name, kGroupPrefix)) {
+      const std::string key = name.substr(std::string(kGroupPrefix).size());
+      NC_CHECK(hyper_names.count(key), ValueError, name_, ".load_state_dict: unknown hyperparameter '",
+               name, "'");
+      hyper[key] = read_double(name_, name, t);
+      continue;
+    }
+    NC_CHECK(starts_with(name, kStatePrefix), ValueError, name_, ".load_state_dict: unknown entry '",
+             name, "' (expected param_groups.<name> or state.<index>.<name>)");
+    const std::string rest = name.substr(std::string(kStatePrefix).size());
+    const size_t dot = rest.find('.');
+    const std::string index_text = rest.substr(0, dot);
+    const bool well_formed = dot != std::string::npos && !index_text.empty() && index_text.size() < 19 &&
+                             index_text.find_first_not_of("0123456789") == std::string::npos;
+    NC_CHECK(well_formed, ValueError, name_, ".load_state_dict: malformed entry '", name,
+             "' (expected state.<index>.<name>)");
+    const size_t index = static_cast<size_t>(std::strtoull(index_text.c_str(), nullptr, 10));
+    NC_CHECK(index < params_.size(), ValueError, name_, ".load_state_dict: entry '", name,
+             "' is for parameter ", index, " but the optimizer has ", params_.size());
+    const std::string key = rest.substr(dot + 1);
+    NC_CHECK(state_name_set.count(key), ValueError, name_, ".load_state_dict: unknown state '", name, "'");
+    const Tensor& p = params_[index];
+    if (key == kStepName) {
+      loaded[index][key] = i64_scalar(read_count(name_, name, t));
+      continue;
+    }
+    NC_CHECK(t.shape() == p.shape(), ShapeError, name_, ".load_state_dict: entry '", name,
+             "' has shape ", t.shape(), " but parameter ", index, " has shape ", p.shape());
+    NC_CHECK(t.dtype() == state_dtype(p.dtype()), DTypeError, name_, ".load_state_dict: entry '",
+             name, "' is ", dtype_name(t.dtype()), " but the state of ", describe(p), " is ",
+             dtype_name(state_dtype(p.dtype())));
+    loaded[index][key] = t;
+  }
+  for (const std::string& key : hyper_names) {
+    NC_CHECK(hyper.count(key), ValueError, name_, ".load_state_dict: missing entry '", kGroupPrefix,
+             key, "'");
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (loaded[i].empty()) continue;
+    for (const std::string& key : names) {
+      NC_CHECK(loaded[i].count(key), ValueError, name_, ".load_state_dict: parameter ", i,
+               " has some state but no entry '", kStatePrefix, i, ".", key, "'");
+    }
+  }
+  require(hyper.at("lr") >= 0.0, name_, "lr", ">= 0", hyper.at("lr"));
+  check_hyperparameters(hyper);
+
+  // Everything checked: adopt it, copying buffers to the parameters' devices.
+  lr_ = hyper.at("lr");
+  set_hyperparameters(hyper);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::map<std::string, Tensor> copies;
+    for (const auto& [key, t] : loaded[i]) {
+      if (key == kStepName) {
+        copies[key] = t;
+      } else {
+        const Tensor& p = params_[i];
+        Tensor copy = empty(p.shape(), TensorOptions(t.dtype(), p.device()));
+        copy.copy_(t);
+        copies[key] = copy;
+      }
+    }
+    state_[i] = std::move(copies);
+  }
+}
+
+// ---------------------------------------------------------------- SGD
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : Optimizer("SGD", std::move(params), options.lr), options_(options) {
+  std::map<std::string, double> values{{"lr", options.lr}};
+  for (const auto& entry : hyperparameters()) values.insert(entry);
+  check_hyperparameters(values);
+}
+
+SGDOptions SGD::options() const {
+  SGDOptions o = options_;
+  o.lr = lr_;
+  return o;
+}
+
+std::vector<std::pair<std::string, double>> SGD::hyperparameters() const {
+  return {{"momentum", options_.momentum},
+          {"dampening", options_.dampening},
+          {"weight_decay", options_.weight_decay},
+          {"nesterov", options_.nesterov ? 1.0 : 0.0}};
+}
+
+void SGD::check_hyperparameters(const std::map<std::string, double>& values) const {
+  const double lr = values.at("lr"), momentum = values.at("momentum");
+  const double dampening = values.at("dampening"), weight_decay = values.at("weight_decay");
+  require(lr >= 0.0, name_, "lr", ">= 0", lr);
+  require(momentum >= 0.0 && std::isfinite(momentum), name_, "momentum", ">= 0 and finite", momentum);
+  require(dampening >= 0.0 && dampening <= 1.0, name_, "dampening", "in [0, 1]", dampening);
+  require(weight_decay >= 0.0 && std::isfinite(weight_decay), name_, "weight_decay",
+          ">= 0 and finite", weight_decay);
+  if (read_flag(name_, values, "nesterov")) {
+    require(momentum > 0.0, name_, "momentum", "> 0 with nesterov", momentum);
+    require(dampening == 0.0, name_, "dampening", "0 with nesterov", dampening);
+  }
+}
+
+void SGD::set_hyperparameters(const std::map<std::string, double>& values) {
+  options_.momentum = values.at("momentum");
+  options_.dampening = values.at("dampening");
+  options_.weight_decay = values.at("weight_decay");
+  options_.nesterov = values.at("nesterov") == 1.0;
+}
+
+std::vector<std::string> SGD::state_names() const { return {"momentum_buffer"}; }
+
+void SGD::step() {
+  autograd::NoGradGuard no_grad;
+  const bool use_momentum = options_.momentum != 0.0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    Tensor g = checked_grad(i);
+    Tensor buf;
+    bool first_step = false;
+    if (use_momentum) {
+      auto it = state_[i].find("momentum_buffer");
+      if (it == state_[i].end()) {
+        buf = empty(p.shape(), TensorOptions(state_dtype(p.dtype()), p.device()));
+        state_[i]["momentum_buffer"] = buf;
+        first_step = true;
+      } else {
+        buf = it->second;
+      }
+    }
+    NC_BACKEND(p.device(), sgd_step, p, g, buf, lr_, options_.momentum, options_.dampening,
+               options_.weight_decay, options_.nesterov, first_step);
+  }
+}
+
+// ---------------------------------------------------------------- Adam, AdamW
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : Adam("Adam", std::move(params), options, false) {}
+
+Adam::Adam(const char* name, std::vector<Tensor> params, AdamOptions options, bool decoupled)
+    : Optimizer(name, std::move(params), options.lr), options_(options), decoupled_(decoupled) {
+  std::map<std::string, double> values{{"lr", options.lr}};
+  for (const auto& entry : hyperparameters()) values.insert(entry);
+  check_hyperparameters(values);
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
+    : Adam("AdamW", std::move(params),
+           AdamOptions{options.lr, options.beta1, options.beta2, options.eps, options.weight_decay},
+           true) {}
+
+AdamOptions Adam::options() const {
+  AdamOptions o = options_;
+  o.lr = lr_;
+  return o;
+}
+
+std::vector<std::pair<std::string, double>> Adam::hyperparameters() const {
+  return {{"beta1", options_.beta1},
+          {"beta2", options_.beta2},
+          {"eps", options_.eps},
+          {"weight_decay", options_.weight_decay},
+          {"decoupled", decoupled_ ? 1.0 : 0.0}};
+}
+
+void Adam::check_hyperparameters(const std::map<std::string, double>& values) const {
+  const double lr = values.at("lr"), beta1 = values.at("beta1"), beta2 = values.at("beta2");
+  const double eps = values.at("eps"), weight_decay = values.at("weight_decay");
+  require(lr >= 0.0, name_, "lr", ">= 0", lr);
+  require(beta1 >= 0.0 && beta1 < 1.0, name_, "beta1", "in [0, 1)", beta1);
+  require(beta2 >= 0.0 && beta2 < 1.0, name_, "beta2", "in [0, 1)", beta2);
+  require(eps > 0.0 && std::isfinite(eps), name_, "eps", "> 0 and finite", eps);
+  require(weight_decay >= 0.0 && std::isfinite(weight_decay), name_, "weight_decay",
+          ">= 0 and finite", weight_decay);
+  const bool decoupled = read_flag(name_, values, "decoupled");
+  NC_CHECK(decoupled == decoupled_, ValueError, name_, ": the state has decoupled = ", decoupled,
+           " (", decoupled ? "AdamW" : "Adam", "), this optimizer has ", decoupled_);
+}
+
+void Adam::set_hyperparameters(const std::map<std::string, double>& values) {
+  options_.beta1 = values.at("beta1");
+  options_.beta2 = values.at("beta2");
+  options_.eps = values.at("eps");
+  options_.weight_decay = values.at("weight_decay");
+}
+
+std::vector<std::string> Adam::state_names() const { return {kStepName, "exp_avg", "exp_avg_sq"}; }
+
+void Adam::step() {
+  autograd::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    Tensor g = checked_grad(i);
+    std::map<std::string, Tensor>& state = state_[i];
+    if (state.empty()) {
+      const TensorOptions buffer_options(state_dtype(p.dtype()), p.device());
+      state[kStepName] = i64_scalar(0);
+      state["exp_avg"] = zeros(p.shape(), buffer_options);
+      state["exp_avg_sq"] = zeros(p.shape(), buffer_options);
+    }
+    Tensor& step_count = state[kStepName];
+    const int64_t step = step_count.item<int64_t>() + 1;
+    step_count.fill_(step);
+    NC_BACKEND(p.device(), adam_step, p, g, state["exp_avg"], state["exp_avg_sq"], lr_,
+               options_.beta1, options_.beta2, options_.eps, options_.weight_decay, decoupled_, step);
+  }
+}
+
+// ---------------------------------------------------------------- schedules
+
+LRSchedule::LRSchedule(const char* name, Optimizer& optimizer)
+    : name_(name), optimizer_(optimizer), base_lr_(optimizer.lr()) {}
+
+void LRSchedule::start() { optimizer_.set_lr(lr_at(0)); }
+
+void LRSchedule::step() {
+  ++step_;
+  optimizer_.set_lr(lr_at(step_));
+}
+
+StateDict LRSchedule::state_dict() const {
+  return {{"schedule.step", i64_scalar(step_)}, {"schedule.base_lr", f64_scalar(base_lr_)}};
+}
+
+void LRSchedule::load_state_dict(const StateDict& state) {
+  std::map<std::string, Tensor> entries;
+  for (const auto& [name, t] : state) {
+    NC_CHECK(name == "schedule.step" || name == "schedule.base_lr", ValueError, name_,
+             ".load_state_dict: unknown entry '", name, "' (expected schedule.step and schedule.base_lr)");
+    NC_CHECK(t.defined(), ValueError, name_, ".load_state_dict: entry '", name, "' is undefined");
+    NC_CHECK(entries.emplace(name, t).second, ValueError, name_, ".load_state_dict: entry '", name,
+             "' appears twice");
+  }
+  for (const char* name : {"schedule.step", "schedule.base_lr"}) {
+    NC_CHECK(entries.count(name), ValueError, name_, ".load_state_dict: missing entry '", name, "'");
+  }
+  const int64_t step = read_count(name_, "schedule.step", entries.at("schedule.step"));
+  const double base_lr = read_double(name_, "schedule.base_lr", entries.at("schedule.base_lr"));
+  require(base_lr >= 0.0, name_, "base_lr", ">= 0", base_lr);
+  step_ = step;
+  base_lr_ = base_lr;
+  optimizer_.set_lr(lr_at(step_));
+}
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRSchedule("StepLR", optimizer), step_size_(step_size), gamma_(gamma) {
+  require(step_size >= 1, name_, "step_size", ">= 1", static_cast<double>(step_size));
+  require(gamma >= 0.0 && std::isfinite(gamma), name_, "gamma", ">= 0 and finite", gamma);
+  start();
+}
+
+double StepLR::lr_at(int64_t s) const {
+  return base_lr_ * std::pow(gamma_, static_cast<double>(s / step_size_));
+}
+
+CosineLR::CosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_lr)
+    : LRSchedule("CosineLR", optimizer),
+      warmup_steps_(warmup_steps),
+      total_steps_(total_steps),
+      min_lr_(min_lr) {
+  require(warmup_steps >= 0, name_, "warmup_steps", ">= 0", static_cast<double>(warmup_steps));
+  require(total_steps > warmup_steps, name_, "total_steps", "> warmup_steps",
+          static_cast<double>(total_steps));
+  require(min_lr >= 0.0 && std::isfinite(min_lr), name_, "min_lr", ">= 0 and finite", min_lr);
+  start();
+}
+
+double CosineLR::lr_at(int64_t s) const {
+  if (s < warmup_steps_) return base_lr_ * static_cast<double>(s) / static_cast<double>(warmup_steps_);
+  if (s > total_steps_) return min_lr_;
+  const double progress =
+      static_cast<double>(s - warmup_steps_) / static_cast<double>(total_steps_ - warmup_steps_);
+  const double pi = 3.14159265358979323846;
+  return min_lr_ + (base_lr_ - min_lr_) * 0.5 * (1.0 + std::cos(pi * progress));
+}
+
+// ---------------------------------------------------------------- clip_grad_norm
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  NC_CHECK(norm_type > 0.0, ValueError, "clip_grad_norm: norm_type must be > 0 (or infinity), got ",
+           norm_type);
+  NC_CHECK(max_norm >= 0.0, ValueError, "clip_grad_norm: max_norm must be >= 0, got ", max_norm);
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    NC_CHECK(params[i].defined(), ValueError, "clip_grad_norm: parameter ", i, " is undefined");
+    Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    NC_CHECK(is_floating(g.dtype()), DTypeError, "clip_grad_norm: grad of parameter ", i,
+             " must be floating, got ", describe(g));
+    grads.push_back(g);
+  }
+  if (grads.empty()) return 0.0;
+
+  autograd::NoGradGuard no_grad;
+  // Per-tensor norms stay on their device until one host copy per device.
+  std::vector<Device> devices;
+  std::vector<std::vector<Tensor>> norms_by_device;
+  for (const Tensor& g : grads) {
+    size_t d = 0;
+    while (d < devices.size() && !(devices[d] == g.device())) ++d;
+    if (d == devices.size()) {
+      devices.push_back(g.device());
+      norms_by_device.emplace_back();
+    }
+    norms_by_device[d].push_back(norm(g, norm_type).to(DType::F64));
+  }
+  std::vector<Tensor> host_norms;
+  for (const std::vector<Tensor>& norms : norms_by_device) {
+    host_norms.push_back(stack(norms).to(Device::cpu()));
+  }
+  const double total = norm(cat(host_norms), norm_type).item<double>();
+  if (total > max_norm) {
+    const double scale = max_norm / (total + 1e-6);
+    for (const Tensor& g : grads) {
+      Tensor target = g;
+      target.copy_(mul(g, scale));
+    }
+  }
+  return total;
+}
+
+}  // namespace optim
+}  // namespace normcore
