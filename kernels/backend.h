@@ -30,7 +30,7 @@ enum class ReduceOp {
   Sum,   // out: i64 for integer/bool x, else x's dtype; empty -> 0
   Prod,  // as Sum; empty -> 1
   Mean,  // floating; empty -> NaN
-  Var,   // floating; two-pass; divides by inner - arg (arg = correction: 0 or 1); inner - arg <= 0 -> NaN (inf for 0/0? NaN)
+  Var,   // floating; two-pass; divides by inner - arg (arg = correction: 0 or 1); inner - arg <= 0 -> NaN
   Norm,  // floating; arg = p > 0 (inf allowed: max |x|); empty -> 0
   Max, Min,  // x's dtype; NaN propagates; inner > 0
   All, Any   // out Bool; empty -> true / false

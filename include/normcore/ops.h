@@ -3,6 +3,7 @@
 // broadcast like NumPy and promote dtypes like PyTorch. Results are new tensors.
 #pragma once
 
+#include <optional>
 #include <utility>
 #include <vector>
 

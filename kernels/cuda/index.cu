@@ -1,0 +1,200 @@
+// Indexing along one dim: index_select and gather (out =), scatter_add (out +=, with
+// atomics, so the order of the additions into one element is unspecified). Indices are
+// i64, negative ones count from the end. An index outside [-size, size) is recorded in a
+// device flag and its element skipped; the launcher reads the flag back after the kernel
+// and throws IndexError naming the op, the bad value and the dim's size.
+#include "kernels/cuda/loops.cuh"
+
+namespace normcore {
+namespace cuda_kernels {
+namespace {
+
+// The first bad index a kernel met (found = 1), written by the thread that set found.
+struct BadIndex {
+  unsigned int found;
+  long long value;
+};
+
+// Resolves a negative index; false (and the bad value recorded) when out of range.
+__device__ __forceinline__ bool resolve_index(int64_t& index, int64_t size, BadIndex* bad) {
+  const int64_t raw = index;
+  if (index < 0) index += size;
+  if (index >= 0 && index < size) return true;
+  if (atomicExch(&bad->found, 1u) == 0u) bad->value = raw;
+  return false;
+}
+
+// Device memory for the flag, cleared on the stream, and the check that reads it back.
+class BadIndexCheck {
+ public:
+  BadIndexCheck(int device, cudaStream_t stream) : buffer_(sizeof(BadIndex), device), stream_(stream) {
+    NC_CUDA_CHECK(cudaMemsetAsync(buffer_.as<void>(), 0, sizeof(BadIndex), stream_));
+  }
+  BadIndex* get() const { return buffer_.as<BadIndex>(); }
+  // Waits for the kernel: the error has to be raised by this call.
+  void throw_if_found(const char* op, int64_t dim, int64_t size) const {
+    BadIndex host{};
+    NC_CUDA_CHECK(cudaMemcpyAsync(&host, get(), sizeof(BadIndex), cudaMemcpyDeviceToHost, stream_));
+    NC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    NC_CHECK(host.found == 0, IndexError, op, ": index ", host.value, " is out of range for dim ", dim,
+             " of size ", size);
+  }
+
+ private:
+  cuda_runtime::DeviceBuffer buffer_;
+  cudaStream_t stream_;
+};
+
+void check_index_dtype(const char* op, const Tensor& index) {
+  NC_CHECK(index.dtype() == DType::I64, DTypeError, op, ": index must be i64, got ", dtype_name(index.dtype()));
+}
+
+template <class T>
+__global__ void index_select_kernel(T* out, const T* x, const int64_t* index, int64_t numel, int64_t count,
+                                    int64_t size, int64_t inner, BadIndex* bad) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < numel; e += stride) {
+    const int64_t col = e % inner;
+    const int64_t row = e / inner;  // (outer, position in index)
+    int64_t i = index[row % count];
+    if (!resolve_index(i, size, bad)) continue;
+    out[e] = x[((row / count) * size + i) * inner + col];
+  }
+}
+
+constexpr int kMaxIndexDims = 16;
+
+// Shapes for gather/scatter_add: `index` has the index tensor's shape; `target` has the
+// row-major strides of the tensor addressed through the index (x for gather, out for
+// scatter_add).
+struct IndexGeometry {
+  int ndim;
+  int dim;
+  int64_t dim_size;
+  int64_t index_sizes[kMaxIndexDims];
+  int64_t target_strides[kMaxIndexDims];
+};
+
+IndexGeometry make_index_geometry(const char* op, const Tensor& target, int64_t dim, const Tensor& index) {
+  NC_CHECK(index.dim() <= kMaxIndexDims, ShapeError, op, ": at most ", kMaxIndexDims, " dims supported, got ",
+           index.dim());
+  IndexGeometry g{};
+  g.ndim = static_cast<int>(index.dim());
+  g.dim = static_cast<int>(dim);
+  g.dim_size = target.size(dim);
+  int64_t stride = 1;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    g.index_sizes[d] = index.size(d);
+    g.target_strides[d] = stride;
+    stride *= target.size(d);
+  }
+  return g;
+}
+
+// Offset in the target of element e of the index tensor, with the dim's coordinate left out.
+__device__ __forceinline__ int64_t target_offset(const IndexGeometry& g, int64_t e) {
+  int64_t offset = 0;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    const int64_t coord = e % g.index_sizes[d];
+    e /= g.index_sizes[d];
+    if (d != g.dim) offset += coord * g.target_strides[d];
+  }
+  return offset;
+}
+
+template <class T>
+__global__ void gather_kernel(T* out, const T* x, const int64_t* index, int64_t numel, IndexGeometry g,
+                              BadIndex* bad) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < numel; e += stride) {
+    int64_t i = index[e];
+    if (!resolve_index(i, g.dim_size, bad)) continue;
+    out[e] = x[target_offset(g, e) + i * g.target_strides[g.dim]];
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void atomic_add(T* address, T value) {
+  if constexpr (std::is_same_v<T, int64_t>) {
+    // Two's complement: the unsigned sum has the bits of the signed one.
+    atomicAdd(reinterpret_cast<unsigned long long*>(address), static_cast<unsigned long long>(value));
+  } else {
+    atomicAdd(address, value);
+  }
+}
+
+template <class T>
+__global__ void scatter_add_kernel(T* out, const T* src, const int64_t* index, int64_t numel, IndexGeometry g,
+                                   BadIndex* bad) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < numel; e += stride) {
+    int64_t i = index[e];
+    if (!resolve_index(i, g.dim_size, bad)) continue;
+    atomic_add(out + target_offset(g, e) + i * g.target_strides[g.dim], src[e]);
+  }
+}
+
+}  // namespace
+
+void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  const int64_t numel = out.numel();
+  if (numel == 0) return;
+  check_index_dtype("index_select", index);
+  const int device = out.device().index;
+  cuda_runtime::DeviceGuard guard(device);
+  cudaStream_t stream = cuda_runtime::stream(device);
+  const int64_t size = x.size(dim), count = index.numel();
+  int64_t inner = 1;
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+  BadIndexCheck check(device, stream);
+  dispatch_all(x.dtype(), "index_select", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    index_select_kernel<<<grid_for(numel, device), kThreads, 0, stream>>>(
+        data_as<T>(out), data_as<const T>(x), data_as<const int64_t>(index), numel, count, size, inner, check.get());
+    NC_CUDA_KERNEL_CHECK("index_select");
+  });
+  check.throw_if_found("index_select", dim, size);
+}
+
+void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
+  const int64_t numel = out.numel();
+  if (numel == 0) return;
+  check_index_dtype("gather", index);
+  const int device = out.device().index;
+  cuda_runtime::DeviceGuard guard(device);
+  cudaStream_t stream = cuda_runtime::stream(device);
+  IndexGeometry g = make_index_geometry("gather", x, dim, index);
+  BadIndexCheck check(device, stream);
+  dispatch_all(x.dtype(), "gather", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    gather_kernel<<<grid_for(numel, device), kThreads, 0, stream>>>(
+        data_as<T>(out), data_as<const T>(x), data_as<const int64_t>(index), numel, g, check.get());
+    NC_CUDA_KERNEL_CHECK("gather");
+  });
+  check.throw_if_found("gather", dim, g.dim_size);
+}
+
+void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  const int64_t numel = index.numel();
+  if (numel == 0) return;
+  check_index_dtype("scatter_add", index);
+  const int device = out.device().index;
+  cuda_runtime::DeviceGuard guard(device);
+  cudaStream_t stream = cuda_runtime::stream(device);
+  IndexGeometry g = make_index_geometry("scatter_add", out, dim, index);
+  BadIndexCheck check(device, stream);
+  dispatch_all(out.dtype(), "scatter_add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, uint8_t>) {
+      throw DTypeError(detail::cat_str("scatter_add: dtype ", dtype_name(out.dtype()), " is not supported"));
+    } else {
+      scatter_add_kernel<<<grid_for(numel, device), kThreads, 0, stream>>>(
+          data_as<T>(out), data_as<const T>(src), data_as<const int64_t>(index), numel, g, check.get());
+      NC_CUDA_KERNEL_CHECK("scatter_add");
+    }
+  });
+  check.throw_if_found("scatter_add", dim, g.dim_size);
+}
+
+}  // namespace cuda_kernels
+}  // namespace normcore
