@@ -2,6 +2,7 @@
 #pragma once
 
 #include "normcore/cuda.h"
+#include "normcore/data.h"
 #include "normcore/device.h"
 #include "normcore/dtype.h"
 #include "normcore/error.h"

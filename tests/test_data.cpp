@@ -1,0 +1,810 @@
+// Data loading: IDX round trips through files this test writes (plain, gzip, multi-member
+// gzip), one malformed file per defect (each an IOError naming the file and the reason), the
+// real Fashion-MNIST files against values computed with Python's gzip module, and the
+// DataLoader's batching, ordering, normalization, error propagation and shutdown.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "normcore/data.h"
+#include "normcore/ops.h"
+#include "normcore/tensor.h"
+
+namespace nc = normcore;
+namespace ncd = normcore::data;
+namespace fs = std::filesystem;
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the test writes big-endian IDX data byte by byte");
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+const char* const kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// ---- writing test files ----
+
+Bytes idx_header(uint8_t type_code, const std::vector<uint32_t>& dims) {
+  Bytes bytes = {0, 0, type_code, static_cast<uint8_t>(dims.size())};
+  for (uint32_t d : dims)
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(d >> shift));
+  return bytes;
+}
+
+// values in IDX byte order (big-endian).
+template <class T>
+Bytes big_endian(const std::vector<T>& values) {
+  Bytes bytes(values.size() * sizeof(T));
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::memcpy(bytes.data() + i * sizeof(T), &values[i], sizeof(T));
+    std::reverse(bytes.begin() + i * sizeof(T), bytes.begin() + (i + 1) * sizeof(T));
+  }
+  return bytes;
+}
+
+Bytes concat(Bytes a, const Bytes& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+void write_plain(const fs::path& path, const Bytes& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+Bytes read_plain(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Writes bytes gzip-compressed, as members members (split evenly), the way gzip -c a b > c does.
+void write_gzip(const fs::path& path, const Bytes& bytes, int members = 1) {
+  fs::remove(path);
+  size_t begin = 0;
+  for (int m = 0; m < members; ++m) {
+    const size_t end = bytes.size() * (m + 1) / members;
+    gzFile file = gzopen(path.c_str(), "ab");
+    ASSERT_NE(file, nullptr) << path;
+    if (end > begin) ASSERT_EQ(gzwrite(file, bytes.data() + begin, static_cast<unsigned>(end - begin)), int(end - begin));
+    ASSERT_EQ(gzclose(file), Z_OK);
+    begin = end;
+  }
+}
+
+Bytes gzip_bytes(const fs::path& scratch, const Bytes& bytes) {
+  write_gzip(scratch, bytes);
+  Bytes compressed = read_plain(scratch);
+  fs::remove(scratch);
+  return compressed;
+}
+
+// The tensor's elements in row-major order as raw bytes.
+Bytes bytes_of(const nc::Tensor& t) {
+  const nc::Tensor host = t.to(nc::Device::cpu()).contiguous();
+  const uint8_t* data = static_cast<const uint8_t*>(host.data_ptr());
+  return Bytes(data, data + host.nbytes());
+}
+
+template <class T>
+Bytes host_bytes(const std::vector<T>& values) {
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(values.data());
+  return Bytes(data, data + values.size() * sizeof(T));
+}
+
+void expect_io_error(const std::function<void()>& read, const std::string& path, const std::string& reason) {
+  try {
+    read();
+    ADD_FAILURE() << "expected IOError with \"" << reason << "\"";
+  } catch (const nc::IOError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find(reason), std::string::npos) << message;
+  }
+}
+
+// A fresh directory per test, removed afterwards.
+class DataFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("normcore_data_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+// ---- IDX round trips ----
+
+struct RoundTripCase {
+  const char* name;
+  Bytes file;  // uncompressed IDX
+  nc::DType dtype;
+  nc::Shape shape;
+  Bytes expected;  // tensor bytes in host order
+};
+
+template <class T>
+RoundTripCase round_trip(const char* name, uint8_t code, const std::vector<uint32_t>& dims, std::vector<T> values) {
+  nc::Shape shape(dims.begin(), dims.end());
+  return {name, concat(idx_header(code, dims), big_endian(values)), nc::dtype_of<T>::value, shape, host_bytes(values)};
+}
+
+std::vector<uint8_t> pattern(size_t n) {
+  std::vector<uint8_t> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = static_cast<uint8_t>((i * 131 + i / 7) % 256);
+  return values;
+}
+
+std::vector<RoundTripCase> round_trip_cases() {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  return {
+      round_trip<uint8_t>("u8_matrix", 0x08, {2, 3}, {0, 1, 2, 127, 128, 255}),
+      round_trip<int32_t>("i32_vector", 0x0C, {4}, {0, -1, std::numeric_limits<int32_t>::min(), 123456789}),
+      round_trip<float>("f32_specials", 0x0D, {2, 2}, {1.5f, -0.0f, inf, nan}),
+      round_trip<double>("f64_vector", 0x0E, {3}, {3.141592653589793, -1e300, 4.9e-324}),
+      round_trip<uint8_t>("empty_vector", 0x08, {0}, {}),
+      round_trip<uint8_t>("zero_inner_dim", 0x08, {2, 0, 3}, {}),
+      round_trip<uint8_t>("eight_dims", 0x08, {1, 2, 1, 1, 1, 1, 1, 2}, {9, 8, 7, 6}),
+      // More than one 64 KiB chunk, so the gzip reader grows its buffer.
+      round_trip<uint8_t>("u8_large", 0x08, {300, 700}, pattern(300 * 700)),
+  };
+}
+
+class IdxFiles : public DataFiles {};
+
+TEST_F(IdxFiles, RoundTripsPlainAndGzip) {
+  for (const RoundTripCase& c : round_trip_cases()) {
+    SCOPED_TRACE(c.name);
+    for (int members : {0, 1, 3}) {  // 0: plain
+      SCOPED_TRACE(members);
+      const fs::path path = dir_ / (std::string(c.name) + (members ? ".gz" : ""));
+      if (members)
+        write_gzip(path, c.file, members);
+      else
+        write_plain(path, c.file);
+      const nc::Tensor t = ncd::read_idx(path.string());
+      EXPECT_EQ(t.dtype(), c.dtype);
+      EXPECT_EQ(t.shape(), c.shape);
+      EXPECT_TRUE(t.is_contiguous());
+      EXPECT_EQ(t.device(), nc::Device::cpu());
+      EXPECT_EQ(bytes_of(t), c.expected);
+    }
+  }
+}
+
+TEST_F(IdxFiles, MissingFileOrDirectory) {
+  const std::string missing = (dir_ / "missing-idx1-ubyte.gz").string();
+  expect_io_error([&] { ncd::read_idx(missing); }, missing, "cannot open");
+  expect_io_error([&] { ncd::read_idx(dir_.string()); }, dir_.string(), "not a regular file");
+}
+
+// ---- malformed IDX files ----
+
+struct MalformedCase {
+  const char* name;
+  std::function<Bytes()> make_bytes;  // the file's bytes
+  const char* reason;                 // must appear in the error message
+};
+
+// u8 [2, 3] holding 0..5.
+Bytes valid_idx() { return concat(idx_header(0x08, {2, 3}), {0, 1, 2, 3, 4, 5}); }
+
+std::vector<MalformedCase> malformed_cases(const fs::path& scratch) {
+  const auto gz = [scratch](std::function<Bytes()> raw) { return [=] { return gzip_bytes(scratch, raw()); }; };
+  const auto fixed = [](Bytes bytes) { return [=] { return bytes; }; };
+  // The compressed valid file with one byte changed; negative at counts from the end.
+  const auto edited_gzip = [scratch](long at, uint8_t value) {
+    return [=] {
+      Bytes bytes = gzip_bytes(scratch, valid_idx());
+      bytes[at < 0 ? bytes.size() + at : at] = value;
+      return bytes;
+    };
+  };
+  const Bytes text = {'h', 'e', 'l', 'l', 'o', ' ', 'i', 'd', 'x', '\n'};
+  const Bytes valid = valid_idx();
+  const Bytes short_by_one(valid.begin(), valid.end() - 1);
+  return {
+      {"empty_file", fixed({}), "file is empty"},
+      {"one_byte", fixed({0}), "neither gzip nor IDX"},
+      {"text", fixed(text), "neither gzip nor IDX: starts with 0x68 0x65"},
+      {"gzip_of_text", gz([=] { return text; }), "bad IDX magic 0x68 0x65 0x6C 0x6C"},
+      {"short_magic", fixed({0, 0, 8}), "truncated header"},
+      {"gzip_short_magic", gz([] { return Bytes{0, 0}; }), "truncated header"},
+      {"signed_8_bit", fixed(concat(idx_header(0x09, {2}), {1, 2})), "unsupported IDX type code 0x09 (signed 8-bit)"},
+      {"signed_16_bit", fixed(concat(idx_header(0x0B, {1}), {1, 2})), "unsupported IDX type code 0x0B (signed 16-bit)"},
+      {"unknown_type", fixed(concat(idx_header(0x07, {1}), {1})), "unknown IDX type code 0x07"},
+      {"zero_dims", fixed(idx_header(0x08, {})), "declares 0 dims"},
+      {"nine_dims", fixed(idx_header(0x08, {1, 1, 1, 1, 1, 1, 1, 1, 1})), "declares 9 dims (at most 8"},
+      {"truncated_dims", fixed(Bytes{0, 0, 8, 2, 0, 0, 0, 2, 0, 0}), "truncated header"},
+      {"count_overflow", fixed(idx_header(0x08, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF})), "overflow the byte count"},
+      // (2^32 - 1)^2 elements still fit in 64 bits; their bytes as f64 do not.
+      {"byte_overflow", fixed(idx_header(0x0E, {0xFFFFFFFF, 0xFFFFFFFF})), "overflow the byte count"},
+      {"over_4_gib", fixed(idx_header(0x08, {65536, 65537})), "exceed the limit of 4294967296 bytes"},
+      {"gzip_over_4_gib", gz([] { return idx_header(0x0D, {1 << 30, 2}); }), "exceed the limit"},
+      {"empty_but_huge", fixed(idx_header(0x08, {0, 0xFFFFFFFF, 0xFFFFFFFF})), "exceed the limit"},
+      // At the limit the header passes; the few bytes present do not.
+      {"exactly_4_gib", fixed(concat(idx_header(0x08, {65536, 65536}), {1, 2, 3})),
+       "promise 4294967296 bytes of data but the file holds 3"},
+      {"gzip_exactly_4_gib", gz([] { return concat(idx_header(0x08, {65536, 65536}), {1, 2, 3}); }),
+       "promise 4294967296 bytes of data but the file holds 3"},
+      {"truncated_data", fixed(short_by_one), "truncated data: dims [2, 3] promise 6 bytes of data but the file holds 5"},
+      {"gzip_truncated_data", gz([=] { return short_by_one; }), "truncated data"},
+      {"trailing_data", fixed(concat(valid, {7, 7})), "trailing data: 2 bytes after the 6 bytes"},
+      {"gzip_trailing_data", gz([=] { return concat(valid, {7, 7, 7}); }), "trailing data: 3 bytes after the 6 bytes"},
+      {"gzip_huge_trailing_data", gz([=] { return concat(valid, Bytes(size_t(3) << 20, 0)); }),
+       "trailing data: more than 1048576 bytes"},
+      {"gzip_cut_short", [=] {
+         Bytes bytes = gzip_bytes(scratch, concat(idx_header(0x08, {1000}), pattern(1000)));
+         bytes.resize(bytes.size() / 2);
+         return bytes;
+       },
+       "gzip stream is truncated"},
+      {"gzip_without_trailer", [=] {
+         Bytes bytes = gzip_bytes(scratch, valid);
+         bytes.resize(bytes.size() - 3);
+         return bytes;
+       },
+       "gzip stream is truncated"},
+      {"gzip_bad_crc", edited_gzip(-8, 0x5A), "corrupted gzip stream (zlib: incorrect data check)"},
+      {"gzip_bad_length", edited_gzip(-1, 0x5A), "corrupted gzip stream (zlib: incorrect length check)"},
+      {"gzip_bad_method", edited_gzip(2, 7), "corrupted gzip stream (zlib: unknown compression method)"},
+      // BFINAL = 1 with the reserved block type 3.
+      {"gzip_bad_block", edited_gzip(10, 0xFF), "corrupted gzip stream (zlib: invalid block type)"},
+      {"gzip_then_garbage", [=] { return concat(gzip_bytes(scratch, valid), text); },
+       "trailing bytes after the end of the gzip stream that are not a gzip member"},
+      {"gzip_then_one_byte", [=] { return concat(gzip_bytes(scratch, valid), {0x1f}); }, "not a gzip member"},
+  };
+}
+
+TEST_F(IdxFiles, EachDefectIsAnIOError) {
+  const fs::path scratch = dir_ / "scratch.gz";
+  for (const MalformedCase& c : malformed_cases(scratch)) {
+    SCOPED_TRACE(c.name);
+    const std::string path = (dir_ / c.name).string();
+    write_plain(path, c.make_bytes());
+    expect_io_error([&] { ncd::read_idx(path); }, path, c.reason);
+  }
+}
+
+// ---- the Fashion-MNIST files (Debian's dataset-fashion-mnist) ----
+
+bool have_fashion_mnist() {
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
+    if (!fs::exists(fs::path(kFashionMnistDir) / name)) return false;
+  return true;
+}
+
+// Loaded once: decompressing the training images takes a noticeable fraction of a second.
+const ncd::Dataset& fashion_mnist(bool train) {
+  static const ncd::Dataset train_set = ncd::load_fashion_mnist(kFashionMnistDir, true);
+  static const ncd::Dataset test_set = ncd::load_fashion_mnist(kFashionMnistDir, false);
+  return train ? train_set : test_set;
+}
+
+#define SKIP_WITHOUT_FASHION_MNIST() \
+  if (!have_fashion_mnist()) GTEST_SKIP() << "Fashion-MNIST is not installed in " << kFashionMnistDir
+
+struct SplitFacts {
+  bool train;
+  int64_t samples;
+  std::vector<int64_t> first_labels;
+  int64_t first_image_sum;
+  int64_t last_image_sum;
+  int64_t pixel_sum;  // over the whole split
+};
+
+// Computed with Python's gzip module from the files themselves.
+const SplitFacts kSplits[] = {
+    {true, 60000, {9, 0, 0, 3, 0}, 76247, 16684, 3431114169},
+    {false, 10000, {9, 2, 1, 1, 6}, 33456, 24390, 573469082},
+};
+
+TEST(DataFashionMnist, SplitsMatchTheFiles) {
+  SKIP_WITHOUT_FASHION_MNIST();
+  for (const SplitFacts& s : kSplits) {
+    SCOPED_TRACE(s.train ? "train" : "t10k");
+    const ncd::Dataset& d = fashion_mnist(s.train);
+    ASSERT_EQ(d.images.dtype(), nc::DType::U8);
+    ASSERT_EQ(d.images.shape(), (nc::Shape{s.samples, 28, 28}));
+    ASSERT_EQ(d.labels.dtype(), nc::DType::I64);
+    ASSERT_EQ(d.labels.shape(), (nc::Shape{s.samples}));
+    const std::vector<int64_t> labels = d.labels.to_vector<int64_t>();
+    EXPECT_EQ(std::vector<int64_t>(labels.begin(), labels.begin() + 5), s.first_labels);
+    std::vector<int64_t> histogram(10, 0);
+    for (int64_t l : labels) ++histogram[l];
+    EXPECT_EQ(histogram, std::vector<int64_t>(10, s.samples / 10));
+    EXPECT_EQ(nc::sum(d.images.select(0, 0)).item<int64_t>(), s.first_image_sum);
+    EXPECT_EQ(nc::sum(d.images.select(0, s.samples - 1)).item<int64_t>(), s.last_image_sum);
+    EXPECT_EQ(nc::sum(d.images).item<int64_t>(), s.pixel_sum);
+  }
+}
+
+TEST(DataFashionMnist, ReadIdxGivesTheStoredLabels) {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const nc::Tensor labels = ncd::read_idx(std::string(kFashionMnistDir) + "/t10k-labels-idx1-ubyte.gz");
+  EXPECT_EQ(labels.dtype(), nc::DType::U8);
+  EXPECT_EQ(labels.shape(), (nc::Shape{10000}));
+  EXPECT_EQ(labels.narrow(0, 0, 5).to_vector<int>(), (std::vector<int>{9, 2, 1, 1, 6}));
+}
+
+// ---- Fashion-MNIST layouts written by the test ----
+
+struct SplitFiles {
+  Bytes images;
+  Bytes labels;
+};
+
+SplitFiles small_split(const std::vector<uint8_t>& labels, uint32_t rows = 28, uint32_t cols = 28) {
+  const uint32_t n = static_cast<uint32_t>(labels.size());
+  return {concat(idx_header(0x08, {n, rows, cols}), pattern(size_t(n) * rows * cols)),
+          concat(idx_header(0x08, {n}), labels)};
+}
+
+class DataFashionMnistFiles : public DataFiles {
+ protected:
+  // Writes the split's two files into dir_, gzip-compressed or plain.
+  void write_split(const std::string& split, const SplitFiles& files, bool compressed) {
+    const std::string suffix = compressed ? ".gz" : "";
+    const fs::path images = dir_ / (split + "-images-idx3-ubyte" + suffix);
+    const fs::path labels = dir_ / (split + "-labels-idx1-ubyte" + suffix);
+    if (compressed) {
+      write_gzip(images, files.images);
+      write_gzip(labels, files.labels);
+    } else {
+      write_plain(images, files.images);
+      write_plain(labels, files.labels);
+    }
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+};
+
+TEST_F(DataFashionMnistFiles, GzipAndPlainLayoutsLoad) {
+  write_split("train", small_split({3, 1, 4}), true);
+  write_split("t10k", small_split({9, 0}), false);
+  const ncd::Dataset train = ncd::load_fashion_mnist(dir_.string(), true);
+  EXPECT_EQ(train.images.shape(), (nc::Shape{3, 28, 28}));
+  EXPECT_EQ(bytes_of(train.images), host_bytes(pattern(3 * 28 * 28)));
+  EXPECT_EQ(train.labels.to_vector<int64_t>(), (std::vector<int64_t>{3, 1, 4}));
+  const ncd::Dataset test = ncd::load_fashion_mnist(dir_.string(), false);
+  EXPECT_EQ(test.images.shape(), (nc::Shape{2, 28, 28}));
+  EXPECT_EQ(test.labels.to_vector<int64_t>(), (std::vector<int64_t>{9, 0}));
+}
+
+TEST_F(DataFashionMnistFiles, EachDefectNamesTheFile) {
+  struct Case {
+    const char* name;
+    SplitFiles files;
+    const char* file;  // the file the message must name
+    const char* reason;
+  };
+  SplitFiles i32_labels = small_split({1, 2});
+  i32_labels.labels = concat(idx_header(0x0C, {2}), big_endian<int32_t>({1, 2}));
+  const Case cases[] = {
+      {"label_10", small_split({1, 2, 10}), "train-labels-idx1-ubyte.gz", "label 10 at index 2 is outside [0, 10)"},
+      {"count_mismatch", {small_split({1, 2, 3}).images, small_split({1, 2}).labels}, "train-labels-idx1-ubyte.gz",
+       "holds 2 labels but"},
+      {"image_shape", small_split({1, 2}, 28, 27), "train-images-idx3-ubyte.gz",
+       "expected images u8 [N, 28, 28], got u8 [2, 28, 27]"},
+      {"i32_labels", i32_labels, "train-labels-idx1-ubyte.gz", "expected labels u8 [N], got i32 [2]"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    write_split("train", c.files, true);
+    expect_io_error([&] { ncd::load_fashion_mnist(dir_.string(), true); }, path(c.file), c.reason);
+  }
+}
+
+TEST_F(DataFashionMnistFiles, MissingFilesAreNamed) {
+  expect_io_error([&] { ncd::load_fashion_mnist(dir_.string(), false); }, path("t10k-images-idx3-ubyte.gz"),
+                  "cannot open");
+}
+
+// ---- DataLoader ----
+
+// n samples of shape sample_shape; pixel k of sample i is (31 i + k) mod 256 and its label
+// is i, so a batch's labels say which samples it holds.
+ncd::Dataset numbered(int64_t n, const nc::Shape& sample_shape = {2, 3}) {
+  nc::Shape shape = {n};
+  shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+  nc::Tensor images = nc::empty(shape, nc::TensorOptions(nc::DType::U8));
+  const int64_t row = n ? images.numel() / n : 0;
+  uint8_t* pixels = images.data<uint8_t>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < row; ++k) pixels[i * row + k] = static_cast<uint8_t>((31 * i + k) % 256);
+  return {images, nc::arange(n)};
+}
+
+float normalized(int v, float mean = ncd::kFashionMnistMean, float stddev = ncd::kFashionMnistStd) {
+  return (static_cast<float>(v) / 255.0f - mean) / stddev;
+}
+
+ncd::DataLoaderOptions options(int64_t batch_size, bool shuffle = false, uint64_t seed = 0) {
+  ncd::DataLoaderOptions o;
+  o.batch_size = batch_size;
+  o.shuffle = shuffle;
+  o.seed = seed;
+  return o;
+}
+
+// The sample indices of one epoch, in the order the loader gave them.
+std::vector<int64_t> epoch_samples(ncd::DataLoader& loader, uint64_t epoch) {
+  loader.begin_epoch(epoch);
+  std::vector<int64_t> samples;
+  for (ncd::Batch batch; loader.next(batch);) {
+    const std::vector<int64_t> labels = batch.labels.to_vector<int64_t>();
+    samples.insert(samples.end(), labels.begin(), labels.end());
+  }
+  return samples;
+}
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), int64_t(0));
+  return v;
+}
+
+struct BatchingCase {
+  const char* name;
+  int64_t samples;
+  nc::Shape sample_shape;
+  int64_t batch_size;
+  bool drop_last;
+  bool flatten;
+  std::vector<int64_t> batch_sizes;
+  nc::Shape image_shape;  // of one sample in a batch
+};
+
+TEST(DataLoader, BatchShapesAndDtypes) {
+  const BatchingCase cases[] = {
+      {"partial_last", 10, {2, 3}, 4, false, false, {4, 4, 2}, {1, 2, 3}},
+      {"drop_last", 10, {2, 3}, 4, true, false, {4, 4}, {1, 2, 3}},
+      {"flatten", 10, {2, 3}, 4, false, true, {4, 4, 2}, {6}},
+      {"channels", 5, {3, 2, 2}, 2, false, false, {2, 2, 1}, {3, 2, 2}},
+      {"channels_flatten", 5, {3, 2, 2}, 5, false, true, {5}, {12}},
+      {"batch_larger_than_dataset", 3, {2, 3}, 100, false, false, {3}, {1, 2, 3}},
+      {"drop_last_exact", 8, {2, 3}, 4, true, false, {4, 4}, {1, 2, 3}},
+  };
+  for (const BatchingCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    ncd::DataLoaderOptions o = options(c.batch_size);
+    o.drop_last = c.drop_last;
+    o.flatten = c.flatten;
+    ncd::DataLoader loader(numbered(c.samples, c.sample_shape), o);
+    EXPECT_EQ(loader.size(), c.samples);
+    EXPECT_EQ(loader.num_batches(), static_cast<int64_t>(c.batch_sizes.size()));
+    loader.begin_epoch(0);
+    ncd::Batch batch;
+    for (size_t b = 0; b < c.batch_sizes.size(); ++b) {
+      ASSERT_TRUE(loader.next(batch));
+      nc::Shape expected = {c.batch_sizes[b]};
+      expected.insert(expected.end(), c.image_shape.begin(), c.image_shape.end());
+      EXPECT_EQ(batch.index, static_cast<int64_t>(b));
+      EXPECT_EQ(batch.images.shape(), expected);
+      EXPECT_EQ(batch.images.dtype(), nc::DType::F32);
+      EXPECT_EQ(batch.images.device(), nc::Device::cpu());
+      EXPECT_TRUE(batch.images.is_contiguous());
+      EXPECT_EQ(batch.labels.shape(), (nc::Shape{c.batch_sizes[b]}));
+      EXPECT_EQ(batch.labels.dtype(), nc::DType::I64);
+    }
+    EXPECT_FALSE(loader.next(batch));
+    EXPECT_FALSE(loader.next(batch));  // an exhausted epoch stays exhausted
+  }
+}
+
+TEST(DataLoader, WithoutShuffleSamplesComeInOrder) {
+  ncd::DataLoader loader(numbered(23), options(5));
+  EXPECT_EQ(epoch_samples(loader, 0), iota(23));
+  EXPECT_EQ(epoch_samples(loader, 1), iota(23));
+}
+
+TEST(DataLoader, EverySampleOncePerEpochWithItsOwnPixels) {
+  const int64_t n = 1000;
+  ncd::DataLoader loader(numbered(n), options(64, /*shuffle=*/true, /*seed=*/3));
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    SCOPED_TRACE(epoch);
+    loader.begin_epoch(epoch);
+    std::vector<int64_t> seen;
+    for (ncd::Batch batch; loader.next(batch);) {
+      const std::vector<int64_t> labels = batch.labels.to_vector<int64_t>();
+      const std::vector<float> pixels = batch.images.to_vector<float>();
+      for (size_t r = 0; r < labels.size(); ++r)
+        for (int k = 0; k < 6; ++k)
+          ASSERT_EQ(pixels[r * 6 + k], normalized(static_cast<int>((31 * labels[r] + k) % 256)));
+      seen.insert(seen.end(), labels.begin(), labels.end());
+    }
+    EXPECT_NE(seen, iota(n));  // shuffled
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, iota(n));
+  }
+}
+
+TEST(DataLoader, ShuffleIsPhiloxFisherYates) {
+  // From an independent Python Philox-4x32-10 (it reproduces Random123's known answer for
+  // counter 0, key 0) running the documented Fisher-Yates.
+  struct Case {
+    uint64_t seed;
+    uint64_t epoch;
+    std::vector<int64_t> order;
+  };
+  const Case cases[] = {
+      {42, 0, {4, 1, 6, 3, 7, 9, 0, 5, 2, 8}},
+      {42, 1, {8, 9, 3, 4, 5, 1, 7, 6, 2, 0}},
+      {7, 0, {0, 6, 8, 7, 2, 9, 4, 3, 5, 1}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.seed);
+    ncd::DataLoader loader(numbered(10), options(3, true, c.seed));
+    EXPECT_EQ(epoch_samples(loader, c.epoch), c.order);
+  }
+}
+
+TEST(DataLoader, OrderDependsOnSeedAndEpochOnly) {
+  ncd::DataLoader a(numbered(200), options(16, true, 5));
+  ncd::DataLoader b(numbered(200), options(7, true, 5));
+  ncd::DataLoader other_seed(numbered(200), options(16, true, 6));
+  const std::vector<int64_t> epoch3 = epoch_samples(a, 3);
+  EXPECT_EQ(epoch_samples(b, 3), epoch3);  // batch size does not change the order
+  EXPECT_NE(epoch_samples(a, 4), epoch3);
+  EXPECT_EQ(epoch_samples(a, 3), epoch3);  // an epoch can be replayed
+  EXPECT_NE(epoch_samples(other_seed, 3), epoch3);
+}
+
+TEST(DataLoader, Normalization) {
+  // One image holding every pixel value.
+  nc::Tensor images = nc::arange(256, nc::TensorOptions(nc::DType::U8)).reshape({1, 16, 16});
+  const ncd::Dataset data{images, nc::zeros({1}, nc::TensorOptions(nc::DType::I64))};
+  struct Case {
+    float mean;
+    float stddev;
+  };
+  for (const Case& c : {Case{ncd::kFashionMnistMean, ncd::kFashionMnistStd}, Case{0.5f, 0.25f}, Case{0, 1}}) {
+    SCOPED_TRACE(c.mean);
+    ncd::DataLoaderOptions o = options(1);
+    o.mean = c.mean;
+    o.stddev = c.stddev;
+    o.flatten = true;
+    ncd::DataLoader loader(data, o);
+    loader.begin_epoch(0);
+    ncd::Batch batch;
+    ASSERT_TRUE(loader.next(batch));
+    const std::vector<float> values = batch.images.to_vector<float>();
+    ASSERT_EQ(values.size(), 256u);
+    for (int v = 0; v < 256; ++v) EXPECT_FLOAT_EQ(values[v], normalized(v, c.mean, c.stddev)) << v;
+  }
+  EXPECT_NEAR(normalized(0), -0.2860 / 0.3530, 1e-6);
+  EXPECT_NEAR(normalized(255), (1 - 0.2860) / 0.3530, 1e-6);
+}
+
+template <class E>
+bool is(const nc::Error& e) {
+  return dynamic_cast<const E*>(&e) != nullptr;
+}
+
+TEST(DataLoader, RejectsBadArguments) {
+  struct Case {
+    const char* name;
+    std::function<void()> make;
+    std::function<bool(const nc::Error&)> right_type;
+    const char* reason;
+  };
+  const auto with = [](ncd::Dataset data, std::function<void(ncd::DataLoaderOptions&)> edit) {
+    return [=] {
+      ncd::DataLoaderOptions o = options(4);
+      edit(o);
+      ncd::DataLoader loader(data, o);
+    };
+  };
+  const auto keep = [](ncd::DataLoaderOptions&) {};
+  const ncd::Dataset good = numbered(10);
+  const nc::Tensor labels = good.labels;
+  const Case cases[] = {
+      {"zero_batch", with(good, [](auto& o) { o.batch_size = 0; }), is<nc::ValueError>, "batch_size must be positive, got 0"},
+      {"negative_batch", with(good, [](auto& o) { o.batch_size = -3; }), is<nc::ValueError>, "got -3"},
+      {"empty", with(numbered(0), keep), is<nc::ValueError>, "the dataset is empty"},
+      {"count_mismatch", with({good.images, nc::arange(9)}, keep), is<nc::ShapeError>, "10 images but 9 labels"},
+      {"float_images", with({good.images.to(nc::DType::F32), labels}, keep), is<nc::DTypeError>, "images must be u8"},
+      {"flat_images", with({good.images.reshape({10, 6}), labels}, keep), is<nc::ShapeError>,
+       "images must be [N, H, W] or [N, C, H, W], got u8 [10, 6]"},
+      {"u8_labels", with({good.images, labels.to(nc::DType::U8)}, keep), is<nc::DTypeError>, "labels must be i64"},
+      {"matrix_labels", with({good.images, labels.reshape({10, 1})}, keep), is<nc::ShapeError>, "labels must be [N]"},
+      {"undefined_images", with({nc::Tensor(), labels}, keep), is<nc::ValueError>, "images are an undefined tensor"},
+      {"undefined_labels", with({good.images, nc::Tensor()}, keep), is<nc::ValueError>, "labels are an undefined tensor"},
+      {"zero_std", with(good, [](auto& o) { o.stddev = 0; }), is<nc::ValueError>, "stddev must be positive"},
+      {"nan_mean", with(good, [](auto& o) { o.mean = NAN; }), is<nc::ValueError>, "mean must be finite"},
+      {"drop_last_no_batch", with(good, [](auto& o) { o.batch_size = 11; o.drop_last = true; }), is<nc::ValueError>,
+       "leaves no batch"},
+      {"missing_gpu", with(good, [](auto& o) { o.device = nc::Device::cuda(99); }), is<nc::DeviceError>,
+       "cuda:99 does not exist"},
+      {"next_before_epoch", [=] {
+         ncd::DataLoader loader(good, options(4));
+         ncd::Batch batch;
+         loader.next(batch);
+       },
+       is<nc::ValueError>, "call begin_epoch(epoch) first"},
+      {"epoch_too_large", [=] { ncd::DataLoader(good, options(4)).begin_epoch(uint64_t(1) << 32); }, is<nc::ValueError>,
+       "is not below 2^32"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    try {
+      c.make();
+      ADD_FAILURE() << "expected an error with \"" << c.reason << "\"";
+    } catch (const nc::Error& e) {
+      EXPECT_TRUE(c.right_type(e)) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.reason), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(DataLoader, TransformErrorsReachTheCaller) {
+  // A dataset with a label the transform rejects: sample 25 lands in the third batch of 10.
+  ncd::Dataset data = numbered(40);
+  data.labels = nc::where(nc::eq(data.labels, int64_t(25)), int64_t(-1), data.labels);
+  ncd::DataLoaderOptions o = options(10);
+  o.transform = [](ncd::Batch& batch) {
+    for (int64_t label : batch.labels.to_vector<int64_t>())
+      if (label < 0) throw nc::ValueError("transform: negative label in batch " + std::to_string(batch.index));
+  };
+  ncd::DataLoader loader(data, o);
+  for (uint64_t epoch : {0, 1}) {  // the next epoch starts cleanly after the failure
+    loader.begin_epoch(epoch);
+    ncd::Batch batch;
+    ASSERT_TRUE(loader.next(batch));
+    ASSERT_TRUE(loader.next(batch));
+    EXPECT_EQ(batch.index, 1);
+    try {
+      loader.next(batch);
+      ADD_FAILURE() << "expected the transform's ValueError";
+    } catch (const nc::ValueError& e) {
+      EXPECT_STREQ(e.what(), "transform: negative label in batch 2");
+    }
+    EXPECT_FALSE(loader.next(batch));  // the failure ended the epoch
+  }
+}
+
+TEST(DataLoader, ForeignExceptionTypesSurvive) {
+  ncd::DataLoaderOptions o = options(4);
+  o.transform = [](ncd::Batch&) { throw std::out_of_range("from the transform"); };
+  ncd::DataLoader loader(numbered(8), o);
+  loader.begin_epoch(0);
+  ncd::Batch batch;
+  EXPECT_THROW(loader.next(batch), std::out_of_range);
+}
+
+TEST(DataLoader, TransformRunsOnTheLoaderThreadAndItsEditsArrive) {
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<std::thread::id> threads;  // written by the loader thread, read after the epoch
+  ncd::DataLoaderOptions o = options(4);
+  o.transform = [&](ncd::Batch& batch) {
+    threads.push_back(std::this_thread::get_id());
+    batch.images.zero_();
+  };
+  ncd::DataLoader loader(numbered(8), o);
+  loader.begin_epoch(0);
+  for (ncd::Batch batch; loader.next(batch);) EXPECT_EQ(nc::max(batch.images).item<float>(), 0.0f);
+  ASSERT_EQ(threads.size(), 2u);
+  for (const auto& id : threads) EXPECT_NE(id, caller);
+}
+
+TEST(DataLoader, RestartingMidEpochBeginsAfresh) {
+  ncd::DataLoader reference(numbered(100), options(8, true, 11));
+  const std::vector<int64_t> epoch1 = epoch_samples(reference, 1);
+  ncd::DataLoader loader(numbered(100), options(8, true, 11));
+  loader.begin_epoch(0);
+  ncd::Batch batch;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(loader.next(batch));
+  EXPECT_EQ(epoch_samples(loader, 1), epoch1);
+  loader.begin_epoch(2);
+  ASSERT_TRUE(loader.next(batch));
+  EXPECT_EQ(batch.index, 0);
+}
+
+TEST(DataLoader, DestructionStopsTheThreadAtAnyPoint) {
+  const ncd::Dataset data = numbered(1000);
+  { ncd::DataLoader never_started(data, options(1)); }
+  { ncd::DataLoader loader(data, options(1)); loader.begin_epoch(0); }  // queue filling up
+  {
+    ncd::DataLoader loader(data, options(1));
+    loader.begin_epoch(0);
+    ncd::Batch batch;
+    ASSERT_TRUE(loader.next(batch));
+    ASSERT_TRUE(loader.next(batch));
+  }
+  {
+    // The loader thread is inside a slow transform when the loader goes away.
+    ncd::DataLoaderOptions o = options(1);
+    o.transform = [](ncd::Batch&) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+    ncd::DataLoader loader(data, o);
+    loader.begin_epoch(0);
+    ncd::Batch batch;
+    ASSERT_TRUE(loader.next(batch));
+  }
+  {
+    ncd::DataLoaderOptions o = options(10);
+    o.transform = [](ncd::Batch&) { throw std::runtime_error("never read"); };
+    ncd::DataLoader failed_unread(data, o);
+    failed_unread.begin_epoch(0);
+  }
+}
+
+TEST(DataLoader, FullFashionMnistEpochIsQuick) {
+  SKIP_WITHOUT_FASHION_MNIST();
+  const ncd::Dataset& train = fashion_mnist(true);
+  ncd::DataLoaderOptions o = options(128, true, 0);
+  o.flatten = true;
+  ncd::DataLoader loader(train, o);
+  EXPECT_EQ(loader.num_batches(), 469);
+  const auto start = std::chrono::steady_clock::now();
+  loader.begin_epoch(0);
+  int64_t batches = 0, samples = 0;
+  double sum = 0, sum_squares = 0;
+  std::vector<int64_t> histogram(10, 0);
+  for (ncd::Batch batch; loader.next(batch); ++batches) {
+    ASSERT_EQ(batch.images.size(1), 784);
+    samples += batch.labels.numel();
+    for (int64_t l : batch.labels.to_vector<int64_t>()) ++histogram[l];
+    for (float v : batch.images.to_vector<float>()) {
+      sum += v;
+      sum_squares += double(v) * v;
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(batches, 469);
+  EXPECT_EQ(samples, 60000);
+  EXPECT_EQ(histogram, std::vector<int64_t>(10, 6000));
+  // The constants are the training set's own statistics (mean 0.28604, std 0.35302).
+  const double count = 60000.0 * 784;
+  EXPECT_NEAR(sum / count, 0.000115, 1e-5);
+  EXPECT_NEAR(std::sqrt(sum_squares / count - (sum / count) * (sum / count)), 1.0000687, 1e-5);
+  EXPECT_LT(seconds, 10.0) << "one epoch of batches took " << seconds << " s";
+}
+
+TEST(DataLoader, CudaBatchesMatchCpuBatches) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const ncd::Dataset data = numbered(300, {28, 28});
+  ncd::DataLoaderOptions o = options(32, true, 9);
+  ncd::DataLoader cpu(data, o);
+  o.device = nc::Device::cuda(0);
+  ncd::DataLoader gpu(data, o);
+  for (uint64_t epoch : {0, 1}) {
+    cpu.begin_epoch(epoch);
+    gpu.begin_epoch(epoch);
+    ncd::Batch expected, got;
+    int64_t batches = 0;
+    while (cpu.next(expected)) {
+      ASSERT_TRUE(gpu.next(got));
+      EXPECT_EQ(got.images.device(), nc::Device::cuda(0));
+      EXPECT_EQ(got.labels.device(), nc::Device::cuda(0));
+      EXPECT_EQ(bytes_of(got.images), bytes_of(expected.images));
+      EXPECT_EQ(bytes_of(got.labels), bytes_of(expected.labels));
+      ++batches;
+    }
+    EXPECT_FALSE(gpu.next(got));
+    EXPECT_EQ(batches, gpu.num_batches());
+  }
+  gpu.begin_epoch(2);  // destroyed with uploads in flight and batches queued
+  ncd::Batch batch;
+  ASSERT_TRUE(gpu.next(batch));
+}
+
+}  // namespace
