@@ -107,6 +107,16 @@ uint64_t Generator::advance(uint64_t n) {
   return first;
 }
 
+uint64_t Generator::offset() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return offset_;
+}
+
+void Generator::set_offset(uint64_t offset) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  offset_ = offset;
+}
+
 Generator& default_generator() {
   static Generator gen(0);
   return gen;

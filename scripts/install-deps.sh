@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages normcore builds and tests with (run as root). Skips
+# Installs the Debian packages normcore builds, tests and trains with (run as root), the
+# Fashion-MNIST data set included. Skips
 # apt-get entirely when everything is already installed.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ pkg-config libeigen3-dev nlohmann-json3-dev libgtest-dev zlib1g-dev)
+packages=(cmake ninja-build g++ pkg-config libeigen3-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libpng-dev
+          dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

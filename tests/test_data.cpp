@@ -747,14 +747,13 @@ TEST(DataLoader, DestructionStopsTheThreadAtAnyPoint) {
   }
 }
 
-TEST(DataLoader, FullFashionMnistEpochIsQuick) {
+TEST(DataLoader, FullFashionMnistEpochCoversEverySample) {
   SKIP_WITHOUT_FASHION_MNIST();
   const ncd::Dataset& train = fashion_mnist(true);
   ncd::DataLoaderOptions o = options(128, true, 0);
   o.flatten = true;
   ncd::DataLoader loader(train, o);
   EXPECT_EQ(loader.num_batches(), 469);
-  const auto start = std::chrono::steady_clock::now();
   loader.begin_epoch(0);
   int64_t batches = 0, samples = 0;
   double sum = 0, sum_squares = 0;
@@ -768,7 +767,6 @@ TEST(DataLoader, FullFashionMnistEpochIsQuick) {
       sum_squares += double(v) * v;
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(batches, 469);
   EXPECT_EQ(samples, 60000);
   EXPECT_EQ(histogram, std::vector<int64_t>(10, 6000));
@@ -776,7 +774,6 @@ TEST(DataLoader, FullFashionMnistEpochIsQuick) {
   const double count = 60000.0 * 784;
   EXPECT_NEAR(sum / count, 0.000115, 1e-5);
   EXPECT_NEAR(std::sqrt(sum_squares / count - (sum / count) * (sum / count)), 1.0000687, 1e-5);
-  EXPECT_LT(seconds, 10.0) << "one epoch of batches took " << seconds << " s";
 }
 
 TEST(DataLoader, CudaBatchesMatchCpuBatches) {

@@ -17,6 +17,10 @@ class Generator {
   uint64_t seed() const;
   // Reserves n counters and returns the first.
   uint64_t advance(uint64_t n);
+  // The next counter to be used; with the seed, the generator's whole state (checkpoints
+  // store it so that a resumed run draws what an uninterrupted one would).
+  uint64_t offset() const;
+  void set_offset(uint64_t offset);
 
  private:
   mutable std::mutex mutex_;

@@ -1,0 +1,97 @@
+// Benchmark: one training epoch of normcore's default Fashion-MNIST classifier (the "mlp"
+// model with `normcore train`'s default options), then its test accuracy. Prints a table
+// line and a JSON line; bench/mlp_epoch_torch.py runs the same model in PyTorch.
+//   mlp_epoch [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "normcore/data.h"
+#include "normcore/models.h"
+#include "normcore/normcore.h"
+
+namespace nc = normcore;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void wait_for(nc::Device device) {
+  if (device.is_cuda()) nc::cuda::synchronize(device.index);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string device_spec = "auto", data = "/usr/share/datasets/fashion-mnist";
+  int64_t epochs = 1, batch_size = 128;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--device")) device_spec = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--data")) data = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--batch-size")) batch_size = std::atoll(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B]\n", argv[0]);
+      return 2;
+    }
+  }
+  nc::Device device = device_spec == "auto" ? nc::best_device() : nc::Device(device_spec);
+  nc::data::Dataset train = nc::data::load_fashion_mnist(data, true);
+  nc::data::Dataset test = nc::data::load_fashion_mnist(data, false);
+
+  nc::Generator gen(0);
+  auto model = nc::models::make_classifier("mlp", &gen);
+  model->to(device);
+  nc::optim::AdamW optimizer(model->parameters(), {1e-3, 0.9, 0.999, 1e-8, 1e-4});
+  nc::data::DataLoaderOptions options;
+  options.batch_size = batch_size;
+  options.device = device;
+  nc::data::DataLoader loader(train, options);
+
+  auto step = [&](const nc::data::Batch& batch) {
+    nc::Tensor loss = nc::nn::cross_entropy((*model)(batch.images), batch.labels, nc::nn::Reduction::Mean, 0.1);
+    optimizer.zero_grad();
+    loss.backward();
+    nc::optim::clip_grad_norm(optimizer.params(), 5.0);
+    optimizer.step();
+  };
+
+  // Warm-up: allocator cache, cuBLAS handles, the loader's thread.
+  loader.begin_epoch(1000);
+  nc::data::Batch batch;
+  for (int i = 0; i < 20 && loader.next(batch); ++i) step(batch);
+  wait_for(device);
+
+  double best = 1e30;
+  for (int64_t e = 0; e < epochs; ++e) {
+    loader.begin_epoch(static_cast<uint64_t>(e));
+    double start = now();
+    while (loader.next(batch)) step(batch);
+    wait_for(device);
+    best = std::min(best, now() - start);
+  }
+
+  model->eval();
+  nc::autograd::NoGradGuard no_grad;
+  nc::data::DataLoaderOptions test_options;
+  test_options.batch_size = 1000;
+  test_options.shuffle = false;
+  test_options.device = device;
+  nc::data::DataLoader test_loader(test, test_options);
+  test_loader.begin_epoch(0);
+  int64_t correct = 0;
+  while (test_loader.next(batch))
+    correct += nc::sum(nc::eq(nc::argmax((*model)(batch.images), 1), batch.labels)).item<int64_t>();
+  double accuracy = static_cast<double>(correct) / static_cast<double>(test.labels.size(0));
+  double rate = static_cast<double>(train.labels.size(0)) / best;
+  std::printf("normcore mlp epoch on %s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",
+              device.str().c_str(), best, rate, 100 * accuracy, static_cast<long long>(epochs));
+  std::printf("{\"impl\": \"normcore\", \"device\": \"%s\", \"batch_size\": %lld, \"epoch_s\": %.4f, "
+              "\"samples_per_s\": %.0f, \"test_accuracy\": %.4f, \"epochs\": %lld}\n",
+              device.str().c_str(), static_cast<long long>(batch_size), best, rate, accuracy,
+              static_cast<long long>(epochs));
+  return 0;
+}

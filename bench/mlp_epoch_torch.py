@@ -1,0 +1,85 @@
+# PyTorch peer of bench/mlp_epoch.cpp: the same model, initialisation scheme, optimizer,
+# loss, clipping, batch size and data normalisation, timed the same way (best epoch after
+# a 20-step warm-up), then test accuracy. Reads the Fashion-MNIST .gz files directly.
+#   python3 bench/mlp_epoch_torch.py [--device cpu|cuda] [--epochs N] [--data DIR]
+import argparse, gzip, json, struct, time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    a = p.parse_args()
+    dev = torch.device(a.device)
+    torch.manual_seed(0)
+
+    def load(prefix):
+        x = read_idx(f"{a.data}/{prefix}-images-idx3-ubyte.gz").float().div(255).sub(0.2860).div(0.3530)
+        y = read_idx(f"{a.data}/{prefix}-labels-idx1-ubyte.gz").long()
+        return x.unsqueeze(1), y
+
+    xtr, ytr = load("train")
+    xte, yte = load("t10k")
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Dropout(0.2), nn.Linear(512, 256),
+                          nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
+
+    def batches(n=None):
+        perm = torch.randperm(len(ytr))
+        for i, s in enumerate(range(0, len(ytr), a.batch_size)):
+            if n is not None and i >= n:
+                return
+            idx = perm[s:s + a.batch_size]
+            # Gather and normalise on the host and copy, as normcore's loader does.
+            yield xtr[idx].to(dev, non_blocking=True), ytr[idx].to(dev, non_blocking=True)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    for x, y in batches(20):
+        step(x, y)
+    sync()
+    best = float("inf")
+    for _ in range(a.epochs):
+        t = time.perf_counter()
+        for x, y in batches():
+            step(x, y)
+        sync()
+        best = min(best, time.perf_counter() - t)
+
+    model.eval()
+    with torch.no_grad():
+        correct = sum((model(xte[s:s + 1000].to(dev)).argmax(1).cpu() == yte[s:s + 1000]).sum().item()
+                      for s in range(0, len(yte), 1000))
+    acc = correct / len(yte)
+    print(f"pytorch {torch.__version__} mlp epoch on {dev}: {best:.3f} s ({len(ytr) / best:.0f} samples/s), "
+          f"test accuracy {100 * acc:.2f}% after {a.epochs} epoch(s) (threads {torch.get_num_threads()})")
+    print(json.dumps(dict(impl="pytorch", version=torch.__version__, device=str(dev), batch_size=a.batch_size,
+                          epoch_s=round(best, 4), samples_per_s=round(len(ytr) / best), test_accuracy=acc,
+                          epochs=a.epochs)))
+
+
+if __name__ == "__main__":
+    main()

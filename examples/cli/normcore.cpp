@@ -1,0 +1,405 @@
+// The normcore command-line program: train, evaluate and use Fashion-MNIST classifiers.
+//   normcore train [options]            train, print test accuracy per epoch, save a checkpoint
+//   normcore eval --checkpoint F        test accuracy and confusion matrix
+//   normcore predict --checkpoint F IMAGE...   label 28x28 PGM/PNG images
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "normcore/normcore.h"
+#include "normcore/data.h"
+#include "normcore/models.h"
+#include "normcore/optim.h"
+
+namespace nc = normcore;
+
+namespace {
+
+const char* kDefaultData = "/usr/share/datasets/fashion-mnist";
+
+// ---------------------------------------------------------------- arguments
+struct Args {
+  std::string command;
+  std::map<std::string, std::string> options;
+  std::vector<std::string> positional;
+};
+
+struct OptionSpec {
+  const char* name;
+  const char* fallback;  // nullptr: a flag
+  const char* help;
+};
+
+const std::vector<OptionSpec> kTrainOptions = {
+    {"data", kDefaultData, "folder with the Fashion-MNIST .gz files"},
+    {"model", "mlp", "model to train (mlp)"},
+    {"epochs", "12", "passes over the training set"},
+    {"batch-size", "128", "samples per step"},
+    {"lr", "0.001", "peak learning rate"},
+    {"optimizer", "adamw", "sgd (with momentum 0.9), adam or adamw"},
+    {"weight-decay", "0.0001", "weight decay"},
+    {"label-smoothing", "0.1", "cross-entropy label smoothing"},
+    {"warmup", "200", "warm-up steps of the cosine learning-rate schedule"},
+    {"clip", "5.0", "clip the gradient norm to this (0: off)"},
+    {"seed", "0", "seed of initialization, dropout and shuffling"},
+    {"device", "auto", "auto, cpu or cuda[:N]"},
+    {"out", "normcore-fashion.safetensors", "checkpoint written after every epoch"},
+    {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
+    {"limit", "0", "use only the first N training samples (0: all)"},
+    {"stop-after", "0", "stop after this many epochs, as if interrupted (0: run all)"},
+};
+const std::vector<OptionSpec> kEvalOptions = {
+    {"checkpoint", "normcore-fashion.safetensors", "checkpoint to evaluate"},
+    {"data", kDefaultData, "folder with the Fashion-MNIST .gz files"},
+    {"device", "auto", "auto, cpu or cuda[:N]"},
+};
+const std::vector<OptionSpec> kPredictOptions = {
+    {"checkpoint", "normcore-fashion.safetensors", "checkpoint to use"},
+    {"device", "auto", "auto, cpu or cuda[:N]"},
+};
+
+void usage(std::ostream& os) {
+  os << "usage: normcore <command> [options]\n\n"
+        "commands:\n"
+        "  train     train a Fashion-MNIST classifier\n"
+        "  eval      print a checkpoint's test accuracy and confusion matrix\n"
+        "  predict   classify 28x28 PGM or PNG images with a checkpoint\n\n"
+        "'normcore <command> --help' lists a command's options.\n";
+}
+
+void command_usage(std::ostream& os, const std::string& command, const std::vector<OptionSpec>& specs) {
+  os << "usage: normcore " << command << " [options]" << (command == "predict" ? " IMAGE..." : "") << "\n\noptions:\n";
+  for (const OptionSpec& s : specs)
+    os << "  --" << std::left << std::setw(18) << s.name << s.help
+       << (s.fallback && *s.fallback ? std::string(" (default ") + s.fallback + ")" : "") << "\n";
+}
+
+// Parses --name value and --name=value against specs; throws ValueError on anything else.
+Args parse(int argc, char** argv, const std::vector<OptionSpec>& specs) {
+  Args args;
+  args.command = argv[1];
+  for (const OptionSpec& s : specs) args.options[s.name] = s.fallback ? s.fallback : "";
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      args.positional.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    size_t eq = name.find('=');
+    bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "help") {
+      args.options["help"] = "1";
+      continue;
+    }
+    bool known = false;
+    for (const OptionSpec& s : specs) known = known || name == s.name;
+    NC_CHECK(known, ValueError, "unknown option --", name, " for '", args.command, "' (see --help)");
+    if (!inline_value) {
+      NC_CHECK(i + 1 < argc, ValueError, "option --", name, " needs a value");
+      value = argv[++i];
+    }
+    args.options[name] = value;
+  }
+  return args;
+}
+
+double number(const Args& args, const std::string& name) {
+  const std::string& v = args.options.at(name);
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  NC_CHECK(!v.empty() && end && *end == '\0' && std::isfinite(d), ValueError, "option --", name,
+           " expects a number, got '", v, "'");
+  return d;
+}
+
+int64_t integer(const Args& args, const std::string& name, int64_t min) {
+  double d = number(args, name);
+  NC_CHECK(d == static_cast<double>(static_cast<int64_t>(d)) && d >= static_cast<double>(min), ValueError,
+           "option --", name, " expects a whole number >= ", min, ", got '", args.options.at(name), "'");
+  return static_cast<int64_t>(d);
+}
+
+nc::Device pick_device(const std::string& spec) {
+  if (spec == "auto") return nc::best_device();
+  nc::Device d(spec);
+  NC_CHECK(d.is_cpu() || d.index < nc::cuda_device_count(), DeviceError, "--device ", spec,
+           ": no such device (", nc::cuda_device_count(), " CUDA device(s) visible)");
+  return d;
+}
+
+// ---------------------------------------------------------------- progress
+// A one-line progress bar on a terminal; a line every tenth of the epoch otherwise.
+class Progress {
+ public:
+  Progress(int64_t epoch, int64_t epochs, int64_t total)
+      : epoch_(epoch), epochs_(epochs), total_(total), tty_(isatty(STDOUT_FILENO)),
+        start_(std::chrono::steady_clock::now()) {}
+
+  void update(int64_t done, int64_t samples, double loss) {
+    double seconds = elapsed();
+    double rate = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
+    if (tty_) {
+      const int width = 30;
+      int filled = static_cast<int>(width * done / std::max<int64_t>(total_, 1));
+      std::printf("\repoch %lld/%lld [%s%s] %lld/%lld loss %.4f %.0f samples/s ", static_cast<long long>(epoch_),
+                  static_cast<long long>(epochs_), std::string(filled, '=').c_str(),
+                  std::string(width - filled, ' ').c_str(), static_cast<long long>(done),
+                  static_cast<long long>(total_), loss, rate);
+      std::fflush(stdout);
+    } else if (done == total_ || done * 10 / total_ != (done - 1) * 10 / total_) {
+      std::printf("epoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s\n", static_cast<long long>(epoch_),
+                  static_cast<long long>(epochs_), static_cast<long long>(done), static_cast<long long>(total_),
+                  loss, rate);
+      std::fflush(stdout);
+    }
+  }
+  void finish() {
+    if (tty_) std::printf("\n");
+  }
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  int64_t epoch_, epochs_, total_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// ---------------------------------------------------------------- evaluation
+struct Evaluation {
+  double accuracy = 0;
+  std::vector<std::vector<int64_t>> confusion;  // [true][predicted]
+};
+
+Evaluation evaluate(nc::nn::Module& model, const nc::data::Dataset& test, nc::Device device) {
+  nc::data::DataLoaderOptions options;
+  options.batch_size = 1000;
+  options.shuffle = false;
+  options.device = device;
+  nc::data::DataLoader loader(test, options);
+  loader.begin_epoch(0);
+  model.eval();
+  nc::autograd::NoGradGuard no_grad;
+  Evaluation e;
+  e.confusion.assign(10, std::vector<int64_t>(10, 0));
+  int64_t correct = 0, seen = 0;
+  for (nc::data::Batch batch; loader.next(batch);) {
+    std::vector<int64_t> predicted = nc::argmax(model(batch.images), 1).to_vector<int64_t>();
+    std::vector<int64_t> truth = batch.labels.to_vector<int64_t>();
+    for (size_t i = 0; i < truth.size(); ++i) {
+      ++e.confusion[truth[i]][predicted[i]];
+      correct += truth[i] == predicted[i];
+    }
+    seen += static_cast<int64_t>(truth.size());
+  }
+  model.train();
+  e.accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
+  return e;
+}
+
+// ---------------------------------------------------------------- commands
+int train(const Args& args) {
+  nc::Device device = pick_device(args.options.at("device"));
+  const int64_t epochs = integer(args, "epochs", 1), batch_size = integer(args, "batch-size", 1);
+  uint64_t seed = static_cast<uint64_t>(integer(args, "seed", 0));
+  const double lr = number(args, "lr"), weight_decay = number(args, "weight-decay");
+  const double smoothing = number(args, "label-smoothing"), clip = number(args, "clip");
+  const std::string optimizer_name = args.options.at("optimizer");
+  const std::string out = args.options.at("out"), resume = args.options.at("resume");
+  std::string model_name = args.options.at("model");
+
+  nc::data::Dataset train_set = nc::data::load_fashion_mnist(args.options.at("data"), true);
+  nc::data::Dataset test_set = nc::data::load_fashion_mnist(args.options.at("data"), false);
+  if (int64_t limit = integer(args, "limit", 0); limit > 0 && limit < train_set.images.size(0)) {
+    train_set.images = train_set.images.narrow(0, 0, limit);
+    train_set.labels = train_set.labels.narrow(0, 0, limit);
+  }
+
+  nc::Generator gen(seed);
+  std::shared_ptr<nc::nn::Module> model;
+  int64_t first_epoch = 0;
+  nc::models::Checkpoint checkpoint;
+  if (!resume.empty()) {
+    checkpoint = nc::models::load_checkpoint(resume, device, &gen);
+    model = checkpoint.model;
+    model_name = checkpoint.model_name;
+    first_epoch = checkpoint.epoch;
+    // The run continues with the checkpoint's seed and generator position, so that it draws
+    // the dropout masks and batch orders an uninterrupted run would.
+    auto saved_seed = checkpoint.metadata.find("option.seed");
+    auto offset = checkpoint.metadata.find("option.rng.offset");
+    NC_CHECK(saved_seed != checkpoint.metadata.end() && offset != checkpoint.metadata.end(), IOError,
+             "--resume ", resume, ": the checkpoint has no random-generator state");
+    seed = std::stoull(saved_seed->second);
+    gen.manual_seed(seed);
+    gen.set_offset(std::stoull(offset->second));
+  } else {
+    model = nc::models::make_classifier(model_name, &gen);
+    model->to(device);
+  }
+  model->train();
+
+  std::unique_ptr<nc::optim::Optimizer> optimizer;
+  if (optimizer_name == "sgd") {
+    optimizer = std::make_unique<nc::optim::SGD>(model->parameters(),
+                                                 nc::optim::SGDOptions{lr, 0.9, 0.0, weight_decay, true});
+  } else if (optimizer_name == "adam") {
+    optimizer = std::make_unique<nc::optim::Adam>(model->parameters(),
+                                                  nc::optim::AdamOptions{lr, 0.9, 0.999, 1e-8, weight_decay});
+  } else if (optimizer_name == "adamw") {
+    optimizer = std::make_unique<nc::optim::AdamW>(model->parameters(),
+                                                   nc::optim::AdamWOptions{lr, 0.9, 0.999, 1e-8, weight_decay});
+  } else {
+    throw nc::ValueError("option --optimizer: unknown optimizer '" + optimizer_name + "' (sgd, adam, adamw)");
+  }
+
+  nc::data::DataLoaderOptions loader_options;
+  loader_options.batch_size = batch_size;
+  loader_options.seed = seed;
+  loader_options.device = device;
+  nc::data::DataLoader loader(train_set, loader_options);
+  const int64_t steps = epochs * loader.num_batches();
+  const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
+  nc::optim::CosineLR schedule(*optimizer, warmup, steps, lr * 0.01);
+  if (!resume.empty()) {
+    if (!checkpoint.optimizer_state.empty()) optimizer->load_state_dict(checkpoint.optimizer_state);
+    if (!checkpoint.schedule_state.empty()) schedule.load_state_dict(checkpoint.schedule_state);
+  }
+
+  std::map<std::string, std::string> saved_options;
+  for (const auto& [k, v] : args.options)
+    if (k != "resume" && k != "help" && k != "stop-after") saved_options[k] = v;
+  saved_options["seed"] = std::to_string(seed);
+  saved_options["model"] = model_name;
+  saved_options["mean"] = std::to_string(nc::data::kFashionMnistMean);
+  saved_options["std"] = std::to_string(nc::data::kFashionMnistStd);
+
+  int64_t params = 0;
+  for (const nc::Tensor& p : model->parameters()) params += p.numel();
+  std::printf("normcore train: model %s (%lld parameters) on %s, %lld training / %lld test images, "
+              "%s lr %g, batch %lld, %lld epochs%s\n",
+              model_name.c_str(), static_cast<long long>(params), device.str().c_str(),
+              static_cast<long long>(loader.size()), static_cast<long long>(test_set.images.size(0)),
+              optimizer_name.c_str(), lr, static_cast<long long>(batch_size), static_cast<long long>(epochs),
+              first_epoch ? (", resuming after epoch " + std::to_string(first_epoch)).c_str() : "");
+
+  const int64_t stop_after = integer(args, "stop-after", 0);
+  const int64_t last_epoch = stop_after > 0 ? std::min(epochs, stop_after) : epochs;
+  for (int64_t epoch = first_epoch; epoch < last_epoch; ++epoch) {
+    loader.begin_epoch(static_cast<uint64_t>(epoch));
+    Progress progress(epoch + 1, epochs, loader.num_batches());
+    double loss_sum = 0;
+    int64_t loss_count = 0, samples = 0;
+    for (nc::data::Batch batch; loader.next(batch);) {
+      nc::Tensor loss = nc::nn::cross_entropy((*model)(batch.images), batch.labels, nc::nn::Reduction::Mean, smoothing);
+      optimizer->zero_grad();
+      loss.backward();
+      if (clip > 0) nc::optim::clip_grad_norm(optimizer->params(), clip);
+      optimizer->step();
+      schedule.step();
+      samples += batch.labels.size(0);
+      // Reading the loss waits for the device: do it for the progress display only.
+      if (batch.index % 20 == 0 || batch.index + 1 == loader.num_batches()) {
+        loss_sum += loss.item<double>();
+        ++loss_count;
+        progress.update(batch.index + 1, samples, loss_sum / static_cast<double>(loss_count));
+      }
+    }
+    progress.finish();
+    double train_seconds = progress.elapsed();
+    Evaluation e = evaluate(*model, test_set, device);
+    std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.1f s, %.0f samples/s)\n",
+                static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
+                loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), 100 * e.accuracy, train_seconds,
+                static_cast<double>(samples) / train_seconds);
+    std::fflush(stdout);
+    if (!out.empty()) {
+      saved_options["rng.offset"] = std::to_string(gen.offset());
+      nc::models::save_checkpoint(out, model_name, *model, epoch + 1, optimizer->state_dict(),
+                                  schedule.state_dict(), saved_options);
+    }
+  }
+  if (!out.empty()) std::printf("checkpoint: %s\n", out.c_str());
+  return 0;
+}
+
+int eval(const Args& args) {
+  nc::Device device = pick_device(args.options.at("device"));
+  nc::models::Checkpoint c = nc::models::load_checkpoint(args.options.at("checkpoint"), device);
+  nc::data::Dataset test = nc::data::load_fashion_mnist(args.options.at("data"), false);
+  Evaluation e = evaluate(*c.model, test, device);
+  const auto& names = nc::models::fashion_mnist_classes();
+  std::printf("%s: model %s after %lld epochs, test accuracy %.2f%% on %s\n\n", args.options.at("checkpoint").c_str(),
+              c.model_name.c_str(), static_cast<long long>(c.epoch), 100 * e.accuracy, device.str().c_str());
+  std::printf("confusion matrix (rows: true class, columns: predicted)\n%12s", "");
+  for (size_t j = 0; j < names.size(); ++j) std::printf("%6zu", j);
+  std::printf("\n");
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::printf("%2zu %-9.9s", i, names[i].c_str());
+    for (size_t j = 0; j < names.size(); ++j) std::printf("%6lld", static_cast<long long>(e.confusion[i][j]));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int predict(const Args& args) {
+  NC_CHECK(!args.positional.empty(), ValueError, "predict: give at least one image file");
+  nc::Device device = pick_device(args.options.at("device"));
+  nc::models::Classifier classifier(args.options.at("checkpoint"), device);
+  for (const std::string& path : args.positional) {
+    auto p = classifier.predict(nc::models::read_image(path));
+    std::printf("%s: %s (class %lld, %.1f%%)\n", path.c_str(), p.name.c_str(), static_cast<long long>(p.label),
+                100 * p.probability);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string command = argv[1];
+  const std::vector<OptionSpec>* specs = command == "train"     ? &kTrainOptions
+                                         : command == "eval"    ? &kEvalOptions
+                                         : command == "predict" ? &kPredictOptions
+                                                                : nullptr;
+  if (!specs) {
+    std::cerr << "normcore: unknown command '" << command << "'\n\n";
+    usage(std::cerr);
+    return 2;
+  }
+  try {
+    Args args = parse(argc, argv, *specs);
+    if (args.options.count("help")) {
+      command_usage(std::cout, command, *specs);
+      return 0;
+    }
+    if (command == "train") return train(args);
+    if (command == "eval") return eval(args);
+    return predict(args);
+  } catch (const nc::ValueError& e) {
+    std::cerr << "normcore " << command << ": " << e.what() << "\n";
+    return 2;
+  } catch (const nc::Error& e) {
+    std::cerr << "normcore " << command << ": " << e.what() << "\n";
+    return 1;
+  }
+}

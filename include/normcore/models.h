@@ -1,0 +1,73 @@
+// Ready-made image classifiers for 28x28 grayscale images (Fashion-MNIST), their
+// checkpoints, and image files. A checkpoint is one safetensors file holding the model
+// ("model.<name>"), optionally the optimizer and schedule state ("optim.", "schedule."),
+// and metadata (model name, epoch, training options) from which the model is rebuilt.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "normcore/nn.h"
+#include "normcore/random.h"
+
+namespace normcore {
+namespace models {
+
+// The model names make_classifier accepts ("mlp", ...).
+std::vector<std::string> classifier_names();
+
+// A classifier from [B, 1, 28, 28] (or [B, 784]) images to [B, 10] logits:
+//   "mlp": Flatten, Linear(784, 512), ReLU, Dropout(0.2), Linear(512, 256), ReLU,
+//          Dropout(0.2), Linear(256, 10).
+// Throws ValueError naming the known models for an unknown name.
+std::shared_ptr<nn::Module> make_classifier(const std::string& name, Generator* gen = nullptr);
+
+// Fashion-MNIST's class names, by label.
+const std::vector<std::string>& fashion_mnist_classes();
+
+struct Checkpoint {
+  std::string model_name;
+  std::shared_ptr<nn::Module> model;  // rebuilt and loaded, on the requested device
+  int64_t epoch = 0;                  // epochs completed
+  nn::NamedTensors optimizer_state;   // "optim." prefix removed; empty if none was saved
+  nn::NamedTensors schedule_state;    // "schedule." prefix removed
+  std::map<std::string, std::string> metadata;
+};
+
+// Writes the checkpoint atomically (a temporary file renamed over path).
+void save_checkpoint(const std::string& path, const std::string& model_name, const nn::Module& model,
+                     int64_t epoch, const nn::NamedTensors& optimizer_state,
+                     const nn::NamedTensors& schedule_state,
+                     const std::map<std::string, std::string>& options);
+// Reads a checkpoint and rebuilds its model on device (its dropout layers drawing from
+// gen, or the default generator). Throws IOError for a file that is not a normcore
+// checkpoint, naming what is missing.
+Checkpoint load_checkpoint(const std::string& path, Device device = Device::cpu(), Generator* gen = nullptr);
+
+// Reads a 28x28 grayscale image, binary or plain PGM (P5/P2) or, where normcore was built
+// with libpng, PNG (gray, or color converted to gray), as f32 [1, 28, 28] in [0, 1].
+// Throws IOError naming the file and the problem (other sizes included).
+Tensor read_image(const std::string& path);
+
+// Loads a classifier checkpoint once and labels images with it.
+class Classifier {
+ public:
+  explicit Classifier(const std::string& checkpoint, Device device = Device::cpu());
+  struct Prediction {
+    int64_t label;
+    std::string name;
+    double probability;
+  };
+  // image: f32 [1, 28, 28] or [28, 28] in [0, 1] (as read_image gives).
+  Prediction predict(const Tensor& image) const;
+  const std::string& model_name() const { return checkpoint_.model_name; }
+
+ private:
+  Checkpoint checkpoint_;
+  Device device_;
+};
+
+}  // namespace models
+}  // namespace normcore

@@ -1,0 +1,229 @@
+// Classifier models, checkpoints and image files for the command-line program and for
+// programs that embed a trained model.
+#include "normcore/models.h"
+
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "normcore/autograd.h"
+#include "normcore/ops.h"
+#include "normcore/safetensors.h"
+#ifdef NORMCORE_HAS_PNG
+#include <png.h>
+#endif
+
+namespace normcore {
+namespace models {
+
+namespace {
+
+constexpr int64_t kSide = 28;
+constexpr const char* kFormat = "normcore-classifier";
+
+std::shared_ptr<nn::Module> make_mlp(Generator* gen) {
+  auto net = std::make_shared<nn::Sequential>();
+  net->push_back(std::make_shared<nn::Flatten>());
+  net->push_back(std::make_shared<nn::Linear>(kSide * kSide, 512, true, gen));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Dropout>(0.2, gen));
+  net->push_back(std::make_shared<nn::Linear>(512, 256, true, gen));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Dropout>(0.2, gen));
+  net->push_back(std::make_shared<nn::Linear>(256, 10, true, gen));
+  return net;
+}
+
+// Splits "prefix.rest" entries off a list.
+nn::NamedTensors take_prefixed(const safetensors::TensorList& all, const std::string& prefix) {
+  nn::NamedTensors out;
+  for (const auto& [name, t] : all)
+    if (name.compare(0, prefix.size(), prefix) == 0) out.emplace_back(name.substr(prefix.size()), t);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> classifier_names() { return {"mlp"}; }
+
+std::shared_ptr<nn::Module> make_classifier(const std::string& name, Generator* gen) {
+  if (name == "mlp") return make_mlp(gen);
+  std::string known;
+  for (const std::string& n : classifier_names()) known += (known.empty() ? "" : ", ") + n;
+  throw ValueError("make_classifier: unknown model '" + name + "' (known: " + known + ")");
+}
+
+const std::vector<std::string>& fashion_mnist_classes() {
+  static const std::vector<std::string> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                 "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return names;
+}
+
+void save_checkpoint(const std::string& path, const std::string& model_name, const nn::Module& model,
+                     int64_t epoch, const nn::NamedTensors& optimizer_state,
+                     const nn::NamedTensors& schedule_state,
+                     const std::map<std::string, std::string>& options) {
+  safetensors::TensorList tensors;
+  for (const auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
+  for (const auto& [name, t] : optimizer_state) tensors.emplace_back("optim." + name, t);
+  for (const auto& [name, t] : schedule_state) tensors.emplace_back("schedule." + name, t);
+  std::map<std::string, std::string> metadata;
+  for (const auto& [k, v] : options) metadata["option." + k] = v;
+  metadata["format"] = kFormat;
+  metadata["model"] = model_name;
+  metadata["epoch"] = std::to_string(epoch);
+  safetensors::save(path, tensors, metadata);
+}
+
+Checkpoint load_checkpoint(const std::string& path, Device device, Generator* gen) {
+  safetensors::File file = safetensors::load(path);
+  auto meta = [&](const std::string& key) -> const std::string& {
+    auto it = file.metadata.find(key);
+    NC_CHECK(it != file.metadata.end(), IOError, "load_checkpoint: ", path,
+             " is not a normcore checkpoint (its metadata has no '", key, "')");
+    return it->second;
+  };
+  NC_CHECK(meta("format") == kFormat, IOError, "load_checkpoint: ", path, " has format '",
+           meta("format"), "', expected '", kFormat, "'");
+  Checkpoint c;
+  c.model_name = meta("model");
+  try {
+    c.epoch = std::stoll(meta("epoch"));
+  } catch (const std::exception&) {
+    throw IOError("load_checkpoint: " + path + " has a malformed epoch '" + meta("epoch") + "'");
+  }
+  c.model = make_classifier(c.model_name, gen);
+  c.model->load_state_dict(take_prefixed(file.tensors, "model."));
+  c.model->to(device);
+  c.optimizer_state = take_prefixed(file.tensors, "optim.");
+  c.schedule_state = take_prefixed(file.tensors, "schedule.");
+  c.metadata = file.metadata;
+  return c;
+}
+
+// ---------------------------------------------------------------- images
+namespace {
+
+// Reads the next PGM header token, skipping white space and '#' comments.
+std::string pgm_token(std::istream& in) {
+  std::string token;
+  int c;
+  while ((c = in.get()) != EOF) {
+    if (c == '#') {
+      while ((c = in.get()) != EOF && c != '\n') {
+      }
+      continue;
+    }
+    if (std::isspace(c)) {
+      if (!token.empty()) break;
+      continue;
+    }
+    token.push_back(static_cast<char>(c));
+  }
+  return token;
+}
+
+int64_t pgm_number(std::istream& in, const std::string& path, const char* what) {
+  std::string token = pgm_token(in);
+  NC_CHECK(!token.empty() && token.size() < 10 && token.find_first_not_of("0123456789") == std::string::npos,
+           IOError, "read_image: ", path, ": bad PGM ", what, " '", token, "'");
+  return std::stoll(token);
+}
+
+Tensor from_gray(const std::vector<float>& pixels, const std::string& path, int64_t width, int64_t height) {
+  NC_CHECK(width == kSide && height == kSide, IOError, "read_image: ", path, " is ", width, "x", height,
+           ", expected ", kSide, "x", kSide, " (Fashion-MNIST's size)");
+  return from_vector(pixels, {1, kSide, kSide});
+}
+
+Tensor read_pgm(const std::string& path, std::ifstream& in) {
+  std::string magic = pgm_token(in);
+  int64_t width = pgm_number(in, path, "width"), height = pgm_number(in, path, "height");
+  int64_t maxval = pgm_number(in, path, "maximum value");
+  NC_CHECK(maxval > 0 && maxval < 65536, IOError, "read_image: ", path, ": PGM maximum value ", maxval,
+           " out of range");
+  NC_CHECK(width > 0 && height > 0 && width <= 4096 && height <= 4096, IOError, "read_image: ", path,
+           ": PGM size ", width, "x", height, " out of range");
+  std::vector<float> pixels(static_cast<size_t>(width * height));
+  for (float& p : pixels) {
+    int64_t v;
+    if (magic == "P2") {
+      v = pgm_number(in, path, "pixel");
+    } else {
+      int hi = in.get(), lo = maxval > 255 ? in.get() : 0;
+      NC_CHECK(lo != EOF && hi != EOF, IOError, "read_image: ", path, ": PGM pixel data is truncated");
+      v = maxval > 255 ? (hi << 8 | lo) : hi;
+    }
+    NC_CHECK(v <= maxval, IOError, "read_image: ", path, ": PGM pixel ", v, " exceeds the maximum ", maxval);
+    p = static_cast<float>(v) / static_cast<float>(maxval);
+  }
+  return from_gray(pixels, path, width, height);
+}
+
+#ifdef NORMCORE_HAS_PNG
+Tensor read_png(const std::string& path) {
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  NC_CHECK(png_image_begin_read_from_file(&image, path.c_str()), IOError, "read_image: ", path,
+           ": not a readable PNG (", image.message, ")");
+  image.format = PNG_FORMAT_GRAY;
+  if (image.width != kSide || image.height != kSide) {
+    png_image_free(&image);
+    throw IOError(detail::cat_str("read_image: ", path, " is ", image.width, "x", image.height,
+                                  ", expected ", kSide, "x", kSide, " (Fashion-MNIST's size)"));
+  }
+  std::vector<uint8_t> gray(PNG_IMAGE_SIZE(image));
+  NC_CHECK(png_image_finish_read(&image, nullptr, gray.data(), 0, nullptr), IOError, "read_image: ", path,
+           ": corrupted PNG (", image.message, ")");
+  std::vector<float> pixels(gray.size());
+  for (size_t i = 0; i < gray.size(); ++i) pixels[i] = static_cast<float>(gray[i]) / 255.0f;
+  return from_gray(pixels, path, image.width, image.height);
+}
+#endif
+
+}  // namespace
+
+Tensor read_image(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  NC_CHECK(in.good(), IOError, "read_image: cannot open ", path);
+  char head[8] = {0};
+  in.read(head, 8);
+  in.clear();
+  in.seekg(0);
+  if (head[0] == 'P' && (head[1] == '5' || head[1] == '2')) return read_pgm(path, in);
+  if (static_cast<unsigned char>(head[0]) == 0x89 && head[1] == 'P' && head[2] == 'N' && head[3] == 'G') {
+#ifdef NORMCORE_HAS_PNG
+    return read_png(path);
+#else
+    throw IOError("read_image: " + path + " is a PNG, but normcore was built without libpng; use PGM");
+#endif
+  }
+  throw IOError("read_image: " + path + " is neither a PGM (P5/P2) nor a PNG image");
+}
+
+// ---------------------------------------------------------------- Classifier
+Classifier::Classifier(const std::string& checkpoint, Device device)
+    : checkpoint_(load_checkpoint(checkpoint, device)), device_(device) {
+  checkpoint_.model->eval();
+}
+
+Classifier::Prediction Classifier::predict(const Tensor& image) const {
+  NC_CHECK(image.numel() == kSide * kSide, ShapeError, "Classifier::predict: expects a 28x28 image, got ",
+           describe(image));
+  double mean = 0.2860, stddev = 0.3530;
+  auto option = [&](const char* key, double& value) {
+    auto it = checkpoint_.metadata.find(std::string("option.") + key);
+    if (it != checkpoint_.metadata.end()) value = std::stod(it->second);
+  };
+  option("mean", mean);
+  option("std", stddev);
+  autograd::NoGradGuard no_grad;
+  Tensor x = (image.to(device_, DType::F32).reshape({1, 1, kSide, kSide}) - mean) / stddev;
+  Tensor probs = softmax((*checkpoint_.model)(x), 1);
+  int64_t label = argmax(probs, 1).item<int64_t>();
+  return Prediction{label, fashion_mnist_classes()[label], probs.select(0, 0).select(0, label).item<double>()};
+}
+
+}  // namespace models
+}  // namespace normcore
