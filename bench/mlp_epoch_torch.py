@@ -2,7 +2,7 @@
 # loss, clipping, batch size and data normalisation, timed the same way (best epoch after
 # a 20-step warm-up), then test accuracy. Reads the Fashion-MNIST .gz files directly.
 #   python3 bench/mlp_epoch_torch.py [--device cpu|cuda] [--epochs N] [--data DIR]
-import argparse, gzip, json, struct, time
+import argparse, gzip, json, os, struct, time
 
 import torch
 import torch.nn as nn
@@ -23,7 +23,9 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for PyTorch")
     a = p.parse_args()
+    torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
     torch.manual_seed(0)
 
