@@ -2,7 +2,8 @@
 # One call's worth of GPU work, run from the repository root on the GPU machine with the
 # binaries built here for sm_90 in gpu-run/ (and the Fashion-MNIST files in
 # gpu-run/fashion-mnist): the test suite, a default training run with eval and predict,
-# the MLP epoch benchmark beside PyTorch, and the PyTorch state_dict exchange files.
+# a memcheck of the CUDA tests, the MLP epoch benchmark beside PyTorch, and the PyTorch
+# state_dict exchange files.
 # Outputs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
@@ -16,7 +17,14 @@ date -u
 
 echo "== test suite"
 "$run/normcore_tests" > "$out/tests.log" 2>&1
-echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) \]|^\[  FAILED  \]" "$out/tests.log"
+echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$out/tests.log"
+
+if command -v compute-sanitizer > /dev/null; then
+  echo "== compute-sanitizer memcheck: the CUDA tests of modules, optimizers, data and runtime"
+  compute-sanitizer --tool memcheck "$run/normcore_tests" \
+    --gtest_filter='Nn.Cuda*:OptimCuda*:DataLoader.Cuda*:CudaRuntime.*:CudaBackend.Public*' > "$out/memcheck.log" 2>&1
+  echo "exit $?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) +\]" "$out/memcheck.log"
+fi
 
 echo "== normcore train (defaults) on cuda"
 "$run/normcore" train --data "$data" --device cuda --out "$out/ckpt.safetensors" > "$out/train.log" 2>&1
