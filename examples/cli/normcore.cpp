@@ -160,7 +160,8 @@ class Progress {
                   std::string(width - filled, ' ').c_str(), static_cast<long long>(done),
                   static_cast<long long>(total_), loss, rate);
       std::fflush(stdout);
-    } else if (done == total_ || done * 10 / total_ != (done - 1) * 10 / total_) {
+    } else if (done == total_ || done * 10 / total_ > printed_tenths_) {
+      printed_tenths_ = done * 10 / total_;
       std::printf("epoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s\n", static_cast<long long>(epoch_),
                   static_cast<long long>(epochs_), static_cast<long long>(done), static_cast<long long>(total_),
                   loss, rate);
@@ -176,6 +177,7 @@ class Progress {
 
  private:
   int64_t epoch_, epochs_, total_;
+  int64_t printed_tenths_ = 0;  // tenths of the epoch already reported (plain output)
   bool tty_;
   std::chrono::steady_clock::time_point start_;
 };
