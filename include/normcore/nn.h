@@ -185,5 +185,49 @@ class Embedding : public Module {
   Tensor weight;  // [num_embeddings, embedding_dim]
 };
 
+// layer_norm over the trailing normalized_shape dims: [*, normalized_shape] -> same.
+// weight (ones) and bias (zeros) have shape normalized_shape; bias needs elementwise_affine.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                     bool bias = true);
+  Tensor forward(const Tensor& x) override;
+
+  const std::vector<int64_t> normalized_shape;
+  const double eps;
+  Tensor weight;  // normalized_shape; undefined without elementwise_affine
+  Tensor bias;    // normalized_shape; undefined without elementwise_affine or bias
+};
+
+// group_norm: [N, num_channels, *] -> same; weight (ones) and bias (zeros) [num_channels].
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+
+  const int64_t num_groups;
+  const int64_t num_channels;
+  const double eps;
+  Tensor weight;  // [num_channels]; undefined without affine
+  Tensor bias;    // [num_channels]; undefined without affine
+};
+
+// l1_norm along dim; no parameters.
+class L1Norm : public Module {
+ public:
+  explicit L1Norm(int64_t dim = 1, double eps = 1e-12) : dim(dim), eps(eps) {}
+  Tensor forward(const Tensor& x) override;
+  const int64_t dim;
+  const double eps;
+};
+
+// frobenius_norm of the whole input; no parameters.
+class FrobeniusNorm : public Module {
+ public:
+  explicit FrobeniusNorm(double eps = 1e-12) : eps(eps) {}
+  Tensor forward(const Tensor& x) override;
+  const double eps;
+};
+
 }  // namespace nn
 }  // namespace normcore

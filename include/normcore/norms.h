@@ -1,0 +1,35 @@
+// Normalization ops (functional forms of the LayerNorm, GroupNorm, L1Norm and FrobeniusNorm
+// layers). Each is one recorded op with its own forward and backward (not a composition of
+// generic ops): forward saves what backward needs (mean and rstd, or the norm), backward
+// gives grad_x, grad_weight and grad_bias, reducing parameter gradients deterministically.
+// Floating dtypes; f16/bf16 compute in f32. Statistics are two-pass or Welford/Chan
+// combined, never E[x^2] - E[x]^2, so the variance stays accurate when |mean| >> std.
+#pragma once
+
+#include <vector>
+
+#include "normcore/tensor.h"
+
+namespace normcore {
+
+// PyTorch's F.layer_norm: statistics over the trailing dims given by normalized_shape
+// (biased variance), y = (x - mean) * rstd * weight + bias. weight and bias are optional
+// (undefined tensors) and have shape normalized_shape.
+// [*, normalized_shape] -> same shape.
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps = 1e-5);
+
+// PyTorch's F.group_norm: x [N, C, *] (rank >= 2), C divisible by num_groups; statistics per
+// sample and group over C / num_groups channels and all trailing dims; weight and bias [C],
+// optional. [N, C, *] -> same shape.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
+                  double eps = 1e-5);
+
+// x / max(mean(|x|, dim, keepdim), eps); a zero row gives zeros. [*] -> same shape.
+Tensor l1_norm(const Tensor& x, int64_t dim = 1, double eps = 1e-12);
+
+// x / max(sqrt(sum(x * x)), eps) over the whole tensor; a zero tensor gives zeros (the norm's
+// subgradient at 0 is 0). [*] -> same shape.
+Tensor frobenius_norm(const Tensor& x, double eps = 1e-12);
+
+}  // namespace normcore
