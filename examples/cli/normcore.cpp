@@ -1,13 +1,16 @@
-// The normcore command-line program: train, evaluate and use Fashion-MNIST classifiers.
+// The normcore command-line program: train, evaluate and use Fashion-MNIST classifiers, and
+// check the ops against reference cases.
 //   normcore train [options]            train, print test accuracy per epoch, save a checkpoint
 //   normcore eval --checkpoint F        test accuracy and confusion matrix
 //   normcore predict --checkpoint F IMAGE...   label 28x28 PGM/PNG images
+//   normcore conformance DIR [--device cpu|cuda|all]   run every case in DIR; exit 0 when all pass
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "normcore/normcore.h"
+#include "normcore/conformance.h"
 #include "normcore/data.h"
 #include "normcore/models.h"
 #include "normcore/optim.h"
@@ -66,18 +70,22 @@ const std::vector<OptionSpec> kPredictOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to use"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
 };
+const std::vector<OptionSpec> kConformanceOptions = {
+    {"device", "all", "cpu, cuda[:N], or all (the CPU, then cuda:0 when there is one)"},
+};
 
 void usage(std::ostream& os) {
   os << "usage: normcore <command> [options]\n\n"
         "commands:\n"
         "  train     train a Fashion-MNIST classifier\n"
         "  eval      print a checkpoint's test accuracy and confusion matrix\n"
-        "  predict   classify 28x28 PGM or PNG images with a checkpoint\n\n"
+        "  predict   classify 28x28 PGM or PNG images with a checkpoint\n"
+        "  conformance  run the reference cases in a folder against every device\n\n"
         "'normcore <command> --help' lists a command's options.\n";
 }
 
 void command_usage(std::ostream& os, const std::string& command, const std::vector<OptionSpec>& specs) {
-  os << "usage: normcore " << command << " [options]" << (command == "predict" ? " IMAGE..." : "") << "\n\noptions:\n";
+  os << "usage: normcore " << command << " [options]" << (command == "predict" ? " IMAGE..." : command == "conformance" ? " DIR" : "") << "\n\noptions:\n";
   for (const OptionSpec& s : specs)
     os << "  --" << std::left << std::setw(18) << s.name << s.help
        << (s.fallback && *s.fallback ? std::string(" (default ") + s.fallback + ")" : "") << "\n";
@@ -371,6 +379,44 @@ int predict(const Args& args) {
   return 0;
 }
 
+// One line per case and device: verdict, file, op, dtype, device, the worst error of each
+// compared tensor (absolute, and as a fraction of its tolerance), then the failure reason.
+void print_case(const nc::conformance::CaseResult& r) {
+  std::printf("%s %s %s %s %s", r.pass ? "PASS" : "FAIL", std::filesystem::path(r.file).filename().string().c_str(),
+              r.op.empty() ? "-" : r.op.c_str(), r.dtype.empty() ? "-" : r.dtype.c_str(), r.device.str().c_str());
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const auto& t = r.tensors[i];
+    std::printf("%s %s %.1e (%.2g tol)", i ? "," : " ", t.name.c_str(), t.worst_abs, t.worst_rel_to_tol);
+  }
+  if (!r.pass) std::printf(" -- %s", r.reason.c_str());
+  std::printf("\n");
+}
+
+int conformance(const Args& args) {
+  NC_CHECK(args.positional.size() == 1, ValueError, "conformance: give one folder of cases, got ",
+           args.positional.size(), " arguments");
+  const std::string& spec = args.options.at("device");
+  std::vector<nc::Device> devices;
+  if (spec == "all") {
+    devices.push_back(nc::Device::cpu());
+    if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
+  } else {
+    NC_CHECK(spec != "auto", ValueError, "conformance: --device takes cpu, cuda[:N] or all, got 'auto'");
+    devices.push_back(pick_device(spec));
+  }
+  int passed = 0, failed = 0;
+  for (const nc::Device& device : devices) {
+    for (const auto& r : nc::conformance::run_dir(args.positional[0], device)) {
+      print_case(r);
+      (r.pass ? passed : failed) += 1;
+    }
+  }
+  NC_CHECK(passed + failed > 0, IOError, "conformance: no .safetensors cases in '", args.positional[0], "'");
+  std::printf("%d passed, %d failed\n", passed, failed);
+  std::fflush(stdout);
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -382,6 +428,7 @@ int main(int argc, char** argv) {
   const std::vector<OptionSpec>* specs = command == "train"     ? &kTrainOptions
                                          : command == "eval"    ? &kEvalOptions
                                          : command == "predict" ? &kPredictOptions
+                                         : command == "conformance" ? &kConformanceOptions
                                                                 : nullptr;
   if (!specs) {
     std::cerr << "normcore: unknown command '" << command << "'\n\n";
@@ -396,6 +443,7 @@ int main(int argc, char** argv) {
     }
     if (command == "train") return train(args);
     if (command == "eval") return eval(args);
+    if (command == "conformance") return conformance(args);
     return predict(args);
   } catch (const nc::ValueError& e) {
     std::cerr << "normcore " << command << ": " << e.what() << "\n";

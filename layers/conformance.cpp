@@ -1,0 +1,344 @@
+// Conformance runner: reads a case (metadata op, attrs, dtype, tolerances; inputs, grad_out,
+// expected out and grad.<input>), runs the op forward and backward on the requested device
+// through the public functional ops, and compares in float64. Ops are one row each in
+// op_table(); adding an op is one row. Every problem with a case becomes its failure reason.
+#include "normcore/conformance.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <system_error>
+
+#include <nlohmann/json.hpp>
+
+#include "normcore/autograd.h"
+#include "normcore/error.h"
+#include "normcore/norms.h"
+#include "normcore/ops.h"
+#include "normcore/safetensors.h"
+#include "normcore/tensor.h"
+
+namespace normcore {
+namespace conformance {
+namespace {
+
+using json = nlohmann::json;
+
+// The case's inputs by name, on the run device; an absent optional input is not in the map.
+using Inputs = std::map<std::string, Tensor>;
+
+Tensor optional_input(const Inputs& inputs, const std::string& name) {
+  auto it = inputs.find(name);
+  return it == inputs.end() ? Tensor() : it->second;
+}
+
+// ---- attributes (a JSON object in the metadata's "attrs") ----
+double attr_number(const json& attrs, const char* key, double fallback) {
+  if (!attrs.contains(key)) return fallback;
+  NC_CHECK(attrs[key].is_number(), ValueError, "attribute '", key, "' must be a number, got ", attrs[key].dump());
+  return attrs[key].get<double>();
+}
+
+int64_t attr_integer(const json& attrs, const char* key, std::optional<int64_t> fallback = std::nullopt) {
+  if (!attrs.contains(key)) {
+    NC_CHECK(fallback.has_value(), ValueError, "attribute '", key, "' is missing");
+    return *fallback;
+  }
+  NC_CHECK(attrs[key].is_number_integer(), ValueError, "attribute '", key, "' must be an integer, got ",
+           attrs[key].dump());
+  return attrs[key].get<int64_t>();
+}
+
+std::vector<int64_t> attr_integer_list(const json& attrs, const char* key) {
+  NC_CHECK(attrs.contains(key), ValueError, "attribute '", key, "' is missing");
+  const json& value = attrs[key];
+  NC_CHECK(value.is_array(), ValueError, "attribute '", key, "' must be a list of integers, got ", value.dump());
+  std::vector<int64_t> out;
+  for (const json& v : value) {
+    NC_CHECK(v.is_number_integer(), ValueError, "attribute '", key, "' must be a list of integers, got ",
+             value.dump());
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+// ---- the ops ----
+// [*, in] x, [out, in] weight, [out] bias (optional) -> [*, out]
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Tensor y = matmul(x, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+struct OpSpec {
+  std::string name;
+  std::vector<std::string> required_inputs;
+  std::vector<std::string> optional_inputs;
+  std::vector<std::string> attrs;  // the attribute names the op accepts
+  std::function<Tensor(const Inputs&, const json&)> forward;
+};
+
+const std::vector<OpSpec>& op_table() {
+  static const std::vector<OpSpec> table = {
+      {"layer_norm", {"x"}, {"weight", "bias"}, {"normalized_shape", "eps"},
+       [](const Inputs& in, const json& a) {
+         return layer_norm(in.at("x"), attr_integer_list(a, "normalized_shape"), optional_input(in, "weight"),
+                           optional_input(in, "bias"), attr_number(a, "eps", 1e-5));
+       }},
+      {"group_norm", {"x"}, {"weight", "bias"}, {"num_groups", "eps"},
+       [](const Inputs& in, const json& a) {
+         return group_norm(in.at("x"), attr_integer(a, "num_groups"), optional_input(in, "weight"),
+                           optional_input(in, "bias"), attr_number(a, "eps", 1e-5));
+       }},
+      {"l1_norm", {"x"}, {}, {"dim", "eps"},
+       [](const Inputs& in, const json& a) {
+         return l1_norm(in.at("x"), attr_integer(a, "dim", 1), attr_number(a, "eps", 1e-12));
+       }},
+      {"frobenius_norm", {"x"}, {}, {"eps"},
+       [](const Inputs& in, const json& a) { return frobenius_norm(in.at("x"), attr_number(a, "eps", 1e-12)); }},
+      {"linear", {"x", "weight"}, {"bias"}, {},
+       [](const Inputs& in, const json&) {
+         return linear(in.at("x"), in.at("weight"), optional_input(in, "bias"));
+       }},
+      // [B, in] -> linear [B, OUT] -> group_norm -> min over dim 1 [B, 1] -> + bias [1, OUT, 1, 1]
+      // -> [1, OUT, B, 1] (NumPy broadcasting).
+      {"gemm_group_norm_min_bias",
+       {"x", "linear.weight", "bias"},
+       {"linear.bias", "group_norm.weight", "group_norm.bias"},
+       {"num_groups", "eps"},
+       [](const Inputs& in, const json& a) {
+         Tensor y = linear(in.at("x"), in.at("linear.weight"), optional_input(in, "linear.bias"));
+         y = group_norm(y, attr_integer(a, "num_groups"), optional_input(in, "group_norm.weight"),
+                        optional_input(in, "group_norm.bias"), attr_number(a, "eps", 1e-5));
+         y = min(y, 1, /*keepdim=*/true).first;
+         return y + in.at("bias");
+       }},
+  };
+  return table;
+}
+
+// ---- reading the case ----
+const std::string& metadata(const safetensors::File& file, const std::string& key) {
+  auto it = file.metadata.find(key);
+  NC_CHECK(it != file.metadata.end(), ValueError, "metadata has no '", key, "'");
+  return it->second;
+}
+
+double metadata_number(const safetensors::File& file, const std::string& key) {
+  const std::string& text = metadata(file, key);
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  NC_CHECK(!text.empty() && end && *end == '\0' && std::isfinite(value) && value >= 0, ValueError, "metadata '",
+           key, "' must be a non-negative number, got '", text, "'");
+  return value;
+}
+
+// Safetensors spells dtypes "F32", "BF16"; normcore "f32", "bf16".
+DType case_dtype(const std::string& text) {
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  DType dtype = dtype_from_name(lower);
+  NC_CHECK(is_floating(dtype), DTypeError, "metadata 'dtype' must be a floating dtype, got '", text, "'");
+  return dtype;
+}
+
+json parse_attrs(const safetensors::File& file, const OpSpec& spec) {
+  auto it = file.metadata.find("attrs");
+  json attrs = json::object();
+  if (it != file.metadata.end()) {
+    try {
+      attrs = json::parse(it->second);
+    } catch (const json::exception& e) {
+      throw ValueError(detail::cat_str("metadata 'attrs' is not valid JSON (", e.what(), ")"));
+    }
+  }
+  NC_CHECK(attrs.is_object(), ValueError, "metadata 'attrs' must be a JSON object, got ", attrs.dump());
+  for (auto item = attrs.begin(); item != attrs.end(); ++item) {
+    bool known = std::find(spec.attrs.begin(), spec.attrs.end(), item.key()) != spec.attrs.end();
+    NC_CHECK(known, ValueError, "unknown attribute '", item.key(), "' for op ", spec.name);
+  }
+  return attrs;
+}
+
+// ---- comparing ----
+std::string format_number(double v) {
+  std::ostringstream s;
+  s.precision(8);
+  s << v;
+  return s.str();
+}
+
+// Compares got with expected element by element in float64; *note says why it failed.
+TensorResult compare(const std::string& name, const Tensor& got, const Tensor& expected, double rtol, double atol,
+                     std::string* note) {
+  const double inf = std::numeric_limits<double>::infinity();
+  TensorResult r;
+  r.name = name;
+  if (got.shape() != expected.shape()) {
+    r.worst_abs = r.worst_rel_to_tol = inf;
+    *note = detail::cat_str(name, ": shape ", shape_str(got.shape()), ", expected ", shape_str(expected.shape()));
+    return r;
+  }
+  if (got.dtype() != expected.dtype()) {
+    r.worst_abs = r.worst_rel_to_tol = inf;
+    *note = detail::cat_str(name, ": dtype ", dtype_name(got.dtype()), ", expected ", dtype_name(expected.dtype()));
+    return r;
+  }
+  const std::vector<double> g = got.to(Device::cpu(), DType::F64).to_vector<double>();
+  const std::vector<double> e = expected.to(Device::cpu(), DType::F64).to_vector<double>();
+  int64_t failures = 0, first_failure = -1;
+  for (size_t i = 0; i < g.size(); ++i) {
+    double diff = 0, ratio = 0;
+    bool ok = true;
+    if (std::isnan(g[i]) || std::isnan(e[i])) {
+      ok = std::isnan(g[i]) && std::isnan(e[i]);
+      diff = ratio = ok ? 0 : inf;
+    } else if (g[i] == e[i]) {
+      ok = true;  // also equal infinities
+    } else if (std::isinf(g[i]) || std::isinf(e[i])) {
+      ok = false;
+      diff = ratio = inf;
+    } else {
+      diff = std::fabs(g[i] - e[i]);
+      const double tol = atol + rtol * std::fabs(e[i]);
+      ok = diff <= tol;
+      ratio = tol > 0 ? diff / tol : inf;
+    }
+    if (!ok && failures++ == 0) first_failure = static_cast<int64_t>(i);
+    r.worst_abs = std::max(r.worst_abs, diff);
+    r.worst_rel_to_tol = std::max(r.worst_rel_to_tol, ratio);
+  }
+  r.pass = failures == 0;
+  if (!r.pass)
+    *note = detail::cat_str(name, ": ", failures, " of ", g.size(), " elements beyond tolerance (first at flat index ",
+                            first_failure, ": got ", format_number(g[first_failure]), ", expected ",
+                            format_number(e[first_failure]), ")");
+  return r;
+}
+
+// Turns autograd recording on for the run, whatever the caller's setting, and restores it.
+class GradEnabled {
+ public:
+  GradEnabled() : previous_(autograd::is_grad_enabled()) { autograd::set_grad_enabled(true); }
+  ~GradEnabled() { autograd::set_grad_enabled(previous_); }
+  GradEnabled(const GradEnabled&) = delete;
+  GradEnabled& operator=(const GradEnabled&) = delete;
+
+ private:
+  bool previous_;
+};
+
+bool is_expected_name(const std::string& name) {
+  return name == "out" || name == "grad_out" || name.rfind("grad.", 0) == 0;
+}
+
+// Fills result (op, dtype, tensors, pass, reason); throws on anything that stops the run.
+void run_case_impl(const std::string& path, Device device, CaseResult& result) {
+  const safetensors::File file = safetensors::load(path);
+  result.op = metadata(file, "op");
+  result.dtype = metadata(file, "dtype");
+  const DType dtype = case_dtype(result.dtype);
+  result.dtype = dtype_name(dtype);
+  const double rtol = metadata_number(file, "rtol"), atol = metadata_number(file, "atol");
+  const double grad_rtol = metadata_number(file, "grad_rtol"), grad_atol = metadata_number(file, "grad_atol");
+
+  const auto& table = op_table();
+  auto spec = std::find_if(table.begin(), table.end(), [&](const OpSpec& s) { return s.name == result.op; });
+  NC_CHECK(spec != table.end(), ValueError, "unknown op '", result.op, "'");
+  const json attrs = parse_attrs(file, *spec);
+
+  // Every tensor must be an input the op takes, grad_out, out or the gradient of an input.
+  std::vector<std::string> input_names;
+  for (const auto& entry : file.tensors) {
+    const std::string& name = entry.first;
+    if (is_expected_name(name)) continue;
+    bool known = std::count(spec->required_inputs.begin(), spec->required_inputs.end(), name) > 0 ||
+                 std::count(spec->optional_inputs.begin(), spec->optional_inputs.end(), name) > 0;
+    NC_CHECK(known, ValueError, "unexpected tensor '", name, "' for op ", spec->name);
+    input_names.push_back(name);
+  }
+  for (const std::string& name : spec->required_inputs)
+    NC_CHECK(file.contains(name), ValueError, "missing tensor '", name, "'");
+  NC_CHECK(file.contains("grad_out"), ValueError, "missing tensor 'grad_out'");
+  NC_CHECK(file.contains("out"), ValueError, "missing tensor 'out'");
+  for (const std::string& name : input_names)
+    NC_CHECK(file.contains("grad." + name), ValueError, "missing tensor 'grad.", name, "'");
+  for (const auto& entry : file.tensors) {
+    const std::string& name = entry.first;
+    if (name.rfind("grad.", 0) != 0) continue;
+    bool known = std::count(input_names.begin(), input_names.end(), name.substr(5)) > 0;
+    NC_CHECK(known, ValueError, "unexpected tensor '", name, "': the case has no input '", name.substr(5), "'");
+  }
+
+  Inputs inputs;
+  for (const std::string& name : input_names) {
+    const Tensor& stored = file.at(name);
+    NC_CHECK(stored.dtype() == dtype, DTypeError, "input '", name, "' is ", dtype_name(stored.dtype()),
+             " but the case dtype is ", dtype_name(dtype));
+    Tensor input = stored.to(device).detach();
+    input.requires_grad_(true);
+    inputs[name] = input;
+  }
+
+  GradEnabled grad_enabled;
+  const Tensor out = spec->forward(inputs, attrs);
+  std::vector<std::string> notes;
+  std::string note;
+  result.tensors.push_back(compare("out", out, file.at("out"), rtol, atol, &note));
+  if (!note.empty()) notes.push_back(note);
+
+  out.backward(file.at("grad_out").to(device));
+  for (const std::string& name : input_names) {
+    // An input that did not reach the output has a zero gradient.
+    Tensor grad = inputs[name].grad();
+    if (!grad.defined()) grad = zeros_like(inputs[name]);
+    note.clear();
+    result.tensors.push_back(compare("grad." + name, grad, file.at("grad." + name), grad_rtol, grad_atol, &note));
+    if (!note.empty()) notes.push_back(note);
+  }
+
+  result.pass = notes.empty();
+  for (size_t i = 0; i < notes.size(); ++i) result.reason += (i ? "; " : "") + notes[i];
+}
+
+}  // namespace
+
+CaseResult run_case(const std::string& path, Device device) {
+  CaseResult result;
+  result.file = path;
+  result.device = device;
+  try {
+    run_case_impl(path, device, result);
+  } catch (const std::exception& e) {
+    result.pass = false;
+    result.reason = e.what();
+  }
+  return result;
+}
+
+std::vector<CaseResult> run_dir(const std::string& dir, Device device) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  NC_CHECK(!ec, IOError, "conformance: cannot list '", dir, "' (", ec.message(), ")");
+  std::vector<std::string> paths;
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    NC_CHECK(!ec, IOError, "conformance: cannot list '", dir, "' (", ec.message(), ")");
+    if (it->path().extension() == ".safetensors") paths.push_back(it->path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<CaseResult> results;
+  for (const std::string& path : paths) results.push_back(run_case(path, device));
+  return results;
+}
+
+}  // namespace conformance
+}  // namespace normcore

@@ -1,0 +1,131 @@
+// Conformance: every case in tests/data/conformance must pass on the CPU and (when there is
+// one) on the GPU; and the runner must fail, with a reason, a case whose expected output is
+// wrong, one with an unknown op and one with a missing tensor, rather than skip them.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "normcore/conformance.h"
+#include "normcore/ops.h"
+#include "normcore/safetensors.h"
+#include "normcore/tensor.h"
+
+namespace nc = normcore;
+namespace st = normcore::safetensors;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kCaseDir = NORMCORE_TEST_DATA_DIR "/conformance";
+
+void expect_all_pass(nc::Device device) {
+  const std::vector<nc::conformance::CaseResult> results = nc::conformance::run_dir(kCaseDir, device);
+  ASSERT_FALSE(results.empty()) << "no cases in " << kCaseDir;
+  for (const auto& r : results) {
+    EXPECT_TRUE(r.pass) << r.file << " (" << r.op << ", " << r.dtype << ", " << r.device << "): " << r.reason;
+    if (r.pass) EXPECT_TRUE(r.reason.empty()) << r.file;
+  }
+}
+
+// A copy of a case, edited, in a temporary file removed at the end of the test.
+class ConformanceBadCase : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = (fs::temp_directory_path() / ("normcore_conformance_" + std::to_string(::getpid()) + "_" +
+                                          ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                                          ".safetensors"))
+                .string();
+  }
+  void TearDown() override { fs::remove(path_); }
+
+  // Writes the layer_norm_rows case after edit(tensors, metadata) and runs it on the CPU.
+  nc::conformance::CaseResult run_edited(
+      const std::function<void(st::TensorList&, std::map<std::string, std::string>&)>& edit) {
+    st::File file = st::load(kCaseDir + "/layer_norm_rows.safetensors");
+    edit(file.tensors, file.metadata);
+    st::save(path_, file.tensors, file.metadata);
+    return nc::conformance::run_case(path_, nc::Device::cpu());
+  }
+
+  std::string path_;
+};
+
+}  // namespace
+
+TEST(Conformance, AllCasesPassOnCpu) { expect_all_pass(nc::Device::cpu()); }
+
+TEST(Conformance, AllCasesPassOnCuda) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_all_pass(nc::Device::cuda());
+}
+
+TEST(Conformance, ReportsEveryComparedTensor) {
+  const auto r = nc::conformance::run_case(kCaseDir + "/linear.safetensors", nc::Device::cpu());
+  ASSERT_TRUE(r.pass) << r.reason;
+  EXPECT_EQ(r.op, "linear");
+  EXPECT_EQ(r.dtype, "f32");
+  std::vector<std::string> names;
+  for (const auto& t : r.tensors) {
+    names.push_back(t.name);
+    EXPECT_TRUE(t.pass);
+    EXPECT_LE(t.worst_rel_to_tol, 1.0);
+    EXPECT_GE(t.worst_abs, 0.0);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"out", "grad.x", "grad.weight", "grad.bias"}));
+}
+
+TEST_F(ConformanceBadCase, PerturbedOutputFails) {
+  const auto r = run_edited([](st::TensorList& tensors, std::map<std::string, std::string>&) {
+    for (auto& [name, t] : tensors)
+      if (name == "out") t = nc::add(t, nc::full(t.shape(), 0.5, nc::TensorOptions(t.dtype())));
+  });
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.reason.find("out"), std::string::npos) << r.reason;
+  ASSERT_FALSE(r.tensors.empty());
+  EXPECT_EQ(r.tensors[0].name, "out");
+  EXPECT_FALSE(r.tensors[0].pass);
+  EXPECT_GT(r.tensors[0].worst_rel_to_tol, 1.0);
+  EXPECT_NEAR(r.tensors[0].worst_abs, 0.5, 1e-3);
+  for (size_t i = 1; i < r.tensors.size(); ++i) EXPECT_TRUE(r.tensors[i].pass) << r.tensors[i].name;
+}
+
+TEST_F(ConformanceBadCase, UnknownOpFails) {
+  const auto r = run_edited(
+      [](st::TensorList&, std::map<std::string, std::string>& metadata) { metadata["op"] = "rms_norm"; });
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.op, "rms_norm");
+  EXPECT_NE(r.reason.find("unknown op 'rms_norm'"), std::string::npos) << r.reason;
+}
+
+TEST_F(ConformanceBadCase, MissingTensorFails) {
+  const auto r = run_edited([](st::TensorList& tensors, std::map<std::string, std::string>&) {
+    tensors.erase(std::remove_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.first == "grad.weight"; }),
+                  tensors.end());
+  });
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.reason.find("missing tensor 'grad.weight'"), std::string::npos) << r.reason;
+}
+
+TEST_F(ConformanceBadCase, BadAttrsFail) {
+  const auto r = run_edited([](st::TensorList&, std::map<std::string, std::string>& metadata) {
+    metadata["attrs"] = "{\"normalized_shape\": 16}";
+  });
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.reason.find("normalized_shape"), std::string::npos) << r.reason;
+}
+
+TEST(Conformance, MissingFileFailsWithReason) {
+  const auto r = nc::conformance::run_case(kCaseDir + "/no_such_case.safetensors", nc::Device::cpu());
+  EXPECT_FALSE(r.pass);
+  EXPECT_FALSE(r.reason.empty());
+}
+
+TEST(Conformance, MissingDirectoryThrows) {
+  EXPECT_THROW(nc::conformance::run_dir(kCaseDir + "/no_such_dir", nc::Device::cpu()), nc::IOError);
+}
