@@ -22,16 +22,30 @@ namespace {
 constexpr int64_t kSide = 28;
 constexpr const char* kFormat = "normcore-classifier";
 
-std::shared_ptr<nn::Module> make_mlp(Generator* gen) {
+// A normalization layer over `features` features, or none.
+std::shared_ptr<nn::Module> make_norm(const std::string& norm, int64_t features) {
+  if (norm == "layernorm") return std::make_shared<nn::LayerNorm>(std::vector<int64_t>{features});
+  if (norm == "groupnorm") return std::make_shared<nn::GroupNorm>(16, features);
+  if (norm == "l1norm") return std::make_shared<nn::L1Norm>(1);
+  if (norm == "frobnorm") return std::make_shared<nn::FrobeniusNorm>();
+  return nullptr;
+}
+
+// Flatten, then two hidden blocks Linear -> [norm] -> ReLU -> Dropout(0.2), then the
+// classifier layer. Without a norm the indices match PyTorch's nn.Sequential of the same
+// layers (1, 4 and 7 for the Linear layers).
+std::shared_ptr<nn::Module> make_mlp(const std::string& norm, Generator* gen) {
   auto net = std::make_shared<nn::Sequential>();
   net->push_back(std::make_shared<nn::Flatten>());
-  net->push_back(std::make_shared<nn::Linear>(kSide * kSide, 512, true, gen));
-  net->push_back(std::make_shared<nn::ReLU>());
-  net->push_back(std::make_shared<nn::Dropout>(0.2, gen));
-  net->push_back(std::make_shared<nn::Linear>(512, 256, true, gen));
-  net->push_back(std::make_shared<nn::ReLU>());
-  net->push_back(std::make_shared<nn::Dropout>(0.2, gen));
-  net->push_back(std::make_shared<nn::Linear>(256, 10, true, gen));
+  int64_t in = kSide * kSide;
+  for (int64_t width : {512, 256}) {
+    net->push_back(std::make_shared<nn::Linear>(in, width, true, gen));
+    if (auto n = make_norm(norm, width)) net->push_back(n);
+    net->push_back(std::make_shared<nn::ReLU>());
+    net->push_back(std::make_shared<nn::Dropout>(0.2, gen));
+    in = width;
+  }
+  net->push_back(std::make_shared<nn::Linear>(in, 10, true, gen));
   return net;
 }
 
@@ -45,10 +59,14 @@ nn::NamedTensors take_prefixed(const safetensors::TensorList& all, const std::st
 
 }  // namespace
 
-std::vector<std::string> classifier_names() { return {"mlp"}; }
+std::vector<std::string> classifier_names() {
+  return {"mlp", "mlp-layernorm", "mlp-groupnorm", "mlp-l1norm", "mlp-frobnorm"};
+}
 
 std::shared_ptr<nn::Module> make_classifier(const std::string& name, Generator* gen) {
-  if (name == "mlp") return make_mlp(gen);
+  if (name == "mlp") return make_mlp("", gen);
+  for (const char* norm : {"layernorm", "groupnorm", "l1norm", "frobnorm"})
+    if (name == std::string("mlp-") + norm) return make_mlp(norm, gen);
   std::string known;
   for (const std::string& n : classifier_names()) known += (known.empty() ? "" : ", ") + n;
   throw ValueError("make_classifier: unknown model '" + name + "' (known: " + known + ")");

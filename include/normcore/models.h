@@ -21,6 +21,8 @@ std::vector<std::string> classifier_names();
 // A classifier from [B, 1, 28, 28] (or [B, 784]) images to [B, 10] logits:
 //   "mlp": Flatten, Linear(784, 512), ReLU, Dropout(0.2), Linear(512, 256), ReLU,
 //          Dropout(0.2), Linear(256, 10).
+//   "mlp-layernorm", "mlp-groupnorm" (16 groups), "mlp-l1norm", "mlp-frobnorm": the same
+//          with LayerNorm, GroupNorm, L1Norm or FrobeniusNorm after each hidden Linear.
 // Throws ValueError naming the known models for an unknown name.
 std::shared_ptr<nn::Module> make_classifier(const std::string& name, Generator* gen = nullptr);
 
