@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_support.h"
 #include "normcore/data.h"
 #include "normcore/ops.h"
 #include "normcore/tensor.h"
@@ -118,18 +119,7 @@ void expect_io_error(const std::function<void()>& read, const std::string& path,
 }
 
 // A fresh directory per test, removed afterwards.
-class DataFiles : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("normcore_data_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class DataFiles : public normcore_test::TempDirTest {};
 
 // ---- IDX round trips ----
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_support.h"
 #include "normcore/safetensors.h"
 #include "normcore/tensor.h"
 
@@ -87,18 +88,7 @@ std::set<std::string> list_dir(const fs::path& dir) {
 }
 
 // A fresh directory per test, removed afterwards.
-class SafetensorsFiles : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("normcore_st_" + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class SafetensorsFiles : public normcore_test::TempDirTest {};
 
 // ---- round trips ----
 
