@@ -74,18 +74,7 @@ int main(int argc, char** argv) {
     best = std::min(best, now() - start);
   }
 
-  model->eval();
-  nc::autograd::NoGradGuard no_grad;
-  nc::data::DataLoaderOptions test_options;
-  test_options.batch_size = 1000;
-  test_options.shuffle = false;
-  test_options.device = device;
-  nc::data::DataLoader test_loader(test, test_options);
-  test_loader.begin_epoch(0);
-  int64_t correct = 0;
-  while (test_loader.next(batch))
-    correct += nc::sum(nc::eq(nc::argmax((*model)(batch.images), 1), batch.labels)).item<int64_t>();
-  double accuracy = static_cast<double>(correct) / static_cast<double>(test.labels.size(0));
+  double accuracy = nc::models::evaluate(*model, test, device).accuracy;
   double rate = static_cast<double>(train.labels.size(0)) / best;
   std::printf("normcore mlp epoch on %s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",
               device.str().c_str(), best, rate, 100 * accuracy, static_cast<long long>(epochs));

@@ -78,6 +78,32 @@ const std::vector<std::string>& fashion_mnist_classes() {
   return names;
 }
 
+Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device device) {
+  data::DataLoaderOptions options;
+  options.batch_size = 1000;
+  options.shuffle = false;
+  options.device = device;
+  data::DataLoader loader(dataset, options);
+  loader.begin_epoch(0);
+  model.eval();
+  autograd::NoGradGuard no_grad;
+  Evaluation e;
+  e.confusion.assign(10, std::vector<int64_t>(10, 0));
+  int64_t correct = 0, seen = 0;
+  for (data::Batch batch; loader.next(batch);) {
+    std::vector<int64_t> predicted = argmax(model(batch.images), 1).to_vector<int64_t>();
+    std::vector<int64_t> truth = batch.labels.to_vector<int64_t>();
+    for (size_t i = 0; i < truth.size(); ++i) {
+      ++e.confusion[truth[i]][predicted[i]];
+      correct += truth[i] == predicted[i];
+    }
+    seen += static_cast<int64_t>(truth.size());
+  }
+  model.train();
+  e.accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
+  return e;
+}
+
 void save_checkpoint(const std::string& path, const std::string& model_name, const nn::Module& model,
                      int64_t epoch, const nn::NamedTensors& optimizer_state,
                      const nn::NamedTensors& schedule_state,

@@ -190,38 +190,6 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
 };
 
-// ---------------------------------------------------------------- evaluation
-struct Evaluation {
-  double accuracy = 0;
-  std::vector<std::vector<int64_t>> confusion;  // [true][predicted]
-};
-
-Evaluation evaluate(nc::nn::Module& model, const nc::data::Dataset& test, nc::Device device) {
-  nc::data::DataLoaderOptions options;
-  options.batch_size = 1000;
-  options.shuffle = false;
-  options.device = device;
-  nc::data::DataLoader loader(test, options);
-  loader.begin_epoch(0);
-  model.eval();
-  nc::autograd::NoGradGuard no_grad;
-  Evaluation e;
-  e.confusion.assign(10, std::vector<int64_t>(10, 0));
-  int64_t correct = 0, seen = 0;
-  for (nc::data::Batch batch; loader.next(batch);) {
-    std::vector<int64_t> predicted = nc::argmax(model(batch.images), 1).to_vector<int64_t>();
-    std::vector<int64_t> truth = batch.labels.to_vector<int64_t>();
-    for (size_t i = 0; i < truth.size(); ++i) {
-      ++e.confusion[truth[i]][predicted[i]];
-      correct += truth[i] == predicted[i];
-    }
-    seen += static_cast<int64_t>(truth.size());
-  }
-  model.train();
-  e.accuracy = seen ? static_cast<double>(correct) / static_cast<double>(seen) : 0;
-  return e;
-}
-
 // ---------------------------------------------------------------- commands
 int train(const Args& args) {
   nc::Device device = pick_device(args.options.at("device"));
@@ -332,7 +300,7 @@ int train(const Args& args) {
     }
     progress.finish();
     double train_seconds = progress.elapsed();
-    Evaluation e = evaluate(*model, test_set, device);
+    nc::models::Evaluation e = nc::models::evaluate(*model, test_set, device);
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.1f s, %.0f samples/s)\n",
                 static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
                 loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), 100 * e.accuracy, train_seconds,
@@ -352,7 +320,7 @@ int eval(const Args& args) {
   nc::Device device = pick_device(args.options.at("device"));
   nc::models::Checkpoint c = nc::models::load_checkpoint(args.options.at("checkpoint"), device);
   nc::data::Dataset test = nc::data::load_fashion_mnist(args.options.at("data"), false);
-  Evaluation e = evaluate(*c.model, test, device);
+  nc::models::Evaluation e = nc::models::evaluate(*c.model, test, device);
   const auto& names = nc::models::fashion_mnist_classes();
   std::printf("%s: model %s after %lld epochs, test accuracy %.2f%% on %s\n\n", args.options.at("checkpoint").c_str(),
               c.model_name.c_str(), static_cast<long long>(c.epoch), 100 * e.accuracy, device.str().c_str());

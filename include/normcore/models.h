@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "normcore/data.h"
 #include "normcore/nn.h"
 #include "normcore/random.h"
 
@@ -25,6 +26,16 @@ std::vector<std::string> classifier_names();
 //          with LayerNorm, GroupNorm, L1Norm or FrobeniusNorm after each hidden Linear.
 // Throws ValueError naming the known models for an unknown name.
 std::shared_ptr<nn::Module> make_classifier(const std::string& name, Generator* gen = nullptr);
+
+struct Evaluation {
+  double accuracy = 0;
+  std::vector<std::vector<int64_t>> confusion;  // [true label][predicted label], 10 x 10
+};
+
+// Test accuracy and confusion matrix of a classifier over a labelled dataset (normalized
+// as the DataLoader does), in batches of 1000 on device, in eval mode with recording off.
+// The model is left in training mode.
+Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device device);
 
 // Fashion-MNIST's class names, by label.
 const std::vector<std::string>& fashion_mnist_classes();
