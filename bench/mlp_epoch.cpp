@@ -1,4 +1,4 @@
-// Benchmark: one training epoch of normcore's default Fashion-MNIST classifier (the "mlp"
+// Benchmark: one training epoch of normcore's plain Fashion-MNIST classifier (the "mlp"
 // model with `normcore train`'s default options), then its test accuracy. Prints a table
 // line and a JSON line; bench/mlp_epoch_torch.py runs the same model in PyTorch.
 //   mlp_epoch [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B]

@@ -1,12 +1,12 @@
 // The normalization ops of normcore/norms.h. Each public function checks its arguments,
-// then on the CPU runs the reference kernels of kernels/cpu/norms.h and records one node
-// whose backward is the matching backward kernel (statistics saved by the forward, not
-// recomputed). On CUDA the same function is composed from recorded ops for now.
+// runs the backend's forward kernel (kernels/cpu/norms.cpp, kernels/cuda/norms.cu) and
+// records one node whose backward is the matching backward kernel, fed the statistics the
+// forward saved (not recomputed).
 #include "normcore/norms.h"
 
 #include "autograd/graph.h"
 #include "core/internal.h"
-#include "kernels/cpu/norms.h"
+#include "kernels/backend.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -15,10 +15,10 @@ using namespace detail;
 
 namespace {
 
-bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
-DType compute_dtype(DType d) { return is_half(d) ? DType::F32 : d; }
-
-Tensor f64_stats(const Shape& shape) { return new_tensor(shape, DType::F64, Device::cpu()); }
+// Statistics tensors in the backend's accumulation dtype, on x's device.
+Tensor stats_like(const Shape& shape, const Tensor& x) {
+  return new_tensor(shape, norm_stats_dtype(x.device(), x.dtype()), x.device());
+}
 
 void check_input(const char* op, const Tensor& x, double eps) {
   check_defined(op, "x", x);
@@ -42,27 +42,6 @@ Tensor grad_like(const Tensor& grad, const Tensor& x) { return grad.to(x.dtype()
 
 Tensor new_like(const Tensor& x) { return new_tensor(x.shape(), x.dtype(), x.device()); }
 
-// Interim: the dedicated CUDA kernels are the next step. Until then CUDA tensors take the
-// same function composed of recorded ops (correct, gradients by autograd), computed in f32
-// for f16/bf16 and rounded once.
-Tensor composed_affine(const Tensor& x, const Shape& rows_shape, const std::vector<int64_t>& dims,
-                       const Tensor& weight, const Tensor& bias, const Shape& param_shape, double eps) {
-  Tensor work = x.to(compute_dtype(x.dtype())).reshape(rows_shape);
-  Tensor centered = sub(work, mean(work, dims, /*keepdim=*/true));
-  Tensor var = mean(mul(centered, centered), dims, /*keepdim=*/true);
-  Tensor y = mul(centered, rsqrt(add(var, eps))).reshape(x.shape());
-  if (weight.defined()) y = mul(y, weight.to(y.dtype()).reshape(param_shape));
-  if (bias.defined()) y = add(y, bias.to(y.dtype()).reshape(param_shape));
-  return y.to(x.dtype());
-}
-
-// x / max(norm, eps) with the norm's gradient 0 where the clamp is active (and at 0).
-Tensor composed_clamped_div(const Tensor& work, const Tensor& norm, double eps) {
-  Tensor active = ge(norm, eps);
-  Tensor denom = where(active, norm, eps);
-  return div(work, denom);
-}
-
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
@@ -80,11 +59,6 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
 
   const int64_t row_len = checked_numel(normalized_shape, op);
   const int64_t rows = row_len > 0 ? x.numel() / row_len : checked_numel(Shape(x.shape().begin(), x.shape().end() - k), op);
-  if (!x.device().is_cpu()) {
-    std::vector<int64_t> dims;
-    for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
-    return composed_affine(x, x.shape(), dims, weight, bias, normalized_shape, eps);
-  }
   Tensor xc, w, b;
   {
     autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them
@@ -92,8 +66,8 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
     w = weight.defined() ? weight.contiguous() : weight;
     b = bias.defined() ? bias.contiguous() : bias;
   }
-  Tensor out = new_like(x), mean = f64_stats({rows}), rstd = f64_stats({rows});
-  cpu::layer_norm_forward(xc, w, b, rows, row_len, eps, out, mean, rstd);
+  Tensor out = new_like(x), mean = stats_like({rows}, x), rstd = stats_like({rows}, x);
+  NC_BACKEND(x.device(), layer_norm_forward, xc, w, b, rows, row_len, eps, out, mean, rstd);
   if (!autograd::needs_grad(x, weight, bias)) return out;
   autograd::record(op, out, {x, weight, bias},
                    [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, rows,
@@ -101,7 +75,7 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
                      Tensor grad_x = new_like(xs);
                      Tensor grad_weight = ws.defined() ? new_like(ws) : Tensor();
                      Tensor grad_bias = has_bias ? new_tensor(normalized_shape, xs.dtype(), xs.device()) : Tensor();
-                     cpu::layer_norm_backward(grad_like(grad, xs), xs, ws, mean, rstd, rows, row_len, grad_x,
+                     NC_BACKEND(xs.device(), layer_norm_backward, grad_like(grad, xs), xs, ws, mean, rstd, rows, row_len, grad_x,
                                               grad_weight, grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
@@ -120,12 +94,6 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   check_param(op, "bias", bias, x, {channels});
 
   const int64_t spatial = checked_numel(Shape(x.shape().begin() + 2, x.shape().end()), op);
-  if (!x.device().is_cpu()) {
-    Shape param_shape(static_cast<size_t>(x.dim() - 1), 1);
-    param_shape[0] = channels;
-    return composed_affine(x, {batch, num_groups, (channels / num_groups) * spatial}, {2}, weight, bias,
-                           param_shape, eps);
-  }
   Tensor xc, w, b;
   {
     autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them
@@ -133,8 +101,8 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
     w = weight.defined() ? weight.contiguous() : weight;
     b = bias.defined() ? bias.contiguous() : bias;
   }
-  Tensor out = new_like(x), mean = f64_stats({batch * num_groups}), rstd = f64_stats({batch * num_groups});
-  cpu::group_norm_forward(xc, w, b, batch, num_groups, channels, spatial, eps, out, mean, rstd);
+  Tensor out = new_like(x), mean = stats_like({batch * num_groups}, x), rstd = stats_like({batch * num_groups}, x);
+  NC_BACKEND(x.device(), group_norm_forward, xc, w, b, batch, num_groups, channels, spatial, eps, out, mean, rstd);
   if (!autograd::needs_grad(x, weight, bias)) return out;
   autograd::record(op, out, {x, weight, bias},
                    [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, batch,
@@ -142,7 +110,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
                      Tensor grad_x = new_like(xs);
                      Tensor grad_weight = ws.defined() ? new_like(ws) : Tensor();
                      Tensor grad_bias = has_bias ? new_tensor({channels}, xs.dtype(), xs.device()) : Tensor();
-                     cpu::group_norm_backward(grad_like(grad, xs), xs, ws, mean, rstd, batch, num_groups, channels,
+                     NC_BACKEND(xs.device(), group_norm_backward, grad_like(grad, xs), xs, ws, mean, rstd, batch, num_groups, channels,
                                               spatial, grad_x, grad_weight, grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
@@ -159,18 +127,13 @@ Tensor l1_norm(const Tensor& x, int64_t dim, double eps) {
   for (int64_t i = 0; i < d; ++i) outer *= shape[i];
   for (size_t i = static_cast<size_t>(d) + 1; i < shape.size(); ++i) inner *= shape[i];
   const int64_t size = shape[d];
-  if (!x.device().is_cpu()) {
-    Tensor work = x.to(compute_dtype(x.dtype())).reshape({outer, size, inner});
-    Tensor norm = mean(abs(work), {1}, /*keepdim=*/true);
-    return composed_clamped_div(work, norm, eps).to(x.dtype()).reshape(x.shape());
-  }
   Tensor xc = x.contiguous().detach();
-  Tensor out = new_like(x), norm = f64_stats({outer, inner});
-  cpu::l1_norm_forward(xc, outer, size, inner, eps, out, norm);
+  Tensor out = new_like(x), norm = stats_like({outer, inner}, x);
+  NC_BACKEND(x.device(), l1_norm_forward, xc, outer, size, inner, eps, out, norm);
   if (!autograd::needs_grad(x)) return out;
   autograd::record(op, out, {x}, [xs = autograd::saved(xc), norm, outer, size, inner, eps](const Tensor& grad) {
     Tensor grad_x = new_like(xs);
-    cpu::l1_norm_backward(grad_like(grad, xs), xs, norm, outer, size, inner, eps, grad_x);
+    NC_BACKEND(xs.device(), l1_norm_backward, grad_like(grad, xs), xs, norm, outer, size, inner, eps, grad_x);
     return std::vector<Tensor>{grad_x};
   });
   return out;
@@ -179,21 +142,13 @@ Tensor l1_norm(const Tensor& x, int64_t dim, double eps) {
 Tensor frobenius_norm(const Tensor& x, double eps) {
   const char* op = "frobenius_norm";
   check_input(op, x, eps);
-  if (!x.device().is_cpu()) {
-    Tensor work = x.to(compute_dtype(x.dtype()));
-    Tensor squares = sum(mul(work, work));
-    // sqrt's gradient is infinite at 0; the clamp hides that value, so feed it 1 there.
-    Tensor active = ge(squares, eps * eps);
-    Tensor norm = sqrt(where(active, squares, 1.0));
-    return div(work, where(active, norm, eps)).to(x.dtype());
-  }
   Tensor xc = x.contiguous().detach();
-  Tensor out = new_like(x), norm = f64_stats({});
-  cpu::frobenius_norm_forward(xc, eps, out, norm);
+  Tensor out = new_like(x), norm = stats_like({}, x);
+  NC_BACKEND(x.device(), frobenius_norm_forward, xc, eps, out, norm);
   if (!autograd::needs_grad(x)) return out;
   autograd::record(op, out, {x}, [xs = autograd::saved(xc), norm, eps](const Tensor& grad) {
     Tensor grad_x = new_like(xs);
-    cpu::frobenius_norm_backward(grad_like(grad, xs), xs, norm, eps, grad_x);
+    NC_BACKEND(xs.device(), frobenius_norm_backward, grad_like(grad, xs), xs, norm, eps, grad_x);
     return std::vector<Tensor>{grad_x};
   });
   return out;

@@ -36,6 +36,12 @@ enum class ReduceOp {
   All, Any   // out Bool; empty -> true / false
 };
 
+// The dtype of the statistics the normalization ops save: the accumulation type of the
+// backend (the CPU reference keeps double; CUDA float, or double for f64 x).
+inline DType norm_stats_dtype(Device device, DType dtype) {
+  return device.is_cpu() || dtype == DType::F64 ? DType::F64 : DType::F32;
+}
+
 // Each backend namespace (normcore::cpu, normcore::cuda_kernels) defines all of these.
 #define NORMCORE_BACKEND_FUNCTIONS                                                          \
   /* dst[i] = convert(src[i]); same shape, src expanded, any dtypes, dst any strides */     \
@@ -99,7 +105,42 @@ enum class ReduceOp {
      backends produce the same bits. */                                                    \
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,            \
                  const Tensor& exp_avg_sq, double lr, double beta1, double beta2, double eps, \
-                 double weight_decay, bool decoupled, int64_t step);
+                 double weight_decay, bool decoupled, int64_t step);                        \
+  /* Normalization ops (core/norms.cpp ties them to autograd). Every tensor contiguous;    \
+     x, y, grad_y, grad_x, weight, bias, grad_weight, grad_bias share x's floating dtype;   \
+     the saved statistics (mean, rstd, norm) have dtype norm_stats_dtype(device, dtype).   \
+     Undefined weight/bias mean none; undefined grad_weight/grad_bias are not computed.    \
+     layer_norm: x [rows, row_len]; mean, rstd [rows]; weight, bias [row_len];             \
+     y = (x - mean) * rstd * weight + bias, biased variance, rstd = 1 / sqrt(var + eps). */ \
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,        \
+                          int64_t rows, int64_t row_len, double eps, const Tensor& y,        \
+                          const Tensor& mean, const Tensor& rstd);                           \
+  void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,      \
+                           const Tensor& mean, const Tensor& rstd, int64_t rows,             \
+                           int64_t row_len, const Tensor& grad_x, const Tensor& grad_weight, \
+                           const Tensor& grad_bias);                                         \
+  /* group_norm: x [batch, channels, spatial], channels = groups * (channels / groups);    \
+     mean, rstd [batch * groups]; weight, bias [channels] */                                \
+  void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,        \
+                          int64_t batch, int64_t groups, int64_t channels, int64_t spatial,  \
+                          double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd); \
+  void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,      \
+                           const Tensor& mean, const Tensor& rstd, int64_t batch,            \
+                           int64_t groups, int64_t channels, int64_t spatial,                \
+                           const Tensor& grad_x, const Tensor& grad_weight,                  \
+                           const Tensor& grad_bias);                                         \
+  /* l1_norm: x [outer, size, inner] -> y = x / max(mean(|x|, dim 1), eps); norm           \
+     [outer, inner] holds mean(|x|) before the clamp (0 when size == 0) */                 \
+  void l1_norm_forward(const Tensor& x, int64_t outer, int64_t size, int64_t inner,          \
+                       double eps, const Tensor& y, const Tensor& norm);                     \
+  void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm,           \
+                        int64_t outer, int64_t size, int64_t inner, double eps,              \
+                        const Tensor& grad_x);                                               \
+  /* frobenius_norm: y = x / max(sqrt(sum(x * x)), eps) over all elements; norm [] holds   \
+     sqrt(sum(x * x)). Backward: the norm's gradient is 0 where the clamp is active */      \
+  void frobenius_norm_forward(const Tensor& x, double eps, const Tensor& y, const Tensor& norm); \
+  void frobenius_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm,    \
+                               double eps, const Tensor& grad_x);
 
 namespace cpu {
 NORMCORE_BACKEND_FUNCTIONS

@@ -1,11 +1,11 @@
-// CPU reference normalization kernels (contracts in kernels/cpu/norms.h). Layer norm is
+// CPU reference normalization kernels (contracts in kernels/backend.h). Layer norm is
 // group norm with one group per row, one channel per element and no spatial extent, so
 // both run one template over [batch, groups, group_channels, spatial]. Statistics are
 // two-pass (mean, then squared deviations from it) in double, so a large mean costs no
 // accuracy. Backward folds the weight into per-row coefficients:
 //   grad_x = rstd * (w_c * dy - mean(w * dy) - xhat * mean(w * dy * xhat)).
 // The loops run in a fixed order on one thread, so parameter gradients are deterministic.
-#include "kernels/cpu/norms.h"
+#include "kernels/backend.h"
 
 #include <cmath>
 #include <vector>

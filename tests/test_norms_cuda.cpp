@@ -1,0 +1,202 @@
+// The CUDA normalization kernels against the CPU reference, values and every gradient, in
+// f64, f32, f16 and bf16, at sizes chosen to reach each kernel path: rows reduced by one
+// warp (<= 1024) or one block, rows split into many chunks, very long rows, one row, many
+// rows (the sliced parameter-gradient reduction), group norm on [N, C] and on planes, L1
+// along the last dim and along an inner dim, large means, zero rows and empty tensors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "normcore/normcore.h"
+
+namespace nc = normcore;
+using nc::DType;
+using nc::Tensor;
+
+namespace {
+
+using NormOp = std::function<Tensor(const Tensor& x, const Tensor& weight, const Tensor& bias)>;
+
+struct CudaCase {
+  std::string name;
+  nc::Shape x_shape;
+  nc::Shape param_shape;  // empty: the op takes no weight or bias
+  NormOp op;
+  double offset = 0;      // added to x: a large mean (f64 and f32 only)
+  bool zero_rows = false; // zero the first half of x
+};
+
+Tensor random(const nc::Shape& shape, uint64_t seed, DType dtype) {
+  nc::Generator gen(seed);
+  return nc::randn(shape, DType::F64, &gen).to(dtype);
+}
+
+// Tolerance for values of magnitude 1, by dtype: the CPU rounds a double result once, the
+// GPU accumulates in float (double for f64) and rounds once.
+double value_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::F64: return 1e-10;
+    case DType::F32: return 2e-5;
+    case DType::F16: return 4e-3;
+    default: return 3e-2;
+  }
+}
+
+// Float rounding of a value near offset, relative: the mean saved in the accumulation
+// type is within this of the exact mean, which shifts every normalized value by as much.
+double unit_roundoff(DType dtype) { return dtype == DType::F64 ? 0x1p-53 : 0x1p-24; }
+
+void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  std::vector<double> got = gpu.to(nc::Device::cpu()).to(DType::F64).to_vector<double>();
+  std::vector<double> expected = cpu.to(DType::F64).to_vector<double>();
+  // Sums over many elements carry error relative to the largest term, not the result.
+  double scale = 1;
+  for (double v : expected) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(expected[i])) {  // dy / eps overflowing f16 on a zero row, as on the CPU
+      ASSERT_EQ(got[i], expected[i]) << what << " at " << i;
+      continue;
+    }
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " at " << i << ": " << got[i];
+    ASSERT_NEAR(got[i], expected[i], tol * (1 + std::fabs(expected[i]) + 1e-2 * scale))
+        << what << " at " << i << " of " << got.size();
+  }
+}
+
+void run_case(const CudaCase& c, DType dtype) {
+  if (c.offset != 0 && dtype != DType::F64 && dtype != DType::F32) return;  // f16 cannot hold 1e4 + x
+  SCOPED_TRACE(c.name + " " + nc::dtype_name(dtype));
+  Tensor x = random(c.x_shape, 11, DType::F64);
+  if (c.offset != 0) x = x + c.offset;
+  if (c.zero_rows && x.numel() > 0) x.narrow(0, 0, (x.size(0) + 1) / 2).fill_(0);
+  x = x.to(dtype);
+  Tensor weight, bias;
+  if (!c.param_shape.empty()) {
+    weight = random(c.param_shape, 12, dtype);
+    bias = random(c.param_shape, 13, dtype);
+  }
+  Tensor grad = random(c.x_shape, 14, dtype);
+
+  std::vector<Tensor> cpu_in = {x.clone().requires_grad_()};
+  if (weight.defined()) {
+    cpu_in.push_back(weight.clone().requires_grad_());
+    cpu_in.push_back(bias.clone().requires_grad_());
+  }
+  std::vector<Tensor> gpu_in;
+  for (const Tensor& t : cpu_in) gpu_in.push_back(t.detach().to(nc::Device::cuda()).requires_grad_());
+  auto call = [&](const std::vector<Tensor>& in) {
+    return c.op(in[0], in.size() > 1 ? in[1] : Tensor(), in.size() > 2 ? in[2] : Tensor());
+  };
+  Tensor cpu_y = call(cpu_in), gpu_y = call(gpu_in);
+  EXPECT_EQ(gpu_y.dtype(), dtype);
+  EXPECT_TRUE(gpu_y.device().is_cuda());
+  // A variance that cancelled (E[x^2] - E[x]^2) would be off by about offset^2 * roundoff,
+  // far outside this.
+  const double tol = value_tolerance(dtype) + 8 * c.offset * unit_roundoff(dtype);
+  expect_close(gpu_y, cpu_y, tol, "y");
+  if (x.numel() == 0) return;
+  cpu_y.backward(grad);
+  gpu_y.backward(grad.to(nc::Device::cuda()));
+  const char* names[] = {"grad_x", "grad_weight", "grad_bias"};
+  for (size_t i = 0; i < cpu_in.size(); ++i) expect_close(gpu_in[i].grad(), cpu_in[i].grad(), 4 * tol, names[i]);
+}
+
+NormOp layer_norm_over(std::vector<int64_t> normalized_shape) {
+  return [normalized_shape](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return nc::layer_norm(x, normalized_shape, w, b);
+  };
+}
+
+NormOp group_norm_with(int64_t groups) {
+  return [groups](const Tensor& x, const Tensor& w, const Tensor& b) { return nc::group_norm(x, groups, w, b); };
+}
+
+NormOp l1_norm_along(int64_t dim) {
+  return [dim](const Tensor& x, const Tensor&, const Tensor&) { return nc::l1_norm(x, dim); };
+}
+
+NormOp frobenius() {
+  return [](const Tensor& x, const Tensor&, const Tensor&) { return nc::frobenius_norm(x); };
+}
+
+std::vector<CudaCase> cases() {
+  return {
+      {"layer_norm row of 1", {5, 1}, {1}, layer_norm_over({1})},
+      {"layer_norm warp rows", {37, 100}, {100}, layer_norm_over({100})},
+      {"layer_norm warp rows, no affine", {37, 1000}, {}, layer_norm_over({1000})},
+      {"layer_norm block row, one chunk", {3, 1025}, {1025}, layer_norm_over({1025})},
+      {"layer_norm many rows", {3000, 48}, {48}, layer_norm_over({48})},
+      {"layer_norm chunked rows", {2, 3, 65535}, {3, 65535}, layer_norm_over({3, 65535})},
+      {"layer_norm one long row", {1, 1 << 20}, {1 << 20}, layer_norm_over({1 << 20})},
+      {"layer_norm large mean", {4, 3000}, {3000}, layer_norm_over({3000}), 1e4},
+      {"layer_norm zero rows", {6, 70}, {70}, layer_norm_over({70}), 0, true},
+      {"layer_norm empty", {0, 16}, {16}, layer_norm_over({16})},
+      {"group_norm [N, C]", {64, 24}, {24}, group_norm_with(6)},
+      {"group_norm small planes", {3, 12, 3}, {12}, group_norm_with(4)},
+      {"group_norm image", {2, 8, 33, 31}, {8}, group_norm_with(2)},
+      {"group_norm long groups", {2, 4, 100000}, {4}, group_norm_with(2)},
+      {"group_norm large mean", {3, 6, 500}, {6}, group_norm_with(3), 1e4},
+      {"group_norm no affine", {5, 9, 17}, {}, group_norm_with(3)},
+      {"group_norm empty", {0, 4, 5}, {4}, group_norm_with(2)},
+      {"l1_norm last dim", {300, 77}, {}, l1_norm_along(1)},
+      {"l1_norm long rows", {3, 200000}, {}, l1_norm_along(1)},
+      {"l1_norm inner dim", {4, 50, 9, 7}, {}, l1_norm_along(1)},
+      {"l1_norm zero rows", {8, 33}, {}, l1_norm_along(1), 0, true},
+      {"l1_norm 0-dim", {}, {}, l1_norm_along(0)},
+      {"frobenius small", {3, 5}, {}, frobenius()},
+      {"frobenius large", {7, 300001}, {}, frobenius()},
+      {"frobenius zero", {4, 5}, {}, frobenius(), 0, true},
+      {"frobenius empty", {0}, {}, frobenius()},
+  };
+}
+
+TEST(NormCuda, MatchesCpuOnEveryPath) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const CudaCase& c : cases()) {
+    for (DType dtype : {DType::F64, DType::F32, DType::F16, DType::BF16}) run_case(c, dtype);
+  }
+}
+
+// The frobenius "zero" case above zeroes only half; a whole zero tensor gives zeros and a
+// finite gradient on the GPU as on the CPU.
+TEST(NormCuda, ZeroInputsGiveZeros) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  Tensor x = nc::zeros({4, 300}, nc::Device::cuda()).requires_grad_();
+  for (Tensor y : {nc::l1_norm(x, 1), nc::frobenius_norm(x)}) {
+    EXPECT_EQ(nc::sum(nc::abs(y)).item<double>(), 0.0);
+    x.zero_grad();
+    y.backward(nc::ones_like(y));
+    std::vector<float> g = x.grad().to(nc::Device::cpu()).to_vector<float>();
+    for (float v : g) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+// Parameter gradients are reduced in a fixed order: two runs give the same bits.
+TEST(NormCuda, ParameterGradientsAreDeterministic) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const nc::Device gpu = nc::Device::cuda();
+  Tensor x = random({4096, 96}, 21, DType::F32).to(gpu);
+  Tensor grad = random({4096, 96}, 22, DType::F32).to(gpu);
+  Tensor images = random({16, 8, 40, 40}, 23, DType::F32).to(gpu);
+  Tensor image_grad = random({16, 8, 40, 40}, 24, DType::F32).to(gpu);
+  auto grads = [&]() {
+    Tensor w = nc::ones({96}, gpu).requires_grad_();
+    Tensor b = nc::zeros({96}, gpu).requires_grad_();
+    nc::layer_norm(x, {96}, w, b).backward(grad);
+    Tensor gw = nc::ones({8}, gpu).requires_grad_();
+    Tensor gb = nc::zeros({8}, gpu).requires_grad_();
+    nc::group_norm(images, 2, gw, gb).backward(image_grad);
+    return std::vector<Tensor>{w.grad(), b.grad(), gw.grad(), gb.grad()};
+  };
+  std::vector<Tensor> first = grads(), second = grads();
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i].to(nc::Device::cpu()).to_vector<float>(), second[i].to(nc::Device::cpu()).to_vector<float>())
+        << "gradient " << i;
+  }
+}
+
+}  // namespace
