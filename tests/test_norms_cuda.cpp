@@ -3,6 +3,8 @@
 // warp (<= 1024) or one block, rows split into many chunks, very long rows, one row, many
 // rows (the sliced parameter-gradient reduction), group norm on [N, C] and on planes, L1
 // along the last dim and along an inner dim, large means, zero rows and empty tensors.
+// Rows of 16384 elements or more (and group norm planes of 1024 or more) take the
+// pipelined kernel, with unaligned chunk boundaries in most of these cases.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -130,6 +132,7 @@ std::vector<CudaCase> cases() {
       {"layer_norm warp rows, no affine", {37, 1000}, {}, layer_norm_over({1000})},
       {"layer_norm block row, one chunk", {3, 1025}, {1025}, layer_norm_over({1025})},
       {"layer_norm many rows", {3000, 48}, {48}, layer_norm_over({48})},
+      {"layer_norm rows in chunks", {3, 12000}, {12000}, layer_norm_over({12000})},
       {"layer_norm chunked rows", {2, 3, 65535}, {3, 65535}, layer_norm_over({3, 65535})},
       {"layer_norm one long row", {1, 1 << 20}, {1 << 20}, layer_norm_over({1 << 20})},
       {"layer_norm large mean", {4, 3000}, {3000}, layer_norm_over({3000}), 1e4},
@@ -138,7 +141,9 @@ std::vector<CudaCase> cases() {
       {"group_norm [N, C]", {64, 24}, {24}, group_norm_with(6)},
       {"group_norm small planes", {3, 12, 3}, {12}, group_norm_with(4)},
       {"group_norm image", {2, 8, 33, 31}, {8}, group_norm_with(2)},
+      {"group_norm rows in chunks", {1, 8, 1000}, {8}, group_norm_with(1)},
       {"group_norm long groups", {2, 4, 100000}, {4}, group_norm_with(2)},
+      {"group_norm long groups of short planes", {2, 16, 50, 41}, {16}, group_norm_with(2)},
       {"group_norm large mean", {3, 6, 500}, {6}, group_norm_with(3), 1e4},
       {"group_norm no affine", {5, 9, 17}, {}, group_norm_with(3)},
       {"group_norm empty", {0, 4, 5}, {4}, group_norm_with(2)},

@@ -261,6 +261,217 @@ __device__ __forceinline__ A load(const T* p, int64_t i) {
   return convert<A>(p[i]);
 }
 
+// ---------------------------------------------------------------- 4. pipelined passes
+// Rows too long for one block to keep on chip run as one persistent kernel with two kinds
+// of work item over chunks of rows: S items reduce a chunk to a partial, and the last S
+// item of a row combines the row's partials (in chunk order) into its row info; A items
+// apply the row info to a chunk. Blocks take items from an atomic counter in a fixed
+// order where a row's A items follow all of its S items and trail the S stream by `lag`
+// items, so a chunk read again by its A item is still in L2. An A item waits for its row;
+// the S items it waits for were taken before it by blocks that are running and never
+// wait themselves, so the scheme cannot deadlock whatever the number of resident blocks.
+constexpr int64_t kPipelineChunkBytes = 64 << 10;  // per input, per item
+constexpr int64_t kPipelineL2Bytes = 20 << 20;     // what A items may expect to find in L2
+
+template <class A, int K>
+struct RowInfo {
+  A v[K];
+};
+
+// A row is a sequence of spans (a whole row, or one plane of a group) and each span is
+// cut into `pieces` chunks of chunk_len (the last one shorter), so no chunk straddles spans.
+struct PipelineShape {
+  int64_t rows, row_len, span, pieces, chunk_len;
+  int64_t chunks;  // per row: (row_len / span) * pieces
+  int64_t items;   // rows * chunks, of each kind
+  int64_t lag;     // S items ahead of the A stream, >= chunks
+};
+
+// Position p in the item order -> whether it is an S item, and its chunk index k.
+__device__ __forceinline__ bool decode_item(int64_t p, const PipelineShape& s, int64_t& k) {
+  const int64_t n = s.items, d = s.lag;
+  if (p < d) {
+    k = p;
+    return true;
+  }
+  if (p < 2 * n - d) {
+    const int64_t q = p - d;
+    k = q % 2 == 0 ? q / 2 : d + q / 2;
+    return q % 2 != 0;
+  }
+  k = p - n;
+  return false;
+}
+
+template <class A>
+__device__ __forceinline__ Welford<A> load_cg(const Welford<A>* p) {
+  return {__ldcg(&p->count), __ldcg(&p->mean), __ldcg(&p->m2)};
+}
+template <class A, int N>
+__device__ __forceinline__ Sums<A, N> load_cg(const Sums<A, N>* p) {
+  Sums<A, N> s;
+#pragma unroll
+  for (int k = 0; k < N; ++k) s.v[k] = __ldcg(&p->v[k]);
+  return s;
+}
+
+// The block visits elements [g0, g1) of the flat inputs, 16 bytes at a time between a
+// scalar head and tail, calling f(g, in0[g], in1[g]) (in1 only when kInputs == 2).
+template <int kInputs, class T, class F>
+__device__ __forceinline__ void visit_chunk(int64_t g0, int64_t g1, const T* __restrict__ in0,
+                                            const T* __restrict__ in1, F&& f) {
+  using A = compute_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  const int64_t body0 = min(g1, (g0 + V - 1) / V * V);
+  const int64_t body1 = max(body0, g1 / V * V);
+  auto scalar = [&](int64_t g) { f(g, load<T, A>(in0, g), kInputs == 2 ? load<T, A>(in1, g) : A(0)); };
+  for (int64_t g = g0 + threadIdx.x; g < body0; g += kBlock) scalar(g);
+  for (int64_t v = body0 / V + threadIdx.x; v < body1 / V; v += kBlock) {
+    const Vec<T, V> a = reinterpret_cast<const Vec<T, V>*>(in0)[v];
+    Vec<T, V> b;
+    if constexpr (kInputs == 2) b = reinterpret_cast<const Vec<T, V>*>(in1)[v];
+#pragma unroll
+    for (int j = 0; j < V; ++j) f(v * V + j, convert<A>(a.v[j]), kInputs == 2 ? convert<A>(b.v[j]) : A(0));
+  }
+  for (int64_t g = body1 + threadIdx.x; g < g1; g += kBlock) scalar(g);
+}
+
+// The same, storing out[g] = f(g, in0[g], in1[g]).
+template <int kInputs, class T, class F>
+__device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __restrict__ in0,
+                                            const T* __restrict__ in1, T* __restrict__ out, F&& f) {
+  using A = compute_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  const int64_t body0 = min(g1, (g0 + V - 1) / V * V);
+  const int64_t body1 = max(body0, g1 / V * V);
+  auto scalar = [&](int64_t g) {
+    out[g] = convert<T>(f(g, load<T, A>(in0, g), kInputs == 2 ? load<T, A>(in1, g) : A(0)));
+  };
+  for (int64_t g = g0 + threadIdx.x; g < body0; g += kBlock) scalar(g);
+  for (int64_t v = body0 / V + threadIdx.x; v < body1 / V; v += kBlock) {
+    const Vec<T, V> a = reinterpret_cast<const Vec<T, V>*>(in0)[v];
+    Vec<T, V> b;
+    if constexpr (kInputs == 2) b = reinterpret_cast<const Vec<T, V>*>(in1)[v];
+    Vec<T, V> r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      r.v[j] = convert<T>(f(v * V + j, convert<A>(a.v[j]), kInputs == 2 ? convert<A>(b.v[j]) : A(0)));
+    }
+    reinterpret_cast<Vec<T, V>*>(out)[v] = r;
+  }
+  for (int64_t g = body1 + threadIdx.x; g < g1; g += kBlock) scalar(g);
+}
+
+// Phase functors, each with a per-item context computed once per chunk:
+//   reduce.context(row, begin) -> SCtx;  reduce(ctx, i, v0, v1) -> what R::add takes
+//   finish(row, R) -> RowInfo            (also stores what backward needs)
+//   apply.context(row, begin, RowInfo) -> ACtx;  apply(ctx, i, v0, v1) -> A
+// where i is the element's index within its row.
+template <int kInputs, class T, class R, class Info, class Reduce, class Finish, class Apply>
+__global__ void __launch_bounds__(kBlock) pipeline_kernel(PipelineShape s, const T* __restrict__ in0,
+                                                          const T* __restrict__ in1, T* __restrict__ out,
+                                                          R* partials, Info* infos, unsigned long long* counters,
+                                                          Reduce reduce, Finish finish, Apply apply) {
+  using A = compute_t<T>;
+  // counters: [0] the next item, [1 + row] S items done, [1 + rows + row] row ready.
+  unsigned long long* next = counters;
+  unsigned long long* done = counters + 1;
+  unsigned long long* ready = counters + 1 + s.rows;
+  __shared__ long long item_slot;
+  __shared__ bool last_slot;
+  __shared__ Info info_slot;
+  if (threadIdx.x == 0) item_slot = static_cast<long long>(atomicAdd(next, 1ull));
+  __syncthreads();
+  int64_t item = item_slot;
+  while (item < 2 * s.items) {
+    // Take the next item now; its latency hides behind this one.
+    unsigned long long following = 0;
+    if (threadIdx.x == 0) following = atomicAdd(next, 1ull);
+    int64_t k;
+    const bool is_reduce = decode_item(item, s, k);
+    const int64_t row = k / s.chunks, chunk = k % s.chunks;
+    const int64_t span_begin = (chunk / s.pieces) * s.span;
+    const int64_t begin = span_begin + (chunk % s.pieces) * s.chunk_len;
+    const int64_t end = min(begin + s.chunk_len, span_begin + s.span);
+    const int64_t base = row * s.row_len;
+    if (is_reduce) {
+      const auto ctx = reduce.context(row, begin);
+      R acc = R::identity();
+      visit_chunk<kInputs>(base + begin, base + end, in0, in1,
+                           [&](int64_t g, A v0, A v1) { acc.add(reduce(ctx, g - base, v0, v1)); });
+      acc = block_combine(acc);
+      if (threadIdx.x == 0) {
+        partials[k] = acc;
+        __threadfence();
+        last_slot = atomicAdd(&done[row], 1ull) == static_cast<unsigned long long>(s.chunks - 1);
+      }
+      __syncthreads();
+      if (last_slot) {
+        __threadfence();
+        R total = R::identity();
+        for (int64_t c = threadIdx.x; c < s.chunks; c += kBlock) total = combine(total, load_cg(&partials[row * s.chunks + c]));
+        total = block_combine(total);
+        if (threadIdx.x == 0) {
+          infos[row] = finish(row, total);
+          __threadfence();
+          atomicExch(&ready[row], 1ull);
+        }
+      }
+    } else {
+      if (threadIdx.x == 0) {
+        while (atomicAdd(&ready[row], 0ull) == 0) __nanosleep(100);
+        __threadfence();
+        Info info;
+#pragma unroll
+        for (int j = 0; j < static_cast<int>(sizeof(Info::v) / sizeof(A)); ++j) info.v[j] = __ldcg(&infos[row].v[j]);
+        info_slot = info;
+      }
+      __syncthreads();
+      const auto ctx = apply.context(row, begin, info_slot);
+      apply_chunk<kInputs>(base + begin, base + end, in0, in1, out,
+                           [&](int64_t g, A v0, A v1) { return apply(ctx, g - base, v0, v1); });
+    }
+    if (threadIdx.x == 0) item_slot = static_cast<long long>(following);
+    __syncthreads();
+    item = item_slot;
+  }
+}
+
+// Plans chunks of about kPipelineChunkBytes per input within spans of `span` elements
+// (row_len a multiple of span), and the lag that keeps the A stream within L2's reach.
+PipelineShape plan_pipeline(int64_t rows, int64_t row_len, int64_t span, int64_t element_bytes, int inputs) {
+  PipelineShape s{};
+  s.rows = rows;
+  s.row_len = row_len;
+  s.span = std::max<int64_t>(span, 1);
+  const int64_t target = std::max<int64_t>(1, kPipelineChunkBytes / element_bytes);
+  s.pieces = (s.span + target - 1) / target;
+  s.chunk_len = (s.span + s.pieces - 1) / s.pieces;
+  s.chunks = std::max<int64_t>(1, row_len / s.span * s.pieces);
+  s.items = rows * s.chunks;
+  const int64_t chunk_bytes = s.chunk_len * element_bytes * inputs;
+  s.lag = std::min(s.items, std::max(s.chunks, kPipelineL2Bytes / std::max<int64_t>(chunk_bytes, 1)));
+  return s;
+}
+
+template <int kInputs, class T, class R, class Info, class Reduce, class Finish, class Apply>
+void run_pipeline(const char* op, const PipelineShape& s, const T* in0, const T* in1, T* out, R* partials,
+                  Reduce reduce, Finish finish, Apply apply, int device, cudaStream_t stream) {
+  if (s.items == 0) return;
+  cuda_runtime::DeviceBuffer infos(static_cast<size_t>(s.rows) * sizeof(Info), device);
+  const size_t counter_bytes = static_cast<size_t>(1 + 2 * s.rows) * sizeof(unsigned long long);
+  cuda_runtime::DeviceBuffer counters(counter_bytes, device);
+  NC_CUDA_CHECK(cudaMemsetAsync(counters.as<void>(), 0, counter_bytes, stream));
+  auto kernel = pipeline_kernel<kInputs, T, R, Info, Reduce, Finish, Apply>;
+  int per_sm = 0;
+  NC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * cuda_runtime::multiprocessor_count(device);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(resident, 2 * s.items));
+  kernel<<<grid, kBlock, 0, stream>>>(s, in0, in1, out, partials, infos.as<Info>(),
+                                      counters.as<unsigned long long>(), reduce, finish, apply);
+  NC_CUDA_KERNEL_CHECK(op);
+}
+
 // ---------------------------------------------------------------- element-wise passes
 // y = (x - mean) * rstd * weight + bias.
 template <class Index, class T, class A>
@@ -303,7 +514,203 @@ struct AffineGradInput {
   }
 };
 
+// ---------------------------------------------------------------- pipeline phases
+// Rows (layer norm, L1, Frobenius) or group rows with planes of at least this many
+// elements (group norm) take the pipelined kernel; shorter ones the three-kernel path.
+constexpr int64_t kPipelineMinRow = 16384;
+constexpr int64_t kPipelineMinPlane = 1024;
+
+struct NoContext {};
+
+// x / max(norm, eps); the norm's gradient is 0 where the clamp is active.
+template <class A>
+__device__ __forceinline__ A clamped(A norm, A eps) {
+  return norm < eps ? eps : norm;
+}
+
+template <class A>
+__device__ __forceinline__ A sign_of(A v) {
+  return v > A(0) ? A(1) : v < A(0) ? A(-1) : A(0);
+}
+
+
+// Forward statistics: Welford over x.
+template <class A>
+struct StatsReduce {
+  __device__ NoContext context(int64_t, int64_t) const { return {}; }
+  __device__ A operator()(NoContext, int64_t, A x, A) const { return x; }
+};
+
+// Stores mean and rstd for backward; the row info is {mean, rstd}.
+template <class A>
+struct StatsFinish {
+  A* mean;
+  A* rstd;
+  A eps;
+  __device__ RowInfo<A, 2> operator()(int64_t row, const Welford<A>& w) const {
+    const A var = w.count > A(0) ? w.m2 / w.count : A(0);
+    const A r = A(1) / sqrt(var + eps);
+    mean[row] = w.mean;
+    rstd[row] = r;
+    return {{w.mean, r}};
+  }
+};
+
+// y = (x - mean) * rstd * w + b, the channel per element (spatial == 1) or per chunk.
+template <class T, class A>
+struct AffineApplyPhase {
+  const T* weight;
+  const T* bias;
+  int64_t groups, group_channels, spatial;
+  struct Context {
+    A mean, rstd, scale, shift;
+    int64_t first_channel;
+  };
+  __device__ Context context(int64_t row, int64_t begin, const RowInfo<A, 2>& info) const {
+    Context c{info.v[0], info.v[1], info.v[1], A(0), (row % groups) * group_channels};
+    if (spatial > 1) {
+      const int64_t channel = c.first_channel + begin / spatial;
+      if (weight) c.scale *= load<T, A>(weight, channel);
+      if (bias) c.shift = load<T, A>(bias, channel);
+    }
+    return c;
+  }
+  __device__ A operator()(const Context& c, int64_t i, A x, A) const {
+    if (spatial > 1) return (x - c.mean) * c.scale + c.shift;
+    A v = (x - c.mean) * c.rstd;
+    if (weight) v *= load<T, A>(weight, c.first_channel + i);
+    if (bias) v += load<T, A>(bias, c.first_channel + i);
+    return v;
+  }
+};
+
+// Backward sums over (x, dy): {w * dy, w * dy * (x - mean), dy, dy * (x - mean)}; the last
+// two (per chunk, so per plane) give group norm's parameter gradients.
+template <class T, class A, int N>
+struct GradReduce {
+  const T* weight;
+  const A* mean;
+  int64_t groups, group_channels, spatial;
+  struct Context {
+    A mean, w;
+    int64_t first_channel;
+  };
+  __device__ Context context(int64_t row, int64_t begin) const {
+    Context c{mean[row], A(1), (row % groups) * group_channels};
+    if (spatial > 1 && weight) c.w = load<T, A>(weight, c.first_channel + begin / spatial);
+    return c;
+  }
+  __device__ Sums<A, N> operator()(const Context& c, int64_t i, A x, A dy) const {
+    A w = c.w;
+    if (spatial == 1 && weight) w = load<T, A>(weight, c.first_channel + i);
+    const A xc = x - c.mean;
+    Sums<A, N> s;
+    s.v[0] = w * dy;
+    s.v[1] = w * dy * xc;
+    if constexpr (N == 4) {
+      s.v[2] = dy;
+      s.v[3] = dy * xc;
+    }
+    return s;
+  }
+};
+
+// Row info {mean, rstd, mean(w * dy), mean(w * dy * xhat)}.
+template <class A, int N>
+struct GradFinish {
+  const A* mean;
+  const A* rstd;
+  A inv_len;
+  __device__ RowInfo<A, 4> operator()(int64_t row, const Sums<A, N>& s) const {
+    const A r = rstd[row];
+    return {{mean[row], r, s.v[0] * inv_len, s.v[1] * r * inv_len}};
+  }
+};
+
+// grad_x = rstd * (w * dy - mean(w * dy) - xhat * mean(w * dy * xhat)).
+template <class T, class A>
+struct GradApply {
+  const T* weight;
+  int64_t groups, group_channels, spatial;
+  struct Context {
+    RowInfo<A, 4> info;
+    A w;
+    int64_t first_channel;
+  };
+  __device__ Context context(int64_t row, int64_t begin, const RowInfo<A, 4>& info) const {
+    Context c{info, A(1), (row % groups) * group_channels};
+    if (spatial > 1 && weight) c.w = load<T, A>(weight, c.first_channel + begin / spatial);
+    return c;
+  }
+  __device__ A operator()(const Context& c, int64_t i, A x, A dy) const {
+    A w = c.w;
+    if (spatial == 1 && weight) w = load<T, A>(weight, c.first_channel + i);
+    const A r = c.info.v[1];
+    return r * (w * dy - c.info.v[2] - (x - c.info.v[0]) * r * c.info.v[3]);
+  }
+};
+
+// L1 and Frobenius: sums of |x| or x * x forward, of x * dy backward.
+enum class NormSum { Abs, Square, Product };
+
+template <class A, NormSum kind>
+struct NormReduce {
+  __device__ NoContext context(int64_t, int64_t) const { return {}; }
+  __device__ Sums<A, 1> operator()(NoContext, int64_t, A x, A dy) const {
+    if constexpr (kind == NormSum::Abs) return {{abs(x)}};
+    if constexpr (kind == NormSum::Square) return {{x * x}};
+    return {{x * dy}};
+  }
+};
+
+// Forward: norm = mean |x| (L1) or sqrt(sum x * x) (Frobenius), stored; info {1 / max(norm, eps)}.
+template <class A, bool kL1>
+struct NormFinish {
+  A* norm;
+  A inv_size;
+  A eps;
+  __device__ RowInfo<A, 1> operator()(int64_t row, const Sums<A, 1>& s) const {
+    const A n = kL1 ? s.v[0] * inv_size : sqrt(s.v[0]);
+    norm[row] = n;
+    return {{A(1) / clamped(n, eps)}};
+  }
+};
+
+template <class A>
+struct NormScale {
+  __device__ A context(int64_t, int64_t, const RowInfo<A, 1>& info) const { return info.v[0]; }
+  __device__ A operator()(A inv, int64_t, A x, A) const { return x * inv; }
+};
+
+// Backward info {max(norm, eps), through}: through = dot(dy, x) / (size * n^2) for L1,
+// dot / n^3 for Frobenius, 0 where the clamp is active.
+template <class A, bool kL1>
+struct NormGradFinish {
+  const A* norm;
+  A size;
+  A eps;
+  __device__ RowInfo<A, 2> operator()(int64_t row, const Sums<A, 1>& s) const {
+    const A n = norm[row];
+    const A through = n >= eps ? (kL1 ? s.v[0] / (size * n * n) : s.v[0] / (n * n * n)) : A(0);
+    return {{clamped(n, eps), through}};
+  }
+};
+
+// grad_x = dy / max(norm, eps) - sign(x) * through (L1) or x * through (Frobenius).
+template <class A, bool kL1>
+struct NormGradApply {
+  __device__ RowInfo<A, 2> context(int64_t, int64_t, const RowInfo<A, 2>& info) const { return info; }
+  __device__ A operator()(const RowInfo<A, 2>& c, int64_t, A x, A dy) const {
+    return dy / c.v[0] - (kL1 ? sign_of(x) : x) * c.v[1];
+  }
+};
+
 // ---------------------------------------------------------------- affine norm forward
+// Long rows, or groups of long planes, take the pipelined kernel.
+bool takes_pipeline(const GroupLayout& l) {
+  return l.row_len() >= kPipelineMinRow && (l.spatial == 1 || l.spatial >= kPipelineMinPlane);
+}
+
 template <class T>
 void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor& bias_t, const GroupLayout& l,
                          double eps, const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t, const char* op) {
@@ -320,6 +727,15 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
   const int64_t row_len = l.row_len();
   const A eps_a = static_cast<A>(eps);
 
+  if (takes_pipeline(l)) {
+    const PipelineShape s = plan_pipeline(l.rows(), row_len, l.spatial == 1 ? row_len : l.spatial, sizeof(T), 1);
+    cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Welford<A>), device);
+    run_pipeline<1, T, Welford<A>, RowInfo<A, 2>>(
+        op, s, x, static_cast<const T*>(nullptr), y, partials.as<Welford<A>>(), StatsReduce<A>{},
+        StatsFinish<A>{mean, rstd, eps_a}, AffineApplyPhase<T, A>{weight, bias, l.groups, l.group_channels, l.spatial},
+        device, stream);
+    return;
+  }
   reduce_rows<Welford<A>>(
       op, l.rows(), row_len, [=] __device__(int64_t row, int64_t i) { return load<T, A>(x, row * row_len + i); },
       [=] __device__(int64_t row, const Welford<A>& w) {
@@ -414,8 +830,49 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
   cuda_runtime::DeviceBuffer coefficients(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 2 * sizeof(A), device);
   A* coef = coefficients.as<A>();
 
+  const bool pipelined = takes_pipeline(l) && grad_x_t.defined();
+  T* grad_x = grad_x_t.defined() ? data_as<T>(grad_x_t) : nullptr;
+  if (pipelined && spatial == 1) {
+    const PipelineShape s = plan_pipeline(rows, row_len, row_len, sizeof(T), 2);
+    cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Sums<A, 2>), device);
+    run_pipeline<2, T, Sums<A, 2>, RowInfo<A, 4>>(
+        op, s, x, grad_y, grad_x, partials.as<Sums<A, 2>>(),
+        GradReduce<T, A, 2>{weight, mean, groups, group_channels, spatial}, GradFinish<A, 2>{mean, rstd, inv_len},
+        GradApply<T, A>{weight, groups, group_channels, spatial}, device, stream);
+  } else if (pipelined) {
+    // Chunks lie within one plane, so the partials' plain sums are per (sample, channel).
+    const PipelineShape s = plan_pipeline(rows, row_len, spatial, sizeof(T), 2);
+    cuda_runtime::DeviceBuffer partial_buffer(static_cast<size_t>(s.items) * sizeof(Sums<A, 4>), device);
+    const Sums<A, 4>* partials = partial_buffer.as<const Sums<A, 4>>();
+    run_pipeline<2, T, Sums<A, 4>, RowInfo<A, 4>>(
+        op, s, x, grad_y, grad_x, partial_buffer.as<Sums<A, 4>>(),
+        GradReduce<T, A, 4>{weight, mean, groups, group_channels, spatial}, GradFinish<A, 4>{mean, rstd, inv_len},
+        GradApply<T, A>{weight, groups, group_channels, spatial}, device, stream);
+    T* grad_weight = grad_weight_t.defined() ? data_as<T>(grad_weight_t) : nullptr;
+    T* grad_bias = grad_bias_t.defined() ? data_as<T>(grad_bias_t) : nullptr;
+    if (grad_weight || grad_bias) {
+      const int64_t chunks = s.chunks, pieces = s.pieces;
+      for_each_index(op, channels, [=] __device__(int64_t c) {
+        const int64_t group = c / group_channels, first = (c % group_channels) * pieces;
+        A sum_w = 0, sum_b = 0;
+        for (int64_t n = 0; n < batch; ++n) {
+          const int64_t row = n * groups + group;
+          A plane_w = 0;
+          for (int64_t p = 0; p < pieces; ++p) {
+            const Sums<A, 4>& part = partials[row * chunks + first + p];
+            plane_w += part.v[3];
+            sum_b += part.v[2];
+          }
+          sum_w += plane_w * rstd[row];
+        }
+        if (grad_weight) grad_weight[c] = convert<T>(sum_w);
+        if (grad_bias) grad_bias[c] = convert<T>(sum_b);
+      }, device, stream);
+    }
+    return;
+  }
   if (spatial == 1) {
-    reduce_rows<Sums<A, 2>>(
+    if (!pipelined) reduce_rows<Sums<A, 2>>(
         op, rows, row_len,
         [=] __device__(int64_t row, int64_t i) {
           const int64_t e = row * row_len + i;
@@ -495,8 +952,7 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
     }
   }
 
-  if (!grad_x_t.defined()) return;
-  T* grad_x = data_as<T>(grad_x_t);
+  if (!grad_x || pipelined) return;
   with_index_type(x_t.numel(), [&](auto index_tag) {
     using Index = decltype(index_tag);
     launch_elementwise<Index>(
@@ -507,17 +963,6 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
 }
 
 // ---------------------------------------------------------------- L1 and Frobenius
-// x / max(norm, eps); the norm's gradient is 0 where the clamp is active.
-template <class A>
-__device__ __forceinline__ A clamped(A norm, A eps) {
-  return norm < eps ? eps : norm;
-}
-
-template <class A>
-__device__ __forceinline__ A sign_of(A v) {
-  return v > A(0) ? A(1) : v < A(0) ? A(-1) : A(0);
-}
-
 // L1 norm with inner > 1: one thread per (outer, inner) column walks the normalized dim;
 // neighbouring threads read neighbouring addresses.
 template <class T, class A>
@@ -606,6 +1051,15 @@ void l1_forward(const Tensor& x_t, int64_t outer, int64_t size, int64_t inner, d
     return;
   }
   const A inv_size = size > 0 ? A(1) / static_cast<A>(size) : A(0);
+  if (size >= kPipelineMinRow) {
+    const PipelineShape s = plan_pipeline(outer, size, size, sizeof(T), 1);
+    cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>), device);
+    run_pipeline<1, T, Sums<A, 1>, RowInfo<A, 1>>(op, s, x, static_cast<const T*>(nullptr), y,
+                                                 partials.as<Sums<A, 1>>(), NormReduce<A, NormSum::Abs>{},
+                                                 NormFinish<A, true>{norm, inv_size, eps_a}, NormScale<A>{}, device,
+                                                 stream);
+    return;
+  }
   reduce_rows<Sums<A, 1>>(
       op, outer, size, [=] __device__(int64_t row, int64_t i) { return Sums<A, 1>{{abs(load<T, A>(x, row * size + i))}}; },
       [=] __device__(int64_t row, const Sums<A, 1>& s) { norm[row] = s.v[0] * inv_size; }, device, stream);
@@ -635,6 +1089,15 @@ void l1_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& norm_t
     l1_columns_backward_kernel<T, A><<<column_grid(outer * inner), kBlock, 0, stream>>>(grad_y, x, norm, outer, size,
                                                                                         inner, eps_a, grad_x);
     NC_CUDA_KERNEL_CHECK(op);
+    return;
+  }
+  if (size >= kPipelineMinRow) {
+    const PipelineShape s = plan_pipeline(outer, size, size, sizeof(T), 2);
+    cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>), device);
+    run_pipeline<2, T, Sums<A, 1>, RowInfo<A, 2>>(op, s, x, grad_y, grad_x, partials.as<Sums<A, 1>>(),
+                                                 NormReduce<A, NormSum::Product>{},
+                                                 NormGradFinish<A, true>{norm, static_cast<A>(size), eps_a},
+                                                 NormGradApply<A, true>{}, device, stream);
     return;
   }
   // through[row] = dot(dy, x) / (size * n^2), 0 where the clamp is active.
@@ -672,6 +1135,16 @@ void frobenius_forward(const Tensor& x_t, double eps, const Tensor& y_t, const T
   T* y = data_as<T>(y_t);
   A* norm = data_as<A>(norm_t);
   const A eps_a = static_cast<A>(eps);
+  const int64_t numel = x_t.numel();
+  if (numel >= kPipelineMinRow) {
+    const PipelineShape s = plan_pipeline(1, numel, numel, sizeof(T), 1);
+    cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>), device);
+    run_pipeline<1, T, Sums<A, 1>, RowInfo<A, 1>>(op, s, x, static_cast<const T*>(nullptr), y,
+                                                 partials.as<Sums<A, 1>>(), NormReduce<A, NormSum::Square>{},
+                                                 NormFinish<A, false>{norm, A(0), eps_a}, NormScale<A>{}, device,
+                                                 stream);
+    return;
+  }
   reduce_rows<Sums<A, 1>>(
       op, 1, x_t.numel(),
       [=] __device__(int64_t, int64_t i) {
@@ -697,6 +1170,16 @@ void frobenius_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tensor&
   const A* norm = data_as<const A>(norm_t);
   T* grad_x = data_as<T>(grad_x_t);
   const A eps_a = static_cast<A>(eps);
+  const int64_t numel = x_t.numel();
+  if (numel >= kPipelineMinRow) {
+    const PipelineShape s = plan_pipeline(1, numel, numel, sizeof(T), 2);
+    cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>), device);
+    run_pipeline<2, T, Sums<A, 1>, RowInfo<A, 2>>(op, s, x, grad_y, grad_x, partials.as<Sums<A, 1>>(),
+                                                 NormReduce<A, NormSum::Product>{},
+                                                 NormGradFinish<A, false>{norm, A(1), eps_a},
+                                                 NormGradApply<A, false>{}, device, stream);
+    return;
+  }
   // through = dot(dy, x) / n^3, 0 where the clamp is active.
   cuda_runtime::DeviceBuffer through_buffer(sizeof(A), device);
   A* through = through_buffer.as<A>();
