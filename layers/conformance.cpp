@@ -21,6 +21,7 @@
 
 #include "normcore/autograd.h"
 #include "normcore/error.h"
+#include "normcore/fused.h"
 #include "normcore/norms.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
@@ -114,11 +115,9 @@ const std::vector<OpSpec>& op_table() {
        {"linear.bias", "group_norm.weight", "group_norm.bias"},
        {"num_groups", "eps"},
        [](const Inputs& in, const json& a) {
-         Tensor y = linear(in.at("x"), in.at("linear.weight"), optional_input(in, "linear.bias"));
-         y = group_norm(y, attr_integer(a, "num_groups"), optional_input(in, "group_norm.weight"),
-                        optional_input(in, "group_norm.bias"), attr_number(a, "eps", 1e-5));
-         y = min(y, 1, /*keepdim=*/true).first;
-         return y + in.at("bias");
+         return gemm_group_norm_min_bias(in.at("x"), in.at("linear.weight"), optional_input(in, "linear.bias"),
+                                         optional_input(in, "group_norm.weight"), optional_input(in, "group_norm.bias"),
+                                         in.at("bias"), attr_integer(a, "num_groups"), attr_number(a, "eps", 1e-5));
        }},
   };
   return table;

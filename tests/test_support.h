@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace normcore_test {
 
@@ -22,5 +24,24 @@ class TempDirTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path dir_;
 };
+
+// A check that call throws E (or a subclass) with every fragment in its message; for
+// tables of bad calls: {{"name", throws<ShapeError>([&] { op(...); }, {"op", "[2, 3]"})}, ...}.
+template <class E>
+std::function<void()> throws(std::function<void()> call, std::vector<std::string> fragments) {
+  return [call = std::move(call), fragments = std::move(fragments)] {
+    try {
+      call();
+      ADD_FAILURE() << "no exception thrown";
+    } catch (const E& e) {
+      const std::string message = e.what();
+      for (const std::string& fragment : fragments) {
+        EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << message;
+      }
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "threw an exception of another type: " << e.what();
+    }
+  };
+}
 
 }  // namespace normcore_test

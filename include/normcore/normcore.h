@@ -6,6 +6,7 @@
 #include "normcore/device.h"
 #include "normcore/dtype.h"
 #include "normcore/error.h"
+#include "normcore/fused.h"
 #include "normcore/ops.h"
 #include "normcore/optim.h"
 #include "normcore/autograd.h"

@@ -1,0 +1,110 @@
+// gemm_group_norm_min_bias (normcore/fused.h): checks every argument, runs the GEMM as a
+// recorded matmul (+ bias), then GroupNorm + min + bias as one recorded node whose forward
+// and backward kernels live in kernels/{cpu,cuda}/gemm_group_norm_min_bias.*. The node saves
+// y, the per-(row, group) mean and rstd and each row's argmin; backward passes the min's
+// gradient to the argmin's group only.
+#include "normcore/fused.h"
+
+#include "autograd/graph.h"
+#include "core/internal.h"
+#include "kernels/cpu/gemm_group_norm_min_bias.h"
+#include "normcore/ops.h"
+#ifdef NORMCORE_HAS_CUDA
+#include "kernels/cuda/gemm_group_norm_min_bias.h"
+#endif
+
+namespace normcore {
+
+using namespace detail;
+
+namespace {
+
+constexpr const char* kOp = "gemm_group_norm_min_bias";
+
+// Undefined, or of shape expected with x's dtype and device.
+void check_operand(const char* name, const Tensor& t, const Tensor& x, const Shape& expected, bool required) {
+  if (required) check_defined(kOp, name, t);
+  if (!t.defined()) return;
+  NC_CHECK(t.shape() == expected, ShapeError, kOp, ": ", name, " must have shape ", expected, ", got ",
+           describe(t), " (x is ", describe(x), ")");
+  NC_CHECK(t.dtype() == x.dtype(), DTypeError, kOp, ": ", name, " is ", describe(t), " but x is ", describe(x),
+           " (they must share a dtype)");
+  check_same_device(kOp, "x", x, name, t);
+}
+
+// The CPU kernels keep statistics in f64; the CUDA kernels in their accumulation type.
+DType stats_dtype(const Tensor& y) {
+  return y.device().is_cpu() || y.dtype() == DType::F64 ? DType::F64 : DType::F32;
+}
+
+Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
+
+// y [B, OUT] -> [1, OUT, B, 1]: z = group_norm(y) * gn_weight + gn_bias, out = min(z, 1) + bias.
+Tensor group_norm_min_bias(const Tensor& y, const Tensor& gn_weight, const Tensor& gn_bias, const Tensor& bias,
+                           int64_t groups, double eps) {
+  const int64_t rows = y.size(0), channels = y.size(1);
+  Tensor yc, w, gb, bc;
+  {
+    autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them
+    yc = y.contiguous();
+    w = contiguous_or_undefined(gn_weight);
+    gb = contiguous_or_undefined(gn_bias);
+    bc = bias.contiguous();
+  }
+  const Device device = y.device();
+  Tensor out = new_tensor({1, channels, rows, 1}, y.dtype(), device);
+  Tensor mean = new_tensor({rows * groups}, stats_dtype(y), device);
+  Tensor rstd = new_tensor({rows * groups}, stats_dtype(y), device);
+  Tensor argmin = new_tensor({rows}, DType::I64, device);
+  if (rows > 0) {
+    NC_BACKEND(device, group_norm_min_bias_forward, yc, w, gb, bc, rows, channels, groups, eps, out, mean, rstd,
+               argmin);
+  }
+  if (!autograd::needs_grad(y, gn_weight, gn_bias, bias)) return out;
+  autograd::record(kOp, out, {y, gn_weight, gn_bias, bias},
+                   [ys = autograd::saved(yc), ws = autograd::saved(w), has_gn_bias = gb.defined(), mean, rstd,
+                    argmin, rows, channels, groups](const Tensor& grad) {
+                     const DType dtype = ys.dtype();
+                     const Device device = ys.device();
+                     Tensor grad_out = grad.to(dtype).contiguous();
+                     Tensor grad_y = new_tensor({rows, channels}, dtype, device);
+                     Tensor grad_weight = ws.defined() ? new_tensor({channels}, dtype, device) : Tensor();
+                     Tensor grad_gn_bias = has_gn_bias ? new_tensor({channels}, dtype, device) : Tensor();
+                     Tensor grad_bias = new_tensor({1, channels, 1, 1}, dtype, device);
+                     NC_BACKEND(device, group_norm_min_bias_backward, grad_out, ys, ws, mean, rstd, argmin, rows,
+                                channels, groups, grad_y, grad_weight, grad_gn_bias, grad_bias);
+                     return std::vector<Tensor>{grad_y, grad_weight, grad_gn_bias, grad_bias};
+                   });
+  return out;
+}
+
+}  // namespace
+
+Tensor gemm_group_norm_min_bias(const Tensor& x, const Tensor& weight, const Tensor& linear_bias,
+                                const Tensor& gn_weight, const Tensor& gn_bias, const Tensor& bias,
+                                int64_t num_groups, double eps) {
+  check_defined(kOp, "x", x);
+  NC_CHECK(is_floating(x.dtype()), DTypeError, kOp, ": x must be a floating tensor, got ", describe(x),
+           " (convert with .to(DType::F32))");
+  NC_CHECK(x.dim() == 2, ShapeError, kOp, ": x must be [B, IN], got ", describe(x));
+  check_defined(kOp, "weight", weight);
+  NC_CHECK(weight.dim() == 2 && weight.size(1) == x.size(1), ShapeError, kOp, ": weight must be [OUT, ",
+           x.size(1), "] (IN from x), got ", describe(weight), " (x is ", describe(x), ")");
+  const int64_t channels = weight.size(0);
+  check_operand("weight", weight, x, weight.shape(), true);
+  NC_CHECK(channels > 0, ShapeError, kOp, ": OUT (weight's first dim) must be positive, got ", describe(weight));
+  NC_CHECK(num_groups > 0, ValueError, kOp, ": num_groups must be positive, got ", num_groups);
+  NC_CHECK(channels % num_groups == 0, ShapeError, kOp, ": OUT = ", channels, " (from weight ", describe(weight),
+           ") must be divisible by num_groups = ", num_groups);
+  NC_CHECK(eps > 0, ValueError, kOp, ": eps must be positive, got ", eps);
+  check_operand("linear_bias", linear_bias, x, {channels}, false);
+  check_operand("gn_weight", gn_weight, x, {channels}, false);
+  check_operand("gn_bias", gn_bias, x, {channels}, false);
+  check_operand("bias", bias, x, {1, channels, 1, 1}, true);
+
+  Tensor y = matmul(x, weight.t());
+  if (linear_bias.defined()) y = add(y, linear_bias);
+  return group_norm_min_bias(y, gn_weight, gn_bias, bias, num_groups, eps);
+}
+
+}  // namespace normcore
