@@ -514,6 +514,206 @@ struct AffineGradInput {
   }
 };
 
+// ---------------------------------------------------------------- 5. rows kept in registers
+// Layer norm (and L1 along the last dim) over rows of up to 16384 elements: a team of
+// threads (a warp, or a block of 256 to 1024) holds a whole row in registers, kVecs
+// 16-byte vectors per thread, so x is read once forward and x and dy once backward.
+// Statistics are two-pass over the registers. Rows must start 16-byte aligned (row_len a
+// multiple of the vector width); other rows take the chunked path.
+constexpr int kVecs = 4;
+constexpr int64_t kRowsMaxLen = 16384;
+
+template <int kTeam>
+constexpr int team_block() {
+  return kTeam < kBlock ? kBlock : kTeam;
+}
+
+// Every thread of the team gets the team's sum of each v[k], combined in a fixed order.
+template <int kTeam, int N, class A>
+__device__ __forceinline__ Sums<A, N> team_sum(Sums<A, N> s) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) s.v[k] += __shfl_xor_sync(0xffffffffu, s.v[k], offset);
+  }
+  if constexpr (kTeam > 32) {
+    constexpr int kTeamWarps = kTeam / 32;
+    __shared__ A warp_sums[kTeamWarps][N];
+    __syncthreads();  // an earlier call may still be reading
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) warp_sums[threadIdx.x / 32][k] = s.v[k];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      A total = 0;
+      for (int w = 0; w < kTeamWarps; ++w) total += warp_sums[w][k];
+      s.v[k] = total;
+    }
+  }
+  return s;
+}
+
+// The team's row in registers: vector j = lane + k * kTeam of the row, k < kVecs.
+template <class T, int V>
+struct RowSlice {
+  using A = compute_t<T>;
+  A v[kVecs][V];
+  __device__ __forceinline__ void load(const T* row, int64_t vecs, int lane, int team_size) {
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t j = lane + static_cast<int64_t>(k) * team_size;
+      if (j < vecs) {
+        const Vec<T, V> raw = reinterpret_cast<const Vec<T, V>*>(row)[j];
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[k][e] = convert<A>(raw.v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) v[k][e] = A(0);
+      }
+    }
+  }
+};
+
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> load_vec(const T* p, int64_t j) {
+  return reinterpret_cast<const Vec<T, V>*>(p)[j];
+}
+
+template <class T, int kTeam, int V>
+__global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
+    int64_t rows, int64_t row_len, const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
+    compute_t<T> eps, T* __restrict__ y, compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
+  using A = compute_t<T>;
+  constexpr int kTeams = team_block<kTeam>() / kTeam;
+  const int lane = threadIdx.x % kTeam;
+  const int64_t vecs = row_len / V;
+  const A inv_len = A(1) / static_cast<A>(row_len);
+  // Every team runs the same number of iterations, so block-wide syncs inside stay matched.
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * kTeams; first < rows;
+       first += static_cast<int64_t>(gridDim.x) * kTeams) {
+    const int64_t row = first + threadIdx.x / kTeam;
+    const bool active = row < rows;
+    RowSlice<T, V> slice;
+    slice.load(x + (active ? row : 0) * row_len, active ? vecs : 0, lane, kTeam);
+    Sums<A, 1> s{{A(0)}};
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+      for (int e = 0; e < V; ++e) s.v[0] += slice.v[k][e];
+    const A mean = team_sum<kTeam>(s).v[0] * inv_len;
+    Sums<A, 1> sq{{A(0)}};
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (lane + static_cast<int64_t>(k) * kTeam < vecs) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) sq.v[0] += (slice.v[k][e] - mean) * (slice.v[k][e] - mean);
+      }
+    }
+    const A rstd = A(1) / sqrt(team_sum<kTeam>(sq).v[0] * inv_len + eps);
+    if (!active) continue;
+    if (lane == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
+      if (j >= vecs) continue;
+      Vec<T, V> w, b, out;
+      if (weight) w = load_vec<T, V>(weight, j);
+      if (bias) b = load_vec<T, V>(bias, j);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        A v = (slice.v[k][e] - mean) * rstd;
+        if (weight) v *= convert<A>(w.v[e]);
+        if (bias) v += convert<A>(b.v[e]);
+        out.v[e] = convert<T>(v);
+      }
+      reinterpret_cast<Vec<T, V>*>(y + row * row_len)[j] = out;
+    }
+  }
+}
+
+// grad_x only; the parameter gradients come from the column reduction.
+template <class T, int kTeam, int V>
+__global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
+    int64_t rows, int64_t row_len, const T* __restrict__ grad_y, const T* __restrict__ x,
+    const T* __restrict__ weight, const compute_t<T>* __restrict__ mean_in, const compute_t<T>* __restrict__ rstd_in,
+    T* __restrict__ grad_x) {
+  using A = compute_t<T>;
+  constexpr int kTeams = team_block<kTeam>() / kTeam;
+  const int lane = threadIdx.x % kTeam;
+  const int64_t vecs = row_len / V;
+  const A inv_len = A(1) / static_cast<A>(row_len);
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * kTeams; first < rows;
+       first += static_cast<int64_t>(gridDim.x) * kTeams) {
+    const int64_t row = first + threadIdx.x / kTeam;
+    const bool active = row < rows;
+    const int64_t offset = (active ? row : 0) * row_len;
+    RowSlice<T, V> xs, gs;
+    xs.load(x + offset, active ? vecs : 0, lane, kTeam);
+    gs.load(grad_y + offset, active ? vecs : 0, lane, kTeam);
+    const A mean = active ? mean_in[row] : A(0), rstd = active ? rstd_in[row] : A(0);
+    // g = w * dy, kept in gs; sums of g and g * xhat.
+    Sums<A, 2> s{{A(0), A(0)}};
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
+      if (j >= vecs) continue;
+      Vec<T, V> w;
+      if (weight) w = load_vec<T, V>(weight, j);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if (weight) gs.v[k][e] *= convert<A>(w.v[e]);
+        xs.v[k][e] = (xs.v[k][e] - mean) * rstd;
+        s.v[0] += gs.v[k][e];
+        s.v[1] += gs.v[k][e] * xs.v[k][e];
+      }
+    }
+    s = team_sum<kTeam>(s);
+    if (!active) continue;
+    const A mean_g = s.v[0] * inv_len, mean_g_xhat = s.v[1] * inv_len;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
+      if (j >= vecs) continue;
+      Vec<T, V> out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) out.v[e] = convert<T>(rstd * (gs.v[k][e] - mean_g - xs.v[k][e] * mean_g_xhat));
+      reinterpret_cast<Vec<T, V>*>(grad_x + offset)[j] = out;
+    }
+  }
+}
+
+// Calls launch(team_tag, vec_tag) with the smallest team that holds a row of row_len in
+// kVecs vectors per thread; returns false when the row does not fit or is not aligned.
+template <class T, class Launch>
+bool with_row_team(int64_t row_len, const void* const* pointers, int count, Launch launch) {
+  constexpr int V = 16 / sizeof(T);
+  if (row_len == 0 || row_len % V != 0 || row_len > kRowsMaxLen) return false;
+  for (int i = 0; i < count; ++i) {
+    if (pointers[i] && !is_aligned(pointers[i], 16)) return false;
+  }
+  const int64_t per_thread = static_cast<int64_t>(kVecs) * V;
+  if (row_len <= 32 * per_thread) launch(std::integral_constant<int, 32>{}, std::integral_constant<int, V>{});
+  else if (row_len <= 256 * per_thread) launch(std::integral_constant<int, 256>{}, std::integral_constant<int, V>{});
+  else if (row_len <= 512 * per_thread) launch(std::integral_constant<int, 512>{}, std::integral_constant<int, V>{});
+  else if (row_len <= 1024 * per_thread) launch(std::integral_constant<int, 1024>{}, std::integral_constant<int, V>{});
+  else return false;
+  return true;
+}
+
+// Blocks for a persistent loop over rows: as many as can be resident, fewer for few rows.
+template <class Kernel>
+unsigned row_grid(Kernel kernel, int threads, int64_t rows, int rows_per_block, int device) {
+  int per_sm = 0;
+  NC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * cuda_runtime::multiprocessor_count(device);
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(resident, (rows + rows_per_block - 1) / rows_per_block)));
+}
+
 // ---------------------------------------------------------------- pipeline phases
 // Rows (layer norm, L1, Frobenius) or group rows with planes of at least this many
 // elements (group norm) take the pipelined kernel; shorter ones the three-kernel path.
@@ -727,6 +927,17 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
   const int64_t row_len = l.row_len();
   const A eps_a = static_cast<A>(eps);
 
+  if (l.groups == 1 && l.spatial == 1) {
+    const void* pointers[] = {x, weight, bias, y};
+    const bool done = with_row_team<T>(row_len, pointers, 4, [&](auto team, auto vec) {
+      constexpr int kTeam = decltype(team)::value, V = decltype(vec)::value, threads = team_block<kTeam>();
+      auto kernel = layer_norm_rows_forward<T, kTeam, V>;
+      const unsigned grid = row_grid(kernel, threads, l.rows(), threads / kTeam, device);
+      kernel<<<grid, threads, 0, stream>>>(l.rows(), row_len, x, weight, bias, eps_a, y, mean, rstd);
+      NC_CUDA_KERNEL_CHECK(op);
+    });
+    if (done) return;
+  }
   if (takes_pipeline(l)) {
     const PipelineShape s = plan_pipeline(l.rows(), row_len, l.spatial == 1 ? row_len : l.spatial, sizeof(T), 1);
     cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Welford<A>), device);
@@ -830,8 +1041,20 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
   cuda_runtime::DeviceBuffer coefficients(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 2 * sizeof(A), device);
   A* coef = coefficients.as<A>();
 
-  const bool pipelined = takes_pipeline(l) && grad_x_t.defined();
   T* grad_x = grad_x_t.defined() ? data_as<T>(grad_x_t) : nullptr;
+  bool grad_x_done = false;
+  if (grad_x && groups == 1 && spatial == 1) {
+    // Layer-norm rows that fit in registers: grad_x in one pass over x and dy.
+    const void* pointers[] = {grad_y, x, weight, grad_x};
+    grad_x_done = with_row_team<T>(row_len, pointers, 4, [&](auto team, auto vec) {
+      constexpr int kTeam = decltype(team)::value, V = decltype(vec)::value, threads = team_block<kTeam>();
+      auto kernel = layer_norm_rows_backward<T, kTeam, V>;
+      const unsigned grid = row_grid(kernel, threads, rows, threads / kTeam, device);
+      kernel<<<grid, threads, 0, stream>>>(rows, row_len, grad_y, x, weight, mean, rstd, grad_x);
+      NC_CUDA_KERNEL_CHECK(op);
+    });
+  }
+  const bool pipelined = !grad_x_done && grad_x && takes_pipeline(l);
   if (pipelined && spatial == 1) {
     const PipelineShape s = plan_pipeline(rows, row_len, row_len, sizeof(T), 2);
     cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Sums<A, 2>), device);
@@ -872,7 +1095,7 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
     return;
   }
   if (spatial == 1) {
-    if (!pipelined) reduce_rows<Sums<A, 2>>(
+    if (!pipelined && !grad_x_done) reduce_rows<Sums<A, 2>>(
         op, rows, row_len,
         [=] __device__(int64_t row, int64_t i) {
           const int64_t e = row * row_len + i;
@@ -952,7 +1175,7 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
     }
   }
 
-  if (!grad_x || pipelined) return;
+  if (!grad_x || pipelined || grad_x_done) return;
   with_index_type(x_t.numel(), [&](auto index_tag) {
     using Index = decltype(index_tag);
     launch_elementwise<Index>(
