@@ -3,8 +3,10 @@
 // warp (<= 1024) or one block, rows split into many chunks, very long rows, one row, many
 // rows (the sliced parameter-gradient reduction), group norm on [N, C] and on planes, L1
 // along the last dim and along an inner dim, large means, zero rows and empty tensors.
-// Rows of 16384 elements or more (and group norm planes of 1024 or more) take the
-// pipelined kernel, with unaligned chunk boundaries in most of these cases.
+// Layer-norm rows of up to 16384 elements that start 16-byte aligned are kept in
+// registers; longer or unaligned ones take the chunked reduction and a column pass. Group
+// norm groups (L1 rows, Frobenius tensors) of 16384 elements or more with planes of 1024
+// or more take the pipelined kernel, with unaligned chunk boundaries in most cases here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -133,6 +135,7 @@ std::vector<CudaCase> cases() {
       {"layer_norm block row, one chunk", {3, 1025}, {1025}, layer_norm_over({1025})},
       {"layer_norm many rows", {3000, 48}, {48}, layer_norm_over({48})},
       {"layer_norm rows in chunks", {3, 12000}, {12000}, layer_norm_over({12000})},
+      {"layer_norm many unaligned rows", {700, 33}, {33}, layer_norm_over({33})},
       {"layer_norm chunked rows", {2, 3, 65535}, {3, 65535}, layer_norm_over({3, 65535})},
       {"layer_norm one long row", {1, 1 << 20}, {1 << 20}, layer_norm_over({1 << 20})},
       {"layer_norm large mean", {4, 3000}, {3000}, layer_norm_over({3000}), 1e4},

@@ -32,6 +32,23 @@ struct Welford {
     mean += delta / count;
     m2 += delta * (v - mean);
   }
+  // N values at once: their own two-pass mean and m2, then one Chan step (one division).
+  template <int N>
+  __device__ __forceinline__ void add_many(const A (&v)[N]) {
+    A sum = 0;
+#pragma unroll
+    for (int j = 0; j < N; ++j) sum += v[j];
+    const A local_mean = sum * (A(1) / A(N));
+    A local_m2 = 0;
+#pragma unroll
+    for (int j = 0; j < N; ++j) local_m2 += (v[j] - local_mean) * (v[j] - local_mean);
+    const A total = count + A(N);
+    const A delta = local_mean - mean;
+    const A share = A(N) / total;
+    mean += delta * share;
+    m2 += local_m2 + delta * delta * count * share;
+    count = total;
+  }
 };
 
 // Chan et al.: the statistics of the union of two sets.
@@ -63,6 +80,11 @@ struct Sums {
   __device__ __forceinline__ void add(const Sums& o) {
 #pragma unroll
     for (int k = 0; k < N; ++k) v[k] += o.v[k];
+  }
+  template <int M>
+  __device__ __forceinline__ void add_many(const Sums (&o)[M]) {
+#pragma unroll
+    for (int j = 0; j < M; ++j) add(o[j]);
   }
 };
 
@@ -270,8 +292,10 @@ __device__ __forceinline__ A load(const T* p, int64_t i) {
 // items, so a chunk read again by its A item is still in L2. An A item waits for its row;
 // the S items it waits for were taken before it by blocks that are running and never
 // wait themselves, so the scheme cannot deadlock whatever the number of resident blocks.
-constexpr int64_t kPipelineChunkBytes = 64 << 10;  // per input, per item
-constexpr int64_t kPipelineL2Bytes = 20 << 20;     // what A items may expect to find in L2
+// Every resident block holds an item, so a chunk read by an S item is read again about
+// (lag + resident items) chunks later: small chunks keep that within L2's 50 MB.
+constexpr int64_t kPipelineChunkBytes = 16 << 10;  // per input, per item
+constexpr int64_t kPipelineL2Bytes = 16 << 20;     // the A stream's lag behind the S stream
 
 template <class A, int K>
 struct RowInfo {
@@ -315,23 +339,78 @@ __device__ __forceinline__ Sums<A, N> load_cg(const Sums<A, N>* p) {
   return s;
 }
 
+constexpr int kUnroll = 4;
+
+// 16-byte loads and stores with cache hints: an apply pass reads x for the last time and
+// writes y that is not read again soon, so both are marked evict-first, leaving L2 to the
+// chunks the reduce pass has read and the apply pass will read again.
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> load_last_use(const T* p, int64_t v) {
+  static_assert(sizeof(Vec<T, V>) == 16, "16-byte vectors only");
+  const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p) + v);
+  Vec<T, V> out;
+  memcpy(&out, &raw, 16);
+  return out;
+}
+
+// The reduce pass's reads are marked evict-last: the apply pass reads them again.
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> load_keep(const T* p, int64_t v) {
+  static_assert(sizeof(Vec<T, V>) == 16, "16-byte vectors only");
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  uint4 raw;
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+               : "l"(reinterpret_cast<const uint4*>(p) + v), "l"(policy));
+  Vec<T, V> out;
+  memcpy(&out, &raw, 16);
+  return out;
+}
+
+template <class T, int V>
+__device__ __forceinline__ void store_streaming(T* p, int64_t v, const Vec<T, V>& value) {
+  uint4 raw;
+  memcpy(&raw, &value, 16);
+  __stcs(reinterpret_cast<uint4*>(p) + v, raw);
+}
+
 // The block visits elements [g0, g1) of the flat inputs, 16 bytes at a time between a
-// scalar head and tail, calling f(g, in0[g], in1[g]) (in1 only when kInputs == 2).
-template <int kInputs, class T, class F>
+// scalar head and tail: f(g, in0[g], in1[g]) for each head and tail element, and
+// fv(g, in0[g .. g + V), in1[g .. g + V)) for each vector (in1 only when kInputs == 2).
+template <int kInputs, class T, class F, class FV>
 __device__ __forceinline__ void visit_chunk(int64_t g0, int64_t g1, const T* __restrict__ in0,
-                                            const T* __restrict__ in1, F&& f) {
+                                            const T* __restrict__ in1, F&& f, FV&& fv) {
   using A = compute_t<T>;
   constexpr int V = 16 / sizeof(T);
   const int64_t body0 = min(g1, (g0 + V - 1) / V * V);
   const int64_t body1 = max(body0, g1 / V * V);
   auto scalar = [&](int64_t g) { f(g, load<T, A>(in0, g), kInputs == 2 ? load<T, A>(in1, g) : A(0)); };
   for (int64_t g = g0 + threadIdx.x; g < body0; g += kBlock) scalar(g);
-  for (int64_t v = body0 / V + threadIdx.x; v < body1 / V; v += kBlock) {
-    const Vec<T, V> a = reinterpret_cast<const Vec<T, V>*>(in0)[v];
-    Vec<T, V> b;
-    if constexpr (kInputs == 2) b = reinterpret_cast<const Vec<T, V>*>(in1)[v];
+  // kUnroll loads in flight per thread before any is used.
+  const int64_t v_end = body1 / V;
+  for (int64_t first = body0 / V + threadIdx.x; first < v_end; first += kBlock * kUnroll) {
+    Vec<T, V> a[kUnroll], b[kUnroll];
 #pragma unroll
-    for (int j = 0; j < V; ++j) f(v * V + j, convert<A>(a.v[j]), kInputs == 2 ? convert<A>(b.v[j]) : A(0));
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = first + u * kBlock;
+      if (v < v_end) {
+        a[u] = load_keep<T, V>(in0, v);
+        if constexpr (kInputs == 2) b[u] = load_keep<T, V>(in1, v);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = first + u * kBlock;
+      if (v >= v_end) break;
+      A x0[V], x1[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        x0[j] = convert<A>(a[u].v[j]);
+        x1[j] = kInputs == 2 ? convert<A>(b[u].v[j]) : A(0);
+      }
+      fv(v * V, x0, x1);
+    }
   }
   for (int64_t g = body1 + threadIdx.x; g < g1; g += kBlock) scalar(g);
 }
@@ -348,16 +427,28 @@ __device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __r
     out[g] = convert<T>(f(g, load<T, A>(in0, g), kInputs == 2 ? load<T, A>(in1, g) : A(0)));
   };
   for (int64_t g = g0 + threadIdx.x; g < body0; g += kBlock) scalar(g);
-  for (int64_t v = body0 / V + threadIdx.x; v < body1 / V; v += kBlock) {
-    const Vec<T, V> a = reinterpret_cast<const Vec<T, V>*>(in0)[v];
-    Vec<T, V> b;
-    if constexpr (kInputs == 2) b = reinterpret_cast<const Vec<T, V>*>(in1)[v];
-    Vec<T, V> r;
+  const int64_t v_end = body1 / V;
+  for (int64_t first = body0 / V + threadIdx.x; first < v_end; first += kBlock * kUnroll) {
+    Vec<T, V> a[kUnroll], b[kUnroll];
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      r.v[j] = convert<T>(f(v * V + j, convert<A>(a.v[j]), kInputs == 2 ? convert<A>(b.v[j]) : A(0)));
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = first + u * kBlock;
+      if (v < v_end) {
+        a[u] = load_last_use<T, V>(in0, v);
+        if constexpr (kInputs == 2) b[u] = load_last_use<T, V>(in1, v);
+      }
     }
-    reinterpret_cast<Vec<T, V>*>(out)[v] = r;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = first + u * kBlock;
+      if (v >= v_end) break;
+      Vec<T, V> r;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        r.v[j] = convert<T>(f(v * V + j, convert<A>(a[u].v[j]), kInputs == 2 ? convert<A>(b[u].v[j]) : A(0)));
+      }
+      store_streaming<T, V>(out, v, r);
+    }
   }
   for (int64_t g = body1 + threadIdx.x; g < g1; g += kBlock) scalar(g);
 }
@@ -397,8 +488,15 @@ __global__ void __launch_bounds__(kBlock) pipeline_kernel(PipelineShape s, const
     if (is_reduce) {
       const auto ctx = reduce.context(row, begin);
       R acc = R::identity();
-      visit_chunk<kInputs>(base + begin, base + end, in0, in1,
-                           [&](int64_t g, A v0, A v1) { acc.add(reduce(ctx, g - base, v0, v1)); });
+      constexpr int V = 16 / sizeof(T);
+      visit_chunk<kInputs>(
+          base + begin, base + end, in0, in1, [&](int64_t g, A v0, A v1) { acc.add(reduce(ctx, g - base, v0, v1)); },
+          [&](int64_t g, const A (&x0)[V], const A (&x1)[V]) {
+            decltype(reduce(ctx, 0, A(0), A(0))) c[V];
+#pragma unroll
+            for (int j = 0; j < V; ++j) c[j] = reduce(ctx, g - base + j, x0[j], x1[j]);
+            acc.add_many(c);
+          });
       acc = block_combine(acc);
       if (threadIdx.x == 0) {
         partials[k] = acc;
@@ -714,6 +812,109 @@ unsigned row_grid(Kernel kernel, int threads, int64_t rows, int rows_per_block, 
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(resident, (rows + rows_per_block - 1) / rows_per_block)));
 }
 
+// ---------------------------------------------------------------- 6. layer norm over long rows
+// Rows too long for registers: the row statistics (or the backward sums) come from the
+// chunked reduction, then one pass walks columns: each thread takes one vector of V
+// columns for a slice of rows, so weight and bias are read once per slice, not once per
+// row, and backward folds the parameter gradients into the same pass (per-slice partials,
+// summed in slice order afterwards).
+template <class T, int V>
+__global__ void layer_norm_columns_forward(int64_t rows, int64_t row_len, int64_t rows_per_slice,
+                                           const T* __restrict__ x, const T* __restrict__ weight,
+                                           const T* __restrict__ bias, const compute_t<T>* __restrict__ mean,
+                                           const compute_t<T>* __restrict__ rstd, T* __restrict__ y) {
+  using A = compute_t<T>;
+  const int64_t vecs = row_len / V;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= vecs) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_slice, r1 = min(r0 + rows_per_slice, rows);
+  Vec<T, V> w, b;
+  if (weight) w = load_vec<T, V>(weight, j);
+  if (bias) b = load_vec<T, V>(bias, j);
+  for (int64_t r = r0; r < r1; ++r) {
+    const Vec<T, V> in = load_vec<T, V>(x + r * row_len, j);
+    const A m = mean[r], s = rstd[r];
+    Vec<T, V> out;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      A v = (convert<A>(in.v[e]) - m) * s;
+      if (weight) v *= convert<A>(w.v[e]);
+      if (bias) v += convert<A>(b.v[e]);
+      out.v[e] = convert<T>(v);
+    }
+    reinterpret_cast<Vec<T, V>*>(y + r * row_len)[j] = out;
+  }
+}
+
+// coef[row] = {mean(w * dy), mean(w * dy * xhat)}; partials [slices, row_len] of
+// sum(dy * xhat) and sum(dy).
+template <class T, int V>
+__global__ void layer_norm_columns_backward(int64_t rows, int64_t row_len, int64_t rows_per_slice,
+                                            const T* __restrict__ grad_y, const T* __restrict__ x,
+                                            const T* __restrict__ weight, const compute_t<T>* __restrict__ mean,
+                                            const compute_t<T>* __restrict__ rstd,
+                                            const compute_t<T>* __restrict__ coef, T* __restrict__ grad_x,
+                                            compute_t<T>* __restrict__ partial_w, compute_t<T>* __restrict__ partial_b) {
+  using A = compute_t<T>;
+  const int64_t vecs = row_len / V;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= vecs) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_slice, r1 = min(r0 + rows_per_slice, rows);
+  Vec<T, V> w;
+  if (weight) w = load_vec<T, V>(weight, j);
+  A sum_w[V], sum_b[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) sum_w[e] = sum_b[e] = A(0);
+  for (int64_t r = r0; r < r1; ++r) {
+    const Vec<T, V> xv = load_vec<T, V>(x + r * row_len, j);
+    const Vec<T, V> gv = load_vec<T, V>(grad_y + r * row_len, j);
+    const A m = mean[r], s = rstd[r], c0 = coef[2 * r], c1 = coef[2 * r + 1];
+    Vec<T, V> out;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const A dy = convert<A>(gv.v[e]);
+      const A xhat = (convert<A>(xv.v[e]) - m) * s;
+      const A g = weight ? dy * convert<A>(w.v[e]) : dy;
+      out.v[e] = convert<T>(s * (g - c0 - xhat * c1));
+      sum_w[e] += dy * xhat;
+      sum_b[e] += dy;
+    }
+    reinterpret_cast<Vec<T, V>*>(grad_x + r * row_len)[j] = out;
+  }
+  const int64_t base = static_cast<int64_t>(blockIdx.y) * row_len + j * V;
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    partial_w[base + e] = sum_w[e];
+    partial_b[base + e] = sum_b[e];
+  }
+}
+
+// Grid for a column pass: vector columns across x, slices of rows across y, with enough
+// threads in all to fill the device.
+struct ColumnGrid {
+  dim3 grid;
+  int64_t slices, rows_per_slice;
+};
+
+ColumnGrid column_grid_for(int64_t rows, int64_t vecs, int device) {
+  const int64_t target_threads = 2048 * static_cast<int64_t>(cuda_runtime::multiprocessor_count(device));
+  int64_t slices = std::min<int64_t>({std::max<int64_t>(1, (target_threads + vecs - 1) / vecs), std::max<int64_t>(rows, 1), 65535});
+  const int64_t rows_per_slice = std::max<int64_t>(1, (rows + slices - 1) / slices);
+  slices = std::max<int64_t>(1, (rows + rows_per_slice - 1) / rows_per_slice);
+  return {dim3(static_cast<unsigned>((vecs + kBlock - 1) / kBlock), static_cast<unsigned>(slices)), slices,
+          rows_per_slice};
+}
+
+// Calls launch(vec_tag) with the widest vector every pointer and row_len allow.
+template <class T, class Launch>
+void with_column_vector(int64_t row_len, const void* const* pointers, int count, Launch launch) {
+  constexpr int V = 16 / sizeof(T);
+  bool aligned = row_len % V == 0;
+  for (int i = 0; i < count; ++i) aligned = aligned && (!pointers[i] || is_aligned(pointers[i], 16));
+  if (aligned) launch(std::integral_constant<int, V>{});
+  else launch(std::integral_constant<int, 1>{});
+}
+
 // ---------------------------------------------------------------- pipeline phases
 // Rows (layer norm, L1, Frobenius) or group rows with planes of at least this many
 // elements (group norm) take the pipelined kernel; shorter ones the three-kernel path.
@@ -938,7 +1139,8 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
     });
     if (done) return;
   }
-  if (takes_pipeline(l)) {
+  const bool layer_norm = l.groups == 1 && l.spatial == 1;
+  if (!layer_norm && takes_pipeline(l)) {
     const PipelineShape s = plan_pipeline(l.rows(), row_len, l.spatial == 1 ? row_len : l.spatial, sizeof(T), 1);
     cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Welford<A>), device);
     run_pipeline<1, T, Welford<A>, RowInfo<A, 2>>(
@@ -955,6 +1157,18 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
         rstd[row] = A(1) / sqrt(var + eps_a);
       },
       device, stream);
+  if (layer_norm) {
+    const void* pointers[] = {x, weight, bias, y};
+    with_column_vector<T>(row_len, pointers, 4, [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      const ColumnGrid g = column_grid_for(l.rows(), row_len / V, device);
+      if (row_len == 0 || l.rows() == 0) return;
+      layer_norm_columns_forward<T, V><<<g.grid, kBlock, 0, stream>>>(l.rows(), row_len, g.rows_per_slice, x, weight,
+                                                                      bias, mean, rstd, y);
+      NC_CUDA_KERNEL_CHECK(op);
+    });
+    return;
+  }
 
   with_index_type(x_t.numel(), [&](auto index_tag) {
     using Index = decltype(index_tag);
@@ -1054,7 +1268,8 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
       NC_CUDA_KERNEL_CHECK(op);
     });
   }
-  const bool pipelined = !grad_x_done && grad_x && takes_pipeline(l);
+  const bool layer_norm = groups == 1 && spatial == 1;
+  const bool pipelined = !grad_x_done && grad_x && !layer_norm && takes_pipeline(l);
   if (pipelined && spatial == 1) {
     const PipelineShape s = plan_pipeline(rows, row_len, row_len, sizeof(T), 2);
     cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Sums<A, 2>), device);
@@ -1108,6 +1323,32 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
           coef[2 * row + 1] = s.v[1] * rstd[row] * inv_len;
         },
         device, stream);
+    if (layer_norm && grad_x && !grad_x_done) {
+      // grad_x and the parameter gradients in one column pass.
+      const void* pointers[] = {grad_y, x, weight, grad_x};
+      with_column_vector<T>(row_len, pointers, 4, [&](auto vec) {
+        constexpr int V = decltype(vec)::value;
+        const ColumnGrid g = column_grid_for(rows, row_len / V, device);
+        const size_t partial_bytes = static_cast<size_t>(g.slices * row_len) * sizeof(A);
+        cuda_runtime::DeviceBuffer partial_w(partial_bytes, device), partial_b(partial_bytes, device);
+        if (rows == 0) {
+          NC_CUDA_CHECK(cudaMemsetAsync(partial_w.as<void>(), 0, partial_bytes, stream));
+          NC_CUDA_CHECK(cudaMemsetAsync(partial_b.as<void>(), 0, partial_bytes, stream));
+        } else if (row_len > 0) {
+          layer_norm_columns_backward<T, V><<<g.grid, kBlock, 0, stream>>>(
+              rows, row_len, g.rows_per_slice, grad_y, x, weight, mean, rstd, coef, grad_x, partial_w.as<A>(),
+              partial_b.as<A>());
+          NC_CUDA_KERNEL_CHECK(op);
+        }
+        if (grad_weight_t.defined()) {
+          sum_slices(op, partial_w.as<const A>(), g.slices, row_len, data_as<T>(grad_weight_t), device, stream);
+        }
+        if (grad_bias_t.defined()) {
+          sum_slices(op, partial_b.as<const A>(), g.slices, row_len, data_as<T>(grad_bias_t), device, stream);
+        }
+      });
+      return;
+    }
     if (grad_weight_t.defined() || grad_bias_t.defined()) {
       const int64_t column_tiles = (channels + kColumnTile - 1) / kColumnTile;
       const int64_t target_blocks = 4 * static_cast<int64_t>(cuda_runtime::multiprocessor_count(device));
