@@ -5,8 +5,9 @@
 // along the last dim and along an inner dim, large means, zero rows and empty tensors.
 // Layer-norm rows of up to 16384 elements that start 16-byte aligned are kept in
 // registers; longer or unaligned ones take the chunked reduction and a column pass. Group
-// norm groups (L1 rows, Frobenius tensors) of 16384 elements or more with planes of 1024
-// or more take the pipelined kernel, with unaligned chunk boundaries in most cases here.
+// norm groups of 16384 elements or more that fit in shared memory are normalized there
+// (the 100x100 case only in 16 bits); longer ones (L1 rows, Frobenius tensors) with
+// planes of 1024 or more take the pipelined kernel, mostly with unaligned chunks here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -145,6 +146,8 @@ std::vector<CudaCase> cases() {
       {"group_norm small planes", {3, 12, 3}, {12}, group_norm_with(4)},
       {"group_norm image", {2, 8, 33, 31}, {8}, group_norm_with(2)},
       {"group_norm rows in chunks", {1, 8, 1000}, {8}, group_norm_with(1)},
+      {"group_norm groups in shared memory", {3, 8, 64, 64}, {8}, group_norm_with(2)},
+      {"group_norm groups in shared memory in 16 bits", {2, 6, 100, 100}, {6}, group_norm_with(1)},
       {"group_norm long groups", {2, 4, 100000}, {4}, group_norm_with(2)},
       {"group_norm long groups of short planes", {2, 16, 50, 41}, {16}, group_norm_with(2)},
       {"group_norm large mean", {3, 6, 500}, {6}, group_norm_with(3), 1e4},

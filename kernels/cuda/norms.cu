@@ -1106,6 +1106,91 @@ struct NormGradApply {
   }
 };
 
+// ---------------------------------------------------------------- 7. groups in shared memory
+// Group norm over groups of 16384 elements or more that fit in one block's shared memory
+// (about 227 KB: 58K f32 or 116K bf16 elements): one block of 1024 threads per group reads
+// it once into shared memory, takes two-pass statistics there and writes y, so x crosses
+// device memory once with no cross-block synchronization.
+constexpr int kGroupThreads = 1024;
+
+template <class T>
+__global__ void __launch_bounds__(kGroupThreads) group_norm_smem_forward(
+    int64_t rows, int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial, const T* __restrict__ x,
+    const T* __restrict__ weight, const T* __restrict__ bias, compute_t<T> eps, T* __restrict__ y,
+    compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
+  using A = compute_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char group_tile[];
+  Vec<T, V>* tile = reinterpret_cast<Vec<T, V>*>(group_tile);
+  const int64_t vecs = row_len / V;
+  const A inv_len = A(1) / static_cast<A>(row_len);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * row_len;
+    Sums<A, 1> sum{{A(0)}};
+    for (int64_t j = threadIdx.x; j < vecs; j += kGroupThreads) {
+      const Vec<T, V> v = load_last_use<T, V>(xr, j);
+      tile[j] = v;
+#pragma unroll
+      for (int e = 0; e < V; ++e) sum.v[0] += convert<A>(v.v[e]);
+    }
+    const A mean = team_sum<kGroupThreads>(sum).v[0] * inv_len;
+    Sums<A, 1> sq{{A(0)}};
+    for (int64_t j = threadIdx.x; j < vecs; j += kGroupThreads) {
+      const Vec<T, V> v = tile[j];
+#pragma unroll
+      for (int e = 0; e < V; ++e) sq.v[0] += (convert<A>(v.v[e]) - mean) * (convert<A>(v.v[e]) - mean);
+    }
+    const A rstd = A(1) / sqrt(team_sum<kGroupThreads>(sq).v[0] * inv_len + eps);
+    if (threadIdx.x == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+    const int64_t first_channel = (row % groups) * group_channels;
+    T* yr = y + row * row_len;
+    for (int64_t j = threadIdx.x; j < vecs; j += kGroupThreads) {
+      // spatial is a multiple of V, so a vector lies within one channel.
+      const int64_t channel = first_channel + j * V / spatial;
+      const A scale = weight ? rstd * convert<A>(weight[channel]) : rstd;
+      const A shift = bias ? convert<A>(bias[channel]) : A(0);
+      const Vec<T, V> v = tile[j];
+      Vec<T, V> out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) out.v[e] = convert<T>((convert<A>(v.v[e]) - mean) * scale + shift);
+      store_streaming<T, V>(yr, j, out);
+    }
+    __syncthreads();  // the next group overwrites the tile
+  }
+}
+
+// Launches the shared-memory kernel when the group fits and is aligned; false otherwise.
+template <class T>
+bool group_norm_in_shared_memory(const GroupLayout& l, const T* x, const T* weight, const T* bias,
+                                 compute_t<T> eps, T* y, compute_t<T>* mean, compute_t<T>* rstd, const char* op,
+                                 int device, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t row_len = l.row_len();
+  if (l.spatial == 1 || l.spatial % V != 0 || row_len < kPipelineMinRow || !is_aligned(x, 16) ||
+      !is_aligned(y, 16)) {
+    return false;
+  }
+  int max_smem = 0;
+  NC_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // team_sum's own buffer and the driver's reserve take a little of it.
+  const int64_t bytes = row_len * static_cast<int64_t>(sizeof(T));
+  if (bytes > max_smem - 1024) return false;
+  auto kernel = group_norm_smem_forward<T>;
+  NC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  int per_sm = 0;
+  NC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGroupThreads, static_cast<size_t>(bytes)));
+  if (per_sm == 0) return false;
+  const int64_t resident = static_cast<int64_t>(per_sm) * cuda_runtime::multiprocessor_count(device);
+  const auto grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(resident, l.rows())));
+  kernel<<<grid, kGroupThreads, static_cast<size_t>(bytes), stream>>>(l.rows(), row_len, l.groups, l.group_channels,
+                                                                     l.spatial, x, weight, bias, eps, y, mean, rstd);
+  NC_CUDA_KERNEL_CHECK(op);
+  return true;
+}
+
 // ---------------------------------------------------------------- affine norm forward
 // Long rows, or groups of long planes, take the pipelined kernel.
 bool takes_pipeline(const GroupLayout& l) {
@@ -1140,6 +1225,10 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
     if (done) return;
   }
   const bool layer_norm = l.groups == 1 && l.spatial == 1;
+  if (!layer_norm && l.rows() > 0 &&
+      group_norm_in_shared_memory<T>(l, x, weight, bias, eps_a, y, mean, rstd, op, device, stream)) {
+    return;
+  }
   if (!layer_norm && takes_pipeline(l)) {
     const PipelineShape s = plan_pipeline(l.rows(), row_len, l.spatial == 1 ? row_len : l.spatial, sizeof(T), 1);
     cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Welford<A>), device);
