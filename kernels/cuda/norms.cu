@@ -283,6 +283,12 @@ __device__ __forceinline__ A load(const T* p, int64_t i) {
   return convert<A>(p[i]);
 }
 
+// Vector j of V elements (16 bytes) from p.
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> load_vec(const T* p, int64_t j) {
+  return reinterpret_cast<const Vec<T, V>*>(p)[j];
+}
+
 // ---------------------------------------------------------------- 4. pipelined passes
 // Rows too long for one block to keep on chip run as one persistent kernel with two kinds
 // of work item over chunks of rows: S items reduce a chunk to a partial, and the last S
@@ -293,9 +299,14 @@ __device__ __forceinline__ A load(const T* p, int64_t i) {
 // the S items it waits for were taken before it by blocks that are running and never
 // wait themselves, so the scheme cannot deadlock whatever the number of resident blocks.
 // Every resident block holds an item, so a chunk read by an S item is read again about
-// (lag + resident items) chunks later: small chunks keep that within L2's 50 MB.
-constexpr int64_t kPipelineChunkBytes = 16 << 10;  // per input, per item
-constexpr int64_t kPipelineL2Bytes = 16 << 20;     // the A stream's lag behind the S stream
+// (lag + resident items) chunks later: small chunks keep that within L2's 50 MB. That
+// only works for rows of at most a few MB; longer rows (group norm's 8 MB groups, a whole
+// tensor for Frobenius) run the two phases one after the other with large chunks and
+// plain loads, which measured faster than any lag on the H100.
+constexpr int64_t kPipelineChunkBytes = 16 << 10;      // per input, per item, rows in L2
+constexpr int64_t kPipelineL2Bytes = 16 << 20;         // the A stream's lag behind the S stream
+constexpr int64_t kPipelineReuseRowBytes = 2 << 20;    // longest row (all inputs) reused from L2
+constexpr int64_t kPipelineStreamChunkBytes = 256 << 10;  // per input, per item, longer rows
 
 template <class A, int K>
 struct RowInfo {
@@ -309,6 +320,7 @@ struct PipelineShape {
   int64_t chunks;  // per row: (row_len / span) * pieces
   int64_t items;   // rows * chunks, of each kind
   int64_t lag;     // S items ahead of the A stream, >= chunks
+  bool reuse;      // whether A items expect their chunk in L2 (cache hints on)
 };
 
 // Position p in the item order -> whether it is an S item, and its chunk index k.
@@ -380,7 +392,7 @@ __device__ __forceinline__ void store_streaming(T* p, int64_t v, const Vec<T, V>
 // fv(g, in0[g .. g + V), in1[g .. g + V)) for each vector (in1 only when kInputs == 2).
 template <int kInputs, class T, class F, class FV>
 __device__ __forceinline__ void visit_chunk(int64_t g0, int64_t g1, const T* __restrict__ in0,
-                                            const T* __restrict__ in1, F&& f, FV&& fv) {
+                                            const T* __restrict__ in1, bool hinted, F&& f, FV&& fv) {
   using A = compute_t<T>;
   constexpr int V = 16 / sizeof(T);
   const int64_t body0 = min(g1, (g0 + V - 1) / V * V);
@@ -395,8 +407,8 @@ __device__ __forceinline__ void visit_chunk(int64_t g0, int64_t g1, const T* __r
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = first + u * kBlock;
       if (v < v_end) {
-        a[u] = load_keep<T, V>(in0, v);
-        if constexpr (kInputs == 2) b[u] = load_keep<T, V>(in1, v);
+        a[u] = hinted ? load_keep<T, V>(in0, v) : load_vec<T, V>(in0, v);
+        if constexpr (kInputs == 2) b[u] = hinted ? load_keep<T, V>(in1, v) : load_vec<T, V>(in1, v);
       }
     }
 #pragma unroll
@@ -418,7 +430,7 @@ __device__ __forceinline__ void visit_chunk(int64_t g0, int64_t g1, const T* __r
 // The same, storing out[g] = f(g, in0[g], in1[g]).
 template <int kInputs, class T, class F>
 __device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __restrict__ in0,
-                                            const T* __restrict__ in1, T* __restrict__ out, F&& f) {
+                                            const T* __restrict__ in1, T* __restrict__ out, bool hinted, F&& f) {
   using A = compute_t<T>;
   constexpr int V = 16 / sizeof(T);
   const int64_t body0 = min(g1, (g0 + V - 1) / V * V);
@@ -434,8 +446,8 @@ __device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __r
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = first + u * kBlock;
       if (v < v_end) {
-        a[u] = load_last_use<T, V>(in0, v);
-        if constexpr (kInputs == 2) b[u] = load_last_use<T, V>(in1, v);
+        a[u] = hinted ? load_last_use<T, V>(in0, v) : load_vec<T, V>(in0, v);
+        if constexpr (kInputs == 2) b[u] = hinted ? load_last_use<T, V>(in1, v) : load_vec<T, V>(in1, v);
       }
     }
 #pragma unroll
@@ -447,7 +459,11 @@ __device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __r
       for (int j = 0; j < V; ++j) {
         r.v[j] = convert<T>(f(v * V + j, convert<A>(a[u].v[j]), kInputs == 2 ? convert<A>(b[u].v[j]) : A(0)));
       }
-      store_streaming<T, V>(out, v, r);
+      if (hinted) {
+        store_streaming<T, V>(out, v, r);
+      } else {
+        reinterpret_cast<Vec<T, V>*>(out)[v] = r;
+      }
     }
   }
   for (int64_t g = body1 + threadIdx.x; g < g1; g += kBlock) scalar(g);
@@ -490,7 +506,7 @@ __global__ void __launch_bounds__(kBlock) pipeline_kernel(PipelineShape s, const
       R acc = R::identity();
       constexpr int V = 16 / sizeof(T);
       visit_chunk<kInputs>(
-          base + begin, base + end, in0, in1, [&](int64_t g, A v0, A v1) { acc.add(reduce(ctx, g - base, v0, v1)); },
+          base + begin, base + end, in0, in1, s.reuse, [&](int64_t g, A v0, A v1) { acc.add(reduce(ctx, g - base, v0, v1)); },
           [&](int64_t g, const A (&x0)[V], const A (&x1)[V]) {
             decltype(reduce(ctx, 0, A(0), A(0))) c[V];
 #pragma unroll
@@ -526,7 +542,7 @@ __global__ void __launch_bounds__(kBlock) pipeline_kernel(PipelineShape s, const
       }
       __syncthreads();
       const auto ctx = apply.context(row, begin, info_slot);
-      apply_chunk<kInputs>(base + begin, base + end, in0, in1, out,
+      apply_chunk<kInputs>(base + begin, base + end, in0, in1, out, s.reuse,
                            [&](int64_t g, A v0, A v1) { return apply(ctx, g - base, v0, v1); });
     }
     if (threadIdx.x == 0) item_slot = static_cast<long long>(following);
@@ -542,13 +558,16 @@ PipelineShape plan_pipeline(int64_t rows, int64_t row_len, int64_t span, int64_t
   s.rows = rows;
   s.row_len = row_len;
   s.span = std::max<int64_t>(span, 1);
-  const int64_t target = std::max<int64_t>(1, kPipelineChunkBytes / element_bytes);
+  s.reuse = rows > 1 && row_len * element_bytes * inputs <= kPipelineReuseRowBytes;
+  const int64_t target =
+      std::max<int64_t>(1, (s.reuse ? kPipelineChunkBytes : kPipelineStreamChunkBytes) / element_bytes);
   s.pieces = (s.span + target - 1) / target;
   s.chunk_len = (s.span + s.pieces - 1) / s.pieces;
   s.chunks = std::max<int64_t>(1, row_len / s.span * s.pieces);
   s.items = rows * s.chunks;
   const int64_t chunk_bytes = s.chunk_len * element_bytes * inputs;
-  s.lag = std::min(s.items, std::max(s.chunks, kPipelineL2Bytes / std::max<int64_t>(chunk_bytes, 1)));
+  s.lag = s.reuse ? std::min(s.items, std::max(s.chunks, kPipelineL2Bytes / std::max<int64_t>(chunk_bytes, 1)))
+                  : s.items;
   return s;
 }
 
@@ -673,11 +692,6 @@ struct RowSlice {
     }
   }
 };
-
-template <class T, int V>
-__device__ __forceinline__ Vec<T, V> load_vec(const T* p, int64_t j) {
-  return reinterpret_cast<const Vec<T, V>*>(p)[j];
-}
 
 template <class T, int kTeam, int V>
 __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
