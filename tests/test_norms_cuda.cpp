@@ -154,6 +154,7 @@ std::vector<CudaCase> cases() {
       {"group_norm no affine", {5, 9, 17}, {}, group_norm_with(3)},
       {"group_norm empty", {0, 4, 5}, {4}, group_norm_with(2)},
       {"l1_norm last dim", {300, 77}, {}, l1_norm_along(1)},
+      {"l1_norm rows read twice", {5, 20001}, {}, l1_norm_along(1)},
       {"l1_norm long rows", {3, 200000}, {}, l1_norm_along(1)},
       {"l1_norm inner dim", {4, 50, 9, 7}, {}, l1_norm_along(1)},
       {"l1_norm zero rows", {8, 33}, {}, l1_norm_along(1), 0, true},

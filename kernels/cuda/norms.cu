@@ -390,7 +390,7 @@ __device__ __forceinline__ void store_streaming(T* p, int64_t v, const Vec<T, V>
 // The block visits elements [g0, g1) of the flat inputs, 16 bytes at a time between a
 // scalar head and tail: f(g, in0[g], in1[g]) for each head and tail element, and
 // fv(g, in0[g .. g + V), in1[g .. g + V)) for each vector (in1 only when kInputs == 2).
-template <int kInputs, class T, class F, class FV>
+template <int kInputs, int kThreads = kBlock, class T, class F, class FV>
 __device__ __forceinline__ void visit_chunk(int64_t g0, int64_t g1, const T* __restrict__ in0,
                                             const T* __restrict__ in1, bool hinted, F&& f, FV&& fv) {
   using A = compute_t<T>;
@@ -398,14 +398,14 @@ __device__ __forceinline__ void visit_chunk(int64_t g0, int64_t g1, const T* __r
   const int64_t body0 = min(g1, (g0 + V - 1) / V * V);
   const int64_t body1 = max(body0, g1 / V * V);
   auto scalar = [&](int64_t g) { f(g, load<T, A>(in0, g), kInputs == 2 ? load<T, A>(in1, g) : A(0)); };
-  for (int64_t g = g0 + threadIdx.x; g < body0; g += kBlock) scalar(g);
+  for (int64_t g = g0 + threadIdx.x; g < body0; g += kThreads) scalar(g);
   // kUnroll loads in flight per thread before any is used.
   const int64_t v_end = body1 / V;
-  for (int64_t first = body0 / V + threadIdx.x; first < v_end; first += kBlock * kUnroll) {
+  for (int64_t first = body0 / V + threadIdx.x; first < v_end; first += kThreads * kUnroll) {
     Vec<T, V> a[kUnroll], b[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = first + u * kBlock;
+      const int64_t v = first + u * kThreads;
       if (v < v_end) {
         a[u] = hinted ? load_keep<T, V>(in0, v) : load_vec<T, V>(in0, v);
         if constexpr (kInputs == 2) b[u] = hinted ? load_keep<T, V>(in1, v) : load_vec<T, V>(in1, v);
@@ -413,7 +413,7 @@ __device__ __forceinline__ void visit_chunk(int64_t g0, int64_t g1, const T* __r
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = first + u * kBlock;
+      const int64_t v = first + u * kThreads;
       if (v >= v_end) break;
       A x0[V], x1[V];
 #pragma unroll
@@ -424,11 +424,11 @@ __device__ __forceinline__ void visit_chunk(int64_t g0, int64_t g1, const T* __r
       fv(v * V, x0, x1);
     }
   }
-  for (int64_t g = body1 + threadIdx.x; g < g1; g += kBlock) scalar(g);
+  for (int64_t g = body1 + threadIdx.x; g < g1; g += kThreads) scalar(g);
 }
 
 // The same, storing out[g] = f(g, in0[g], in1[g]).
-template <int kInputs, class T, class F>
+template <int kInputs, int kThreads = kBlock, class T, class F>
 __device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __restrict__ in0,
                                             const T* __restrict__ in1, T* __restrict__ out, bool hinted, F&& f) {
   using A = compute_t<T>;
@@ -438,13 +438,13 @@ __device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __r
   auto scalar = [&](int64_t g) {
     out[g] = convert<T>(f(g, load<T, A>(in0, g), kInputs == 2 ? load<T, A>(in1, g) : A(0)));
   };
-  for (int64_t g = g0 + threadIdx.x; g < body0; g += kBlock) scalar(g);
+  for (int64_t g = g0 + threadIdx.x; g < body0; g += kThreads) scalar(g);
   const int64_t v_end = body1 / V;
-  for (int64_t first = body0 / V + threadIdx.x; first < v_end; first += kBlock * kUnroll) {
+  for (int64_t first = body0 / V + threadIdx.x; first < v_end; first += kThreads * kUnroll) {
     Vec<T, V> a[kUnroll], b[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = first + u * kBlock;
+      const int64_t v = first + u * kThreads;
       if (v < v_end) {
         a[u] = hinted ? load_last_use<T, V>(in0, v) : load_vec<T, V>(in0, v);
         if constexpr (kInputs == 2) b[u] = hinted ? load_last_use<T, V>(in1, v) : load_vec<T, V>(in1, v);
@@ -452,7 +452,7 @@ __device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __r
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = first + u * kBlock;
+      const int64_t v = first + u * kThreads;
       if (v >= v_end) break;
       Vec<T, V> r;
 #pragma unroll
@@ -466,7 +466,7 @@ __device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __r
       }
     }
   }
-  for (int64_t g = body1 + threadIdx.x; g < g1; g += kBlock) scalar(g);
+  for (int64_t g = body1 + threadIdx.x; g < g1; g += kThreads) scalar(g);
 }
 
 // Phase functors, each with a per-item context computed once per chunk:
@@ -1205,6 +1205,40 @@ bool group_norm_in_shared_memory(const GroupLayout& l, const T* x, const T* weig
   return true;
 }
 
+// ---------------------------------------------------------------- 8. L1 rows read twice
+// L1 forward along the last dim for rows of up to kL1RowBytes: one block of 1024 threads
+// per SM takes a row at a time, sums |x|, then reads the row again to write x / norm.
+// With one row per SM in flight the second read comes from L2 (132 rows of 256 KB fit in
+// its 50 MB), so x crosses device memory about once. (The backward, with two inputs per
+// row, measured slower this way than in the pipelined kernel and stays there.)
+constexpr int kL1RowThreads = 1024;
+constexpr int64_t kL1RowBytes = 256 << 10;
+
+template <class T>
+__global__ void __launch_bounds__(kL1RowThreads, 1) l1_rows_forward_kernel(int64_t rows, int64_t size,
+                                                                            const T* __restrict__ x,
+                                                                            T* __restrict__ y,
+                                                                            compute_t<T>* __restrict__ norm,
+                                                                            compute_t<T> eps) {
+  using A = compute_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t g0 = row * size, g1 = g0 + size;
+    Sums<A, 1> acc{{A(0)}};
+    visit_chunk<1, kL1RowThreads>(
+        g0, g1, x, static_cast<const T*>(nullptr), true, [&](int64_t, A v, A) { acc.v[0] += abs(v); },
+        [&](int64_t, const A (&v)[V], const A (&)[V]) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) acc.v[0] += abs(v[j]);
+        });
+    const A n = team_sum<kL1RowThreads>(acc).v[0] / static_cast<A>(size);
+    if (threadIdx.x == 0) norm[row] = n;
+    const A inv = A(1) / clamped(n, eps);
+    apply_chunk<1, kL1RowThreads>(g0, g1, x, static_cast<const T*>(nullptr), y, true,
+                                  [&](int64_t, A v, A) { return v * inv; });
+  }
+}
+
 // ---------------------------------------------------------------- affine norm forward
 // Long rows, or groups of long planes, take the pipelined kernel.
 bool takes_pipeline(const GroupLayout& l) {
@@ -1618,6 +1652,13 @@ void l1_forward(const Tensor& x_t, int64_t outer, int64_t size, int64_t inner, d
     return;
   }
   const A inv_size = size > 0 ? A(1) / static_cast<A>(size) : A(0);
+  if (size >= kPipelineMinRow && size * static_cast<int64_t>(sizeof(T)) <= kL1RowBytes) {
+    const auto grid = static_cast<unsigned>(
+        std::max<int64_t>(1, std::min<int64_t>(outer, cuda_runtime::multiprocessor_count(device))));
+    l1_rows_forward_kernel<T><<<grid, kL1RowThreads, 0, stream>>>(outer, size, x, y, norm, eps_a);
+    NC_CUDA_KERNEL_CHECK(op);
+    return;
+  }
   if (size >= kPipelineMinRow) {
     const PipelineShape s = plan_pipeline(outer, size, size, sizeof(T), 1);
     cuda_runtime::DeviceBuffer partials(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>), device);
