@@ -1,8 +1,11 @@
 // matmul with NumPy semantics: 1-D operands gain (and then lose) a dim, batch dims
 // broadcast, and each operand reaches the backend as a [batch, rows, cols] view that is
 // row- or column-major (transposed views need no copy; broadcast batches use stride 0).
+#include <atomic>
+
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "normcore/cuda.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -50,6 +53,14 @@ Tensor as_matrix_batch(const Tensor& t, const Shape& batch_shape) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void cuda::set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+
+bool cuda::allow_tf32() { return g_allow_tf32.load(); }
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const char* op = "matmul";

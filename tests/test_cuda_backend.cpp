@@ -639,6 +639,34 @@ TEST(CudaBackend, MatmulF32DoesNotUseTf32) {
   EXPECT_GT(values_of(out.cuda)[0], 1.0);
 }
 
+TEST(CudaBackend, AllowTf32RoundsFloat32MatmulInputs) {
+  if (!normcore::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  // Every entry 1 + 2^-20: in float32 each dot of 64 products is 64 (1 + 2^-19) > 64; TF32
+  // rounds each input to 1 first, giving exactly 64. Other dtypes ignore the setting.
+  const int64_t n = 64;
+  const double x = 1.0 + std::ldexp(1.0, -20);
+  const std::vector<double> ones(n * n, x);
+  struct Restore {
+    ~Restore() { nc::cuda::set_allow_tf32(false); }
+  } restore;
+  EXPECT_FALSE(nc::cuda::allow_tf32());
+  for (bool tf32 : {false, true}) {
+    nc::cuda::set_allow_tf32(tf32);
+    EXPECT_EQ(nc::cuda::allow_tf32(), tf32);
+    for (DType dtype : {DType::F32, DType::F64}) {
+      Pair a = from_values(ones, {1, n, n}, dtype), b = from_values(ones, {1, n, n}, dtype);
+      Pair out = empty_pair({1, n, n}, dtype);
+      nc::cuda_kernels::matmul(out.cuda, a.cuda, b.cuda);
+      const std::vector<double> v = values_of(out.cuda);
+      const bool rounded = tf32 && dtype == DType::F32;
+      for (double got : {v.front(), v.back()}) {
+        if (rounded) EXPECT_EQ(got, 64.0) << "TF32, " << nc::dtype_name(dtype);
+        else EXPECT_GT(got, 64.0) << (tf32 ? "TF32 allowed, " : "TF32 off, ") << nc::dtype_name(dtype);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- indexing
 struct IndexCase {
   Shape x_shape;

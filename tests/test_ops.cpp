@@ -875,6 +875,19 @@ TEST(Matmul, BatchedBroadcastAndTransposedOperands) {
   expect_values(shared, shared_expected);
 }
 
+TEST(Matmul, Tf32SettingLeavesCpuMatmulsInFloat32) {
+  struct Restore {
+    ~Restore() { nc::cuda::set_allow_tf32(false); }
+  } restore;
+  nc::cuda::set_allow_tf32(true);
+  EXPECT_TRUE(nc::cuda::allow_tf32());
+  // 1 + 2^-20 squared is 1 + 2^-19 in float32; TF32 would round it to 1.
+  const Tensor x = nc::full({1, 1}, 1.0 + std::ldexp(1.0, -20), DType::F32);
+  EXPECT_EQ(nc::matmul(x, x).item<double>(), 1.0 + std::ldexp(1.0, -19));
+  nc::cuda::set_allow_tf32(false);
+  EXPECT_FALSE(nc::cuda::allow_tf32());
+}
+
 TEST(Matmul, HalfPrecisionAgainstF64Reference) {
   const int64_t batch = 2, rows = 7, inner = 33, cols = 5;
   for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {

@@ -26,6 +26,14 @@ void empty_cache();
 // (free, total) bytes on the device, as the driver reports them.
 void mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
 
+// How float32 matmuls run on CUDA, for the whole process (PyTorch's
+// torch.backends.cuda.matmul.allow_tf32): false (the default) computes in float32; true lets
+// cuBLAS use TF32 tensor cores (inputs rounded to a 10-bit mantissa, float32 accumulation,
+// relative error about 1e-3, several times faster on Ampere and later). CPU matmuls and
+// other dtypes are not affected. Settable in every build.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
 int current_device();
 void set_device(int device);
 // Waits for all work queued on the device's current stream (device < 0: current device).

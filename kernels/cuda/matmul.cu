@@ -1,8 +1,10 @@
 // Batched matrix product through cuBLAS: out [B, M, N] = a [B, M, K] @ b [B, K, N], all
 // one floating dtype, out contiguous and written (=). f16/bf16 accumulate in f32
-// (CUBLAS_COMPUTE_32F), f32 in plain f32 (no TF32), f64 in f64. Each operand is either
+// (CUBLAS_COMPUTE_32F), f32 in plain f32 or, with cuda::allow_tf32(), on TF32 tensor
+// cores (CUBLAS_COMPUTE_32F_FAST_TF32), f64 in f64. Each operand is either
 // row-major (stride(2) == 1) or column-major (stride(1) == 1), with any batch stride.
 #include "kernels/cuda/loops.cuh"
+#include "normcore/cuda.h"
 
 namespace normcore {
 namespace cuda_kernels {
@@ -67,7 +69,10 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   cudaDataType_t data_type;
   cublasComputeType_t compute_type;
   switch (out.dtype()) {
-    case DType::F32: data_type = CUDA_R_32F; compute_type = CUBLAS_COMPUTE_32F; break;
+    case DType::F32:
+      data_type = CUDA_R_32F;
+      compute_type = cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      break;
     case DType::F64: data_type = CUDA_R_64F; compute_type = CUBLAS_COMPUTE_64F; break;
     case DType::F16: data_type = CUDA_R_16F; compute_type = CUBLAS_COMPUTE_32F; break;
     case DType::BF16: data_type = CUDA_R_16BF; compute_type = CUBLAS_COMPUTE_32F; break;
