@@ -5,7 +5,8 @@
 # Sections: tests (the test suite), memcheck (compute-sanitizer over the CUDA tests),
 # conformance (the PyTorch-made cases on cpu and cuda), train (a default training run with
 # eval and predict), kernelbench (the five benchmark models), mlp (the MLP epoch benchmark
-# beside PyTorch). Logs go to $OUT (or /tmp/normcore-gpu).
+# beside PyTorch), norms (the normalization benchmark), gemm (the Linear + GroupNorm + min
+# + bias model against its GEMM, beside PyTorch). Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
 run=$root/gpu-run
@@ -56,6 +57,15 @@ for section in "${sections[@]}"; do
       echo "== benchmark: one MLP epoch, normcore then PyTorch"
       "$run/mlp_epoch" --device cuda --epochs 3 --data "$data"
       python3 bench/mlp_epoch_torch.py --device cuda --epochs 3 --data "$data"
+      ;;
+    norms)
+      echo "== benchmark: the normalization kernels"
+      "$run/norms" --json "$out/norms.json"
+      ;;
+    gemm)
+      echo "== benchmark: Linear + GroupNorm + min + bias against its GEMM, normcore then PyTorch"
+      "$run/gemm_gn_min" --json "$out/gemm_gn_min.json"
+      python3 bench/gemm_gn_min_torch.py --json "$out/gemm_gn_min_torch.json"
       ;;
     *)
       echo "unknown section '$section'" >&2

@@ -4,8 +4,6 @@
 // after a warm-up; each case reports ms, GB/s on its floor bytes and the fraction of the
 // device-copy bandwidth measured in the same run. Writes one JSON line per case.
 //   norms [--filter SUBSTRING] [--reps N] [--no-sweep] [--json FILE]
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_timing.h"
 #include "normcore/normcore.h"
 
 namespace nc = normcore;
@@ -22,36 +21,7 @@ using nc::Tensor;
 
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  std::fprintf(stderr, "norms: %s: %s\n", what, cudaGetErrorString(status));
-  std::exit(1);
-}
-
-cudaStream_t stream() { return static_cast<cudaStream_t>(nc::cuda::current_stream(0)); }
-
-// Median milliseconds of fn over reps runs, after warmup runs.
-double median_ms(const std::function<void()>& fn, int reps, int warmup = 3) {
-  for (int i = 0; i < warmup; ++i) fn();
-  nc::cuda::synchronize(0);
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    check(cudaEventRecord(start, stream()), "cudaEventRecord");
-    fn();
-    check(cudaEventRecord(stop, stream()), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using bench::median_ms;
 
 enum class Op { LayerNorm, GroupNorm, L1Norm, Frobenius };
 

@@ -29,15 +29,18 @@ struct Options {
   int iters = 10;
   int warmup = 2;
   int64_t features = 0;  // the model's feature width, where it has one (0: the full width)
+  bool tf32 = false;     // float32 matmuls on TF32 tensor cores (CUDA)
 };
 
 inline void print_usage(const char* program, const char* what) {
   std::printf(
       "%s: %s\n"
-      "usage: %s [--device cpu|cuda|cuda:N] [--scale S] [--dtype f32|f16|bf16] [--iters N] [--warmup N]\n"
+      "usage: %s [--device cpu|cuda|cuda:N] [--scale S] [--dtype f32|f16|bf16] [--tf32 on|off] [--iters N]\n"
+      "          [--warmup N] [--features N]\n"
       "  --device  where to run (default: cuda when available, else cpu)\n"
       "  --scale   divide the batch dim by S, rounding up (default 1: the full size)\n"
       "  --dtype   the dtype the model runs in (default f32)\n"
+      "  --tf32    on: float32 matmuls use TF32 tensor cores on CUDA (default off)\n"
       "  --iters   timed iterations, the median is reported (default 10)\n"
       "  --warmup  untimed iterations first (default 2)\n"
       "  --features  the model's feature width, for models that have one (gemm_gn_min: 8192)\n",
@@ -64,6 +67,9 @@ inline bool parse_options(int argc, char** argv, const char* what, Options* opti
         options->dtype = nc::dtype_from_name(value);
         if (options->dtype != DType::F32 && options->dtype != DType::F16 && options->dtype != DType::BF16)
           throw nc::ValueError("--dtype must be f32, f16 or bf16, got " + value);
+      } else if (arg == "--tf32") {
+        if (value != "on" && value != "off") throw nc::ValueError("--tf32 must be on or off, got " + value);
+        options->tf32 = value == "on";
       } else if (arg == "--scale" || arg == "--iters" || arg == "--warmup" || arg == "--features") {
         const long long n = std::stoll(value);
         const long long least = arg == "--warmup" ? 0 : 1;
@@ -112,7 +118,9 @@ inline double median_ms(const Options& options, const std::function<void()>& ste
 }
 
 // Tolerance against a float64 reference, relative to the compared slice's largest |value|.
-inline double tolerance(DType dtype) {
+// TF32 matmuls round their float32 inputs to 11 significant bits.
+inline double tolerance(DType dtype, bool tf32) {
+  if (tf32 && dtype == DType::F32) return 3e-3;
   switch (dtype) {
     case DType::F16: return 1e-2;
     case DType::BF16: return 3e-2;
@@ -123,7 +131,7 @@ inline double tolerance(DType dtype) {
 // Collects comparisons; each prints its worst error and whether it is within tolerance.
 class Checker {
  public:
-  explicit Checker(DType dtype) : tol_(tolerance(dtype)) {}
+  Checker(DType dtype, bool tf32) : tol_(tolerance(dtype, tf32)) {}
 
   void compare(const std::string& what, const Tensor& got, const Tensor& expected) {
     const std::vector<double> g = got.to(nc::Device::cpu(), DType::F64).to_vector<double>();
@@ -185,6 +193,9 @@ struct Benchmark {
   std::vector<std::pair<std::string, Model>> variants = {};
   // The input dim that --features sets (-1: the model has no feature width to change).
   int64_t feature_dim = -1;
+  // Part of the model timed on its own, unchecked, as the yardstick for the others (the
+  // GEMM of a GEMM-bound model): each forward's time is also given as a multiple of it.
+  std::pair<std::string, Model> yardstick = {};
 };
 
 inline std::vector<Tensor> no_params(const Options&, nc::Generator&) { return {}; }
@@ -201,9 +212,10 @@ inline Check per_sample_check(Model model, int64_t rows, int64_t out_dim = 0) {
   };
 }
 
-inline void print_time(const char* what, double ms, double bytes) {
+inline void print_time(const char* what, double ms, double bytes, double yardstick_ms = 0) {
   std::printf("  %-28s %10.3f ms", what, ms);
   if (bytes > 0) std::printf("  %8.1f GB/s", bytes / ms * 1e-6);
+  if (yardstick_ms > 0) std::printf("  %6.3fx the yardstick", ms / yardstick_ms);
   std::printf("\n");
 }
 
@@ -219,9 +231,10 @@ inline int run(int argc, char** argv, const Benchmark& bench) {
     }
     shape[bench.feature_dim] = options.features;
   }
-  std::printf("%s on %s, %s, x %s (scale %lld), %d iterations after %d warm-up\n", bench.name.c_str(),
-              options.device.str().c_str(), nc::dtype_name(options.dtype), nc::shape_str(shape).c_str(),
-              static_cast<long long>(options.scale), options.iters, options.warmup);
+  nc::cuda::set_allow_tf32(options.tf32);
+  std::printf("%s on %s, %s%s, x %s (scale %lld), %d iterations after %d warm-up\n", bench.name.c_str(),
+              options.device.str().c_str(), nc::dtype_name(options.dtype), options.tf32 ? " (TF32 matmuls)" : "",
+              nc::shape_str(shape).c_str(), static_cast<long long>(options.scale), options.iters, options.warmup);
   try {
     nc::Generator gen(0);
     const nc::TensorOptions on_device(options.dtype, options.device);
@@ -245,13 +258,28 @@ inline int run(int argc, char** argv, const Benchmark& bench) {
       x.zero_grad();
       for (const Tensor& p : params) p.zero_grad();
     };
-    Checker checker(options.dtype);
+    Checker checker(options.dtype, options.tf32 && options.device.is_cuda());
+    double yardstick_ms = 0, yardstick_step_ms = 0;
+    if (bench.yardstick.second) {
+      const Model& model = bench.yardstick.second;
+      yardstick_ms = median_ms(options, [&] {
+        nc::autograd::NoGradGuard no_grad;
+        model(x, params);
+      });
+      print_time((bench.yardstick.first + " (yardstick)").c_str(), yardstick_ms, 0);
+      yardstick_step_ms = median_ms(options, [&] {
+        zero_grads();
+        Tensor out = model(x, params);
+        out.backward(nc::ones_like(out));
+      });
+      print_time((bench.yardstick.first + "+backward").c_str(), yardstick_step_ms, 0);
+    }
     for (const auto& [label, model] : forwards) {
       const double forward_ms = median_ms(options, [&, &model = model] {
         nc::autograd::NoGradGuard no_grad;
         model(x, params);
       });
-      print_time(label.c_str(), forward_ms, forward_bytes);
+      print_time(label.c_str(), forward_ms, forward_bytes, yardstick_ms);
       // The last iteration's out and gradients stay for the check; each iteration drops
       // the previous ones first, so they never add to the peak memory.
       Tensor out;
@@ -261,7 +289,7 @@ inline int run(int argc, char** argv, const Benchmark& bench) {
         out = model(x, params);
         out.backward(grad_out);
       });
-      print_time((label + "+backward").c_str(), step_ms, 2 * forward_bytes + x_bytes);
+      print_time((label + "+backward").c_str(), step_ms, 2 * forward_bytes + x_bytes, yardstick_step_ms);
       bench.check({label, x, grad_out, out, x.grad(), params}, checker);
     }
     std::printf("%s %s\n", bench.name.c_str(), checker.pass() ? "PASS" : "FAIL");

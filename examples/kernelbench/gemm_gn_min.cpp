@@ -3,7 +3,9 @@
 // [1, 8192, 1024, 1] (--features N makes the Linear N -> N, N a multiple of 512). Timed as
 // the composition of ops ("forward") and as the fused op gemm_group_norm_min_bias
 // ("fused"); both are checked on the first eight rows of x against the composition in
-// float64 on the CPU, except rows whose min is a near tie at the dtype's precision.
+// float64 on the CPU, except rows whose min is a near tie at the dtype's precision. The
+// GEMM alone (x @ weight^T) is timed first as the yardstick: the model is GEMM-bound, so
+// the rest should add little to it. --tf32 on runs the float32 GEMMs on TF32 tensor cores.
 #include "common.h"
 
 #include <memory>
@@ -25,6 +27,8 @@ Tensor composed(const Tensor& x, const std::vector<Tensor>& p) {
   y = nc::group_norm(y, kGroups, p[2], p[3]);
   return nc::min(y, 1, /*keepdim=*/true).first + p[4];
 }
+
+Tensor gemm_alone(const Tensor& x, const std::vector<Tensor>& p) { return nc::matmul(x, p[0].t()); }
 
 Tensor fused(const Tensor& x, const std::vector<Tensor>& p) {
   return nc::gemm_group_norm_min_bias(x, p[0], p[1], p[2], p[3], p[4], kGroups);
@@ -48,7 +52,9 @@ std::vector<Tensor> make_params(const kb::Options& o, nc::Generator& gen) {
   return p;
 }
 
-double unit_roundoff(nc::DType dtype) {
+// TF32 matmuls (on CUDA) keep 11 significant bits of their float32 inputs.
+double unit_roundoff(nc::DType dtype, bool tf32) {
+  if (tf32 && dtype == nc::DType::F32) return std::ldexp(1.0, -11);
   switch (dtype) {
     case nc::DType::F16: return std::ldexp(1.0, -11);
     case nc::DType::BF16: return std::ldexp(1.0, -8);
@@ -85,7 +91,8 @@ Reference make_reference(const kb::Run& run) {
   Tensor x_ref = kb::slice_f64(run.x, 0, kRows).requires_grad_();
   Tensor out_ref = composed(x_ref, p_ref);
   out_ref.backward(kb::slice_f64(run.grad_out, 2, kRows));
-  return {out_ref.detach(), x_ref.grad(), clear_minimum(x_ref.detach(), p_ref, unit_roundoff(run.x.dtype()))};
+  return {out_ref.detach(), x_ref.grad(), clear_minimum(x_ref.detach(), p_ref,
+                        unit_roundoff(run.x.dtype(), run.x.device().is_cuda() && nc::cuda::allow_tf32()))};
 }
 
 kb::Check make_check() {
@@ -109,5 +116,6 @@ int main(int argc, char** argv) {
   return kb::run(argc, argv,
                  {"kernelbench_gemm_gn_min",
                   "Linear(8192, 8192) -> GroupNorm(512) -> min(dim 1) -> + bias on x [1024, 8192]",
-                  {1024, kFeatures}, make_params, composed, make_check(), {{"fused", fused}}, /*feature_dim=*/1});
+                  {1024, kFeatures}, make_params, composed, make_check(), {{"fused", fused}}, /*feature_dim=*/1,
+                  {"gemm alone", gemm_alone}});
 }
