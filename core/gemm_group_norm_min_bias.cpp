@@ -1,6 +1,7 @@
 // gemm_group_norm_min_bias (normcore/fused.h): checks every argument, runs the GEMM as a
-// recorded matmul (+ bias), then GroupNorm + min + bias as one recorded node whose forward
-// and backward kernels live in kernels/{cpu,cuda}/gemm_group_norm_min_bias.*. The node saves
+// recorded matmul, then linear bias + GroupNorm + min + bias as one recorded node whose
+// forward and backward kernels live in kernels/{cpu,cuda}/gemm_group_norm_min_bias.* (the
+// linear bias is added as y is read, so y + bias never goes through memory). The node saves
 // y, the per-(row, group) mean and rstd and each row's argmin; backward passes the min's
 // gradient to the argmin's group only.
 #include "normcore/fused.h"
@@ -39,14 +40,16 @@ DType stats_dtype(const Tensor& y) {
 
 Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
 
-// y [B, OUT] -> [1, OUT, B, 1]: z = group_norm(y) * gn_weight + gn_bias, out = min(z, 1) + bias.
-Tensor group_norm_min_bias(const Tensor& y, const Tensor& gn_weight, const Tensor& gn_bias, const Tensor& bias,
-                           int64_t groups, double eps) {
+// y [B, OUT] -> [1, OUT, B, 1]: z = group_norm(y + linear_bias) * gn_weight + gn_bias,
+// out = min(z, 1) + bias.
+Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Tensor& gn_weight,
+                           const Tensor& gn_bias, const Tensor& bias, int64_t groups, double eps) {
   const int64_t rows = y.size(0), channels = y.size(1);
-  Tensor yc, w, gb, bc;
+  Tensor yc, lb, w, gb, bc;
   {
     autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them
     yc = y.contiguous();
+    lb = contiguous_or_undefined(linear_bias);
     w = contiguous_or_undefined(gn_weight);
     gb = contiguous_or_undefined(gn_bias);
     bc = bias.contiguous();
@@ -57,23 +60,25 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& gn_weight, const Tenso
   Tensor rstd = new_tensor({rows * groups}, stats_dtype(y), device);
   Tensor argmin = new_tensor({rows}, DType::I64, device);
   if (rows > 0) {
-    NC_BACKEND(device, group_norm_min_bias_forward, yc, w, gb, bc, rows, channels, groups, eps, out, mean, rstd,
+    NC_BACKEND(device, group_norm_min_bias_forward, yc, lb, w, gb, bc, rows, channels, groups, eps, out, mean, rstd,
                argmin);
   }
-  if (!autograd::needs_grad(y, gn_weight, gn_bias, bias)) return out;
-  autograd::record(kOp, out, {y, gn_weight, gn_bias, bias},
-                   [ys = autograd::saved(yc), ws = autograd::saved(w), has_gn_bias = gb.defined(), mean, rstd,
-                    argmin, rows, channels, groups](const Tensor& grad) {
+  if (!autograd::needs_grad(y, linear_bias, gn_weight, gn_bias, bias)) return out;
+  autograd::record(kOp, out, {y, linear_bias, gn_weight, gn_bias, bias},
+                   [ys = autograd::saved(yc), lbs = autograd::saved(lb), ws = autograd::saved(w),
+                    has_gn_bias = gb.defined(), mean, rstd, argmin, rows, channels, groups](const Tensor& grad) {
                      const DType dtype = ys.dtype();
                      const Device device = ys.device();
                      Tensor grad_out = grad.to(dtype).contiguous();
                      Tensor grad_y = new_tensor({rows, channels}, dtype, device);
+                     Tensor grad_linear_bias = lbs.defined() ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_weight = ws.defined() ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_gn_bias = has_gn_bias ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_bias = new_tensor({1, channels, 1, 1}, dtype, device);
-                     NC_BACKEND(device, group_norm_min_bias_backward, grad_out, ys, ws, mean, rstd, argmin, rows,
-                                channels, groups, grad_y, grad_weight, grad_gn_bias, grad_bias);
-                     return std::vector<Tensor>{grad_y, grad_weight, grad_gn_bias, grad_bias};
+                     NC_BACKEND(device, group_norm_min_bias_backward, grad_out, ys, lbs, ws, mean, rstd, argmin,
+                                rows, channels, groups, grad_y, grad_linear_bias, grad_weight, grad_gn_bias,
+                                grad_bias);
+                     return std::vector<Tensor>{grad_y, grad_linear_bias, grad_weight, grad_gn_bias, grad_bias};
                    });
   return out;
 }
@@ -102,9 +107,7 @@ Tensor gemm_group_norm_min_bias(const Tensor& x, const Tensor& weight, const Ten
   check_operand("gn_bias", gn_bias, x, {channels}, false);
   check_operand("bias", bias, x, {1, channels, 1, 1}, true);
 
-  Tensor y = matmul(x, weight.t());
-  if (linear_bias.defined()) y = add(y, linear_bias);
-  return group_norm_min_bias(y, gn_weight, gn_bias, bias, num_groups, eps);
+  return group_norm_min_bias(matmul(x, weight.t()), linear_bias, gn_weight, gn_bias, bias, num_groups, eps);
 }
 
 }  // namespace normcore

@@ -252,8 +252,9 @@ TEST(FusedGemmGroupNormMinBias, DevicesMustMatch) {
 }
 
 // The CUDA kernels against the CPU ones: one channel per group, groups of 2 to 4096
-// channels (a segment of lanes per group, a warp, a warp looping), rows that fill part of
-// a block or many blocks, column sums over one or many chunks; ties; every dtype.
+// channels (up to 64 a thread per group from shared memory; longer ones a segment of lanes,
+// a warp, a warp looping), rows too long for shared memory, rows that fill part of a block
+// or many blocks, column sums over one or many chunks; ties; every dtype.
 TEST(FusedGemmGroupNormMinBias, CudaMatchesCpu) {
   if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
   const std::vector<Case> cases = {
@@ -270,6 +271,7 @@ TEST(FusedGemmGroupNormMinBias, CudaMatchesCpu) {
       {"ties, group of 6", 19, 19, 36, 6, false, false, false, true},
       {"designed y, group of 64, biases", 45, 45, 512, 8, true, false, true, true},
       {"ties, one group of 2048", 3, 3, 2048, 1, false, false, false, true},
+      {"short groups, row beyond shared memory", 2, 2, 65536, 4096, true, true, true},
   };
   for (const Case& c : cases) {
     for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {

@@ -1,5 +1,6 @@
 // CPU reference of the fused GroupNorm + min + bias step (contracts in
-// kernels/cpu/gemm_group_norm_min_bias.h). Per row: two-pass group statistics in double,
+// kernels/cpu/gemm_group_norm_min_bias.h). Per row of v = y + linear_bias: two-pass group
+// statistics in double,
 // the affine-normalized values' min and first argmin, then out[o, b] = min_b + bias[o].
 // Backward: the min passes g_b = sum_o grad_out[o, b] to one column a_b, so only its group
 // gets a gradient: grad_y = rstd * (w * dz - mean(w * dz) - xhat * mean(w * dz * xhat)).
@@ -21,6 +22,15 @@ const T* maybe_data(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
 }
 
+// The row b of v = y + linear_bias in double.
+template <class T>
+std::vector<double> biased_row(const T* y, const T* linear_bias, int64_t b, int64_t channels) {
+  std::vector<double> v(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c)
+    v[c] = cast<double>(y[b * channels + c]) + (linear_bias ? cast<double>(linear_bias[c]) : 0.0);
+  return v;
+}
+
 // Whether candidate v at a later index replaces best: a NaN wins, then the smaller value.
 inline bool replaces_min(double v, double best) {
   if (std::isnan(best)) return false;
@@ -28,10 +38,11 @@ inline bool replaces_min(double v, double best) {
 }
 
 template <class T>
-void forward_typed(const Tensor& y_t, const Tensor& weight_t, const Tensor& gn_bias_t, const Tensor& bias_t,
+void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor& weight_t, const Tensor& gn_bias_t, const Tensor& bias_t,
                    int64_t rows, int64_t channels, int64_t groups, double eps, const Tensor& out_t,
                    const Tensor& mean_t, const Tensor& rstd_t, const Tensor& argmin_t) {
   const T* y = static_cast<const T*>(y_t.data_ptr());
+  const T* linear_bias = maybe_data<T>(linear_bias_t);
   const T* weight = maybe_data<T>(weight_t);
   const T* gn_bias = maybe_data<T>(gn_bias_t);
   const T* bias = static_cast<const T*>(bias_t.data_ptr());
@@ -41,17 +52,17 @@ void forward_typed(const Tensor& y_t, const Tensor& weight_t, const Tensor& gn_b
   int64_t* argmin = static_cast<int64_t*>(argmin_t.data_ptr());
   const int64_t group_len = channels / groups;
   for (int64_t b = 0; b < rows; ++b) {
-    const T* yr = y + b * channels;
+    const std::vector<double> vr = biased_row(y, linear_bias, b, channels);
     double best = 0;
     int64_t best_index = -1;
     for (int64_t g = 0; g < groups; ++g) {
-      const T* yg = yr + g * group_len;
+      const double* vg = vr.data() + g * group_len;
       double sum = 0;
-      for (int64_t i = 0; i < group_len; ++i) sum += cast<double>(yg[i]);
+      for (int64_t i = 0; i < group_len; ++i) sum += vg[i];
       const double mean = sum / static_cast<double>(group_len);
       double sq = 0;
       for (int64_t i = 0; i < group_len; ++i) {
-        const double d = cast<double>(yg[i]) - mean;
+        const double d = vg[i] - mean;
         sq += d * d;
       }
       const double rstd = 1.0 / std::sqrt(sq / static_cast<double>(group_len) + eps);
@@ -59,7 +70,7 @@ void forward_typed(const Tensor& y_t, const Tensor& weight_t, const Tensor& gn_b
       rstd_out[b * groups + g] = rstd;
       for (int64_t i = 0; i < group_len; ++i) {
         const int64_t c = g * group_len + i;
-        double z = (cast<double>(yg[i]) - mean) * rstd;
+        double z = (vg[i] - mean) * rstd;
         if (weight) z *= cast<double>(weight[c]);
         if (gn_bias) z += cast<double>(gn_bias[c]);
         if (best_index < 0 || replaces_min(z, best)) {
@@ -74,12 +85,13 @@ void forward_typed(const Tensor& y_t, const Tensor& weight_t, const Tensor& gn_b
 }
 
 template <class T>
-void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& weight_t, const Tensor& mean_t,
+void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& linear_bias_t, const Tensor& weight_t, const Tensor& mean_t,
                     const Tensor& rstd_t, const Tensor& argmin_t, int64_t rows, int64_t channels, int64_t groups,
-                    const Tensor& grad_y_t, const Tensor& grad_weight_t, const Tensor& grad_gn_bias_t,
-                    const Tensor& grad_bias_t) {
+                    const Tensor& grad_y_t, const Tensor& grad_linear_bias_t, const Tensor& grad_weight_t,
+                    const Tensor& grad_gn_bias_t, const Tensor& grad_bias_t) {
   const T* grad_out = static_cast<const T*>(grad_out_t.data_ptr());
   const T* y = static_cast<const T*>(y_t.data_ptr());
+  const T* linear_bias = maybe_data<T>(linear_bias_t);
   const T* weight = maybe_data<T>(weight_t);
   const double* mean_in = static_cast<const double*>(mean_t.data_ptr());
   const double* rstd_in = static_cast<const double*>(rstd_t.data_ptr());
@@ -98,25 +110,28 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& w
   }
   std::vector<double> weight_sum(static_cast<size_t>(channels), 0.0);
   std::vector<double> gn_bias_sum(static_cast<size_t>(channels), 0.0);
+  std::vector<double> linear_bias_sum(static_cast<size_t>(channels), 0.0);  // over b, in order
   T* grad_y = grad_y_t.defined() ? static_cast<T*>(grad_y_t.data_ptr()) : nullptr;
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t a = argmin[b];
     const int64_t g = a / group_len;
     const double mean = mean_in[b * groups + g], rstd = rstd_in[b * groups + g];
-    const T* yr = y + b * channels;
-    const double xhat_a = (cast<double>(yr[a]) - mean) * rstd;
+    const std::vector<double> vr = biased_row(y, linear_bias, b, channels);
+    const double xhat_a = (vr[a] - mean) * rstd;
     const double dz = row_grad[b];
     weight_sum[a] += dz * xhat_a;
     gn_bias_sum[a] += dz;
-    if (!grad_y) continue;
-    T* gyr = grad_y + b * channels;
-    for (int64_t c = 0; c < channels; ++c) gyr[c] = cast<T>(0.0);
+    T* gyr = grad_y ? grad_y + b * channels : nullptr;
+    if (gyr)
+      for (int64_t c = 0; c < channels; ++c) gyr[c] = cast<T>(0.0);
     const double w_dz = (weight ? cast<double>(weight[a]) : 1.0) * dz;
     const double mean_w_dz = w_dz / static_cast<double>(group_len);
     const double mean_w_dz_xhat = w_dz * xhat_a / static_cast<double>(group_len);
     for (int64_t c = g * group_len; c < (g + 1) * group_len; ++c) {
-      const double xhat = (cast<double>(yr[c]) - mean) * rstd;
-      gyr[c] = cast<T>(rstd * ((c == a ? w_dz : 0.0) - mean_w_dz - xhat * mean_w_dz_xhat));
+      const double xhat = (vr[c] - mean) * rstd;
+      const double value = rstd * ((c == a ? w_dz : 0.0) - mean_w_dz - xhat * mean_w_dz_xhat);
+      if (gyr) gyr[c] = cast<T>(value);
+      linear_bias_sum[c] += value;
     }
   }
   const auto store = [channels](const Tensor& t, const std::vector<double>& sums) {
@@ -124,6 +139,7 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& w
     T* dst = static_cast<T*>(t.data_ptr());
     for (int64_t c = 0; c < channels; ++c) dst[c] = cast<T>(sums[c]);
   };
+  store(grad_linear_bias_t, linear_bias_sum);
   store(grad_weight_t, weight_sum);
   store(grad_gn_bias_t, gn_bias_sum);
   store(grad_bias_t, bias_sum);
@@ -131,24 +147,25 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& w
 
 }  // namespace
 
-void group_norm_min_bias_forward(const Tensor& y, const Tensor& weight, const Tensor& gn_bias,
-                                 const Tensor& bias, int64_t rows, int64_t channels, int64_t groups, double eps,
-                                 const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                                 const Tensor& argmin) {
+void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
+                                 const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
+                                 int64_t groups, double eps, const Tensor& out, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& argmin) {
   dispatch_floating(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    forward_typed<T>(y, weight, gn_bias, bias, rows, channels, groups, eps, out, mean, rstd, argmin);
+    forward_typed<T>(y, linear_bias, weight, gn_bias, bias, rows, channels, groups, eps, out, mean, rstd, argmin);
   });
 }
 
-void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& weight,
-                                  const Tensor& mean, const Tensor& rstd, const Tensor& argmin, int64_t rows,
-                                  int64_t channels, int64_t groups, const Tensor& grad_y,
-                                  const Tensor& grad_weight, const Tensor& grad_gn_bias, const Tensor& grad_bias) {
+void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
+                                  const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& argmin, int64_t rows, int64_t channels, int64_t groups,
+                                  const Tensor& grad_y, const Tensor& grad_linear_bias, const Tensor& grad_weight,
+                                  const Tensor& grad_gn_bias, const Tensor& grad_bias) {
   dispatch_floating(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    backward_typed<T>(grad_out, y, weight, mean, rstd, argmin, rows, channels, groups, grad_y, grad_weight,
-                      grad_gn_bias, grad_bias);
+    backward_typed<T>(grad_out, y, linear_bias, weight, mean, rstd, argmin, rows, channels, groups, grad_y,
+                      grad_linear_bias, grad_weight, grad_gn_bias, grad_bias);
   });
 }
 

@@ -1,16 +1,20 @@
 // CUDA kernels of the fused GroupNorm + min + bias step (contracts in
 // kernels/cpu/gemm_group_norm_min_bias.h, the reference, and kernels/cuda/gemm_group_norm_min_bias.h).
 // Storage type T, math type C (float for f32/f16/bf16, double for f64).
-// Forward: one warp per row b, kRowsPerBlock rows per block. The warp splits into segments
-// of `width` lanes (the power of two covering the group length, at most 32), one group per
-// segment at a time: two-pass statistics (corrected two-pass, so a large mean costs no
-// accuracy), then the affine-normalized values' min and first argmin; y is read from global
-// memory once, the later passes hit the cache. The block then writes out[o, b] for its rows,
-// so consecutive threads write consecutive b.
+// Forward, groups of up to 64 channels whose row fits in shared memory: one block per row
+// stages the row in shared memory, one thread per group takes its statistics and minimum
+// (short_group_forward_kernel), then a broadcast kernel writes out. Otherwise one warp per
+// row b, kRowsPerBlock rows per block: the warp splits into segments of `width` lanes (the
+// power of two covering the group length, at most 32), one group per segment at a time;
+// y is read from global memory once, the later passes hit the cache; the block then writes
+// out[o, b] for its rows, so consecutive threads write consecutive b. Both take two-pass
+// statistics (corrected two-pass, so a large mean costs no accuracy), then the
+// affine-normalized values' min and first argmin.
 // Backward: (1) partial column sums of grad_out [OUT, B] over chunks of o; (2) one block per
 // row finishes g_b and writes grad_y (zero outside the argmin's group); (3) one warp per
-// channel o sums grad_bias[o] over b and the rows whose argmin is o for grad_weight and
-// grad_gn_bias. Every sum has a fixed order and no atomics: results are deterministic.
+// channel o sums grad_bias[o] over b, the rows whose argmin is o for grad_weight and
+// grad_gn_bias, and the rows whose argmin shares o's group for grad_linear_bias. The linear
+// bias is added to y as it is read (v = y + linear_bias), in both directions. Every sum has a fixed order and no atomics: results are deterministic.
 #include "kernels/cuda/gemm_group_norm_min_bias.h"
 
 #include <algorithm>
@@ -53,7 +57,8 @@ __device__ __forceinline__ MinAt<C> better(MinAt<C> a, MinAt<C> b) {
 
 template <class T, class C>
 __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
-    forward_kernel(const T* __restrict__ y, const T* __restrict__ weight, const T* __restrict__ gn_bias,
+    forward_kernel(const T* __restrict__ y, const T* __restrict__ linear_bias, const T* __restrict__ weight,
+                   const T* __restrict__ gn_bias,
                    const T* __restrict__ bias, int64_t rows, int64_t channels, int64_t groups, int width, C eps,
                    T* __restrict__ out, C* __restrict__ mean_out, C* __restrict__ rstd_out,
                    int64_t* __restrict__ argmin) {
@@ -64,21 +69,23 @@ __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
   if (row < rows) {  // uniform per warp, so the shuffles below see every lane
     const T* yr = y + row * channels;
     const int64_t group_len = channels / groups;
+    // v[c] = y[row, c] + linear_bias[c], the value the statistics and the min see.
+    auto v = [&](int64_t c) { return convert<C>(yr[c]) + (linear_bias ? convert<C>(linear_bias[c]) : C(0)); };
     const int segments = kWarp / width, segment = lane / width, seg_lane = lane % width;
     const C inv_len = C(1) / static_cast<C>(group_len);
     MinAt<C> best{C(0), -1};
     for (int64_t first_group = 0; first_group < groups; first_group += segments) {
       const int64_t g = first_group + segment;
       const bool active = g < groups;
-      const T* yg = yr + g * group_len;
+      const int64_t first = g * group_len;
       C sum = 0;
       if (active)
-        for (int64_t i = seg_lane; i < group_len; i += width) sum += convert<C>(yg[i]);
+        for (int64_t i = seg_lane; i < group_len; i += width) sum += v(first + i);
       const C mean = segment_sum(sum, width) * inv_len;
       C dev = 0, dev_sq = 0;
       if (active)
         for (int64_t i = seg_lane; i < group_len; i += width) {
-          const C d = convert<C>(yg[i]) - mean;
+          const C d = v(first + i) - mean;
           dev += d;
           dev_sq += d * d;
         }
@@ -93,8 +100,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
         rstd_out[row * groups + g] = rstd;
       }
       for (int64_t i = seg_lane; i < group_len; i += width) {
-        const int64_t c = g * group_len + i;
-        C z = (convert<C>(yg[i]) - mean) * rstd;
+        const int64_t c = first + i;
+        C z = (v(c) - mean) * rstd;
         if (weight) z *= convert<C>(weight[c]);
         if (gn_bias) z += convert<C>(gn_bias[c]);
         best = better(best, MinAt<C>{z, c});
@@ -118,6 +125,118 @@ __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
     const int j = static_cast<int>(t - o * block_rows);
     out[o * rows + first_row + j] = convert<T>(row_min[j] + convert<C>(bias[o]));
   }
+}
+
+// Forward for short groups (at most kShortGroup channels) of rows that fit in shared
+// memory: one block per row. The block copies y[b, :] into shared memory with coalesced
+// loads, group g at smem[g * stride], stride = group_len rounded up to odd so that threads
+// reading their own groups hit distinct banks. One thread per group then takes its
+// statistics (the same corrected two-pass as above) and its normalized minimum from shared
+// memory, and the block reduces the row's minimum into row_min[b] and argmin[b]; the
+// broadcast kernel below writes out. y crosses device memory once, in full 128-byte lines.
+constexpr int kShortGroup = 64;
+constexpr int kRowThreads = 256;
+
+template <class C>
+__device__ __forceinline__ MinAt<C> block_min(MinAt<C> best) {
+  __shared__ C values[kRowThreads / kWarp];
+  __shared__ int64_t indices[kRowThreads / kWarp];
+  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    MinAt<C> other{__shfl_xor_sync(kFullMask, best.value, offset), __shfl_xor_sync(kFullMask, best.index, offset)};
+    best = better(best, other);
+  }
+  if (lane == 0) values[warp] = best.value, indices[warp] = best.index;
+  __syncthreads();
+  best = MinAt<C>{C(0), -1};
+  for (int w = 0; w < kRowThreads / kWarp; ++w) best = better(best, MinAt<C>{values[w], indices[w]});
+  return best;
+}
+
+template <class T, class C>
+__global__ void __launch_bounds__(kRowThreads)
+    short_group_forward_kernel(const T* __restrict__ y, const T* __restrict__ linear_bias,
+                               const T* __restrict__ weight,
+                               const T* __restrict__ gn_bias, int channels, int groups, C eps,
+                               C* __restrict__ row_min, C* __restrict__ mean_out, C* __restrict__ rstd_out,
+                               int64_t* __restrict__ argmin) {
+  extern __shared__ unsigned char smem_bytes[];
+  C* row = reinterpret_cast<C*>(smem_bytes);
+  const int64_t b = blockIdx.x;
+  const int group_len = channels / groups, stride = group_len | 1;
+  const T* yr = y + b * channels;
+  // kBatch loads in flight per thread before any is stored.
+  constexpr int kBatch = 8;
+  for (int first = threadIdx.x; first < channels; first += kBatch * kRowThreads) {
+    C v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int c = first + k * kRowThreads;
+      if (c < channels) v[k] = convert<C>(yr[c]) + (linear_bias ? convert<C>(linear_bias[c]) : C(0));
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int c = first + k * kRowThreads;
+      const int g = c / group_len;
+      if (c < channels) row[g * stride + (c - g * group_len)] = v[k];
+    }
+  }
+  __syncthreads();
+  const C inv_len = C(1) / static_cast<C>(group_len);
+  MinAt<C> best{C(0), -1};
+  for (int g = threadIdx.x; g < groups; g += kRowThreads) {
+    const C* v = row + g * stride;
+    C sum = 0;
+    for (int i = 0; i < group_len; ++i) sum += v[i];
+    const C mean = sum * inv_len;
+    C dev = 0, dev_sq = 0;
+    for (int i = 0; i < group_len; ++i) {
+      const C d = v[i] - mean;
+      dev += d;
+      dev_sq += d * d;
+    }
+    const C var = max((dev_sq - dev * dev * inv_len) * inv_len, C(0));
+    const C rstd = C(1) / sqrt(var + eps);
+    mean_out[b * groups + g] = mean;
+    rstd_out[b * groups + g] = rstd;
+    const int first = g * group_len;
+#pragma unroll 8
+    for (int i = 0; i < group_len; ++i) {
+      C z = (v[i] - mean) * rstd;
+      if (weight) z *= convert<C>(weight[first + i]);
+      if (gn_bias) z += convert<C>(gn_bias[first + i]);
+      best = better(best, MinAt<C>{z, first + i});
+    }
+  }
+  best = block_min(best);
+  if (threadIdx.x == 0) {
+    row_min[b] = best.value;
+    argmin[b] = best.index;
+  }
+}
+
+// out[o, b] = row_min[b] + bias[o], out [OUT, B] contiguous: one block per o (grid-stride),
+// consecutive threads write consecutive b.
+template <class T, class C>
+__global__ void broadcast_min_kernel(const C* __restrict__ row_min, const T* __restrict__ bias, int64_t rows,
+                                     int64_t channels, T* __restrict__ out) {
+  for (int64_t o = blockIdx.x; o < channels; o += gridDim.x) {
+    const C add = convert<C>(bias[o]);
+    T* out_o = out + o * rows;
+    for (int64_t b = threadIdx.x; b < rows; b += blockDim.x) out_o[b] = convert<T>(row_min[b] + add);
+  }
+}
+
+// Shared memory the short-group kernel needs for a row, or 0 when it does not apply.
+template <class C>
+size_t short_group_smem(int64_t channels, int64_t groups, int device) {
+  const int64_t group_len = channels / groups;
+  if (group_len > kShortGroup) return 0;
+  int max_smem = 0;
+  NC_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // block_min's own buffers and the driver's reserve take a little of it.
+  const size_t bytes = static_cast<size_t>(groups * (group_len | 1)) * sizeof(C);
+  return static_cast<int64_t>(bytes) <= max_smem - 1024 ? bytes : 0;
 }
 
 // Backward (1): partial[chunk, b] = sum of grad_out[o, b] over the chunk's o, in order.
@@ -145,7 +264,8 @@ __global__ void column_partials_kernel(const T* __restrict__ grad_out, int64_t r
 // Backward (2): one block per row. row_grad[b] = g_b and row_grad_xhat[b] = g_b * xhat at
 // the argmin, for step (3); grad_y[b, :] written whole.
 template <class T, class C>
-__global__ void grad_y_kernel(const T* __restrict__ y, const T* __restrict__ weight, const C* __restrict__ mean,
+__global__ void grad_y_kernel(const T* __restrict__ y, const T* __restrict__ linear_bias,
+                              const T* __restrict__ weight, const C* __restrict__ mean,
                               const C* __restrict__ rstd, const int64_t* __restrict__ argmin,
                               const C* __restrict__ partials, int64_t chunks, int64_t rows, int64_t channels,
                               int64_t groups, T* __restrict__ grad_y, C* __restrict__ row_grad,
@@ -156,12 +276,13 @@ __global__ void grad_y_kernel(const T* __restrict__ y, const T* __restrict__ wei
   const int64_t a = argmin[b];
   const int64_t g = a / group_len;
   const T* yr = y + b * channels;
+  auto v = [&](int64_t c) { return convert<C>(yr[c]) + (linear_bias ? convert<C>(linear_bias[c]) : C(0)); };
   const C mu = mean[b * groups + g];
   if (threadIdx.x == 0) {
     C dz = 0;
     for (int64_t k = 0; k < chunks; ++k) dz += partials[k * rows + b];
     const C r = rstd[b * groups + g];
-    const C xhat_a = (convert<C>(yr[a]) - mu) * r;
+    const C xhat_a = (v(a) - mu) * r;
     const C w_dz = (weight ? convert<C>(weight[a]) : C(1)) * dz;
     row_grad[b] = dz;
     row_grad_xhat[b] = dz * xhat_a;
@@ -177,7 +298,7 @@ __global__ void grad_y_kernel(const T* __restrict__ y, const T* __restrict__ wei
   for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
     C value = 0;
     if (c >= group_begin && c < group_end) {
-      const C xhat = (convert<C>(yr[c]) - mu) * r;
+      const C xhat = (v(c) - mu) * r;
       value = r * ((c == a ? w_dz : C(0)) - mean_w_dz - xhat * mean_w_dz_xhat);
     }
     gyr[c] = convert<T>(value);
@@ -185,28 +306,37 @@ __global__ void grad_y_kernel(const T* __restrict__ y, const T* __restrict__ wei
 }
 
 // Backward (3): one warp per channel o; lanes stride over b, then a fixed shuffle tree.
+// grad_linear_bias[o] sums grad_y[b, o] over the rows b whose argmin lies in o's group (the
+// only rows where it is not zero), read back from grad_y as step (2) rounded it.
 template <class T, class C>
 __global__ void param_grad_kernel(const T* __restrict__ grad_out, const int64_t* __restrict__ argmin,
                                   const C* __restrict__ row_grad, const C* __restrict__ row_grad_xhat,
-                                  int64_t rows, int64_t channels, T* __restrict__ grad_weight,
+                                  const T* __restrict__ grad_y, int64_t rows, int64_t channels, int64_t group_len,
+                                  T* __restrict__ grad_linear_bias, T* __restrict__ grad_weight,
                                   T* __restrict__ grad_gn_bias, T* __restrict__ grad_bias) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t o = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (o >= channels) return;  // uniform per warp
   const bool affine = grad_weight || grad_gn_bias;
-  C bias_sum = 0, weight_sum = 0, gn_bias_sum = 0;
+  const int64_t group = o / group_len;
+  C bias_sum = 0, weight_sum = 0, gn_bias_sum = 0, linear_bias_sum = 0;
   for (int64_t b = lane; b < rows; b += kWarp) {
     bias_sum += convert<C>(grad_out[o * rows + b]);
-    if (affine && argmin[b] == o) {
+    if (!affine && !grad_linear_bias) continue;
+    const int64_t a = argmin[b];
+    if (affine && a == o) {
       weight_sum += row_grad_xhat[b];
       gn_bias_sum += row_grad[b];
     }
+    if (grad_linear_bias && a / group_len == group) linear_bias_sum += convert<C>(grad_y[b * channels + o]);
   }
   bias_sum = segment_sum(bias_sum, kWarp);
+  linear_bias_sum = segment_sum(linear_bias_sum, kWarp);
   weight_sum = segment_sum(weight_sum, kWarp);
   gn_bias_sum = segment_sum(gn_bias_sum, kWarp);
   if (lane != 0) return;
   grad_bias[o] = convert<T>(bias_sum);
+  if (grad_linear_bias) grad_linear_bias[o] = convert<T>(linear_bias_sum);
   if (grad_weight) grad_weight[o] = convert<T>(weight_sum);
   if (grad_gn_bias) grad_gn_bias[o] = convert<T>(gn_bias_sum);
 }
@@ -238,28 +368,44 @@ void launch_on(const Tensor& y, const char* op, F&& launch) {
 
 }  // namespace
 
-void group_norm_min_bias_forward(const Tensor& y, const Tensor& weight, const Tensor& gn_bias,
-                                 const Tensor& bias, int64_t rows, int64_t channels, int64_t groups, double eps,
-                                 const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                                 const Tensor& argmin) {
+void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
+                                 const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
+                                 int64_t groups, double eps, const Tensor& out, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& argmin) {
   const char* op = "gemm_group_norm_min_bias";
   if (rows == 0) return;
-  launch_on(y, op, [&](auto tag, cudaStream_t stream, int) {
+  launch_on(y, op, [&](auto tag, cudaStream_t stream, int device) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
+    if (const size_t smem = short_group_smem<C>(channels, groups, device)) {
+      auto kernel = short_group_forward_kernel<T, C>;
+      NC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      cuda_runtime::DeviceBuffer row_min(sizeof(C) * static_cast<size_t>(rows), device);
+      kernel<<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(
+          data_as<const T>(y), maybe_data<T>(linear_bias), maybe_data<T>(weight), maybe_data<T>(gn_bias), static_cast<int>(channels),
+          static_cast<int>(groups), static_cast<C>(eps), row_min.as<C>(), data_as<C>(mean), data_as<C>(rstd),
+          data_as<int64_t>(argmin));
+      NC_CUDA_KERNEL_CHECK(op);
+      const auto grid = static_cast<unsigned>(std::min<int64_t>(channels, int64_t{1} << 20));
+      broadcast_min_kernel<T, C><<<grid, kThreads, 0, stream>>>(row_min.as<C>(), data_as<const T>(bias), rows,
+                                                              channels, data_as<T>(out));
+      NC_CUDA_KERNEL_CHECK(op);
+      return;
+    }
     const unsigned grid = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
     forward_kernel<T, C><<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
-        data_as<const T>(y), maybe_data<T>(weight), maybe_data<T>(gn_bias), data_as<const T>(bias), rows, channels,
+        data_as<const T>(y), maybe_data<T>(linear_bias), maybe_data<T>(weight), maybe_data<T>(gn_bias), data_as<const T>(bias), rows, channels,
         groups, segment_width(channels / groups), static_cast<C>(eps), data_as<T>(out), data_as<C>(mean),
         data_as<C>(rstd), data_as<int64_t>(argmin));
     NC_CUDA_KERNEL_CHECK(op);
   });
 }
 
-void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& weight,
-                                  const Tensor& mean, const Tensor& rstd, const Tensor& argmin, int64_t rows,
-                                  int64_t channels, int64_t groups, const Tensor& grad_y,
-                                  const Tensor& grad_weight, const Tensor& grad_gn_bias, const Tensor& grad_bias) {
+void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
+                                  const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& argmin, int64_t rows, int64_t channels, int64_t groups,
+                                  const Tensor& grad_y, const Tensor& grad_linear_bias, const Tensor& grad_weight,
+                                  const Tensor& grad_gn_bias, const Tensor& grad_bias) {
   const char* op = "gemm_group_norm_min_bias backward";
   launch_on(y, op, [&](auto tag, cudaStream_t stream, int device) {
     using T = typename decltype(tag)::type;
@@ -280,7 +426,7 @@ void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const
                                                                              channels, chunk_len, partials);
       NC_CUDA_KERNEL_CHECK(op);
       grad_y_kernel<T, C><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-          data_as<const T>(y), maybe_data<T>(weight), data_as<const C>(mean), data_as<const C>(rstd),
+          data_as<const T>(y), maybe_data<T>(linear_bias), maybe_data<T>(weight), data_as<const C>(mean), data_as<const C>(rstd),
           data_as<const int64_t>(argmin), partials, chunks, rows, channels, groups, data_as<T>(grad_y), row_grad,
           row_grad_xhat);
       NC_CUDA_KERNEL_CHECK(op);
@@ -288,7 +434,8 @@ void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const
     const int64_t warps_per_block = kThreads / kWarp;
     const unsigned grid = static_cast<unsigned>((channels + warps_per_block - 1) / warps_per_block);
     param_grad_kernel<T, C><<<grid, kThreads, 0, stream>>>(
-        data_as<const T>(grad_out), data_as<const int64_t>(argmin), row_grad, row_grad_xhat, rows, channels,
+        data_as<const T>(grad_out), data_as<const int64_t>(argmin), row_grad, row_grad_xhat,
+        data_as<const T>(grad_y), rows, channels, channels / groups, maybe_mutable_data<T>(grad_linear_bias),
         maybe_mutable_data<T>(grad_weight), maybe_mutable_data<T>(grad_gn_bias), data_as<T>(grad_bias));
     NC_CUDA_KERNEL_CHECK(op);
   });
