@@ -129,7 +129,8 @@ __device__ __forceinline__ R block_combine(R r) {
 // ---------------------------------------------------------------- 1. chunked reduction
 // A problem of `rows` rows of row_len elements, each split into `chunks` chunks of
 // chunk_len. A team of kTeam threads (32 or kBlock) reduces one (row, chunk) to
-// partials[row * chunks + chunk], accumulating map(row, i) for each element i of the chunk.
+// partials[row * chunks + chunk], accumulating map(row, i) for each element i of the chunk,
+// kUnroll elements per thread at a time so that their loads overlap.
 template <int kTeam, class R, class Map>
 __global__ void chunk_reduce_kernel(int64_t rows, int64_t row_len, int64_t chunk_len, int64_t chunks, Map map,
                                     R* partials) {
@@ -141,7 +142,17 @@ __global__ void chunk_reduce_kernel(int64_t rows, int64_t row_len, int64_t chunk
   if (active) {
     const int64_t row = team / chunks, chunk = team % chunks;
     const int64_t begin = chunk * chunk_len, end = min(begin + chunk_len, row_len);
-    for (int64_t i = begin + lane; i < end; i += kTeam) acc.add(map(row, i));
+    // kUnroll loads in flight per thread before any is added (one Chan step for them all).
+    constexpr int kUnroll = 8;
+    using Value = decltype(map(row, begin));
+    int64_t i = begin + lane;
+    for (; i + (kUnroll - 1) * kTeam < end; i += kUnroll * kTeam) {
+      Value v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) v[u] = map(row, i + u * kTeam);
+      acc.add_many(v);
+    }
+    for (; i < end; i += kTeam) acc.add(map(row, i));
   }
   if constexpr (kTeam == 32) {
     acc = warp_combine(acc);
