@@ -714,12 +714,27 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
   const int64_t vecs = row_len / V;
   const A inv_len = A(1) / static_cast<A>(row_len);
   // Every team runs the same number of iterations, so block-wide syncs inside stay matched.
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * kTeams; first < rows;
-       first += static_cast<int64_t>(gridDim.x) * kTeams) {
+  // Where a slice is at most 16 values (float32), the next row's loads are issued before
+  // this row's reductions; twice the registers for 16-bit rows cost more than they gain.
+  constexpr bool kPrefetch = kVecs * V <= 16;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kTeams;
+  auto load_row = [&](RowSlice<T, V>& slice, int64_t first) {
+    const int64_t row = first + threadIdx.x / kTeam;
+    const bool active = row < rows;
+    slice.load(x + (active ? row : 0) * row_len, active ? vecs : 0, lane, kTeam);
+  };
+  RowSlice<T, V> next;
+  if constexpr (kPrefetch) load_row(next, static_cast<int64_t>(blockIdx.x) * kTeams);
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * kTeams; first < rows; first += stride) {
     const int64_t row = first + threadIdx.x / kTeam;
     const bool active = row < rows;
     RowSlice<T, V> slice;
-    slice.load(x + (active ? row : 0) * row_len, active ? vecs : 0, lane, kTeam);
+    if constexpr (kPrefetch) {
+      slice = next;
+      if (first + stride < rows) load_row(next, first + stride);
+    } else {
+      load_row(slice, first);
+    }
     Sums<A, 1> s{{A(0)}};
 #pragma unroll
     for (int k = 0; k < kVecs; ++k)
