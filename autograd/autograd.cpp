@@ -22,8 +22,19 @@ AutogradMeta& ensure_meta(const Tensor& t) {
   return *m;
 }
 
+// Whether nothing but this handle can reach grad's memory: its only handle, the only
+// tensor on its storage, contiguous over all of it, without history.
+bool exclusively_owned(const Tensor& grad) {
+  return grad.impl_ptr().use_count() == 1 && grad.storage().use_count() == 1 && grad.is_contiguous() &&
+         grad.impl().offset == 0 && grad.storage()->nbytes == grad.nbytes() && !grad.impl().autograd;
+}
+
+// A leaf's first gradient is taken over where nothing else can see its memory (the usual
+// case: a backward kernel's fresh output), else copied, so that changing one gradient in
+// place (clipping) never shows in another tensor. Later ones are added out of place.
 void accumulate(AutogradMeta& leaf, const Tensor& grad) {
-  leaf.grad = leaf.grad.defined() ? add(leaf.grad, grad) : grad.clone();
+  if (leaf.grad.defined()) leaf.grad = add(leaf.grad, grad);
+  else leaf.grad = exclusively_owned(grad) ? grad : grad.clone();
 }
 
 }  // namespace

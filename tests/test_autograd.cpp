@@ -230,6 +230,34 @@ TEST(Autograd, ViewsPropagateToTheirBase) {
   EXPECT_EQ(base.grad().to_vector<float>(), (std::vector<float>{0, 1, 3, 0, 2, 4}));
 }
 
+// A leaf's gradient is its own memory: never shared with another leaf's gradient, the
+// caller's output gradient, or a view of either, and always contiguous.
+TEST(Autograd, LeafGradientsOwnTheirMemory) {
+  Tensor a = nc::from_vector<float>({1, 2}, {2}).requires_grad_();
+  Tensor b = nc::from_vector<float>({3, 4}, {2}).requires_grad_();
+  (a + b).backward(nc::from_vector<float>({5, 6}, {2}));  // both get the same gradient tensor
+  EXPECT_NE(a.grad().data_ptr(), b.grad().data_ptr());
+  a.grad().fill_(0.0);
+  EXPECT_EQ(b.grad().to_vector<float>(), (std::vector<float>{5, 6}));
+
+  Tensor x = nc::from_vector<float>({1, 2, 3, 4}, {4}).requires_grad_();
+  Tensor g = nc::from_vector<float>({1, 1, 1, 1}, {2, 2});
+  x.view({2, 2}).backward(g);  // the view's backward hands back a view of g
+  g.fill_(9.0);
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{1, 1, 1, 1}));
+
+  Tensor leaf = nc::from_vector<float>({1, 2}, {2}).requires_grad_();
+  Tensor root_grad = nc::from_vector<float>({3, 4}, {2});
+  leaf.backward(root_grad);  // a leaf as the root: its gradient is the caller's tensor
+  root_grad.fill_(0.0);
+  EXPECT_EQ(leaf.grad().to_vector<float>(), (std::vector<float>{3, 4}));
+
+  Tensor w = nc::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
+  nc::sum(nc::matmul(nc::ones({4, 3}), w.t())).backward();  // w's gradient arrives transposed
+  EXPECT_TRUE(w.grad().is_contiguous());
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{4, 4, 4, 4, 4, 4}));
+}
+
 TEST(Autograd, GradientsKeepTheInputDType) {
   Tensor h = nc::ones({4}, DType::F16).requires_grad_();
   Tensor f = nc::ones({}, DType::F32).requires_grad_();
