@@ -1,9 +1,14 @@
 // safetensors: exact round trips for every dtype and layout, the conformance cases read
 // against values taken from the files with Python's struct module, one malformed file per
-// defect (each must throw IOError with a reason-specific message), and atomic saves.
+// defect (each must throw IOError with a reason-specific message), and atomic saves, also
+// when the writer is killed mid-save.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -556,6 +561,48 @@ TEST_F(SafetensorsSave, FailedRenameLeavesNothingBehind) {
                   "cannot rename");
   EXPECT_EQ(list_dir(dir_), std::set<std::string>{"occupied"});
   EXPECT_EQ(list_dir(target), std::set<std::string>{"inside"});
+}
+
+// A writer killed (SIGKILL) at any moment of a save leaves the target either as it was or
+// as the new file, whole. A child process saves two 8 MB files in turn, forever; the parent
+// kills it after a different delay each round and loads what is there.
+TEST_F(SafetensorsSave, KilledWriterLeavesTheOldOrTheNewFile) {
+  const fs::path path = dir_ / "model.safetensors";
+  const int64_t n = int64_t{1} << 21;
+  const st::TensorList ones = {{"v", nc::full({n}, 1.0, nc::DType::F32)}};
+  const st::TensorList twos = {{"v", nc::full({n}, 2.0, nc::DType::F32)}};
+  st::save(path.string(), ones);
+  int interrupted = 0;  // rounds that left a temporary file: killed inside a save
+  for (int round = 0; round < 12; ++round) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0) << "fork failed";
+    if (child == 0) {  // never returns into the test framework
+      try {
+        for (int i = 0;; ++i) st::save(path.string(), i % 2 ? ones : twos);
+      } catch (...) {
+        ::_exit(3);
+      }
+    }
+    ::usleep(static_cast<useconds_t>(2000 + 3700 * round));
+    ASSERT_EQ(::kill(child, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer failed on its own (status " << status << ")";
+
+    const st::File file = st::load(path.string());
+    ASSERT_EQ(layout(file), "v:F32[" + std::to_string(n) + "]") << "round " << round;
+    const std::vector<float> v = file.at("v").to_vector<float>();
+    const float first = v.front();
+    EXPECT_TRUE(first == 1.0f || first == 2.0f) << "round " << round << ": " << first;
+    EXPECT_EQ(std::count(v.begin(), v.end(), first), n) << "round " << round << ": a mix of two files";
+    // A killed save leaves its temporary file; remove it so the next round starts clean.
+    for (const std::string& name : list_dir(dir_)) {
+      if (name == "model.safetensors") continue;
+      ++interrupted;
+      fs::remove(dir_ / name);
+    }
+  }
+  std::printf("  %d of 12 rounds killed the writer inside a save\n", interrupted);
 }
 
 TEST_F(SafetensorsSave, MissingDirectory) {
