@@ -3,6 +3,7 @@
 #include "normcore/models.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -132,11 +133,15 @@ Checkpoint load_checkpoint(const std::string& path, Device device, Generator* ge
            meta("format"), "', expected '", kFormat, "'");
   Checkpoint c;
   c.model_name = meta("model");
+  const std::string& epoch = meta("epoch");
+  size_t used = 0;
   try {
-    c.epoch = std::stoll(meta("epoch"));
+    c.epoch = std::stoll(epoch, &used);
   } catch (const std::exception&) {
-    throw IOError("load_checkpoint: " + path + " has a malformed epoch '" + meta("epoch") + "'");
+    used = 0;
   }
+  NC_CHECK(used > 0 && used == epoch.size() && c.epoch >= 0, IOError, "load_checkpoint: ", path,
+           " has a malformed epoch '", epoch, "' (expected a count of epochs)");
   c.model = make_classifier(c.model_name, gen);
   c.model->load_state_dict(take_prefixed(file.tensors, "model."));
   c.model->to(device);
@@ -256,12 +261,25 @@ Classifier::Prediction Classifier::predict(const Tensor& image) const {
   NC_CHECK(image.numel() == kSide * kSide, ShapeError, "Classifier::predict: expects a 28x28 image, got ",
            describe(image));
   double mean = 0.2860, stddev = 0.3530;
+  // The checkpoint's normalization; a value that is not a finite number (std: positive) is
+  // an IOError naming it, since the file may come from anywhere.
   auto option = [&](const char* key, double& value) {
     auto it = checkpoint_.metadata.find(std::string("option.") + key);
-    if (it != checkpoint_.metadata.end()) value = std::stod(it->second);
+    if (it == checkpoint_.metadata.end()) return;
+    size_t used = 0;
+    double parsed = 0;
+    try {
+      parsed = std::stod(it->second, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    NC_CHECK(used > 0 && used == it->second.size() && std::isfinite(parsed), IOError,
+             "Classifier: the checkpoint's option.", key, " is '", it->second, "', not a finite number");
+    value = parsed;
   };
   option("mean", mean);
   option("std", stddev);
+  NC_CHECK(stddev > 0, IOError, "Classifier: the checkpoint's option.std is ", stddev, ", not positive");
   autograd::NoGradGuard no_grad;
   Tensor x = (image.to(device_, DType::F32).reshape({1, 1, kSide, kSide}) - mean) / stddev;
   Tensor probs = softmax((*checkpoint_.model)(x), 1);

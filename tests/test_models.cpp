@@ -4,7 +4,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "normcore/models.h"
 #include "normcore/normcore.h"
@@ -62,5 +66,44 @@ TEST(Models, CheckpointRoundTripKeepsTheOutputs) {
   EXPECT_EQ(c.metadata.at("option.seed"), "5");
   nc::autograd::NoGradGuard no_grad;
   EXPECT_EQ((*c.model)(x).to_vector<float>(), (*model)(x).to_vector<float>());
+  std::remove(path.c_str());
+}
+
+// Checkpoints are files from anywhere: malformed metadata is an IOError naming the field,
+// never another exception.
+TEST(Models, MalformedCheckpointMetadataIsAnIOError) {
+  nc::Generator gen(6);
+  auto model = nc::models::make_classifier("mlp", &gen);
+  const std::string path = ::testing::TempDir() + "models_malformed.safetensors";
+  // A checkpoint of model with some metadata replaced.
+  auto save_with = [&](const std::map<std::string, std::string>& changes) {
+    nc::models::save_checkpoint(path, "mlp", *model, 2, {}, {}, {});
+    nc::safetensors::File file = nc::safetensors::load(path);
+    for (const auto& [key, value] : changes) file.metadata[key] = value;
+    nc::safetensors::save(path, file.tensors, file.metadata);
+  };
+  auto expect_io_error = [&](const std::function<void()>& call, const std::string& fragment) {
+    try {
+      call();
+      ADD_FAILURE() << "expected an IOError mentioning " << fragment;
+    } catch (const nc::IOError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  for (const std::string epoch : {"12abc", "-1", "", "99999999999999999999999"}) {
+    SCOPED_TRACE("epoch '" + epoch + "'");
+    save_with({{"epoch", epoch}});
+    expect_io_error([&] { nc::models::load_checkpoint(path); }, "malformed epoch");
+  }
+  const nc::Tensor image = nc::zeros({1, 28, 28});
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"option.mean", "abc"}, {"option.mean", "nan"}, {"option.std", "0.35x"}, {"option.std", "0"}}) {
+    SCOPED_TRACE(key + " = '" + value + "'");
+    save_with({{key, value}});
+    const nc::models::Classifier classifier(path);
+    expect_io_error([&] { classifier.predict(image); }, key);
+  }
+  save_with({});
+  EXPECT_EQ(nc::models::load_checkpoint(path).epoch, 2);
   std::remove(path.c_str());
 }
