@@ -1,0 +1,51 @@
+# Writes the generated seed inputs of the fuzz corpora (the safetensors seeds also include
+# four small conformance cases copied from tests/data/conformance). Run from tests/fuzz/.
+import gzip, json, struct
+
+
+def safetensors(tensors, metadata=None):
+    header, data = {}, b''
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    h = json.dumps(header, separators=(',', ':')).encode()
+    h += b' ' * ((8 - len(h) % 8) % 8)
+    return struct.pack('<Q', len(h)) + h + data
+
+
+def idx(code, dims, raw):  # magic 0 0 type ndims, then big-endian dims and data
+    return bytes([0, 0, code, len(dims)]) + b''.join(struct.pack('>I', d) for d in dims) + raw
+
+
+def write(path, data):
+    with open(path, 'wb') as f:
+        f.write(data)
+
+
+write('corpus/safetensors/dtypes.safetensors', safetensors({
+    "a": ("BF16", [2, 2], struct.pack('<4H', 0x3f80, 0x4000, 0xbf80, 0x0000)),
+    "b": ("I64", [3], struct.pack('<3q', 1, -2, 3)),
+    "c": ("BOOL", [2], bytes([1, 0])),
+    "d": ("F16", [0, 4], b''),
+    "e": ("U8", [], bytes([7])),
+    "f": ("F64", [1, 1, 2], struct.pack('<2d', 0.5, -1.5)),
+    "g": ("I32", [2], struct.pack('<2i', 5, -6)),
+}, {"format": "pt", "note": "seed"}))
+write('corpus/safetensors/empty.safetensors', safetensors({}))
+checkpoint = {"format": "normcore-classifier", "model": "mlp", "epoch": "3", "option.mean": "0.286",
+              "option.std": "0.353"}
+write('corpus/checkpoint/metadata_only.safetensors', safetensors({}, checkpoint))
+write('corpus/checkpoint/one_tensor.safetensors',
+      safetensors({"model.1.weight": ("F32", [2, 2], struct.pack('<4f', 1, 2, 3, 4))},
+                  {"format": "normcore-classifier", "model": "mlp-layernorm", "epoch": "1"}))
+write('corpus/checkpoint/wrong_format.safetensors', safetensors({"x": ("F32", [1], struct.pack('<f', 1))}, {"format": "pt"}))
+write('corpus/idx/images_u8.idx', idx(0x08, [2, 3, 3], bytes(range(18))))
+write('corpus/idx/labels_u8.idx', idx(0x08, [4], bytes([0, 9, 3, 1])))
+write('corpus/idx/images_u8.idx.gz', gzip.compress(idx(0x08, [2, 2, 2], bytes(range(8))), mtime=0))
+write('corpus/idx/i32.idx', idx(0x0C, [3], struct.pack('>3i', 1, -2, 70000)))
+write('corpus/idx/f64.idx', idx(0x0E, [2, 1], struct.pack('>2d', 0.25, -8.0)))
+write('corpus/idx/f32.idx.gz', gzip.compress(idx(0x0D, [2], struct.pack('>2f', 1.5, 2.5)), mtime=0))
+write('corpus/idx/i16.idx', idx(0x0B, [2], struct.pack('>2h', -3, 4)))
+write('corpus/idx/i8.idx', idx(0x09, [2], struct.pack('>2b', -3, 4)))
