@@ -52,10 +52,9 @@ Tensor as_matrix_batch(const Tensor& t, const Shape& batch_shape) {
   return e.contiguous().view({batch, rows, cols});
 }
 
-}  // namespace
-
-namespace {
+// Whether float32 matmuls may use TF32 (cuda::set_allow_tf32).
 std::atomic<bool> g_allow_tf32{false};
+
 }  // namespace
 
 void cuda::set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }

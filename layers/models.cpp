@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <type_traits>
 
 #include "normcore/autograd.h"
 #include "normcore/ops.h"
@@ -56,6 +58,20 @@ nn::NamedTensors take_prefixed(const safetensors::TensorList& all, const std::st
   for (const auto& [name, t] : all)
     if (name.compare(0, prefix.size(), prefix) == 0) out.emplace_back(name.substr(prefix.size()), t);
   return out;
+}
+
+// text as a whole number (std::stoll) or double (std::stod): false when it is empty, out of
+// range or followed by anything else. Metadata comes from files anyone may have written.
+template <class T>
+bool parse_whole(const std::string& text, T* value) {
+  size_t used = 0;
+  try {
+    if constexpr (std::is_same_v<T, double>) *value = std::stod(text, &used);
+    else *value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used > 0 && used == text.size();
 }
 
 }  // namespace
@@ -134,13 +150,7 @@ Checkpoint load_checkpoint(const std::string& path, Device device, Generator* ge
   Checkpoint c;
   c.model_name = meta("model");
   const std::string& epoch = meta("epoch");
-  size_t used = 0;
-  try {
-    c.epoch = std::stoll(epoch, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  NC_CHECK(used > 0 && used == epoch.size() && c.epoch >= 0, IOError, "load_checkpoint: ", path,
+  NC_CHECK(parse_whole(epoch, &c.epoch) && c.epoch >= 0, IOError, "load_checkpoint: ", path,
            " has a malformed epoch '", epoch, "' (expected a count of epochs)");
   c.model = make_classifier(c.model_name, gen);
   c.model->load_state_dict(take_prefixed(file.tensors, "model."));
@@ -266,14 +276,8 @@ Classifier::Prediction Classifier::predict(const Tensor& image) const {
   auto option = [&](const char* key, double& value) {
     auto it = checkpoint_.metadata.find(std::string("option.") + key);
     if (it == checkpoint_.metadata.end()) return;
-    size_t used = 0;
     double parsed = 0;
-    try {
-      parsed = std::stod(it->second, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    NC_CHECK(used > 0 && used == it->second.size() && std::isfinite(parsed), IOError,
+    NC_CHECK(parse_whole(it->second, &parsed) && std::isfinite(parsed), IOError,
              "Classifier: the checkpoint's option.", key, " is '", it->second, "', not a finite number");
     value = parsed;
   };

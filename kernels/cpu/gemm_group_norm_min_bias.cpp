@@ -1,7 +1,7 @@
 // CPU reference of the fused GroupNorm + min + bias step (contracts in
 // kernels/cpu/gemm_group_norm_min_bias.h). Per row of v = y + linear_bias: two-pass group
-// statistics in double,
-// the affine-normalized values' min and first argmin, then out[o, b] = min_b + bias[o].
+// statistics in double, the affine-normalized values' min and first argmin, then
+// out[o, b] = min_b + bias[o].
 // Backward: the min passes g_b = sum_o grad_out[o, b] to one column a_b, so only its group
 // gets a gradient: grad_y = rstd * (w * dz - mean(w * dz) - xhat * mean(w * dz * xhat)).
 // One thread, fixed loop order: parameter gradients are deterministic.
@@ -22,13 +22,10 @@ const T* maybe_data(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
 }
 
-// The row b of v = y + linear_bias in double.
+// v[b, c] = y[b, c] + linear_bias[c] in double.
 template <class T>
-std::vector<double> biased_row(const T* y, const T* linear_bias, int64_t b, int64_t channels) {
-  std::vector<double> v(static_cast<size_t>(channels));
-  for (int64_t c = 0; c < channels; ++c)
-    v[c] = cast<double>(y[b * channels + c]) + (linear_bias ? cast<double>(linear_bias[c]) : 0.0);
-  return v;
+double biased(const T* y, const T* linear_bias, int64_t b, int64_t c, int64_t channels) {
+  return cast<double>(y[b * channels + c]) + (linear_bias ? cast<double>(linear_bias[c]) : 0.0);
 }
 
 // Whether candidate v at a later index replaces best: a NaN wins, then the smaller value.
@@ -38,8 +35,8 @@ inline bool replaces_min(double v, double best) {
 }
 
 template <class T>
-void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor& weight_t, const Tensor& gn_bias_t, const Tensor& bias_t,
-                   int64_t rows, int64_t channels, int64_t groups, double eps, const Tensor& out_t,
+void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor& weight_t, const Tensor& gn_bias_t,
+                   const Tensor& bias_t, int64_t rows, int64_t channels, int64_t groups, double eps, const Tensor& out_t,
                    const Tensor& mean_t, const Tensor& rstd_t, const Tensor& argmin_t) {
   const T* y = static_cast<const T*>(y_t.data_ptr());
   const T* linear_bias = maybe_data<T>(linear_bias_t);
@@ -51,8 +48,9 @@ void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor&
   double* rstd_out = static_cast<double*>(rstd_t.data_ptr());
   int64_t* argmin = static_cast<int64_t*>(argmin_t.data_ptr());
   const int64_t group_len = channels / groups;
+  std::vector<double> vr(static_cast<size_t>(channels));  // the row of v, read three times
   for (int64_t b = 0; b < rows; ++b) {
-    const std::vector<double> vr = biased_row(y, linear_bias, b, channels);
+    for (int64_t c = 0; c < channels; ++c) vr[c] = biased(y, linear_bias, b, c, channels);
     double best = 0;
     int64_t best_index = -1;
     for (int64_t g = 0; g < groups; ++g) {
@@ -85,8 +83,8 @@ void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor&
 }
 
 template <class T>
-void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& linear_bias_t, const Tensor& weight_t, const Tensor& mean_t,
-                    const Tensor& rstd_t, const Tensor& argmin_t, int64_t rows, int64_t channels, int64_t groups,
+void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& linear_bias_t,
+                    const Tensor& weight_t, const Tensor& mean_t, const Tensor& rstd_t, const Tensor& argmin_t, int64_t rows, int64_t channels, int64_t groups,
                     const Tensor& grad_y_t, const Tensor& grad_linear_bias_t, const Tensor& grad_weight_t,
                     const Tensor& grad_gn_bias_t, const Tensor& grad_bias_t) {
   const T* grad_out = static_cast<const T*>(grad_out_t.data_ptr());
@@ -116,8 +114,7 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& l
     const int64_t a = argmin[b];
     const int64_t g = a / group_len;
     const double mean = mean_in[b * groups + g], rstd = rstd_in[b * groups + g];
-    const std::vector<double> vr = biased_row(y, linear_bias, b, channels);
-    const double xhat_a = (vr[a] - mean) * rstd;
+    const double xhat_a = (biased(y, linear_bias, b, a, channels) - mean) * rstd;
     const double dz = row_grad[b];
     weight_sum[a] += dz * xhat_a;
     gn_bias_sum[a] += dz;
@@ -128,7 +125,7 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& l
     const double mean_w_dz = w_dz / static_cast<double>(group_len);
     const double mean_w_dz_xhat = w_dz * xhat_a / static_cast<double>(group_len);
     for (int64_t c = g * group_len; c < (g + 1) * group_len; ++c) {
-      const double xhat = (vr[c] - mean) * rstd;
+      const double xhat = (biased(y, linear_bias, b, c, channels) - mean) * rstd;
       const double value = rstd * ((c == a ? w_dz : 0.0) - mean_w_dz - xhat * mean_w_dz_xhat);
       if (gyr) gyr[c] = cast<T>(value);
       linear_bias_sum[c] += value;

@@ -14,7 +14,8 @@
 // row finishes g_b and writes grad_y (zero outside the argmin's group); (3) one warp per
 // channel o sums grad_bias[o] over b, the rows whose argmin is o for grad_weight and
 // grad_gn_bias, and the rows whose argmin shares o's group for grad_linear_bias. The linear
-// bias is added to y as it is read (v = y + linear_bias), in both directions. Every sum has a fixed order and no atomics: results are deterministic.
+// bias is added to y as it is read (v = y + linear_bias), in both directions. Every sum has
+// a fixed order and no atomics: results are deterministic.
 #include "kernels/cuda/gemm_group_norm_min_bias.h"
 
 #include <algorithm>
