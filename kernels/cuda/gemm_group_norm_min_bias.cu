@@ -233,8 +233,7 @@ template <class C>
 size_t short_group_smem(int64_t channels, int64_t groups, int device) {
   const int64_t group_len = channels / groups;
   if (group_len > kShortGroup) return 0;
-  int max_smem = 0;
-  NC_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int max_smem = cuda_runtime::shared_memory_per_block(device);
   // block_min's own buffers and the driver's reserve take a little of it.
   const size_t bytes = static_cast<size_t>(groups * (group_len | 1)) * sizeof(C);
   return static_cast<int64_t>(bytes) <= max_smem - 1024 ? bytes : 0;

@@ -1213,8 +1213,7 @@ bool group_norm_in_shared_memory(const GroupLayout& l, const T* x, const T* weig
       !is_aligned(y, 16)) {
     return false;
   }
-  int max_smem = 0;
-  NC_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int max_smem = cuda_runtime::shared_memory_per_block(device);
   // team_sum's own buffer and the driver's reserve take a little of it.
   const int64_t bytes = row_len * static_cast<int64_t>(sizeof(T));
   if (bytes > max_smem - 1024) return false;

@@ -29,6 +29,7 @@ struct DeviceContext {
   std::mutex cublas_mutex;
   cublasHandle_t cublas = nullptr;
   std::atomic<int> sm_count{0};
+  std::atomic<int> shared_memory_optin{-1};
 };
 
 DeviceContext& context(int device) {
@@ -152,6 +153,16 @@ int multiprocessor_count(int device) {
     ctx.sm_count.store(count, std::memory_order_relaxed);
   }
   return count;
+}
+
+int shared_memory_per_block(int device) {
+  DeviceContext& ctx = context(device);
+  int bytes = ctx.shared_memory_optin.load(std::memory_order_relaxed);
+  if (bytes < 0) {
+    NC_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    ctx.shared_memory_optin.store(bytes, std::memory_order_relaxed);
+  }
+  return bytes;
 }
 
 DeviceGuard::DeviceGuard(int device) : previous_(device), device_(device) {

@@ -50,6 +50,8 @@ cublasHandle_t cublas_handle(int device);
 
 // Number of multiprocessors of device (cached).
 int multiprocessor_count(int device);
+// Shared memory one block may opt in to on device, in bytes (cached).
+int shared_memory_per_block(int device);
 
 // Makes device current for the guard's lifetime.
 class DeviceGuard {
