@@ -8,6 +8,8 @@
 // norm groups of 16384 elements or more that fit in shared memory are normalized there
 // (the 100x100 case only in 16 bits); longer ones (L1 rows, Frobenius tensors) with
 // planes of 1024 or more take the pipelined kernel, mostly with unaligned chunks here.
+// Groups over 2 MB (per input; 16-bit forward groups here stay under it) are streamed
+// twice.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -150,6 +152,7 @@ std::vector<CudaCase> cases() {
       {"group_norm groups in shared memory in 16 bits", {2, 6, 100, 100}, {6}, group_norm_with(1)},
       {"group_norm long groups", {2, 4, 100000}, {4}, group_norm_with(2)},
       {"group_norm long groups of short planes", {2, 16, 50, 41}, {16}, group_norm_with(2)},
+      {"group_norm groups over 2 MB, streamed twice", {3, 4, 640, 512}, {4}, group_norm_with(2)},
       {"group_norm large mean", {3, 6, 500}, {6}, group_norm_with(3), 1e4},
       {"group_norm no affine", {5, 9, 17}, {}, group_norm_with(3)},
       {"group_norm empty", {0, 4, 5}, {4}, group_norm_with(2)},
