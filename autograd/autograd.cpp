@@ -1,6 +1,8 @@
 // The autograd engine: per-tensor state, the grad-mode switch, record(), and backward(),
 // which runs recorded nodes in reverse topological order (each exactly once, after every
 // gradient flowing into it has arrived) and accumulates into leaves.
+#include <cmath>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -13,6 +15,7 @@ namespace normcore {
 namespace {
 
 thread_local bool grad_enabled = true;
+thread_local bool anomaly_enabled = false;
 
 AutogradMeta* meta_of(const Tensor& t) { return t.impl().autograd.get(); }
 
@@ -37,9 +40,54 @@ void accumulate(AutogradMeta& leaf, const Tensor& grad) {
   else leaf.grad = exclusively_owned(grad) ? grad : grad.clone();
 }
 
+// Whether t (floating) holds only finite values. NaN or infinity times zero is NaN, so one
+// sum tells; recording is off so that the check records nothing.
+bool all_finite(const Tensor& t) {
+  if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return true;
+  autograd::NoGradGuard no_grad;
+  return !std::isnan(sum(mul(t.detach(), 0.0)).item<double>());
+}
+
+// "3 of 12 values are NaN or infinite (the first, at flat index 5, is -inf)".
+std::string non_finite_summary(const Tensor& t) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<double> values = t.detach().to(Device::cpu()).to(DType::F64).contiguous().to_vector<double>();
+  int64_t count = 0, first = -1;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (std::isfinite(values[i])) continue;
+    if (first < 0) first = static_cast<int64_t>(i);
+    ++count;
+  }
+  std::ostringstream out;
+  out << count << " of " << values.size() << " values are NaN or infinite (the first, at flat index " << first
+      << ", is " << (first >= 0 ? values[static_cast<size_t>(first)] : 0.0) << ")";
+  return out.str();
+}
+
+// Anomaly mode's check of a recorded op's result: names the op, and tells apart a value it
+// produced from finite inputs and one it passed on from an input.
+void check_result(const char* name, const Tensor& out, const std::vector<Tensor>& inputs) {
+  if (all_finite(out)) return;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!all_finite(inputs[i])) {
+      throw ValueError(detail::cat_str("anomaly mode: '", name, "' received a NaN or infinity in input ", i, " ",
+                                       describe(inputs[i]), ": ", non_finite_summary(inputs[i]),
+                                       inputs[i].is_leaf() ? " (a leaf tensor)" : ""));
+    }
+  }
+  throw ValueError(detail::cat_str("anomaly mode: '", name, "' produced a NaN or infinity from finite inputs: its result ",
+                                   describe(out), ": ", non_finite_summary(out)));
+}
+
 }  // namespace
 
 namespace autograd {
+
+bool is_anomaly_enabled() { return anomaly_enabled; }
+void set_anomaly_enabled(bool enabled) { anomaly_enabled = enabled; }
+
+AnomalyModeGuard::AnomalyModeGuard(bool enabled) : previous_(anomaly_enabled) { anomaly_enabled = enabled; }
+AnomalyModeGuard::~AnomalyModeGuard() { anomaly_enabled = previous_; }
 
 bool is_grad_enabled() { return grad_enabled; }
 void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
@@ -64,6 +112,7 @@ void record(const char* name, const Tensor& out, const std::vector<Tensor>& inpu
     node->next.push_back(std::move(e));
   }
   if (!any) return;
+  if (anomaly_enabled) check_result(name, out, inputs);
   node->backward = std::move(fn);
   AutogradMeta& m = ensure_meta(out);
   m.requires_grad = true;
@@ -180,6 +229,14 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
       grads = node->backward(g);
       NC_CHECK(grads.size() == node->next.size(), Error, op, ": '", node->name, "' returned ",
                grads.size(), " gradients for ", node->next.size(), " inputs");
+      if (anomaly_enabled) {
+        for (size_t i = 0; i < grads.size(); ++i) {
+          NC_CHECK(all_finite(grads[i]), ValueError, "anomaly mode: the backward of '", node->name,
+                   "' produced a NaN or infinity in the gradient of input ", i, " ", describe(grads[i]), ": ",
+                   non_finite_summary(grads[i]), (all_finite(g) ? " from a finite incoming gradient" :
+                   " (its incoming gradient was already non-finite)"));
+        }
+      }
     }
     if (!retain_graph) {
       node->backward = nullptr;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end checks of the normcore program and the embedding example on the CPU, with a
 # small slice of Fashion-MNIST: training learns, the same seed gives the same run, a
-# resumed run matches an uninterrupted one, eval/predict/embed read the checkpoint, and
-# bad input gives an error message and a non-zero exit status.
+# resumed run matches an uninterrupted one, anomaly mode changes nothing in a healthy run,
+# eval/predict/embed read the checkpoint, and bad input gives an error message and a
+# non-zero exit status.
 #   cli_test.sh NORMCORE_BINARY EMBED_BINARY DATA_DIR IMAGE_DIR WORK_DIR
 set -euo pipefail
 normcore=$1 embed=$2 data=$3 images=$4 work=$5
@@ -27,6 +28,10 @@ grep -q "^epoch 2/" c1.log && fail "--stop-after 1 ran a second epoch"
 [ "$(summary 2 a.log)" = "$(summary 2 c2.log)" ] || fail "resuming changed the run: $(summary 2 a.log) vs $(summary 2 c2.log)"
 grep -q "resuming after epoch 1" c2.log || fail "resume did not say where it resumed"
 
+# Anomaly mode checks every op and gradient and changes nothing when all are finite.
+"$normcore" train "${common[@]}" --epochs 2 --stop-after 1 --seed 7 --detect-anomaly on --out d.safetensors > d.log
+[ "$(summary 1 c1.log)" = "$(summary 1 d.log)" ] || fail "anomaly mode changed the run: $(summary 1 d.log)"
+
 "$normcore" eval --checkpoint a.safetensors --data "$data" --device cpu > eval.log
 grep -q "test accuracy $accuracy%" eval.log || fail "eval disagrees with train: $(head -1 eval.log)"
 grep -q "confusion matrix" eval.log || fail "eval printed no confusion matrix"
@@ -46,6 +51,7 @@ expect_error() {
 expect_error "unknown option --bogus" "$normcore" train --bogus 1
 expect_error "expects a number" "$normcore" train --lr fast
 expect_error "unknown optimizer" "$normcore" train "${common[@]}" --optimizer nope
+expect_error "detect-anomaly must be on or off" "$normcore" train "${common[@]}" --detect-anomaly yes
 expect_error "cannot open" "$normcore" predict --checkpoint a.safetensors /nonexistent.pgm
 expect_error "not a normcore checkpoint" "$normcore" eval --checkpoint "$images/../conformance/linear.safetensors" --data "$data"
 expect_error "unknown command" "$normcore" fly

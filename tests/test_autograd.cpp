@@ -292,3 +292,68 @@ TEST(Autograd, PrintingShowsTheHistory) {
   EXPECT_NE(a.str().find("requires_grad=true"), std::string::npos) << a.str();
   EXPECT_NE(b.str().find("grad_fn=mul"), std::string::npos) << b.str();
 }
+
+// The message of the ValueError that call throws (empty, with a failure, if it throws none).
+std::string value_error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const nc::ValueError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no ValueError thrown";
+  return "";
+}
+
+void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "\"" << message << "\" lacks \"" << part << "\"";
+  }
+}
+
+TEST(Autograd, AnomalyModeIsOffByDefault) {
+  EXPECT_FALSE(nc::autograd::is_anomaly_enabled());
+  Tensor x = nc::from_vector<double>({1, -1}, {2}).requires_grad_();
+  Tensor y = nc::log(x);  // log(-1) is NaN, and nothing checks it
+  EXPECT_TRUE(std::isnan(y.to_vector<double>()[1]));
+  y.backward(nc::ones({2}, DType::F64));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, -1}));
+}
+
+TEST(Autograd, AnomalyModeNamesTheOpThatProducedANan) {
+  nc::autograd::AnomalyModeGuard anomaly;
+  Tensor x = nc::from_vector<double>({1, 4, -1}, {3}).requires_grad_();
+  EXPECT_EQ((x * 2.0).to_vector<double>(), (std::vector<double>{2, 8, -2}));  // finite: no error
+  const std::string message = value_error_of([&] { nc::log(x); });
+  expect_contains(message, {"anomaly mode", "'log'", "produced", "from finite inputs", "1 of 3 values",
+                            "flat index 2", "nan"});
+  // Ops that record nothing are not checked.
+  {
+    nc::autograd::NoGradGuard no_grad;
+    EXPECT_TRUE(std::isnan(nc::log(x).to_vector<double>()[2]));
+  }
+  EXPECT_TRUE(nc::autograd::is_anomaly_enabled());
+}
+
+TEST(Autograd, AnomalyModeNamesTheOpThatReceivedANan) {
+  nc::autograd::AnomalyModeGuard anomaly;
+  Tensor x = nc::from_vector<double>({1, std::nan(""), INFINITY, 2}, {4}).requires_grad_();
+  const std::string message = value_error_of([&] { nc::mul(x, 3.0); });
+  expect_contains(message, {"'mul'", "received", "input 0", "2 of 4 values", "flat index 1", "leaf"});
+}
+
+TEST(Autograd, AnomalyModeChecksEveryGradientOfBackward) {
+  Tensor x = nc::from_vector<double>({4, 0}, {2}).requires_grad_();
+  Tensor y;
+  {
+    nc::autograd::AnomalyModeGuard anomaly;
+    y = nc::sum(nc::sqrt(x));  // sqrt(0) = 0 is finite; its derivative there is not
+    const std::string message = value_error_of([&] { y.backward(Tensor(), /*retain_graph=*/true); });
+    expect_contains(message, {"backward of 'sqrt'", "gradient of input 0", "1 of 2 values", "flat index 1", "inf",
+                              "from a finite incoming gradient"});
+  }
+  EXPECT_FALSE(nc::autograd::is_anomaly_enabled());  // the guard restored it
+  x.zero_grad();
+  y.backward();  // without anomaly mode the infinity goes through
+  EXPECT_TRUE(std::isinf(x.grad().to_vector<double>()[1]));
+  EXPECT_DOUBLE_EQ(x.grad().to_vector<double>()[0], 0.25);
+}

@@ -60,6 +60,7 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
     {"limit", "0", "use only the first N training samples (0: all)"},
     {"stop-after", "0", "stop after this many epochs, as if interrupted (0: run all)"},
+    {"detect-anomaly", "off", "on: check every op's result and gradient for NaN/Inf, naming the op (slow)"},
 };
 const std::vector<OptionSpec> kEvalOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to evaluate"},
@@ -200,6 +201,10 @@ int train(const Args& args) {
   const std::string optimizer_name = args.options.at("optimizer");
   const std::string out = args.options.at("out"), resume = args.options.at("resume");
   std::string model_name = args.options.at("model");
+  const std::string anomaly = args.options.at("detect-anomaly");
+  NC_CHECK(anomaly == "on" || anomaly == "off", ValueError, "train: --detect-anomaly must be on or off, got '",
+           anomaly, "'");
+  nc::autograd::set_anomaly_enabled(anomaly == "on");
 
   nc::data::Dataset train_set = nc::data::load_fashion_mnist(args.options.at("data"), true);
   nc::data::Dataset test_set = nc::data::load_fashion_mnist(args.options.at("data"), false);

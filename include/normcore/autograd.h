@@ -39,6 +39,26 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Anomaly mode (off by default; per thread): every op that records for backward checks its
+// result, and backward() every gradient a node returns, for NaN and infinity, and throws
+// ValueError naming the op (and whether it produced the value or received it from an
+// input). Each check reads the whole tensor and waits for it (a device sync on CUDA): a
+// tool for finding where a NaN comes from, not for every training run.
+bool is_anomaly_enabled();
+void set_anomaly_enabled(bool enabled);
+
+// Sets anomaly mode in this thread for its lifetime.
+class AnomalyModeGuard {
+ public:
+  explicit AnomalyModeGuard(bool enabled = true);
+  ~AnomalyModeGuard();
+  AnomalyModeGuard(const AnomalyModeGuard&) = delete;
+  AnomalyModeGuard& operator=(const AnomalyModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace autograd
 
 struct GradcheckOptions {
