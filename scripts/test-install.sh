@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
 # Installs the build in ${BUILD_DIR:-build} into a fresh prefix and builds a separate
-# project against it twice, through find_package(normcore) and through pkg-config; both
-# programs must train, save, load and predict (tests/consumer). Prints the installed size.
+# project against it four times: the shared and the static library, each through
+# find_package(normcore) and through pkg-config; every program must train, save, load and
+# predict (tests/consumer), and the static ones must not need libnormcore.so. Prints the
+# installed size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 prefix=$PWD/$build/install-test
-rm -rf "$prefix" "$build/consumer"
+rm -rf "$prefix" "$build/consumer" "$build/consumer-static"
 cmake --install "$build" --prefix "$prefix" > /dev/null
-echo "normcore: installed into $prefix ($(du -sh "$prefix" | cut -f1): library $(du -sh "$prefix"/lib*/libnormcore* | cut -f1 | head -1), headers $(du -sh "$prefix/include/normcore" | cut -f1))"
+libdir=$(dirname "$(find "$prefix" -name 'libnormcore.*' | head -1)")
+size() { if [ -e "$1" ]; then du -sh "$1" | cut -f1; else echo "none"; fi; }
+echo "normcore: installed into $prefix ($(du -sh "$prefix" | cut -f1): libnormcore.so $(size "$libdir/libnormcore.so"), libnormcore.a $(size "$libdir/libnormcore.a"), headers $(du -sh "$prefix/include/normcore" | cut -f1))"
 
 cmake -S tests/consumer -B "$build/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > /dev/null
 cmake --build "$build/consumer" > /dev/null
 "$build/consumer/consumer" "$build/consumer/consumer.safetensors"
 
-pc_dir=$(dirname "$(find "$prefix" -name normcore.pc | head -1)")
-libdir=$(PKG_CONFIG_PATH=$pc_dir pkg-config --variable=libdir normcore)
+pc_dir=$libdir/pkgconfig
 # shellcheck disable=SC2046
 g++ -std=c++17 tests/consumer/main.cpp -o "$build/consumer/consumer_pkgconfig" \
   $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs normcore) -Wl,-rpath,"$libdir"
 "$build/consumer/consumer_pkgconfig" "$build/consumer/consumer_pkgconfig.safetensors"
+
+if [ -e "$libdir/libnormcore.a" ] && [ -e "$libdir/libnormcore.so" ]; then
+  cmake -S tests/consumer -B "$build/consumer-static" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+    -DNORMCORE_TARGET=normcore::normcore_static > /dev/null
+  cmake --build "$build/consumer-static" > /dev/null
+  # shellcheck disable=SC2046
+  g++ -std=c++17 tests/consumer/main.cpp -o "$build/consumer-static/consumer_pkgconfig" \
+    $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs normcore-static)
+  for program in "$build/consumer-static/consumer" "$build/consumer-static/consumer_pkgconfig"; do
+    if ldd "$program" | grep -q libnormcore; then
+      echo "FAIL: $program, linked against the static library, needs libnormcore.so" >&2
+      exit 1
+    fi
+    "$program" "$program.safetensors"
+  done
+fi
