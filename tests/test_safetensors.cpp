@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -603,6 +604,30 @@ TEST_F(SafetensorsSave, KilledWriterLeavesTheOldOrTheNewFile) {
     }
   }
   std::printf("  %d of 12 rounds killed the writer inside a save\n", interrupted);
+}
+
+// A save removes the temporary files that killed saves of the same target left, once
+// their process is gone and they have not been written for 10 minutes; it keeps the rest.
+TEST_F(SafetensorsSave, RemovesTheTemporaryFilesOfKilledSaves) {
+  const fs::path path = dir_ / "model.safetensors";
+  const pid_t dead = ::fork();  // a process id that no longer exists
+  ASSERT_GE(dead, 0) << "fork failed";
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string prefix = ".model.safetensors.tmp.";
+  const std::string old_dead = prefix + std::to_string(dead) + ".0";
+  const std::string new_dead = prefix + std::to_string(dead) + ".1";
+  const std::string old_alive = prefix + std::to_string(::getppid()) + ".0";  // a live process
+  const std::string other_target = ".other.safetensors.tmp." + std::to_string(dead) + ".0";
+  const std::string not_a_pid = prefix + "x1.0";
+  const auto an_hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const std::string& name : {old_dead, new_dead, old_alive, other_target, not_a_pid}) {
+    std::ofstream(dir_ / name) << "partial";
+    if (name != new_dead) fs::last_write_time(dir_ / name, an_hour_ago);
+  }
+  st::save(path.string(), {{"x", make<float>({1}, {1})}});
+  EXPECT_EQ(list_dir(dir_),
+            (std::set<std::string>{"model.safetensors", new_dead, old_alive, other_target, not_a_pid}));
 }
 
 TEST_F(SafetensorsSave, MissingDirectory) {

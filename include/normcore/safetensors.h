@@ -41,7 +41,9 @@ File load_bytes(const uint8_t* data, size_t size, Device device = Device::cpu())
 
 // Writes tensors (any device, any strides) and metadata to path. The data goes to a
 // temporary file in the same directory, which is flushed to disk and then renamed over
-// path, so path holds either its old content or the complete new file. Throws ValueError
+// path, so path holds either its old content or the complete new file. A save that
+// succeeds also removes the temporary files of path that saves killed earlier left behind
+// (their process gone, not written for 10 minutes). Throws ValueError
 // for an undefined tensor, a duplicate name or the reserved name "__metadata__", and
 // IOError when the file cannot be written.
 void save(const std::string& path, const TensorList& tensors,
