@@ -2,12 +2,18 @@
 // substrings its message must contain (the op's name and the argument, shape, dtype or
 // value at fault), following the contract in error.h: "<op>: <argument> <what is wrong>".
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "normcore/models.h"
 #include "normcore/normcore.h"
 
 namespace nc = normcore;
@@ -52,6 +58,81 @@ void run_table(const std::vector<BadCall>& table) {
 Tensor i64(std::vector<int64_t> v, nc::Shape shape) { return nc::from_vector<int64_t>(v, shape); }
 Tensor flags(std::vector<bool> v, nc::Shape shape) { return nc::from_vector<bool>(v, shape); }
 
+// A zero f32 leaf that requires grad.
+Tensor leaf(nc::Shape shape) {
+  Tensor t = nc::zeros(shape);
+  t.requires_grad_();
+  return t;
+}
+
+Tensor f64_scalar(double v) { return nc::full({}, v, DType::F64); }
+Tensor i64_scalar(int64_t v) { return nc::full({}, v, DType::I64); }
+
+// The state_dict of an optimizer over one [2] parameter after one step (so it has state).
+nc::optim::StateDict sgd_state() {
+  nc::optim::SGD sgd({leaf({2})}, {/*lr=*/0.1, /*momentum=*/0.9});
+  sgd.params()[0].set_grad(nc::ones({2}));
+  sgd.step();
+  return sgd.state_dict();
+}
+nc::optim::StateDict adam_state() {
+  nc::optim::Adam adam({leaf({2})});
+  adam.params()[0].set_grad(nc::ones({2}));
+  adam.step();
+  return adam.state_dict();
+}
+// state with entry name set to t (appended when absent), or without it.
+nc::optim::StateDict with_entry(nc::optim::StateDict state, const std::string& name, Tensor t) {
+  for (auto& entry : state) {
+    if (entry.first == name) {
+      entry.second = t;
+      return state;
+    }
+  }
+  state.emplace_back(name, t);
+  return state;
+}
+nc::optim::StateDict without_entry(const nc::optim::StateDict& state, const std::string& name) {
+  nc::optim::StateDict out;
+  for (const auto& entry : state)
+    if (entry.first != name) out.push_back(entry);
+  return out;
+}
+
+// A dataset of n blank 2x2 images with the given dtypes and label count.
+nc::data::Dataset images(int64_t n, DType image_dtype = DType::U8, int64_t labels = -1,
+                         DType label_dtype = DType::I64) {
+  return {nc::zeros({n, 2, 2}, image_dtype), nc::zeros({labels < 0 ? n : labels}, label_dtype)};
+}
+nc::data::DataLoaderOptions loader_options(int64_t batch_size = 2) {
+  nc::data::DataLoaderOptions options;
+  options.batch_size = batch_size;
+  return options;
+}
+
+// A directory for the rows that read or write files, removed with its contents.
+class ScratchDir {
+ public:
+  ScratchDir()
+      : path_(std::filesystem::temp_directory_path() / ("normcore_errors_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  std::string path(const std::string& name = "") const { return (path_ / name).string(); }
+  // Writes bytes to name and returns its path.
+  std::string write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(path(name), std::ios::binary) << bytes;
+    return path(name);
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
 }  // namespace
 
 TEST(Errors, ShapeErrors) {
@@ -68,9 +149,11 @@ TEST(Errors, ShapeErrors) {
       bad<nc::ShapeError>("masked_fill mask larger than x",
                           [&] { nc::masked_fill(nc::zeros({3}), nc::zeros({2, 3}, DType::Bool), 1); },
                           {"masked_fill", "mask", "[2, 3]", "[3]"}),
-      bad<nc::ShapeError>("copy_ from a shape that does not broadcast", [&] { nc::zeros({2, 3}).copy_(nc::zeros({4})); },
+      bad<nc::ShapeError>("copy_ from a shape that does not broadcast",
+                          [&] { nc::zeros({2, 3}).copy_(nc::zeros({4})); },
                           {"copy_", "[2, 3]", "[4]"}),
-      bad<nc::ShapeError>("copy_ from more dims", [&] { nc::zeros({3}).copy_(m23); }, {"copy_", "src", "[2, 3]", "[3]"}),
+      bad<nc::ShapeError>("copy_ from more dims",
+                          [&] { nc::zeros({3}).copy_(m23); }, {"copy_", "src", "[2, 3]", "[3]"}),
       bad<nc::ShapeError>("matmul inner size", [&] { nc::matmul(m23, nc::zeros({4, 5})); },
                           {"matmul", "[2, 3]", "[4, 5]"}),
       bad<nc::ShapeError>("matmul 1-D inner size", [&] { nc::matmul(nc::zeros({3}), nc::zeros({4})); },
@@ -93,7 +176,8 @@ TEST(Errors, ShapeErrors) {
       bad<nc::ShapeError>("cat sizes", [&] { nc::cat({m23, nc::zeros({2, 4})}); }, {"cat", "[2, 4]", "[2, 3]"}),
       bad<nc::ShapeError>("cat ranks", [&] { nc::cat({m23, nc::zeros({2, 3, 1})}); }, {"cat", "[2, 3, 1]"}),
       bad<nc::ShapeError>("cat 0-dim", [&] { nc::cat({nc::full({}, 1.0), nc::full({}, 2.0)}); }, {"cat", "zero-dim"}),
-      bad<nc::ShapeError>("stack shapes", [&] { nc::stack({nc::zeros({2}), nc::zeros({3})}); }, {"stack", "[3]", "[2]"}),
+      bad<nc::ShapeError>("stack shapes",
+                          [&] { nc::stack({nc::zeros({2}), nc::zeros({3})}); }, {"stack", "[3]", "[2]"}),
       bad<nc::ShapeError>("split sizes", [&] { nc::split(nc::zeros({5}), std::vector<int64_t>{2, 2}); },
                           {"split", "[2, 2]", "5"}),
       bad<nc::ShapeError>("split 0-dim", [&] { nc::split(nc::full({}, 1.0), 1); }, {"split", "0-dim"}),
@@ -120,6 +204,18 @@ TEST(Errors, ShapeErrors) {
       bad<nc::ShapeError>("argmax of empty", [&] { nc::argmax(nc::zeros({0})); }, {"argmax", "empty"}),
       bad<nc::ShapeError>("argmin over an empty dim", [&] { nc::argmin(nc::zeros({0, 2}), 0); },
                           {"argmin", "dim 0", "size 0"}),
+      bad<nc::ShapeError>("reshape two -1", [&] { m23.reshape({-1, -1}); }, {"reshape", "only one size may be -1"}),
+      bad<nc::ShapeError>("expand -1 in a new leading dim", [&] { nc::zeros({3}).expand({-1, 3}); },
+                          {"expand", "-1", "[-1, 3]"}),
+      bad<nc::ShapeError>("expand to a negative size", [&] { nc::zeros({1}).expand({-2}); }, {"expand", "[1]", "[-2]"}),
+      bad<nc::ShapeError>("item<T> of several elements", [&] { m23.item<float>(); }, {"item", "[2, 3]"}),
+      bad<nc::ShapeError>("gather 0-dim x", [&] { nc::gather(nc::full({}, 1.0), 0, i64({0}, {1})); },
+                          {"gather", "x", "[]"}),
+      bad<nc::ShapeError>("scatter_add index rank", [&] { nc::scatter_add(m23, 1, i64({0}, {1}), nc::zeros({1})); },
+                          {"scatter_add", "index", "[1]", "[2, 3]"}),
+      bad<nc::ShapeError>("scatter_add 0-dim x",
+                          [&] { nc::scatter_add(nc::full({}, 1.0), 0, i64({0}, {1}), nc::zeros({1})); },
+                          {"scatter_add", "x", "[]"}),
   });
 }
 
@@ -167,7 +263,8 @@ TEST(Errors, IndexErrors) {
                           {"index_select", "dim 2"}),
       bad<nc::IndexError>("index_select index", [&] { nc::index_select(nc::zeros({3, 2}), 0, i64({0, 3}, {2})); },
                           {"index_select", "index 3", "size 3"}),
-      bad<nc::IndexError>("index_select negative index", [&] { nc::index_select(nc::zeros({3, 2}), 0, i64({-4}, {1})); },
+      bad<nc::IndexError>("index_select negative index",
+                          [&] { nc::index_select(nc::zeros({3, 2}), 0, i64({-4}, {1})); },
                           {"index_select", "index -4", "size 3"}),
       bad<nc::IndexError>("index_select i32 index",
                           [&] { nc::index_select(m23, 1, nc::from_vector<int32_t>({3}, {1})); },
@@ -182,6 +279,22 @@ TEST(Errors, IndexErrors) {
       bad<nc::IndexError>("one_hot class too large", [&] { nc::one_hot(i64({0, 3}, {2}), 3); },
                           {"one_hot", "3", "3 classes"}),
       bad<nc::IndexError>("one_hot negative class", [&] { nc::one_hot(i64({0, -1}, {2})); }, {"one_hot", "-1"}),
+      bad<nc::IndexError>("one_hot with 0 classes", [&] { nc::one_hot(i64({0}, {1}), 0); },
+                          {"one_hot", "0", "0 classes"}),
+      bad<nc::IndexError>("softmax dim", [&] { nc::softmax(m23, 2); }, {"softmax", "dim 2", "2 dims"}),
+      bad<nc::IndexError>("log_softmax of 0-dim, dim 1", [&] { nc::log_softmax(nc::full({}, 1.0), 1); },
+                          {"log_softmax", "dim 1", "0 dims"}),
+      bad<nc::IndexError>("index_select from an empty dim",
+                          [&] { nc::index_select(nc::zeros({0, 2}), 0, i64({0}, {1})); },
+                          {"index_select", "dim 0", "size 0"}),
+      bad<nc::IndexError>("unsqueeze negative dim", [&] { m23.unsqueeze(-4); }, {"unsqueeze", "dim -4"}),
+      bad<nc::IndexError>("squeeze of 0-dim", [&] { nc::full({}, 1.0).squeeze(1); }, {"squeeze", "dim 1"}),
+      bad<nc::IndexError>("narrow negative length", [&] { v3.narrow(0, 0, -1); }, {"narrow", "length -1", "size 3"}),
+      bad<nc::IndexError>("select lowest index", [&] { v3.select(0, std::numeric_limits<int64_t>::min()); },
+                          {"select", "index -9223372036854775808"}),
+      bad<nc::IndexError>("gather lowest index",
+                          [&] { nc::gather(v3, 0, i64({std::numeric_limits<int64_t>::min()}, {1})); },
+                          {"gather", "index -9223372036854775808", "size 3"}),
   });
 }
 
@@ -193,9 +306,11 @@ TEST(Errors, DTypeErrors) {
       bad<nc::DTypeError>("var of int", [&] { nc::var(nc::zeros({2}, DType::I64)); }, {"var", "i64"}),
       bad<nc::DTypeError>("norm of int", [&] { nc::norm(ints); }, {"norm", "i32"}),
       bad<nc::DTypeError>("matmul of int", [&] { nc::matmul(ints, ints); }, {"matmul", "floating", "i32"}),
-      bad<nc::DTypeError>("matmul of mixed dtypes", [&] { nc::matmul(nc::zeros({2, 2}), nc::zeros({2, 2}, DType::F64)); },
+      bad<nc::DTypeError>("matmul of mixed dtypes",
+                          [&] { nc::matmul(nc::zeros({2, 2}), nc::zeros({2, 2}, DType::F64)); },
                           {"matmul", "f32", "f64"}),
-      bad<nc::DTypeError>("where with a non-bool cond", [&] { nc::where(nc::zeros({2}), nc::zeros({2}), nc::ones({2})); },
+      bad<nc::DTypeError>("where with a non-bool cond",
+                          [&] { nc::where(nc::zeros({2}), nc::zeros({2}), nc::ones({2})); },
                           {"where", "cond", "f32"}),
       bad<nc::DTypeError>("masked_fill with a non-bool mask",
                           [&] { nc::masked_fill(nc::zeros({2}), nc::zeros({2}, DType::I64), 1); },
@@ -224,6 +339,30 @@ TEST(Errors, DTypeErrors) {
       bad<nc::DTypeError>("randint bool", [&] { nc::randint(0, 2, {2}, DType::Bool); }, {"randint", "bool"}),
       bad<nc::DTypeError>("dtype_from_name", [&] { nc::dtype_from_name("float32"); },
                           {"dtype_from_name", "float32"}),
+      bad<nc::DTypeError>("softmax of int", [&] { nc::softmax(ints, 0); }, {"softmax", "floating", "i32"}),
+      bad<nc::DTypeError>("log_softmax of bool", [&] { nc::log_softmax(bools, 0); },
+                          {"log_softmax", "floating", "bool"}),
+      bad<nc::DTypeError>("mean of bool", [&] { nc::mean(bools); }, {"mean", "bool"}),
+      bad<nc::DTypeError>("matmul of bool", [&] { nc::matmul(bools, bools); }, {"matmul", "floating", "bool"}),
+      bad<nc::DTypeError>("abs of bool", [&] { nc::abs(bools); }, {"abs", "bool"}),
+      bad<nc::DTypeError>("relu of bool", [&] { nc::relu(bools); }, {"relu", "bool"}),
+      bad<nc::DTypeError>("maximum on bool", [&] { nc::maximum(bools, bools); }, {"maximum", "bool"}),
+      bad<nc::DTypeError>("minimum(bool, true)", [&] { nc::minimum(bools, true); }, {"minimum", "bool"}),
+      bad<nc::DTypeError>("pow on bool", [&] { nc::pow(bools, bools); }, {"pow", "bool"}),
+      bad<nc::DTypeError>("pow(bool, true)", [&] { nc::pow(bools, true); }, {"pow", "bool"}),
+      bad<nc::DTypeError>("max of bool", [&] { nc::max(bools); }, {"max", "bool"}),
+      bad<nc::DTypeError>("max of bool along a dim", [&] { nc::max(bools, 0); }, {"max", "bool"}),
+      bad<nc::DTypeError>("argmax of bool", [&] { nc::argmax(bools); }, {"argmax", "bool"}),
+      bad<nc::DTypeError>("argmin of bool", [&] { nc::argmin(bools, 0); }, {"argmin", "bool"}),
+      bad<nc::DTypeError>("scatter_add into bool",
+                          [&] { nc::scatter_add(bools, 0, i64({0}, {1}), nc::zeros({1}, DType::Bool)); },
+                          {"scatter_add", "x", "bool"}),
+      bad<nc::DTypeError>("scatter_add into u8",
+                          [&] {
+                            nc::scatter_add(nc::zeros({2}, DType::U8), 0, i64({0}, {1}), nc::zeros({1}, DType::U8));
+                          },
+                          {"scatter_add", "x", "u8"}),
+      bad<nc::DTypeError>("one_hot bool index", [&] { nc::one_hot(bools); }, {"one_hot", "index", "bool"}),
   });
 }
 
@@ -300,7 +439,49 @@ TEST(Errors, ValueErrors) {
       bad<nc::ValueError>("masked_fill undefined mask", [&] { nc::masked_fill(x, undefined, 1); },
                           {"masked_fill", "'mask'"}),
       bad<nc::ValueError>("copy_ from undefined", [&] { nc::zeros({2}).copy_(undefined); }, {"copy_", "'src'"}),
+      bad<nc::ValueError>("gather(undefined, ...)", [&] { nc::gather(undefined, 0, i64({0}, {1})); },
+                          {"gather", "'x'"}),
+      bad<nc::ValueError>("softmax(undefined)", [&] { nc::softmax(undefined, 0); }, {"softmax", "'x'"}),
+      bad<nc::ValueError>("log_softmax(undefined)", [&] { nc::log_softmax(undefined, 0); }, {"log_softmax", "'x'"}),
+      // Non-finite and out-of-range scalars.
+      bad<nc::ValueError>("arange NaN step", [&] { nc::arange(0.0, 1.0, NAN); }, {"arange", "finite", "nan"}),
+      bad<nc::ValueError>("linspace infinite end",
+                          [&] { nc::linspace(0, INFINITY, 3); }, {"linspace", "finite", "inf"}),
+      bad<nc::ValueError>("norm NaN p", [&] { nc::norm(x, NAN); }, {"norm", "p", "nan"}),
+      bad<nc::ValueError>("slice negative step", [&] { x.slice(0, 0, 3, -1); }, {"slice", "step", "-1"}),
+      bad<nc::ValueError>("pow of an int tensor to a negative int", [&] { nc::pow(nc::zeros({2}, DType::I32), -1); },
+                          {"pow", "i32", "-1"}),
+      bad<nc::ValueError>("masked_fill of an int tensor with 1.5",
+                          [&] { nc::masked_fill(nc::zeros({2}, DType::I32), flags({true, false}, {2}), 1.5); },
+                          {"masked_fill", "value 1.5", "i32"}),
+      bad<nc::ValueError>("masked_fill of an int tensor with NaN",
+                          [&] { nc::masked_fill(nc::zeros({2}, DType::I64), flags({true, false}, {2}), NAN); },
+                          {"masked_fill", "value nan", "i64"}),
   });
+
+  // The remaining element-wise ops name their undefined operand the same way.
+  using Unary = Tensor (*)(const Tensor&);
+  using Binary = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<std::pair<std::string, Unary>> unary_ops = {
+      {"abs", &nc::abs}, {"log", &nc::log},   {"sqrt", &nc::sqrt},       {"rsqrt", &nc::rsqrt}, {"sin", &nc::sin},
+      {"cos", &nc::cos}, {"tanh", &nc::tanh}, {"sigmoid", &nc::sigmoid}, {"relu", &nc::relu},
+  };
+  const std::vector<std::pair<std::string, Binary>> binary_ops = {
+      {"sub", &nc::sub}, {"mul", &nc::mul}, {"div", &nc::div}, {"maximum", &nc::maximum}, {"minimum", &nc::minimum},
+      {"eq", &nc::eq},   {"ne", &nc::ne},   {"le", &nc::le},   {"gt", &nc::gt},           {"ge", &nc::ge},
+  };
+  std::vector<BadCall> table;
+  for (const auto& [name, op] : unary_ops) {
+    table.push_back(
+        bad<nc::ValueError>(name + "(undefined)", [&, op = op] { op(undefined); }, {name + ":", "'x'"}));
+  }
+  for (const auto& [name, op] : binary_ops) {
+    table.push_back(
+        bad<nc::ValueError>(name + "(undefined, t)", [&, op = op] { op(undefined, x); }, {name + ":", "'a'"}));
+    table.push_back(
+        bad<nc::ValueError>(name + "(t, undefined)", [&, op = op] { op(x, undefined); }, {name + ":", "'b'"}));
+  }
+  run_table(table);
 }
 
 TEST(Errors, UndefinedTensorMethods) {
@@ -318,14 +499,32 @@ TEST(Errors, UndefinedTensorMethods) {
 TEST(Errors, DeviceErrors) {
   run_table({
       bad<nc::DeviceError>("bad device string", [] { nc::Device("gpu:0"); }, {"Device", "gpu:0"}),
-      bad<nc::DeviceError>("pinned memory for a GPU", [] { nc::empty({2}, nc::TensorOptions(nc::Device::cuda(0)).with_pinned()); },
+      bad<nc::DeviceError>("pinned memory for a GPU",
+                           [] { nc::empty({2}, nc::TensorOptions(nc::Device::cuda(0)).with_pinned()); },
                            {"empty", "pinned", "cuda:0"}),
+      bad<nc::DeviceError>("device string without an index", [] { nc::Device("cuda:"); }, {"Device", "'cuda:'"}),
+      bad<nc::DeviceError>("negative device index", [] { nc::Device("cuda:-1"); }, {"Device", "cuda:-1"}),
+      bad<nc::DeviceError>("upper-case device name", [] { nc::Device("CPU"); }, {"Device", "CPU"}),
+      bad<nc::DeviceError>("DataLoader on a negative GPU index",
+                           [] {
+                             nc::data::DataLoaderOptions options = loader_options();
+                             options.device = nc::Device::cuda(-1);
+                             nc::data::DataLoader loader(images(4), options);
+                           },
+                           {"DataLoader", "device cuda:-1"}),
   });
   if (nc::cuda_is_available()) GTEST_SKIP() << "the rest needs a machine without a visible GPU";
   run_table({
       bad<nc::DeviceError>("zeros on a missing GPU", [] { nc::zeros({2}, nc::Device::cuda(0)); }, {"allocate"}),
       bad<nc::DeviceError>("to a missing GPU", [] { nc::ones({2}).to(nc::Device::cuda(0)); }, {"allocate"}),
       bad<nc::DeviceError>("pin_memory without CUDA", [] { nc::ones({2}).pin_memory(); }, {"pin_memory"}),
+      bad<nc::DeviceError>("DataLoader on a missing GPU",
+                           [] {
+                             nc::data::DataLoaderOptions options = loader_options();
+                             options.device = nc::Device::cuda(0);
+                             nc::data::DataLoader loader(images(4), options);
+                           },
+                           {"DataLoader", "device cuda:0", "does not exist"}),
   });
 #ifndef NORMCORE_HAS_CUDA
   // A CPU-only build keeps the CUDA runtime API: queries throw, empty_cache does nothing.
@@ -348,6 +547,829 @@ TEST(Errors, DeviceErrors) {
       bad<nc::DeviceError>("StreamGuard", [] { nc::cuda::StreamGuard guard(0, nullptr); }, {"cuda::StreamGuard"}),
   });
 #endif
+}
+
+TEST(Errors, AutogradErrors) {
+  const auto doubled = [](const std::vector<Tensor>& inputs) { return nc::mul(inputs[0], 2.0); };
+  run_table({
+      bad<nc::DTypeError>("requires_grad_ on an int tensor", [] { nc::zeros({2}, DType::I64).requires_grad_(); },
+                          {"requires_grad_", "floating", "i64"}),
+      bad<nc::ValueError>("requires_grad_ on a non-leaf", [] { nc::mul(leaf({2}), 2.0).requires_grad_(false); },
+                          {"requires_grad_", "leaf", "'mul'"}),
+      bad<nc::ShapeError>("set_grad of another shape", [] { nc::zeros({2}).set_grad(nc::zeros({3})); },
+                          {"set_grad", "f32 [3]", "f32 [2]"}),
+      bad<nc::ValueError>("copy_ into a tensor that requires grad", [] { leaf({2}).copy_(nc::ones({2})); },
+                          {"copy_", "requires grad", "f32 [2]"}),
+      bad<nc::ValueError>("fill_ of a tensor that requires grad", [] { leaf({2}).fill_(1); },
+                          {"fill_", "requires grad", "f32 [2]"}),
+      bad<nc::ValueError>("backward of a tensor without grad", [] { nc::zeros({1}).backward(); },
+                          {"backward", "f32 [1]", "does not require grad"}),
+      bad<nc::ShapeError>("backward without grad for several elements", [] { nc::mul(leaf({2}), 2.0).backward(); },
+                          {"backward", "grad", "[2]"}),
+      bad<nc::ShapeError>("backward with a grad of another shape",
+                          [] { nc::mul(leaf({2}), 2.0).backward(nc::ones({3})); },
+                          {"backward", "grad", "[3]", "[2]"}),
+      bad<nc::Error>("backward twice through a freed graph",
+                     [] {
+                       Tensor y = nc::sum(nc::mul(leaf({2}), leaf({2})));
+                       y.backward();
+                       y.backward();
+                     },
+                     {"backward", "'sum'", "retain_graph"}),
+      bad<nc::ValueError>("gradcheck eps 0",
+                          [&] { nc::gradcheck(doubled, {nc::zeros({2}, DType::F64).requires_grad_()}, {0.0}); },
+                          {"gradcheck", "eps", "0"}),
+      bad<nc::DTypeError>("gradcheck f32 input", [&] { nc::gradcheck(doubled, {leaf({2})}); },
+                          {"gradcheck", "input 0", "f32", "f64"}),
+      bad<nc::ValueError>("gradcheck with nothing requiring grad",
+                          [&] { nc::gradcheck(doubled, {nc::zeros({2}, DType::F64)}); },
+                          {"gradcheck", "output", "requires grad"}),
+      bad<nc::ValueError>("anomaly mode: an infinity produced",
+                          [] {
+                            nc::autograd::AnomalyModeGuard anomaly;
+                            nc::log(leaf({2}));
+                          },
+                          {"anomaly mode", "'log'", "from finite inputs"}),
+      bad<nc::ValueError>("anomaly mode: a NaN received",
+                          [] {
+                            nc::autograd::AnomalyModeGuard anomaly;
+                            Tensor x = nc::full({2}, NAN);
+                            x.requires_grad_();
+                            nc::exp(x);
+                          },
+                          {"anomaly mode", "'exp'", "input 0"}),
+      bad<nc::ValueError>("anomaly mode: an infinity in a gradient",
+                          [] {
+                            nc::autograd::AnomalyModeGuard anomaly;
+                            nc::sum(nc::sqrt(leaf({2}))).backward();
+                          },
+                          {"anomaly mode", "backward of 'sqrt'", "input 0"}),
+  });
+}
+
+TEST(Errors, NormErrors) {
+  const Tensor undefined;
+  const Tensor x23 = nc::zeros({2, 3});
+  const Tensor x243 = nc::zeros({2, 4, 3});
+  const Tensor ints = nc::zeros({2, 3}, DType::I64);
+  run_table({
+      bad<nc::ValueError>("layer_norm(undefined)", [&] { nc::layer_norm(undefined, {3}, undefined, undefined); },
+                          {"layer_norm", "'x'"}),
+      bad<nc::DTypeError>("layer_norm of int", [&] { nc::layer_norm(ints, {3}, undefined, undefined); },
+                          {"layer_norm", "x", "floating", "i64"}),
+      bad<nc::ValueError>("layer_norm eps 0", [&] { nc::layer_norm(x23, {3}, undefined, undefined, 0); },
+                          {"layer_norm", "eps", "0"}),
+      bad<nc::ValueError>("layer_norm NaN eps", [&] { nc::layer_norm(x23, {3}, undefined, undefined, NAN); },
+                          {"layer_norm", "eps", "nan"}),
+      bad<nc::ShapeError>("layer_norm empty normalized_shape", [&] { nc::layer_norm(x23, {}, undefined, undefined); },
+                          {"layer_norm", "normalized_shape", "[]", "[2, 3]"}),
+      bad<nc::ShapeError>("layer_norm normalized_shape off the trailing dims",
+                          [&] { nc::layer_norm(x23, {4}, undefined, undefined); },
+                          {"layer_norm", "normalized_shape [4]", "[2, 3]"}),
+      bad<nc::ShapeError>("layer_norm normalized_shape longer than x",
+                          [&] { nc::layer_norm(x23, {1, 2, 3}, undefined, undefined); },
+                          {"layer_norm", "normalized_shape [1, 2, 3]", "[2, 3]"}),
+      bad<nc::ShapeError>("layer_norm weight shape", [&] { nc::layer_norm(x23, {3}, nc::ones({2}), undefined); },
+                          {"layer_norm", "weight", "[3]", "f32 [2]"}),
+      bad<nc::DTypeError>("layer_norm bias dtype",
+                          [&] { nc::layer_norm(x23, {3}, undefined, nc::ones({3}, DType::F64)); },
+                          {"layer_norm", "bias", "f64 [3]", "f32 [2, 3]"}),
+      bad<nc::ValueError>("group_norm(undefined)", [&] { nc::group_norm(undefined, 1, undefined, undefined); },
+                          {"group_norm", "'x'"}),
+      bad<nc::DTypeError>("group_norm of int",
+                          [&] { nc::group_norm(nc::zeros({2, 4}, DType::I32), 2, undefined, undefined); },
+                          {"group_norm", "x", "floating", "i32"}),
+      bad<nc::ShapeError>("group_norm of 1-D", [&] { nc::group_norm(nc::zeros({4}), 1, undefined, undefined); },
+                          {"group_norm", "x", "[N, C, *]", "[4]"}),
+      bad<nc::ValueError>("group_norm 0 groups", [&] { nc::group_norm(x243, 0, undefined, undefined); },
+                          {"group_norm", "num_groups", "0"}),
+      bad<nc::ShapeError>("group_norm C not divisible", [&] { nc::group_norm(x243, 3, undefined, undefined); },
+                          {"group_norm", "C = 4", "num_groups = 3", "[2, 4, 3]"}),
+      bad<nc::ShapeError>("group_norm weight shape", [&] { nc::group_norm(x243, 2, nc::ones({3}), undefined); },
+                          {"group_norm", "weight", "[4]", "f32 [3]"}),
+      bad<nc::DTypeError>("group_norm bias dtype",
+                          [&] { nc::group_norm(x243, 2, undefined, nc::ones({4}, DType::F16)); },
+                          {"group_norm", "bias", "f16 [4]", "f32 [2, 4, 3]"}),
+      bad<nc::ValueError>("group_norm negative eps", [&] { nc::group_norm(x243, 2, undefined, undefined, -1); },
+                          {"group_norm", "eps", "-1"}),
+      bad<nc::ValueError>("l1_norm(undefined)", [&] { nc::l1_norm(undefined); }, {"l1_norm", "'x'"}),
+      bad<nc::DTypeError>("l1_norm of int", [&] { nc::l1_norm(ints); }, {"l1_norm", "x", "floating", "i64"}),
+      bad<nc::IndexError>("l1_norm dim", [&] { nc::l1_norm(x23, 2); }, {"l1_norm", "dim 2", "2 dims"}),
+      bad<nc::ValueError>("l1_norm eps 0", [&] { nc::l1_norm(x23, 1, 0); }, {"l1_norm", "eps", "0"}),
+      bad<nc::ValueError>("frobenius_norm(undefined)", [&] { nc::frobenius_norm(undefined); },
+                          {"frobenius_norm", "'x'"}),
+      bad<nc::DTypeError>("frobenius_norm of int", [&] { nc::frobenius_norm(ints); },
+                          {"frobenius_norm", "x", "floating", "i64"}),
+      bad<nc::ValueError>("frobenius_norm NaN eps", [&] { nc::frobenius_norm(x23, NAN); },
+                          {"frobenius_norm", "eps", "nan"}),
+  });
+}
+
+TEST(Errors, FusedOpErrors) {
+  // x [2, 3], weight [4, 3] -> OUT = 4; bias [1, 4, 1, 1]; two groups.
+  const Tensor undefined;
+  const Tensor x = nc::zeros({2, 3});
+  const Tensor weight = nc::zeros({4, 3});
+  const Tensor bias = nc::zeros({1, 4, 1, 1});
+  const auto fused = [&](const Tensor& x_, const Tensor& weight_, const Tensor& linear_bias, const Tensor& gn_weight,
+                         const Tensor& gn_bias, const Tensor& bias_, int64_t groups, double eps = 1e-5) {
+    nc::gemm_group_norm_min_bias(x_, weight_, linear_bias, gn_weight, gn_bias, bias_, groups, eps);
+  };
+  const std::string op = "gemm_group_norm_min_bias:";
+  run_table({
+      bad<nc::ValueError>("x undefined", [&] { fused(undefined, weight, undefined, undefined, undefined, bias, 2); },
+                          {op, "'x'"}),
+      bad<nc::DTypeError>("x int", [&] { fused(x.to(DType::I64), weight, undefined, undefined, undefined, bias, 2); },
+                          {op, "x", "floating", "i64"}),
+      bad<nc::ShapeError>("x 3-D",
+                          [&] { fused(nc::zeros({2, 4, 3}), weight, undefined, undefined, undefined, bias, 2); },
+                          {op, "x", "[B, IN]", "[2, 4, 3]"}),
+      bad<nc::ValueError>("weight undefined", [&] { fused(x, undefined, undefined, undefined, undefined, bias, 2); },
+                          {op, "'weight'"}),
+      bad<nc::ShapeError>("weight IN", [&] { fused(x, nc::zeros({4, 5}), undefined, undefined, undefined, bias, 2); },
+                          {op, "weight", "[OUT, 3]", "[4, 5]"}),
+      bad<nc::ShapeError>("weight 1-D", [&] { fused(x, nc::zeros({3}), undefined, undefined, undefined, bias, 2); },
+                          {op, "weight", "[OUT, 3]", "f32 [3]"}),
+      bad<nc::DTypeError>("weight dtype",
+                          [&] { fused(x, weight.to(DType::F64), undefined, undefined, undefined, bias, 2); },
+                          {op, "weight", "f64 [4, 3]", "f32 [2, 3]"}),
+      bad<nc::ShapeError>("OUT 0",
+                          [&] {
+                            fused(x, nc::zeros({0, 3}), undefined, undefined, undefined, nc::zeros({1, 0, 1, 1}), 2);
+                          },
+                          {op, "OUT", "[0, 3]"}),
+      bad<nc::ValueError>("0 groups", [&] { fused(x, weight, undefined, undefined, undefined, bias, 0); },
+                          {op, "num_groups", "0"}),
+      bad<nc::ShapeError>("OUT not divisible", [&] { fused(x, weight, undefined, undefined, undefined, bias, 3); },
+                          {op, "OUT = 4", "num_groups = 3"}),
+      bad<nc::ValueError>("eps 0", [&] { fused(x, weight, undefined, undefined, undefined, bias, 2, 0.0); },
+                          {op, "eps", "0"}),
+      bad<nc::ValueError>("NaN eps", [&] { fused(x, weight, undefined, undefined, undefined, bias, 2, NAN); },
+                          {op, "eps", "nan"}),
+      bad<nc::ShapeError>("linear_bias shape", [&] { fused(x, weight, nc::zeros({3}), undefined, undefined, bias, 2); },
+                          {op, "linear_bias", "[4]", "f32 [3]"}),
+      bad<nc::DTypeError>("gn_weight dtype",
+                          [&] { fused(x, weight, undefined, nc::zeros({4}, DType::F64), undefined, bias, 2); },
+                          {op, "gn_weight", "f64 [4]", "f32 [2, 3]"}),
+      bad<nc::ShapeError>("gn_bias shape", [&] { fused(x, weight, undefined, undefined, nc::zeros({1, 4}), bias, 2); },
+                          {op, "gn_bias", "[4]", "[1, 4]"}),
+      bad<nc::ValueError>("bias undefined", [&] { fused(x, weight, undefined, undefined, undefined, undefined, 2); },
+                          {op, "'bias'"}),
+      bad<nc::ShapeError>("bias shape", [&] { fused(x, weight, undefined, undefined, undefined, nc::zeros({4}), 2); },
+                          {op, "bias", "[1, 4, 1, 1]", "f32 [4]"}),
+  });
+}
+
+TEST(Errors, LossErrors) {
+  namespace nn = nc::nn;
+  const Tensor undefined;
+  const Tensor logits = nc::zeros({2, 3});
+  const Tensor target = i64({0, 1}, {2});
+  const Tensor ints = nc::zeros({2, 3}, DType::I64);
+  run_table({
+      bad<nc::ValueError>("cross_entropy undefined logits", [&] { nn::cross_entropy(undefined, target); },
+                          {"cross_entropy", "'logits'"}),
+      bad<nc::ValueError>("cross_entropy undefined target", [&] { nn::cross_entropy(logits, undefined); },
+                          {"cross_entropy", "'target'"}),
+      bad<nc::DTypeError>("cross_entropy int logits", [&] { nn::cross_entropy(ints, target); },
+                          {"cross_entropy", "logits", "floating", "i64 [2, 3]"}),
+      bad<nc::DTypeError>("cross_entropy float target", [&] { nn::cross_entropy(logits, nc::zeros({2})); },
+                          {"cross_entropy", "target", "i64", "f32 [2]"}),
+      bad<nc::DTypeError>("cross_entropy i32 target", [&] { nn::cross_entropy(logits, nc::zeros({2}, DType::I32)); },
+                          {"cross_entropy", "target", "i32 [2]"}),
+      bad<nc::ShapeError>("cross_entropy 0-dim logits", [&] { nn::cross_entropy(nc::full({}, 1.0), i64_scalar(0)); },
+                          {"cross_entropy", "logits", "f32 []"}),
+      bad<nc::ShapeError>("cross_entropy target shape", [&] { nn::cross_entropy(logits, i64({0, 1, 2}, {3})); },
+                          {"cross_entropy", "target", "[3]", "[2, 3]", "[2]"}),
+      bad<nc::IndexError>("cross_entropy class too large", [&] { nn::cross_entropy(logits, i64({0, 3}, {2})); },
+                          {"cross_entropy", "target value 3", "3 classes"}),
+      bad<nc::IndexError>("cross_entropy negative class", [&] { nn::cross_entropy(logits, i64({-1, 0}, {2})); },
+                          {"cross_entropy", "target value -1", "3 classes"}),
+      bad<nc::ValueError>("cross_entropy label_smoothing 1.5",
+                          [&] { nn::cross_entropy(logits, target, nn::Reduction::Mean, 1.5); },
+                          {"cross_entropy", "label_smoothing", "1.5"}),
+      bad<nc::ValueError>("cross_entropy NaN label_smoothing",
+                          [&] { nn::cross_entropy(logits, target, nn::Reduction::Mean, NAN); },
+                          {"cross_entropy", "label_smoothing", "nan"}),
+      bad<nc::ValueError>("nll_loss undefined log_probs", [&] { nn::nll_loss(undefined, target); },
+                          {"nll_loss", "'log_probs'"}),
+      bad<nc::DTypeError>("nll_loss int log_probs", [&] { nn::nll_loss(ints, target); },
+                          {"nll_loss", "log_probs", "floating", "i64"}),
+      bad<nc::DTypeError>("nll_loss float target", [&] { nn::nll_loss(logits, nc::zeros({2})); },
+                          {"nll_loss", "target", "f32 [2]"}),
+      bad<nc::ShapeError>("nll_loss per-position target shape",
+                          [&] { nn::nll_loss(nc::zeros({2, 3, 4, 5}), nc::zeros({2, 4, 6}, DType::I64)); },
+                          {"nll_loss", "target", "[2, 4, 6]", "[2, 4, 5]"}),
+      bad<nc::IndexError>("nll_loss class too large", [&] { nn::nll_loss(logits, i64({3, 0}, {2})); },
+                          {"nll_loss", "target value 3", "3 classes"}),
+      bad<nc::ValueError>("mse_loss undefined target",
+                          [&] { nn::mse_loss(logits, undefined); }, {"mse_loss", "'target'"}),
+      bad<nc::ShapeError>("mse_loss shapes", [&] { nn::mse_loss(logits, nc::zeros({3})); },
+                          {"mse_loss", "input", "[2, 3]", "target", "[3]"}),
+      bad<nc::DTypeError>("mse_loss int input", [&] { nn::mse_loss(ints, logits); }, {"mse_loss", "input", "i64"}),
+      bad<nc::DTypeError>("mse_loss int target", [&] { nn::mse_loss(logits, ints); }, {"mse_loss", "target", "i64"}),
+      bad<nc::ValueError>("l1_loss undefined input", [&] { nn::l1_loss(undefined, logits); }, {"l1_loss", "'input'"}),
+      bad<nc::ShapeError>("l1_loss shapes", [&] { nn::l1_loss(logits, nc::zeros({2, 1})); },
+                          {"l1_loss", "input", "[2, 3]", "target", "[2, 1]"}),
+      bad<nc::DTypeError>("l1_loss int target", [&] { nn::l1_loss(logits, ints); }, {"l1_loss", "target", "i64"}),
+      bad<nc::ValueError>("binary_cross_entropy_with_logits undefined logits",
+                          [&] { nn::binary_cross_entropy_with_logits(undefined, logits); },
+                          {"binary_cross_entropy_with_logits", "'logits'"}),
+      bad<nc::ShapeError>("binary_cross_entropy_with_logits shapes",
+                          [&] { nn::binary_cross_entropy_with_logits(logits, nc::zeros({3, 2})); },
+                          {"binary_cross_entropy_with_logits", "logits", "[2, 3]", "target", "[3, 2]"}),
+      bad<nc::DTypeError>("binary_cross_entropy_with_logits int logits",
+                          [&] { nn::binary_cross_entropy_with_logits(ints, logits); },
+                          {"binary_cross_entropy_with_logits", "logits", "i64"}),
+      bad<nc::DTypeError>("binary_cross_entropy_with_logits bool target",
+                          [&] { nn::binary_cross_entropy_with_logits(logits, nc::zeros({2, 3}, DType::Bool)); },
+                          {"binary_cross_entropy_with_logits", "target", "bool"}),
+  });
+}
+
+TEST(Errors, LayerErrors) {
+  namespace nn = nc::nn;
+  const Tensor undefined;
+  const Tensor x23 = nc::zeros({2, 3});
+  run_table({
+      bad<nc::ValueError>("Linear negative in_features", [] { nn::Linear(-1, 2); }, {"Linear", "in_features", "-1"}),
+      bad<nc::ValueError>("Linear negative out_features", [] { nn::Linear(2, -3); }, {"Linear", "out_features", "-3"}),
+      bad<nc::ValueError>("Linear(undefined)", [&] { nn::Linear(3, 2)(undefined); }, {"Linear", "input", "undefined"}),
+      bad<nc::ShapeError>("Linear input size", [&] { nn::Linear(4, 2)(x23); },
+                          {"Linear", "in_features = 4", "f32 [2, 3]", "f32 [2, 4]"}),
+      bad<nc::ShapeError>("Linear 0-dim input", [&] { nn::Linear(4, 2)(nc::full({}, 1.0)); },
+                          {"Linear", "in_features = 4", "f32 []"}),
+      bad<nc::DTypeError>("Linear input dtype", [&] { nn::Linear(3, 2)(x23.to(DType::F64)); },
+                          {"Linear", "input", "f64 [2, 3]", "weight", "f32 [2, 3]"}),
+      bad<nc::DTypeError>("ReLU of bool", [&] { nn::ReLU()(nc::zeros({2}, DType::Bool)); }, {"relu", "bool"}),
+      bad<nc::ValueError>("GELU(undefined)", [&] { nn::GELU()(undefined); }, {"gelu", "'x'"}),
+      bad<nc::ValueError>("Tanh(undefined)", [&] { nn::Tanh()(undefined); }, {"tanh", "'x'"}),
+      bad<nc::ValueError>("Sigmoid(undefined)", [&] { nn::Sigmoid()(undefined); }, {"sigmoid", "'x'"}),
+      bad<nc::ValueError>("Dropout p above 1", [] { nn::Dropout(1.5); }, {"Dropout", "p", "1.5"}),
+      bad<nc::ValueError>("Dropout NaN p", [] { nn::Dropout(NAN); }, {"Dropout", "p", "nan"}),
+      bad<nc::ValueError>("dropout negative p", [&] { nn::dropout(x23, -0.1, true); }, {"dropout", "p", "-0.1"}),
+      bad<nc::ValueError>("dropout(undefined)",
+                          [&] { nn::dropout(undefined, 0.5, true); }, {"dropout", "x", "undefined"}),
+      bad<nc::DTypeError>("dropout of int, even in evaluation",
+                          [&] { nn::dropout(nc::zeros({2}, DType::I32), 0.5, false); }, {"dropout", "x", "i32"}),
+      bad<nc::DTypeError>("Dropout of int",
+                          [&] { nn::Dropout(0.5)(nc::zeros({2}, DType::I32)); }, {"dropout", "x", "i32"}),
+      bad<nc::ValueError>("Flatten(undefined)", [&] { nn::Flatten()(undefined); }, {"Flatten", "input", "undefined"}),
+      bad<nc::IndexError>("Flatten of 1-D from dim 1", [&] { nn::Flatten()(nc::zeros({3})); }, {"flatten", "dim 1"}),
+      bad<nc::IndexError>("Flatten start after end", [&] { nn::Flatten(2, 1)(nc::zeros({2, 3, 4})); },
+                          {"flatten", "start_dim 2", "end_dim 1"}),
+      bad<nc::ValueError>("Sequential of a null module",
+                          [] { nn::Sequential({std::make_shared<nn::ReLU>(), nullptr}); },
+                          {"Sequential::push_back", "module 1", "null"}),
+      bad<nc::ValueError>("Sequential::push_back(nullptr)", [] { nn::Sequential().push_back(nullptr); },
+                          {"Sequential::push_back", "module 0", "null"}),
+      bad<nc::IndexError>("Sequential index", [] { nn::Sequential({std::make_shared<nn::ReLU>()})[1]; },
+                          {"Sequential", "index 1", "1 modules"}),
+      bad<nc::ValueError>("Embedding negative num_embeddings", [] { nn::Embedding(-1, 2); },
+                          {"Embedding", "num_embeddings", "-1"}),
+      bad<nc::ValueError>("Embedding negative embedding_dim", [] { nn::Embedding(2, -2); },
+                          {"Embedding", "embedding_dim", "-2"}),
+      bad<nc::ValueError>("Embedding(undefined)", [&] { nn::Embedding(3, 2)(undefined); },
+                          {"Embedding", "index", "undefined"}),
+      bad<nc::DTypeError>("Embedding float index", [&] { nn::Embedding(3, 2)(nc::zeros({2})); },
+                          {"Embedding", "index", "f32 [2]"}),
+      bad<nc::DTypeError>("Embedding u8 index", [&] { nn::Embedding(3, 2)(nc::zeros({1}, DType::U8)); },
+                          {"Embedding", "index", "u8 [1]"}),
+      bad<nc::IndexError>("Embedding index too large", [&] { nn::Embedding(3, 2)(i64({0, 3}, {2})); },
+                          {"Embedding", "index 3", "3 embeddings"}),
+      bad<nc::IndexError>("Embedding negative index", [&] { nn::Embedding(3, 2)(i64({-1, 0}, {2})); },
+                          {"Embedding", "index -1", "3 embeddings"}),
+      bad<nc::IndexError>("Embedding i32 index too large",
+                          [&] { nn::Embedding(3, 2)(nc::from_vector<int32_t>({5}, {1})); },
+                          {"Embedding", "index 5", "3 embeddings"}),
+      bad<nc::ValueError>("LayerNorm negative size", [] { nn::LayerNorm({2, -1}); },
+                          {"LayerNorm", "normalized_shape", "[2, -1]"}),
+      // LayerNorm, GroupNorm (past its channel check), L1Norm and FrobeniusNorm forward to the
+      // functional op, which names itself.
+      bad<nc::ShapeError>("LayerNorm input shape", [&] { nn::LayerNorm({4})(x23); },
+                          {"layer_norm", "normalized_shape [4]", "[2, 3]"}),
+      bad<nc::DTypeError>("LayerNorm input dtype", [&] { nn::LayerNorm({3})(x23.to(DType::F64)); },
+                          {"layer_norm", "weight", "f32 [3]", "f64 [2, 3]"}),
+      bad<nc::ValueError>("LayerNorm eps 0", [&] { nn::LayerNorm({3}, 0.0)(x23); }, {"layer_norm", "eps", "0"}),
+      bad<nc::ValueError>("GroupNorm 0 groups", [] { nn::GroupNorm(0, 4); }, {"GroupNorm", "num_groups", "0"}),
+      bad<nc::ValueError>("GroupNorm channels not divisible", [] { nn::GroupNorm(3, 4); },
+                          {"GroupNorm", "num_channels = 4", "num_groups = 3"}),
+      bad<nc::ValueError>("GroupNorm negative channels", [] { nn::GroupNorm(2, -2); },
+                          {"GroupNorm", "num_channels = -2"}),
+      bad<nc::ShapeError>("GroupNorm input channels", [&] { nn::GroupNorm(2, 4)(x23); },
+                          {"GroupNorm", "num_channels = 4", "f32 [2, 3]"}),
+      bad<nc::ShapeError>("GroupNorm 1-D input", [&] { nn::GroupNorm(2, 4)(nc::zeros({4})); },
+                          {"GroupNorm", "num_channels = 4", "f32 [4]"}),
+      bad<nc::DTypeError>("GroupNorm input dtype", [&] { nn::GroupNorm(2, 4)(nc::zeros({2, 4}, DType::F64)); },
+                          {"group_norm", "weight", "f32 [4]", "f64 [2, 4]"}),
+      bad<nc::IndexError>("L1Norm dim", [&] { nn::L1Norm(5)(x23); }, {"l1_norm", "dim 5", "2 dims"}),
+      bad<nc::ValueError>("L1Norm negative eps", [&] { nn::L1Norm(1, -1)(x23); }, {"l1_norm", "eps", "-1"}),
+      bad<nc::ValueError>("FrobeniusNorm eps 0", [&] { nn::FrobeniusNorm(0.0)(x23); }, {"frobenius_norm", "eps", "0"}),
+      bad<nc::DTypeError>("FrobeniusNorm of int", [&] { nn::FrobeniusNorm()(nc::zeros({2}, DType::I32)); },
+                          {"frobenius_norm", "x", "i32"}),
+  });
+}
+
+TEST(Errors, ModuleErrors) {
+  namespace nn = nc::nn;
+  const Tensor undefined;
+  run_table({
+      bad<nc::Error>("Module without a forward", [] { nn::Module()(nc::zeros({2})); }, {"Module::forward"}),
+      bad<nc::ValueError>("register_parameter empty name", [] { nn::Module().register_parameter("", nc::zeros({2})); },
+                          {"register_parameter", "name", "empty"}),
+      bad<nc::ValueError>("register_parameter dotted name",
+                          [] { nn::Module().register_parameter("a.b", nc::zeros({2})); },
+                          {"register_parameter", "\"a.b\"", "'.'"}),
+      bad<nc::ValueError>("register_parameter(undefined)", [&] { nn::Module().register_parameter("w", undefined); },
+                          {"register_parameter", "\"w\"", "undefined"}),
+      bad<nc::DTypeError>("register_parameter of int",
+                          [] { nn::Module().register_parameter("w", nc::zeros({2}, DType::I32)); },
+                          {"register_parameter", "\"w\"", "floating", "i32"}),
+      bad<nc::ValueError>("register_parameter of a non-leaf",
+                          [] { nn::Module().register_parameter("w", nc::mul(leaf({2}), 2.0)); },
+                          {"register_parameter", "\"w\"", "'mul'", "leaves"}),
+      bad<nc::ValueError>("register_buffer taken name",
+                          [] {
+                            nn::Module m;
+                            m.register_parameter("w", nc::zeros({2}));
+                            m.register_buffer("w", nc::zeros({2}));
+                          },
+                          {"register_buffer", "\"w\"", "already used"}),
+      bad<nc::ValueError>("register_buffer empty name", [] { nn::Module().register_buffer("", nc::zeros({2})); },
+                          {"register_buffer", "name", "empty"}),
+      bad<nc::ValueError>("register_buffer(undefined)", [&] { nn::Module().register_buffer("b", undefined); },
+                          {"register_buffer", "\"b\"", "undefined"}),
+      bad<nc::ValueError>("register_module null",
+                          [] { nn::Module().register_module("c", std::shared_ptr<nn::Module>()); },
+                          {"register_module", "\"c\"", "null"}),
+      bad<nc::ValueError>("register_module of itself",
+                          [] {
+                            auto m = std::make_shared<nn::Module>();
+                            m->register_module("me", m);
+                          },
+                          {"register_module", "own child", "\"me\""}),
+      bad<nc::ValueError>("register_module taken name",
+                          [] {
+                            nn::Module m;
+                            m.register_module("c", std::make_shared<nn::ReLU>());
+                            m.register_module("c", std::make_shared<nn::ReLU>());
+                          },
+                          {"register_module", "\"c\"", "already used"}),
+      bad<nc::DTypeError>("Module::to int", [] { nn::Linear(2, 2).to(DType::I32); }, {"Module::to", "dtype", "i32"}),
+      bad<nc::ShapeError>("load_state_dict shape",
+                          [] {
+                            nn::Linear(3, 2).load_state_dict({{"weight", nc::zeros({2, 4})}, {"bias", nc::zeros({2})}});
+                          },
+                          {"load_state_dict", "weight", "[2, 4]", "[2, 3]"}),
+      bad<nc::ShapeError>("load_state_dict shape, not strict",
+                          [] { nn::Linear(3, 2).load_state_dict({{"bias", nc::zeros({3})}}, false); },
+                          {"load_state_dict", "bias", "[3]", "[2]"}),
+      bad<nc::ValueError>("load_state_dict missing key",
+                          [] { nn::Linear(3, 2).load_state_dict({{"weight", nc::zeros({2, 3})}}); },
+                          {"load_state_dict", "missing keys", "\"bias\""}),
+      bad<nc::ValueError>("load_state_dict unexpected key",
+                          [] {
+                            nn::Linear(3, 2).load_state_dict(
+                                {{"weight", nc::zeros({2, 3})}, {"bias", nc::zeros({2})}, {"extra", nc::zeros({1})}});
+                          },
+                          {"load_state_dict", "unexpected keys", "\"extra\""}),
+      bad<nc::ValueError>("load_state_dict undefined entry",
+                          [&] { nn::Linear(3, 2).load_state_dict({{"weight", undefined}}); },
+                          {"load_state_dict", "\"weight\"", "undefined"}),
+      bad<nc::ValueError>("load_state_dict repeated key",
+                          [] {
+                            nn::Linear(3, 2).load_state_dict({{"bias", nc::zeros({2})}, {"bias", nc::zeros({2})}});
+                          },
+                          {"load_state_dict", "\"bias\"", "more than once"}),
+  });
+}
+
+TEST(Errors, OptimizerErrors) {
+  namespace optim = nc::optim;
+  const Tensor undefined;
+  // Hyperparameters: {lr, momentum, dampening, weight_decay, nesterov} and {lr, beta1, beta2, eps, weight_decay}.
+  const auto sgd = [](optim::SGDOptions options) { optim::SGD(std::vector<Tensor>{leaf({2})}, options); };
+  const auto adam = [](optim::AdamOptions options) { optim::Adam(std::vector<Tensor>{leaf({2})}, options); };
+  const auto load_sgd = [](const optim::StateDict& state) {
+    optim::SGD(std::vector<Tensor>{leaf({2})}, {0.1, 0.9}).load_state_dict(state);
+  };
+  const auto load_adam = [](const optim::StateDict& state) { optim::Adam({leaf({2})}).load_state_dict(state); };
+  run_table({
+      bad<nc::DTypeError>("state_dtype of int", [] { optim::state_dtype(DType::I32); }, {"state_dtype", "i32"}),
+      bad<nc::ValueError>("SGD without parameters", [] { optim::SGD({}, {0.1}); }, {"SGD", "empty parameter list"}),
+      bad<nc::ValueError>("AdamW without parameters", [] { optim::AdamW({}); }, {"AdamW", "empty parameter list"}),
+      bad<nc::ValueError>("SGD undefined parameter", [&] { optim::SGD({undefined}, {0.1}); },
+                          {"SGD", "parameter 0", "undefined"}),
+      bad<nc::DTypeError>("SGD int parameter", [] { optim::SGD({nc::zeros({2}, DType::I32)}, {0.1}); },
+                          {"SGD", "parameter 0", "floating", "i32"}),
+      bad<nc::DTypeError>("Adam int parameter", [] { optim::Adam({nc::zeros({2}, DType::I64)}); },
+                          {"Adam", "parameter 0", "floating", "i64"}),
+      bad<nc::ValueError>("SGD non-contiguous parameter", [] { optim::SGD({nc::zeros({2, 3}).t()}, {0.1}); },
+                          {"SGD", "parameter 0", "[3, 2]", "contiguous"}),
+      bad<nc::ValueError>("SGD repeated parameter",
+                          [] {
+                            Tensor p = leaf({2});
+                            optim::SGD({p, p}, {0.1});
+                          },
+                          {"SGD", "parameter 1", "parameter 0"}),
+      bad<nc::ValueError>("SGD negative lr", [&] { sgd({-1}); }, {"SGD", "lr", "-1"}),
+      bad<nc::ValueError>("SGD NaN lr", [&] { sgd({NAN}); }, {"SGD", "lr", "nan"}),
+      bad<nc::ValueError>("SGD negative momentum", [&] { sgd({0.1, -0.5}); }, {"SGD", "momentum", "-0.5"}),
+      bad<nc::ValueError>("SGD infinite momentum", [&] { sgd({0.1, INFINITY}); }, {"SGD", "momentum", "inf"}),
+      bad<nc::ValueError>("SGD dampening above 1", [&] { sgd({0.1, 0.9, 2}); }, {"SGD", "dampening", "2"}),
+      bad<nc::ValueError>("SGD NaN dampening", [&] { sgd({0.1, 0.9, NAN}); }, {"SGD", "dampening", "nan"}),
+      bad<nc::ValueError>("SGD negative weight_decay", [&] { sgd({0.1, 0, 0, -1}); }, {"SGD", "weight_decay", "-1"}),
+      bad<nc::ValueError>("SGD NaN weight_decay", [&] { sgd({0.1, 0, 0, NAN}); }, {"SGD", "weight_decay", "nan"}),
+      bad<nc::ValueError>("SGD nesterov without momentum", [&] { sgd({0.1, 0, 0, 0, true}); },
+                          {"SGD", "momentum", "nesterov", "0"}),
+      bad<nc::ValueError>("SGD nesterov with dampening", [&] { sgd({0.1, 0.9, 0.5, 0, true}); },
+                          {"SGD", "dampening", "nesterov", "0.5"}),
+      bad<nc::ValueError>("set_lr negative", [] { optim::SGD({leaf({2})}, {0.1}).set_lr(-1); }, {"SGD", "lr", "-1"}),
+      bad<nc::ValueError>("set_lr NaN", [] { optim::Adam({leaf({2})}).set_lr(NAN); }, {"Adam", "lr", "nan"}),
+      bad<nc::ValueError>("Adam negative lr", [&] { adam({-1}); }, {"Adam", "lr", "-1"}),
+      bad<nc::ValueError>("Adam beta1 1", [&] { adam({1e-3, 1.0}); }, {"Adam", "beta1", "1"}),
+      bad<nc::ValueError>("Adam negative beta2", [&] { adam({1e-3, 0.9, -0.1}); }, {"Adam", "beta2", "-0.1"}),
+      bad<nc::ValueError>("Adam NaN beta2", [&] { adam({1e-3, 0.9, NAN}); }, {"Adam", "beta2", "nan"}),
+      bad<nc::ValueError>("Adam eps 0", [&] { adam({1e-3, 0.9, 0.999, 0}); }, {"Adam", "eps", "0"}),
+      bad<nc::ValueError>("Adam infinite eps", [&] { adam({1e-3, 0.9, 0.999, INFINITY}); }, {"Adam", "eps", "inf"}),
+      bad<nc::ValueError>("Adam NaN weight_decay", [&] { adam({1e-3, 0.9, 0.999, 1e-8, NAN}); },
+                          {"Adam", "weight_decay", "nan"}),
+      bad<nc::ValueError>("AdamW beta1 1", [] { optim::AdamW({leaf({2})}, {1e-3, 1.0}); }, {"AdamW", "beta1", "1"}),
+      // load_state_dict: names, then values, checked before anything changes.
+      bad<nc::ValueError>("SGD state entry twice",
+                          [&] {
+                            optim::StateDict state = sgd_state();
+                            state.push_back(state[0]);
+                            load_sgd(state);
+                          },
+                          {"SGD.load_state_dict", "'param_groups.lr'", "twice"}),
+      bad<nc::ValueError>("SGD state undefined entry",
+                          [&] { load_sgd(with_entry(sgd_state(), "param_groups.momentum", undefined)); },
+                          {"SGD.load_state_dict", "'param_groups.momentum'", "undefined"}),
+      bad<nc::ValueError>("SGD state unknown hyperparameter",
+                          [&] { load_sgd(with_entry(sgd_state(), "param_groups.beta1", f64_scalar(0.9))); },
+                          {"SGD.load_state_dict", "unknown hyperparameter", "'param_groups.beta1'"}),
+      bad<nc::ValueError>("SGD state unknown entry", [&] { load_sgd(with_entry(sgd_state(), "foo", f64_scalar(1))); },
+                          {"SGD.load_state_dict", "unknown entry", "'foo'"}),
+      bad<nc::ValueError>("SGD state malformed entry",
+                          [&] { load_sgd(with_entry(sgd_state(), "state.x.momentum_buffer", nc::zeros({2}))); },
+                          {"SGD.load_state_dict", "malformed entry", "'state.x.momentum_buffer'"}),
+      bad<nc::ValueError>("SGD state parameter index",
+                          [&] { load_sgd(with_entry(sgd_state(), "state.3.momentum_buffer", nc::zeros({2}))); },
+                          {"SGD.load_state_dict", "'state.3.momentum_buffer'", "parameter 3"}),
+      bad<nc::ValueError>("SGD state unknown state",
+                          [&] { load_sgd(with_entry(sgd_state(), "state.0.exp_avg", nc::zeros({2}))); },
+                          {"SGD.load_state_dict", "unknown state", "'state.0.exp_avg'"}),
+      bad<nc::ValueError>("SGD state missing hyperparameter",
+                          [&] { load_sgd(without_entry(sgd_state(), "param_groups.dampening")); },
+                          {"SGD.load_state_dict", "missing entry", "'param_groups.dampening'"}),
+      bad<nc::ShapeError>("SGD state buffer shape",
+                          [&] { load_sgd(with_entry(sgd_state(), "state.0.momentum_buffer", nc::zeros({3}))); },
+                          {"SGD.load_state_dict", "'state.0.momentum_buffer'", "[3]", "[2]"}),
+      bad<nc::DTypeError>("SGD state buffer dtype",
+                          [&] {
+                            load_sgd(with_entry(sgd_state(), "state.0.momentum_buffer", nc::zeros({2}, DType::F64)));
+                          },
+                          {"SGD.load_state_dict", "'state.0.momentum_buffer'", "f64", "f32"}),
+      bad<nc::ShapeError>("SGD state hyperparameter of two values",
+                          [&] { load_sgd(with_entry(sgd_state(), "param_groups.lr", nc::zeros({2}, DType::F64))); },
+                          {"SGD.load_state_dict", "'param_groups.lr'", "one value", "[2]"}),
+      bad<nc::DTypeError>("SGD state int hyperparameter",
+                          [&] { load_sgd(with_entry(sgd_state(), "param_groups.lr", i64_scalar(1))); },
+                          {"SGD.load_state_dict", "'param_groups.lr'", "floating", "i64"}),
+      bad<nc::ValueError>("SGD state negative lr",
+                          [&] { load_sgd(with_entry(sgd_state(), "param_groups.lr", f64_scalar(-1))); },
+                          {"SGD", "lr", "-1"}),
+      bad<nc::ValueError>("SGD state nesterov 0.5",
+                          [&] { load_sgd(with_entry(sgd_state(), "param_groups.nesterov", f64_scalar(0.5))); },
+                          {"SGD", "nesterov", "0 or 1", "0.5"}),
+      bad<nc::ValueError>("Adam state with part of a parameter's state",
+                          [&] { load_adam(without_entry(adam_state(), "state.0.exp_avg")); },
+                          {"Adam.load_state_dict", "parameter 0", "'state.0.exp_avg'"}),
+      bad<nc::ValueError>("Adam state negative step",
+                          [&] { load_adam(with_entry(adam_state(), "state.0.step", i64_scalar(-1))); },
+                          {"Adam.load_state_dict", "'state.0.step'", "-1"}),
+      bad<nc::DTypeError>("Adam state float step",
+                          [&] { load_adam(with_entry(adam_state(), "state.0.step", f64_scalar(1))); },
+                          {"Adam.load_state_dict", "'state.0.step'", "integer", "f64"}),
+      bad<nc::ShapeError>("Adam state step of two values",
+                          [&] { load_adam(with_entry(adam_state(), "state.0.step", nc::zeros({2}, DType::I64))); },
+                          {"Adam.load_state_dict", "'state.0.step'", "one value", "[2]"}),
+      bad<nc::ValueError>("Adam state decoupled 2",
+                          [&] { load_adam(with_entry(adam_state(), "param_groups.decoupled", f64_scalar(2))); },
+                          {"Adam", "decoupled", "0 or 1", "2"}),
+      bad<nc::ValueError>("Adam state NaN beta1",
+                          [&] { load_adam(with_entry(adam_state(), "param_groups.beta1", f64_scalar(NAN))); },
+                          {"Adam", "beta1", "nan"}),
+      bad<nc::ValueError>("Adam state into AdamW", [&] { optim::AdamW({leaf({2})}).load_state_dict(adam_state()); },
+                          {"AdamW", "decoupled = 0", "Adam"}),
+      bad<nc::ValueError>("SGD state into Adam", [&] { load_adam(sgd_state()); },
+                          {"Adam.load_state_dict", "unknown hyperparameter", "'param_groups.momentum'"}),
+  });
+}
+
+TEST(Errors, ScheduleAndClippingErrors) {
+  namespace optim = nc::optim;
+  const Tensor undefined;
+  // Each call builds its own optimizer, which the schedule writes into.
+  const auto step_lr = [](int64_t step_size, double gamma) {
+    optim::SGD sgd({leaf({2})}, {0.1});
+    optim::StepLR schedule(sgd, step_size, gamma);
+  };
+  const auto cosine_lr = [](int64_t warmup_steps, int64_t total_steps, double min_lr) {
+    optim::SGD sgd({leaf({2})}, {0.1});
+    optim::CosineLR schedule(sgd, warmup_steps, total_steps, min_lr);
+  };
+  const auto load_step_lr = [](const optim::StateDict& state) {
+    optim::SGD sgd({leaf({2})}, {0.1});
+    optim::StepLR(sgd, 2).load_state_dict(state);
+  };
+  const optim::StateDict good = {{"schedule.step", i64_scalar(2)}, {"schedule.base_lr", f64_scalar(0.1)}};
+  run_table({
+      bad<nc::ValueError>("StepLR step_size 0", [&] { step_lr(0, 0.1); }, {"StepLR", "step_size", "0"}),
+      bad<nc::ValueError>("StepLR negative gamma", [&] { step_lr(1, -1); }, {"StepLR", "gamma", "-1"}),
+      bad<nc::ValueError>("StepLR infinite gamma", [&] { step_lr(1, INFINITY); }, {"StepLR", "gamma", "inf"}),
+      bad<nc::ValueError>("StepLR NaN gamma", [&] { step_lr(1, NAN); }, {"StepLR", "gamma", "nan"}),
+      bad<nc::ValueError>("CosineLR negative warmup_steps", [&] { cosine_lr(-1, 10, 0); },
+                          {"CosineLR", "warmup_steps", "-1"}),
+      bad<nc::ValueError>("CosineLR total_steps not after warmup_steps", [&] { cosine_lr(5, 5, 0); },
+                          {"CosineLR", "total_steps", "warmup_steps", "5"}),
+      bad<nc::ValueError>("CosineLR negative min_lr", [&] { cosine_lr(0, 10, -1); }, {"CosineLR", "min_lr", "-1"}),
+      bad<nc::ValueError>("CosineLR NaN min_lr", [&] { cosine_lr(0, 10, NAN); }, {"CosineLR", "min_lr", "nan"}),
+      bad<nc::ValueError>("schedule state unknown entry",
+                          [&] { load_step_lr(with_entry(good, "schedule.gamma", f64_scalar(1))); },
+                          {"StepLR.load_state_dict", "unknown entry", "'schedule.gamma'"}),
+      bad<nc::ValueError>("schedule state missing entry",
+                          [&] { load_step_lr(without_entry(good, "schedule.base_lr")); },
+                          {"StepLR.load_state_dict", "missing entry", "'schedule.base_lr'"}),
+      bad<nc::ValueError>("schedule state undefined entry",
+                          [&] { load_step_lr(with_entry(good, "schedule.step", undefined)); },
+                          {"StepLR.load_state_dict", "'schedule.step'", "undefined"}),
+      bad<nc::ValueError>("schedule state entry twice",
+                          [&] {
+                            optim::StateDict state = good;
+                            state.push_back(state[0]);
+                            load_step_lr(state);
+                          },
+                          {"StepLR.load_state_dict", "'schedule.step'", "twice"}),
+      bad<nc::ValueError>("schedule state negative step",
+                          [&] { load_step_lr(with_entry(good, "schedule.step", i64_scalar(-2))); },
+                          {"StepLR.load_state_dict", "'schedule.step'", "-2"}),
+      bad<nc::ShapeError>("schedule state step of two values",
+                          [&] { load_step_lr(with_entry(good, "schedule.step", nc::zeros({2}, DType::I64))); },
+                          {"StepLR.load_state_dict", "'schedule.step'", "one value", "[2]"}),
+      bad<nc::DTypeError>("schedule state int base_lr",
+                          [&] { load_step_lr(with_entry(good, "schedule.base_lr", i64_scalar(1))); },
+                          {"StepLR.load_state_dict", "'schedule.base_lr'", "floating", "i64"}),
+      bad<nc::ValueError>("schedule state negative base_lr",
+                          [&] { load_step_lr(with_entry(good, "schedule.base_lr", f64_scalar(-0.1))); },
+                          {"StepLR", "base_lr", "-0.1"}),
+      bad<nc::ValueError>("schedule state NaN base_lr",
+                          [&] { load_step_lr(with_entry(good, "schedule.base_lr", f64_scalar(NAN))); },
+                          {"StepLR", "base_lr", "nan"}),
+      bad<nc::ValueError>("clip_grad_norm norm_type 0", [] { optim::clip_grad_norm({leaf({2})}, 1.0, 0); },
+                          {"clip_grad_norm", "norm_type", "0"}),
+      bad<nc::ValueError>("clip_grad_norm NaN norm_type", [] { optim::clip_grad_norm({leaf({2})}, 1.0, NAN); },
+                          {"clip_grad_norm", "norm_type", "nan"}),
+      bad<nc::ValueError>("clip_grad_norm negative max_norm", [] { optim::clip_grad_norm({leaf({2})}, -1.0); },
+                          {"clip_grad_norm", "max_norm", "-1"}),
+      bad<nc::ValueError>("clip_grad_norm NaN max_norm", [] { optim::clip_grad_norm({leaf({2})}, NAN); },
+                          {"clip_grad_norm", "max_norm", "nan"}),
+      bad<nc::ValueError>("clip_grad_norm undefined parameter",
+                          [&] { optim::clip_grad_norm({leaf({2}), undefined}, 1.0); },
+                          {"clip_grad_norm", "parameter 1", "undefined"}),
+      bad<nc::DTypeError>("clip_grad_norm int gradient",
+                          [] {
+                            Tensor p = nc::zeros({2}, DType::I32);
+                            p.set_grad(nc::ones({2}, DType::I32));
+                            optim::clip_grad_norm({p}, 1.0);
+                          },
+                          {"clip_grad_norm", "grad of parameter 0", "i32"}),
+  });
+}
+
+TEST(Errors, DataErrors) {
+  namespace data = nc::data;
+  const Tensor undefined;
+  const auto loader = [](data::Dataset dataset, data::DataLoaderOptions options) {
+    data::DataLoader(std::move(dataset), std::move(options));
+  };
+  const auto with = [](const std::function<void(data::DataLoaderOptions&)>& change) {
+    data::DataLoaderOptions options = loader_options();
+    change(options);
+    return options;
+  };
+  ScratchDir dir;
+  const std::string text = dir.write("text.txt", "not an IDX file");
+  run_table({
+      bad<nc::ValueError>("DataLoader undefined images",
+                          [&] { loader({undefined, nc::zeros({4}, DType::I64)}, loader_options()); },
+                          {"DataLoader", "images", "undefined"}),
+      bad<nc::ValueError>("DataLoader undefined labels",
+                          [&] { loader({nc::zeros({4, 2, 2}, DType::U8), undefined}, loader_options()); },
+                          {"DataLoader", "labels", "undefined"}),
+      bad<nc::DTypeError>("DataLoader f32 images", [&] { loader(images(4, DType::F32), loader_options()); },
+                          {"DataLoader", "images", "u8", "f32 [4, 2, 2]"}),
+      bad<nc::ShapeError>("DataLoader 2-D images",
+                          [&] { loader({nc::zeros({4, 4}, DType::U8), nc::zeros({4}, DType::I64)}, loader_options()); },
+                          {"DataLoader", "images", "[N, H, W]", "u8 [4, 4]"}),
+      bad<nc::DTypeError>("DataLoader i32 labels",
+                          [&] { loader(images(4, DType::U8, 4, DType::I32), loader_options()); },
+                          {"DataLoader", "labels", "i64", "i32 [4]"}),
+      bad<nc::ShapeError>("DataLoader 2-D labels",
+                          [&] {
+                            loader({nc::zeros({4, 2, 2}, DType::U8), nc::zeros({4, 1}, DType::I64)}, loader_options());
+                          },
+                          {"DataLoader", "labels", "[N]", "i64 [4, 1]"}),
+      bad<nc::ShapeError>("DataLoader counts differ", [&] { loader(images(4, DType::U8, 3), loader_options()); },
+                          {"DataLoader", "4 images", "3 labels"}),
+      bad<nc::ValueError>("DataLoader empty dataset", [&] { loader(images(0), loader_options()); },
+                          {"DataLoader", "empty", "u8 [0, 2, 2]"}),
+      bad<nc::ValueError>("DataLoader batch_size 0", [&] { loader(images(4), loader_options(0)); },
+                          {"DataLoader", "batch_size", "0"}),
+      bad<nc::ValueError>("DataLoader NaN mean", [&] { loader(images(4), with([](auto& o) { o.mean = NAN; })); },
+                          {"DataLoader", "mean", "nan"}),
+      bad<nc::ValueError>("DataLoader stddev 0", [&] { loader(images(4), with([](auto& o) { o.stddev = 0; })); },
+                          {"DataLoader", "stddev", "0"}),
+      bad<nc::ValueError>("DataLoader infinite stddev",
+                          [&] { loader(images(4), with([](auto& o) { o.stddev = INFINITY; })); },
+                          {"DataLoader", "stddev", "inf"}),
+      bad<nc::ValueError>("DataLoader drop_last leaves nothing",
+                          [&] {
+                            loader(images(4), with([](auto& o) {
+                                     o.batch_size = 8;
+                                     o.drop_last = true;
+                                   }));
+                          },
+                          {"DataLoader", "drop_last", "4 samples", "batch_size 8"}),
+      bad<nc::ValueError>("DataLoader::begin_epoch 2^32",
+                          [] { data::DataLoader(images(4), loader_options()).begin_epoch(uint64_t(1) << 32); },
+                          {"DataLoader::begin_epoch", "epoch 4294967296"}),
+      bad<nc::ValueError>("DataLoader::next before begin_epoch",
+                          [] {
+                            data::Batch batch;
+                            data::DataLoader(images(4), loader_options()).next(batch);
+                          },
+                          {"DataLoader::next", "begin_epoch"}),
+      bad<nc::IOError>("read_idx missing file", [&] { data::read_idx(dir.path("missing.idx")); },
+                       {"read_idx", dir.path("missing.idx"), "cannot open"}),
+      bad<nc::IOError>("read_idx of a directory",
+                       [&] { data::read_idx(dir.path()); }, {"read_idx", "not a regular file"}),
+      bad<nc::IOError>("read_idx of text", [&] { data::read_idx(text); }, {"read_idx", text, "neither gzip nor IDX"}),
+  });
+}
+
+TEST(Errors, ModelErrors) {
+  namespace models = nc::models;
+  ScratchDir dir;
+  const std::string text = dir.write("text.txt", "not an image");
+  const std::string small = dir.write("small.pgm", std::string("P5\n2 2\n255\n") + std::string(4, '\0'));
+  const std::string plain = dir.path("plain.safetensors");
+  nc::safetensors::save(plain, {{"a", nc::zeros({2})}});
+  const std::string checkpoint = dir.path("mlp.safetensors");
+  models::save_checkpoint(checkpoint, "mlp", *models::make_classifier("mlp"), 1, {}, {}, {});
+  const std::string zero_std = dir.path("zero_std.safetensors");
+  models::save_checkpoint(zero_std, "mlp", *models::make_classifier("mlp"), 1, {}, {}, {{"std", "0"}});
+  run_table({
+      bad<nc::ValueError>("make_classifier unknown name", [] { models::make_classifier("resnet"); },
+                          {"make_classifier", "'resnet'", "mlp"}),
+      bad<nc::IOError>("load_checkpoint of a plain safetensors file", [&] { models::load_checkpoint(plain); },
+                       {"load_checkpoint", plain, "'format'"}),
+      bad<nc::IOError>("read_image missing file", [&] { models::read_image(dir.path("missing.pgm")); },
+                       {"read_image", "cannot open", dir.path("missing.pgm")}),
+      bad<nc::IOError>("read_image of text", [&] { models::read_image(text); }, {"read_image", text, "PGM"}),
+      bad<nc::IOError>("read_image of a 2x2 image", [&] { models::read_image(small); },
+                       {"read_image", small, "2x2", "28x28"}),
+      bad<nc::ShapeError>("Classifier::predict image size",
+                          [&] { models::Classifier(checkpoint).predict(nc::zeros({27, 28})); },
+                          {"Classifier::predict", "28x28", "f32 [27, 28]"}),
+      bad<nc::IOError>("Classifier with option.std 0",
+                       [&] { models::Classifier(zero_std).predict(nc::zeros({28, 28})); },
+                       {"Classifier", "option.std", "0"}),
+  });
+}
+
+TEST(Errors, SafetensorsErrors) {
+  namespace st = nc::safetensors;
+  const Tensor undefined;
+  ScratchDir dir;
+  const std::string target = dir.path("out.safetensors");
+  const std::string short_file = dir.write("short.bin", "abc");
+  const std::string plain = dir.path("plain.safetensors");
+  st::save(plain, {{"a", nc::zeros({2})}});
+  const std::vector<uint8_t> long_header = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
+  const std::vector<uint8_t> not_json = {8, 0, 0, 0, 0, 0, 0, 0, 'n', 'o', 't', ' ', 'j', 's', 'o', 'n'};
+  run_table({
+      bad<nc::ValueError>("save undefined tensor", [&] { st::save(target, {{"a", undefined}}); },
+                          {"safetensors::save", "tensor 0", "\"a\"", "undefined"}),
+      bad<nc::ValueError>("save reserved name", [&] { st::save(target, {{"__metadata__", nc::zeros({1})}}); },
+                          {"safetensors::save", "reserved name", "__metadata__"}),
+      bad<nc::ValueError>("save repeated name",
+                          [&] { st::save(target, {{"a", nc::zeros({1})}, {"a", nc::zeros({1})}}); },
+                          {"safetensors::save", "duplicate", "\"a\""}),
+      bad<nc::ValueError>("save a name that is not UTF-8", [&] { st::save(target, {{"\xff\xfe", nc::zeros({1})}}); },
+                          {"safetensors::save", "UTF-8"}),
+      bad<nc::ValueError>("save metadata that is not UTF-8",
+                          [&] { st::save(target, {{"a", nc::zeros({1})}}, {{"k", "\xff"}}); },
+                          {"safetensors::save", "UTF-8"}),
+      bad<nc::IOError>("save into a missing directory",
+                       [&] { st::save(dir.path("missing/out.safetensors"), {{"a", nc::zeros({1})}}); },
+                       {"safetensors", dir.path("missing/out.safetensors"), "cannot create"}),
+      bad<nc::IOError>("load missing file", [&] { st::load(dir.path("missing.safetensors")); },
+                       {"safetensors", dir.path("missing.safetensors"), "cannot open"}),
+      bad<nc::IOError>("load a directory", [&] { st::load(dir.path()); }, {"safetensors", "not a regular file"}),
+      bad<nc::IOError>("load a 3-byte file",
+                       [&] { st::load(short_file); }, {"safetensors", short_file, "shorter than 8 bytes"}),
+      bad<nc::ValueError>("load_bytes null data",
+                          [] { st::load_bytes(nullptr, 5); }, {"safetensors::load_bytes", "null", "5"}),
+      bad<nc::IOError>("load_bytes 3 bytes", [] { const uint8_t bytes[3] = {}; st::load_bytes(bytes, 3); },
+                       {"safetensors", "<memory>", "shorter than 8 bytes"}),
+      bad<nc::IOError>("load_bytes header past the end",
+                       [&] { st::load_bytes(long_header.data(), long_header.size()); },
+                       {"safetensors", "<memory>", "header length 100"}),
+      bad<nc::IOError>("load_bytes header not JSON", [&] { st::load_bytes(not_json.data(), not_json.size()); },
+                       {"safetensors", "<memory>", "JSON"}),
+      bad<nc::IOError>("File::at missing name", [&] { st::load(plain).at("b"); }, {"safetensors", plain, "\"b\""}),
+      bad<nc::IOError>("conformance::run_dir of a missing directory",
+                       [&] { nc::conformance::run_dir(dir.path("missing"), nc::Device::cpu()); },
+                       {"conformance", dir.path("missing")}),
+  });
+}
+
+// Tensors on two devices, and the CUDA runtime API with bad device indices; needs a GPU.
+TEST(Errors, CudaDeviceErrors) {
+  namespace nn = nc::nn;
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "needs a CUDA device";
+  const nc::Device gpu = nc::Device::cuda(0);
+  const Tensor cpu2 = nc::zeros({2});
+  const Tensor gpu2 = nc::zeros({2}, gpu);
+  const Tensor cpu23 = nc::zeros({2, 3});
+  const Tensor gpu23 = nc::zeros({2, 3}, gpu);
+  const Tensor undefined;
+  run_table({
+      bad<nc::DeviceError>("add", [&] { nc::add(cpu2, gpu2); }, {"add", "'a'", "cpu", "'b'", "cuda:0"}),
+      bad<nc::DeviceError>("mul", [&] { gpu2 * cpu2; }, {"mul", "'a'", "cuda:0", "'b'", "cpu"}),
+      bad<nc::DeviceError>("where", [&] { nc::where(flags({true, false}, {2}), gpu2, gpu2); },
+                           {"where", "'cond'", "cpu", "'a'", "cuda:0"}),
+      bad<nc::DeviceError>("matmul", [&] { nc::matmul(cpu23, nc::zeros({3, 2}, gpu)); },
+                           {"matmul", "'a'", "cpu", "'b'", "cuda:0"}),
+      bad<nc::DeviceError>("cat", [&] { nc::cat({cpu2, gpu2}); }, {"cat", "cpu", "cuda:0"}),
+      bad<nc::DeviceError>("index_select", [&] { nc::index_select(gpu23, 0, i64({0}, {1})); },
+                           {"index_select", "'x'", "cuda:0", "'index'", "cpu"}),
+      bad<nc::DeviceError>("gather", [&] { nc::gather(gpu2, 0, i64({0}, {1})); }, {"gather", "'x'", "'index'"}),
+      bad<nc::DeviceError>("scatter_add src", [&] { nc::scatter_add(cpu2, 0, i64({0}, {1}), nc::ones({1}, gpu)); },
+                           {"scatter_add", "'x'", "'src'", "cuda:0"}),
+      bad<nc::DeviceError>("masked_fill mask", [&] { nc::masked_fill(gpu2, flags({true, false}, {2}), 1); },
+                           {"masked_fill", "'x'", "'mask'"}),
+      bad<nc::DeviceError>("layer_norm weight", [&] { nc::layer_norm(gpu23, {3}, nc::ones({3}), undefined); },
+                           {"layer_norm", "'x'", "cuda:0", "'weight'", "cpu"}),
+      bad<nc::DeviceError>("group_norm bias",
+                           [&] { nc::group_norm(gpu23.view({2, 3, 1}), 3, undefined, nc::zeros({3})); },
+                           {"group_norm", "'x'", "'bias'"}),
+      bad<nc::DeviceError>("gemm_group_norm_min_bias bias",
+                           [&] {
+                             const Tensor weight = nc::zeros({4, 3}, gpu);
+                             nc::gemm_group_norm_min_bias(gpu23, weight, undefined, undefined, undefined,
+                                                          nc::zeros({1, 4, 1, 1}), 2);
+                           },
+                           {"gemm_group_norm_min_bias", "'x'", "'bias'", "cpu"}),
+      bad<nc::DeviceError>("cross_entropy target", [&] { nn::cross_entropy(gpu23, i64({0, 1}, {2})); },
+                           {"cross_entropy", "'logits'", "cuda:0", "'target'", "cpu"}),
+      bad<nc::DeviceError>("mse_loss target", [&] { nn::mse_loss(cpu2, gpu2); }, {"mse_loss", "'input'", "'target'"}),
+      bad<nc::DeviceError>("Linear input",
+                           [&] { nn::Linear(3, 2)(gpu23); }, {"Linear", "input", "cuda:0", "weight", "cpu"}),
+      bad<nc::DeviceError>("Embedding index",
+                           [&] { nn::Embedding(3, 2)(nc::zeros({2}, nc::TensorOptions(DType::I64, gpu))); },
+                           {"Embedding", "index", "cuda:0", "weight", "cpu"}),
+      bad<nc::DeviceError>("backward grad", [&] { nc::mul(leaf({2}), 2.0).backward(gpu2); },
+                           {"backward", "'tensor'", "cpu", "'grad'", "cuda:0"}),
+      bad<nc::DeviceError>("pin_memory of a GPU tensor", [&] { gpu2.pin_memory(); }, {"pin_memory", "cuda:0", "cpu"}),
+      bad<nc::DeviceError>("zeros on a GPU past the last",
+                           [&] { nc::zeros({2}, nc::Device::cuda(nc::cuda_device_count())); },
+                           {"allocate", "does not exist"}),
+      bad<nc::DeviceError>("DataLoader on a GPU past the last",
+                           [&] {
+                             nc::data::DataLoaderOptions options = loader_options();
+                             options.device = nc::Device::cuda(nc::cuda_device_count());
+                             nc::data::DataLoader loader(images(4), options);
+                           },
+                           {"DataLoader", "does not exist"}),
+      bad<nc::DeviceError>("cuda::set_device past the last", [] { nc::cuda::set_device(nc::cuda_device_count()); },
+                           {"cuda::set_device", "device index", "out of range"}),
+      bad<nc::DeviceError>("cuda::current_stream of a negative device", [] { nc::cuda::current_stream(-1); },
+                           {"cuda::current_stream", "device index -1"}),
+      bad<nc::DeviceError>("cuda::memory_stats past the last", [] { nc::cuda::memory_stats(nc::cuda_device_count()); },
+                           {"cuda::memory_stats", "device index"}),
+      bad<nc::DeviceError>("cuda::mem_get_info of a negative device",
+                           [] {
+                             size_t free_bytes = 0, total_bytes = 0;
+                             nc::cuda::mem_get_info(-1, &free_bytes, &total_bytes);
+                           },
+                           {"cuda::mem_get_info", "device index -1"}),
+      bad<nc::ValueError>("cuda::destroy_stream of normcore's own stream",
+                          [] { nc::cuda::destroy_stream(nc::cuda::current_stream(0)); },
+                          {"cuda::destroy_stream", "own stream", "device 0"}),
+  });
 }
 
 TEST(Errors, CheckMacroAndHierarchy) {
