@@ -1,5 +1,6 @@
 // Tensor factories (empty, zeros, full, arange, linspace, eye) and the seeded random ones.
 #include <cmath>
+#include <limits>
 
 #include "core/internal.h"
 #include "normcore/random.h"
@@ -57,11 +58,18 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options) {
            " does not lead from ", start, " to ", end);
   bool all_int = start.is_integral() && end.is_integral() && step.is_integral();
   int64_t n;
+  // The count, computed where it cannot overflow, then bounded like any shape.
   if (all_int) {
-    int64_t a = start.to_int(), b = end.to_int(), c = step.to_int();
-    n = c > 0 ? (b - a + c - 1) / c : (a - b + (-c) - 1) / (-c);
+    const __int128 a = start.to_int(), b = end.to_int(), c = step.to_int();
+    const __int128 count = c > 0 ? (b - a + c - 1) / c : (a - b - c - 1) / -c;
+    NC_CHECK(count < (__int128{1} << 59), ShapeError, op, ": ", start, " to ", end, " in steps of ", step,
+             " gives too many elements (the limit is 2^59)");
+    n = static_cast<int64_t>(count);
   } else {
-    n = static_cast<int64_t>(std::ceil((e - s) / st));
+    const double count = std::ceil((e - s) / st);
+    NC_CHECK(count < 0x1p59, ShapeError, op, ": ", start, " to ", end, " in steps of ", step,
+             " gives too many elements (the limit is 2^59)");
+    n = static_cast<int64_t>(count);
   }
   if (!options.dtype) options.dtype = all_int ? DType::I64 : DType::F32;
   Tensor out = empty({n}, options);
@@ -155,6 +163,14 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opti
   NC_CHECK(low < high, ValueError, "randint: low (", low, ") must be less than high (", high, ")");
   if (!options.dtype) options.dtype = DType::I64;
   NC_CHECK(*options.dtype != DType::Bool, DTypeError, "randint: dtype bool is not supported");
+  // Integer results must be representable: [low, high) inside the dtype's range.
+  const DType dtype = *options.dtype;
+  if (dtype == DType::I32 || dtype == DType::U8) {
+    const int64_t lo = dtype == DType::U8 ? 0 : std::numeric_limits<int32_t>::min();
+    const int64_t hi = dtype == DType::U8 ? 255 : std::numeric_limits<int32_t>::max();
+    NC_CHECK(low >= lo && high - 1 <= hi, ValueError, "randint: [", low, ", ", high, ") does not fit dtype ",
+             dtype_name(dtype), " (", lo, " to ", hi, ")");
+  }
   Tensor out = empty(shape, options);
   Generator& g = gen ? *gen : default_generator();
   uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));

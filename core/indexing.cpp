@@ -1,5 +1,6 @@
 // Joining, splitting and indexing: cat, stack, split, index_select, gather, scatter_add,
 // one_hot, masked_fill. Index tensors may be i32 or i64; the backends get contiguous i64.
+#include <limits>
 #include <numeric>
 
 #include "autograd/graph.h"
@@ -104,9 +105,11 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   check_defined(op, "x", x);
   NC_CHECK(x.dim() > 0, ShapeError, op, ": cannot split a 0-dim tensor");
   int64_t d = normalize_dim(dim, x.dim(), op);
+  for (int64_t s : sizes) NC_CHECK(s >= 0, ValueError, op, ": negative size in ", sizes);
   int64_t total = 0;
   for (int64_t s : sizes) {
-    NC_CHECK(s >= 0, ValueError, op, ": negative size in ", sizes);
+    NC_CHECK(s <= x.size(d) - total, ShapeError, op, ": sizes ", sizes, " sum to more than dim ", dim,
+             "'s size ", x.size(d));
     total += s;
   }
   NC_CHECK(total == x.size(d), ShapeError, op, ": sizes ", sizes, " sum to ", total,
@@ -229,7 +232,10 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
   } else {
     int64_t lo = min(idx).item<int64_t>(), hi = max(idx).item<int64_t>();
     NC_CHECK(lo >= 0, IndexError, op, ": class index ", lo, " is negative");
-    if (num_classes < 0) num_classes = hi + 1;
+    if (num_classes < 0) {
+      NC_CHECK(hi < std::numeric_limits<int64_t>::max(), IndexError, op, ": class index ", hi, " is too large");
+      num_classes = hi + 1;
+    }
     NC_CHECK(hi < num_classes, IndexError, op, ": class index ", hi, " out of range for ",
              num_classes, " classes");
   }

@@ -62,7 +62,7 @@ NC_HOST_DEVICE double normal_double(const Words& r) {
 }
 NC_HOST_DEVICE int64_t uniform_int(const Words& r, int64_t low, uint64_t range) {
   uint64_t bits = (static_cast<uint64_t>(r.w[0]) << 32) | r.w[1];
-  return low + static_cast<int64_t>(bits % range);
+  return static_cast<int64_t>(static_cast<uint64_t>(low) + bits % range);  // wraps, never overflows
 }
 
 }  // namespace philox

@@ -31,13 +31,20 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
+// A checked shape can be laid out contiguously with every offset, in elements or in bytes
+// of any dtype, inside int64: the product of its sizes (a 0 counted as 1) is at most 2^59.
+constexpr int64_t kMaxSpan = int64_t{1} << 59;
+
 int64_t checked_numel(const Shape& shape, const char* op) {
-  int64_t n = 1;
+  int64_t n = 1, span = 1;
   for (int64_t s : shape) {
     NC_CHECK(s >= 0, ShapeError, op, ": negative size in shape ", shape);
-    if (s != 0 && n > std::numeric_limits<int64_t>::max() / s)
-      throw ShapeError(cat_str(op, ": shape ", shape, " has too many elements"));
-    n *= s;
+    const int64_t extent = std::max<int64_t>(s, 1);
+    if (extent > kMaxSpan / span) {
+      throw ShapeError(cat_str(op, ": shape ", shape, " has too many elements (the limit is 2^59)"));
+    }
+    span *= extent;
+    n = s == 0 ? 0 : n * s;
   }
   return n;
 }
@@ -201,6 +208,8 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
       infer_at = static_cast<int64_t>(i);
     } else {
       NC_CHECK(out[i] >= 0, ShapeError, op, ": invalid size ", out[i], " in ", shape);
+      NC_CHECK(out[i] == 0 || known <= std::numeric_limits<int64_t>::max() / out[i], ShapeError, op, ": shape ",
+               shape, " is invalid for a tensor of ", numel, " elements");
       known *= out[i];
     }
   }
@@ -372,8 +381,8 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   start = clamp_index(start);
   end = std::max(clamp_index(end), start);
   Shape s = shape(), st = strides();
-  s[n] = (end - start + step - 1) / step;
-  st[n] *= step;
+  s[n] = (end - start) / step + ((end - start) % step != 0);
+  if (s[n] > 1) st[n] *= step;  // step < size here, so the stride stays inside the tensor's span
   Tensor out = make_view(*this, s, st, offset() + start * strides()[n]);
   record_region("slice", *this, out, [n, start, end, step](const Tensor& z) { return z.slice(n, start, end, step); });
   return out;
@@ -451,6 +460,7 @@ Tensor Tensor::expand(const Shape& target) const {
       st[i] = 0;
     }
   }
+  checked_numel(s, "expand");
   Tensor out = make_view(*this, s, st, offset());
   autograd::record("expand", out, {*this}, [shape = shape()](const Tensor& g) {
     return std::vector<Tensor>{autograd::sum_to(g, shape)};

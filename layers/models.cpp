@@ -107,10 +107,16 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device devi
   Evaluation e;
   e.confusion.assign(10, std::vector<int64_t>(10, 0));
   int64_t correct = 0, seen = 0;
+  const int64_t classes = static_cast<int64_t>(e.confusion.size());
   for (data::Batch batch; loader.next(batch);) {
-    std::vector<int64_t> predicted = argmax(model(batch.images), 1).to_vector<int64_t>();
+    const Tensor logits = model(batch.images);
+    NC_CHECK(logits.dim() == 2 && logits.size(1) == classes, ShapeError, "evaluate: the model gives ",
+             describe(logits), " for ", batch.images.size(0), " images; expected ", classes, " scores per image");
+    std::vector<int64_t> predicted = argmax(logits, 1).to_vector<int64_t>();
     std::vector<int64_t> truth = batch.labels.to_vector<int64_t>();
     for (size_t i = 0; i < truth.size(); ++i) {
+      NC_CHECK(truth[i] >= 0 && truth[i] < classes, IndexError, "evaluate: label ", truth[i], " of sample ",
+               seen + static_cast<int64_t>(i), " is outside 0 to ", classes - 1);
       ++e.confusion[truth[i]][predicted[i]];
       correct += truth[i] == predicted[i];
     }

@@ -1393,3 +1393,70 @@ TEST(Errors, CheckMacroAndHierarchy) {
   EXPECT_THROW(throw nc::CudaError("cuda"), nc::Error);
   EXPECT_THROW(throw nc::Error("e"), std::runtime_error);
 }
+
+// Sizes whose arithmetic would overflow int64 (or whose bytes would not fit) are rejected
+// before anything is allocated or computed; what is valid still works.
+TEST(Errors, SizesThatWouldOverflow) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  run_table({
+      bad<nc::ShapeError>("zeros of 2^62 elements", [] { nc::zeros({int64_t{1} << 62}); },
+                          {"empty", "[4611686018427387904]", "too many elements"}),
+      bad<nc::ShapeError>("zeros with a 0 beside huge sizes", [&] { nc::zeros({kMax, 0, 2}); },
+                          {"empty", "too many elements"}),
+      bad<nc::ShapeError>("linspace of int64-max steps", [&] { nc::linspace(0, 1, kMax); }, {"too many elements"}),
+      bad<nc::ShapeError>("view whose sizes multiply past int64", [&] { nc::zeros({4}).view({kMax, 2}); },
+                          {"view", "invalid for a tensor of 4 elements"}),
+      bad<nc::ShapeError>("expand past int64 elements",
+                          [] { nc::zeros({1, 1}).expand({int64_t{1} << 40, int64_t{1} << 40}); },
+                          {"expand", "too many elements"}),
+      bad<nc::ShapeError>("split sizes summing past int64", [&] { nc::split(nc::zeros({3}), {kMax, kMax, 2}); },
+                          {"split", "sum to more than", "3"}),
+      bad<nc::ShapeError>("arange over the whole int64 range", [&] { nc::arange(kMin, kMax); },
+                          {"arange", "too many elements"}),
+      bad<nc::ShapeError>("arange with a count past int64", [] { nc::arange(0.0, 1e300, 1e-300); },
+                          {"arange", "too many elements"}),
+      bad<nc::IndexError>("one_hot of class int64-max", [&] { nc::one_hot(i64({kMax}, {1})); },
+                          {"one_hot", "class index 9223372036854775807", "too large"}),
+      bad<nc::ValueError>("randint past u8", [] { nc::randint(0, 300, {4}, nc::TensorOptions(DType::U8)); },
+                          {"randint", "[0, 300)", "u8", "0 to 255"}),
+      bad<nc::ValueError>("randint past i32",
+                          [] { nc::randint(0, int64_t{1} << 40, {2}, nc::TensorOptions(DType::I32)); },
+                          {"randint", "i32"}),
+  });
+  // A slice with a huge step takes the first element; the full int64 range draws.
+  EXPECT_EQ(nc::arange(0, 3).slice(0, 0, kMax, kMax).to_vector<int64_t>(), (std::vector<int64_t>{0}));
+  const Tensor wide = nc::randint(kMin, kMax, {64});
+  EXPECT_EQ(wide.shape(), (nc::Shape{64}));
+  EXPECT_GT(nc::max(wide).item<int64_t>(), 0);  // 64 draws over all of int64: both signs, surely
+  EXPECT_LT(nc::min(wide).item<int64_t>(), 0);
+  const Tensor bytes = nc::randint(0, 256, {1000}, nc::TensorOptions(DType::U8));
+  EXPECT_EQ(nc::max(bytes.to(DType::I64)).item<int64_t>(), 255);
+}
+
+// evaluate() indexes its confusion matrix by label and prediction: labels outside the
+// classes and models with another number of scores are errors, not out-of-bounds writes.
+TEST(Errors, EvaluateChecksLabelsAndScores) {
+  namespace models = nc::models;
+  auto model = models::make_classifier("mlp");
+  const Tensor images = nc::zeros({3, 28, 28}, DType::U8);
+  run_table({
+      bad<nc::IndexError>("label past the classes",
+                          [&] { models::evaluate(*model, {images, i64({0, 12, 1}, {3})}, nc::Device::cpu()); },
+                          {"evaluate", "label 12", "sample 1", "0 to 9"}),
+      bad<nc::IndexError>("negative label",
+                          [&] { models::evaluate(*model, {images, i64({-1, 0, 1}, {3})}, nc::Device::cpu()); },
+                          {"evaluate", "label -1", "sample 0"}),
+      bad<nc::ShapeError>("a model with 3 scores",
+                          [&] {
+                            nc::nn::Sequential three({std::make_shared<nc::nn::Flatten>(),
+                                                      std::make_shared<nc::nn::Linear>(784, 3)});
+                            models::evaluate(three, {images, i64({0, 1, 2}, {3})}, nc::Device::cpu());
+                          },
+                          {"evaluate", "[3, 3]", "expected 10 scores"}),
+  });
+  const models::Evaluation e = models::evaluate(*model, {images, i64({0, 9, 4}, {3})}, nc::Device::cpu());
+  int64_t counted = 0;
+  for (const auto& row : e.confusion)
+    for (int64_t c : row) counted += c;
+  EXPECT_EQ(counted, 3);
+}
