@@ -90,9 +90,13 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
 }
 
 // A 0-dim tensor holding s in the dtype that op(t, s) computes in; arg names t in errors.
+// An integer wraps into a narrower integer dtype here, as PyTorch's wrapped numbers do
+// (u8 + -1 stays u8); full() and fill_() reject values that do not fit.
 Tensor wrap_scalar(const char* name, const char* arg, const Tensor& t, Scalar s) {
   check_defined(name, arg, t);
-  return full({}, s, TensorOptions(result_type(t, s), t.device()));
+  Tensor out = empty({}, TensorOptions(result_type(t, s), t.device()));
+  NC_BACKEND(out.device(), fill, out, s);
+  return out;
 }
 
 }  // namespace

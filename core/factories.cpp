@@ -27,6 +27,7 @@ Tensor empty(const Shape& shape, TensorOptions options) {
 Tensor full(const Shape& shape, Scalar value, TensorOptions options) {
   DType fallback = value.is_bool() ? DType::Bool : value.is_integral() ? DType::I64 : DType::F32;
   if (!options.dtype) options.dtype = fallback;
+  check_representable("full", "value", value, *options.dtype);
   Tensor t = empty(shape, options);
   t.fill_(value);
   return t;
@@ -72,6 +73,10 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options) {
     n = static_cast<int64_t>(count);
   }
   if (!options.dtype) options.dtype = all_int ? DType::I64 : DType::F32;
+  if (n > 0) {
+    check_representable(op, "start", start, *options.dtype);
+    check_representable(op, "last value", s + static_cast<double>(n - 1) * st, *options.dtype);
+  }
   Tensor out = empty({n}, options);
   if (n > 0) NC_BACKEND(out.device(), arange, out, s, st);
   return out;

@@ -253,6 +253,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
            mask.shape(), " does not broadcast to x's shape ", x.shape());
   NC_CHECK(is_floating(x.dtype()) || value.is_integral(), ValueError, op, ": value ", value,
            " is not an integer but x is ", describe(x));
+  check_representable(op, "value", value, x.dtype());
   return where(mask, full({}, value, TensorOptions(x.dtype(), x.device())), x);
 }
 

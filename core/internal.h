@@ -28,6 +28,9 @@ Tensor new_tensor(const Shape& shape, DType dtype, Device device);
 void check_same_device(const char* op, const char* name_a, const Tensor& a, const char* name_b,
                        const Tensor& b);
 void check_defined(const char* op, const char* name, const Tensor& t);
+// ValueError unless value converts to dtype without overflow: for i32, i64 and u8 a finite
+// value inside the dtype's range (fractions truncate, as C++ converts them).
+void check_representable(const char* op, const char* what, Scalar value, DType dtype);
 
 [[noreturn]] void throw_no_cuda(const char* what);
 

@@ -2,6 +2,7 @@
 #include "normcore/tensor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -92,6 +93,22 @@ Tensor new_tensor(const Shape& shape, DType dtype, Device device) {
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+void check_representable(const char* op, const char* what, Scalar value, DType dtype) {
+  if (is_floating(dtype) || dtype == DType::Bool) return;
+  const double lo = dtype == DType::U8 ? 0.0 : dtype == DType::I32 ? -2147483648.0 : -0x1p63;
+  const double hi = dtype == DType::U8 ? 256.0 : dtype == DType::I32 ? 2147483648.0 : 0x1p63;  // exclusive
+  bool fits;
+  if (value.is_integral()) {
+    const int64_t v = value.to_int();
+    fits = dtype == DType::I64 || (static_cast<double>(v) >= lo && static_cast<double>(v) < hi);
+  } else {
+    const double v = std::trunc(value.to_double());
+    fits = std::isfinite(v) && v >= lo && v < hi;
+  }
+  NC_CHECK(fits, ValueError, op, ": ", what, " ", value, " cannot be converted to ", dtype_name(dtype),
+           " without overflow");
 }
 
 void check_defined(const char* op, const char* name, const Tensor& t) {
@@ -512,6 +529,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::fill_(Scalar value) {
   NC_CHECK(!(autograd::is_grad_enabled() && requires_grad()), ValueError, "fill_: cannot write in place into ",
            describe(*this), ", which requires grad (write under autograd::NoGradGuard, or into detach())");
+  check_representable("fill_", "value", value, dtype());
   if (numel() == 0) return *this;
   NC_BACKEND(device(), fill, *this, value);
   return *this;

@@ -1460,3 +1460,33 @@ TEST(Errors, EvaluateChecksLabelsAndScores) {
     for (int64_t c : row) counted += c;
   EXPECT_EQ(counted, 3);
 }
+
+// Values written into integer tensors must convert without overflow (NaN into an int is
+// undefined behaviour in C++, and PyTorch rejects it too); fractions truncate.
+TEST(Errors, ValuesThatDoNotFitAnIntegerDType) {
+  run_table({
+      bad<nc::ValueError>("full NaN into i32", [] { nc::full({2}, NAN, nc::TensorOptions(DType::I32)); },
+                          {"full", "value nan", "i32"}),
+      bad<nc::ValueError>("full 300 into u8", [] { nc::full({2}, 300, nc::TensorOptions(DType::U8)); },
+                          {"full", "value 300", "u8"}),
+      bad<nc::ValueError>("full -1 into u8", [] { nc::full({2}, -1, nc::TensorOptions(DType::U8)); },
+                          {"full", "value -1", "u8"}),
+      bad<nc::ValueError>("fill_ infinity into i64", [] { nc::zeros({2}, DType::I64).fill_(INFINITY); },
+                          {"fill_", "value inf", "i64"}),
+      bad<nc::ValueError>("fill_ 2^31 into i32", [] { nc::zeros({2}, DType::I32).fill_(int64_t{1} << 31); },
+                          {"fill_", "value 2147483648", "i32"}),
+      bad<nc::ValueError>("masked_fill 256 into u8",
+                          [] { nc::masked_fill(nc::zeros({2}, DType::U8), flags({true, false}, {2}), 256); },
+                          {"masked_fill", "value 256", "u8"}),
+      bad<nc::ValueError>("arange past u8", [] { nc::arange(250, 260, 1, nc::TensorOptions(DType::U8)); },
+                          {"arange", "last value 259", "u8"}),
+      bad<nc::ValueError>("arange from below u8", [] { nc::arange(-1, 5, 1, nc::TensorOptions(DType::U8)); },
+                          {"arange", "start -1", "u8"}),
+  });
+  EXPECT_EQ(nc::full({2}, 2.9, nc::TensorOptions(DType::I32)).to_vector<int32_t>(), (std::vector<int32_t>{2, 2}));
+  EXPECT_EQ(nc::full({1}, 255, nc::TensorOptions(DType::U8)).to_vector<uint8_t>(), (std::vector<uint8_t>{255}));
+  EXPECT_EQ(nc::arange(250, 256, 5, nc::TensorOptions(DType::U8)).to_vector<uint8_t>(),
+            (std::vector<uint8_t>{250, 255}));
+  EXPECT_EQ(nc::full({1}, -2147483648LL, nc::TensorOptions(DType::I32)).to_vector<int32_t>(),
+            (std::vector<int32_t>{-2147483647 - 1}));
+}
