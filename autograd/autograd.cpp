@@ -154,8 +154,12 @@ Tensor Tensor::grad() const {
 
 void Tensor::set_grad(const Tensor& g) const {
   if (g.defined()) {
-    NC_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), ShapeError,
-             "set_grad: gradient ", describe(g), " does not match tensor ", describe(*this));
+    NC_CHECK(g.shape() == shape(), ShapeError, "set_grad: gradient ", describe(g), " does not match tensor ",
+             describe(*this));
+    NC_CHECK(g.dtype() == dtype(), DTypeError, "set_grad: gradient ", describe(g), " does not match tensor ",
+             describe(*this));
+    NC_CHECK(g.device() == device(), DeviceError, "set_grad: gradient ", describe(g), " does not match tensor ",
+             describe(*this));
   }
   ensure_meta(*this).grad = g;
 }

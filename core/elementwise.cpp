@@ -223,6 +223,8 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   NC_CHECK(min || max, ValueError, "clamp: at least one of min and max must be given");
   NC_CHECK(!min || !std::isnan(min->to_double()), ValueError, "clamp: min is NaN");
   NC_CHECK(!max || !std::isnan(max->to_double()), ValueError, "clamp: max is NaN");
+  NC_CHECK(!min || !max || min->to_double() <= max->to_double(), ValueError, "clamp: min ", *min,
+           " is greater than max ", *max);
   DType dtype = x.dtype();
   if (min) dtype = promote_types(dtype, result_type(x, *min));
   if (max) dtype = promote_types(dtype, result_type(x, *max));
