@@ -82,6 +82,9 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
     check_defined(op, "tensors", tensors[i]);
     NC_CHECK(tensors[i].shape() == tensors[0].shape(), ShapeError, op, ": tensor ", i, " has shape ",
              tensors[i].shape(), " but tensor 0 has shape ", tensors[0].shape());
+    check_same_device(op, "tensors[0]", tensors[0], "tensors[i]", tensors[i]);
+    NC_CHECK(tensors[i].dtype() == tensors[0].dtype(), DTypeError, op, ": tensor ", i, " is ", describe(tensors[i]),
+             " but tensor 0 is ", describe(tensors[0]));
     expanded.push_back(tensors[i].unsqueeze(d));
   }
   return cat(expanded, d);

@@ -274,6 +274,7 @@ Classifier::Classifier(const std::string& checkpoint, Device device)
 }
 
 Classifier::Prediction Classifier::predict(const Tensor& image) const {
+  NC_CHECK(image.defined(), ValueError, "Classifier::predict: argument 'image' is an undefined tensor");
   NC_CHECK(image.numel() == kSide * kSide, ShapeError, "Classifier::predict: expects a 28x28 image, got ",
            describe(image));
   double mean = 0.2860, stddev = 0.3530;

@@ -302,6 +302,8 @@ TEST(Errors, DTypeErrors) {
   const Tensor ints = nc::zeros({2, 2}, DType::I32);
   const Tensor bools = nc::zeros({2}, DType::Bool);
   run_table({
+      bad<nc::DTypeError>("stack dtypes", [] { nc::stack({nc::zeros({2}), nc::zeros({2}, DType::F64)}); },
+                          {"stack", "tensor 1", "f64 [2]"}),
       bad<nc::DTypeError>("mean of int", [&] { nc::mean(ints); }, {"mean", "i32"}),
       bad<nc::DTypeError>("var of int", [&] { nc::var(nc::zeros({2}, DType::I64)); }, {"var", "i64"}),
       bad<nc::DTypeError>("norm of int", [&] { nc::norm(ints); }, {"norm", "i32"}),
@@ -1244,6 +1246,9 @@ TEST(Errors, ModelErrors) {
       bad<nc::IOError>("read_image of text", [&] { models::read_image(text); }, {"read_image", text, "PGM"}),
       bad<nc::IOError>("read_image of a 2x2 image", [&] { models::read_image(small); },
                        {"read_image", small, "2x2", "28x28"}),
+      bad<nc::ValueError>("Classifier::predict undefined image",
+                          [&] { models::Classifier(checkpoint).predict(Tensor()); },
+                          {"Classifier::predict", "'image'", "undefined"}),
       bad<nc::ShapeError>("Classifier::predict image size",
                           [&] { models::Classifier(checkpoint).predict(nc::zeros({27, 28})); },
                           {"Classifier::predict", "28x28", "f32 [27, 28]"}),
