@@ -91,7 +91,7 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::set_lr(double lr) {
-  require(lr >= 0.0, name_, "lr", ">= 0", lr);
+  require(lr >= 0.0 && std::isfinite(lr), name_, "lr", ">= 0 and finite", lr);
   lr_ = lr;
 }
 
@@ -183,7 +183,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
                " has some state but no entry '", kStatePrefix, i, ".", key, "'");
     }
   }
-  require(hyper.at("lr") >= 0.0, name_, "lr", ">= 0", hyper.at("lr"));
+  const double lr = hyper.at("lr");
+  require(lr >= 0.0 && std::isfinite(lr), name_, "lr", ">= 0 and finite", lr);
   check_hyperparameters(hyper);
 
   // Everything checked: adopt it, copying buffers to the parameters' devices.
@@ -230,7 +231,7 @@ std::vector<std::pair<std::string, double>> SGD::hyperparameters() const {
 void SGD::check_hyperparameters(const std::map<std::string, double>& values) const {
   const double lr = values.at("lr"), momentum = values.at("momentum");
   const double dampening = values.at("dampening"), weight_decay = values.at("weight_decay");
-  require(lr >= 0.0, name_, "lr", ">= 0", lr);
+  require(lr >= 0.0 && std::isfinite(lr), name_, "lr", ">= 0 and finite", lr);
   require(momentum >= 0.0 && std::isfinite(momentum), name_, "momentum", ">= 0 and finite", momentum);
   require(dampening >= 0.0 && dampening <= 1.0, name_, "dampening", "in [0, 1]", dampening);
   require(weight_decay >= 0.0 && std::isfinite(weight_decay), name_, "weight_decay",
@@ -308,7 +309,7 @@ std::vector<std::pair<std::string, double>> Adam::hyperparameters() const {
 void Adam::check_hyperparameters(const std::map<std::string, double>& values) const {
   const double lr = values.at("lr"), beta1 = values.at("beta1"), beta2 = values.at("beta2");
   const double eps = values.at("eps"), weight_decay = values.at("weight_decay");
-  require(lr >= 0.0, name_, "lr", ">= 0", lr);
+  require(lr >= 0.0 && std::isfinite(lr), name_, "lr", ">= 0 and finite", lr);
   require(beta1 >= 0.0 && beta1 < 1.0, name_, "beta1", "in [0, 1)", beta1);
   require(beta2 >= 0.0 && beta2 < 1.0, name_, "beta2", "in [0, 1)", beta2);
   require(eps > 0.0 && std::isfinite(eps), name_, "eps", "> 0 and finite", eps);
@@ -379,7 +380,7 @@ void LRSchedule::load_state_dict(const StateDict& state) {
   }
   const int64_t step = read_count(name_, "schedule.step", entries.at("schedule.step"));
   const double base_lr = read_double(name_, "schedule.base_lr", entries.at("schedule.base_lr"));
-  require(base_lr >= 0.0, name_, "base_lr", ">= 0", base_lr);
+  require(base_lr >= 0.0 && std::isfinite(base_lr), name_, "base_lr", ">= 0 and finite", base_lr);
   step_ = step;
   base_lr_ = base_lr;
   optimizer_.set_lr(lr_at(step_));

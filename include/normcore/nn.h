@@ -215,7 +215,7 @@ class GroupNorm : public Module {
 // l1_norm along dim; no parameters.
 class L1Norm : public Module {
  public:
-  explicit L1Norm(int64_t dim = 1, double eps = 1e-12) : dim(dim), eps(eps) {}
+  explicit L1Norm(int64_t dim = 1, double eps = 1e-12);
   Tensor forward(const Tensor& x) override;
   const int64_t dim;
   const double eps;
@@ -224,7 +224,7 @@ class L1Norm : public Module {
 // frobenius_norm of the whole input; no parameters.
 class FrobeniusNorm : public Module {
  public:
-  explicit FrobeniusNorm(double eps = 1e-12) : eps(eps) {}
+  explicit FrobeniusNorm(double eps = 1e-12);
   Tensor forward(const Tensor& x) override;
   const double eps;
 };
