@@ -188,7 +188,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
   check_hyperparameters(hyper);
 
   // Everything checked: adopt it, copying buffers to the parameters' devices.
-  lr_ = hyper.at("lr");
+  lr_ = lr;
   set_hyperparameters(hyper);
   for (size_t i = 0; i < params_.size(); ++i) {
     std::map<std::string, Tensor> copies;
