@@ -8,6 +8,7 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "core/op_scope.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -223,6 +224,7 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
   while (!ready.empty()) {
     std::shared_ptr<Node> node = std::move(ready.back());
     ready.pop_back();
+    detail::OpScope scope(node->name, " backward");  // names the op in a CUDA failure
     Tensor g = std::move(pending[node.get()]);
     pending.erase(node.get());
     NC_CHECK(!node->released, Error, op, ": the graph through '", node->name,

@@ -25,6 +25,7 @@ using UnaryGrad = Tensor (*)(const Tensor& grad, const Tensor& x, const Tensor& 
 
 Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, bool float_only, UnaryGrad grad_fn,
                 double a = 0, double b = 0) {
+  OpScope scope(name);
   check_defined(name, "x", x);
   Tensor out;
   Tensor input = x;
@@ -60,6 +61,7 @@ Tensor grad_for(const Tensor& grad, const Tensor& t) {
 }
 
 Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, BinaryGrad grad_fn = nullptr) {
+  OpScope scope(name);
   check_defined(name, "a", a);
   check_defined(name, "b", b);
   check_same_device(name, "a", a, "b", b);
@@ -93,6 +95,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
 // An integer wraps into a narrower integer dtype here, as PyTorch's wrapped numbers do
 // (u8 + -1 stays u8); full() and fill_() reject values that do not fit.
 Tensor wrap_scalar(const char* name, const char* arg, const Tensor& t, Scalar s) {
+  OpScope scope(name);
   check_defined(name, arg, t);
   Tensor out = empty({}, TensorOptions(result_type(t, s), t.device()));
   NC_BACKEND(out.device(), fill, out, s);

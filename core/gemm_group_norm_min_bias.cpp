@@ -88,6 +88,7 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
 Tensor gemm_group_norm_min_bias(const Tensor& x, const Tensor& weight, const Tensor& linear_bias,
                                 const Tensor& gn_weight, const Tensor& gn_bias, const Tensor& bias,
                                 int64_t num_groups, double eps) {
+  OpScope scope(kOp);
   check_defined(kOp, "x", x);
   NC_CHECK(is_floating(x.dtype()), DTypeError, kOp, ": x must be a floating tensor, got ", describe(x),
            " (convert with .to(DType::F32))");

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/op_scope.h"
 #include "kernels/backend.h"
 #include "normcore/tensor.h"
 
@@ -38,9 +39,12 @@ void check_representable(const char* op, const char* what, Scalar value, DType d
 }  // namespace normcore
 
 // Calls backend function fn for device: normcore::cpu::fn or normcore::cuda_kernels::fn.
+// A CUDA failure inside names the op in scope, or fn where the caller set none (the
+// OpScope temporary lives until the call returns).
 #ifdef NORMCORE_HAS_CUDA
-#define NC_BACKEND(device, fn, ...) \
-  ((device).is_cpu() ? ::normcore::cpu::fn(__VA_ARGS__) : ::normcore::cuda_kernels::fn(__VA_ARGS__))
+#define NC_BACKEND(device, fn, ...)                    \
+  ((device).is_cpu() ? ::normcore::cpu::fn(__VA_ARGS__) \
+                     : (::normcore::detail::OpScope(#fn), ::normcore::cuda_kernels::fn(__VA_ARGS__)))
 #else
 #define NC_BACKEND(device, fn, ...) \
   ((device).is_cpu() ? ::normcore::cpu::fn(__VA_ARGS__) : ::normcore::detail::throw_no_cuda(#fn))

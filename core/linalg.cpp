@@ -62,6 +62,7 @@ void cuda::set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool cuda::allow_tf32() { return g_allow_tf32.load(); }
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  OpScope scope("matmul");
   const char* op = "matmul";
   check_defined(op, "a", a_in);
   check_defined(op, "b", b_in);

@@ -113,6 +113,7 @@ void check_elementwise_pair(const char* op, const char* input_name, const Tensor
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing) {
+  OpScope scope("cross_entropy");
   const char* op = "cross_entropy";
   NC_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, op,
            ": label_smoothing must be in [0, 1], got ", label_smoothing);

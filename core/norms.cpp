@@ -46,6 +46,7 @@ Tensor new_like(const Tensor& x) { return new_tensor(x.shape(), x.dtype(), x.dev
 
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  OpScope scope("layer_norm");
   const char* op = "layer_norm";
   check_input(op, x, eps);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
@@ -83,6 +84,7 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  OpScope scope("group_norm");
   const char* op = "group_norm";
   check_input(op, x, eps);
   NC_CHECK(x.dim() >= 2, ShapeError, op, ": x must be [N, C, *] (at least 2-D), got ", describe(x));
@@ -118,6 +120,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
 }
 
 Tensor l1_norm(const Tensor& x, int64_t dim, double eps) {
+  OpScope scope("l1_norm");
   const char* op = "l1_norm";
   check_input(op, x, eps);
   // A 0-dim tensor is one row of length 1, as for the reductions.
@@ -140,6 +143,7 @@ Tensor l1_norm(const Tensor& x, int64_t dim, double eps) {
 }
 
 Tensor frobenius_norm(const Tensor& x, double eps) {
+  OpScope scope("frobenius_norm");
   const char* op = "frobenius_norm";
   check_input(op, x, eps);
   Tensor xc = x.contiguous().detach();

@@ -67,6 +67,7 @@ int64_t reduced_count(const Tensor& x, const std::vector<int64_t>& dims) {
 
 Tensor run_reduce(const char* op, ReduceOp kind, const Tensor& x, const std::vector<int64_t>& dims,
                   bool keepdim, DType out_dtype, double arg = 0) {
+  OpScope scope(op);
   ReducePlan plan = plan_reduce(op, x, dims, keepdim);
   Tensor out = new_tensor({plan.rows.size(0)}, out_dtype, x.device());
   if (out.numel() > 0) NC_BACKEND(x.device(), reduce, kind, out, plan.rows, arg);
@@ -75,6 +76,7 @@ Tensor run_reduce(const char* op, ReduceOp kind, const Tensor& x, const std::vec
 
 std::pair<Tensor, Tensor> run_arg_reduce(const char* op, bool is_max, const Tensor& x, int64_t dim,
                                          bool keepdim) {
+  OpScope scope(op);
   check_defined(op, "x", x);
   NC_CHECK(x.dtype() != DType::Bool, DTypeError, op, ": bool tensors are not supported (x is ",
            describe(x), ")");

@@ -27,6 +27,7 @@ Tensor normalized_exp(const Tensor& x, int64_t d, bool take_log) {
 }
 
 Tensor softmax_op(const char* op, const Tensor& x, int64_t dim, bool take_log) {
+  OpScope scope(op);
   check_defined(op, "x", x);
   NC_CHECK(is_floating(x.dtype()), DTypeError, op, ": expects a floating tensor, got ", describe(x),
            " (convert with .to(DType::F32))");

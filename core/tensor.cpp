@@ -502,6 +502,7 @@ void transfer(const Tensor& dst, const Tensor& src) {
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src) {
+  OpScope scope("copy_");
   check_defined("copy_", "src", src);
   NC_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), ShapeError, "copy_: src of shape ",
            src.shape(), " does not broadcast to the destination's shape ", shape());
@@ -527,6 +528,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(Scalar value) {
+  OpScope scope("fill_");
   NC_CHECK(!(autograd::is_grad_enabled() && requires_grad()), ValueError, "fill_: cannot write in place into ",
            describe(*this), ", which requires grad (write under autograd::NoGradGuard, or into detach())");
   check_representable("fill_", "value", value, dtype());
@@ -536,6 +538,7 @@ Tensor& Tensor::fill_(Scalar value) {
 }
 
 Tensor Tensor::clone() const {
+  OpScope scope("clone");
   Tensor out = new_tensor(shape(), dtype(), device());
   out.copy_(*this);
   autograd::record("clone", out, {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
@@ -548,6 +551,7 @@ Tensor Tensor::to(Device d) const { return to(d, dtype()); }
 Tensor Tensor::to(DType t) const { return to(device(), t); }
 
 Tensor Tensor::to(Device d, DType t) const {
+  OpScope scope("to");
   if (d == device() && t == dtype()) return *this;
   Tensor out = new_tensor(shape(), t, d);
   out.copy_(*this);
@@ -606,6 +610,7 @@ void with_host_data(const Tensor& t, F&& f) {
 }  // namespace
 
 Scalar Tensor::item() const {
+  OpScope scope("item");
   NC_CHECK(numel() == 1, ShapeError, "item: expects a tensor with one element, got shape ", shape());
   Scalar result;
   with_host_data(*this, [&](const auto* p) {
@@ -630,6 +635,7 @@ T Tensor::item() const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  OpScope scope("to_vector");
   std::vector<T> out;
   out.reserve(static_cast<size_t>(numel()));
   with_host_data(*this, [&](const auto* p) {

@@ -252,25 +252,27 @@ void SGD::set_hyperparameters(const std::map<std::string, double>& values) {
 std::vector<std::string> SGD::state_names() const { return {"momentum_buffer"}; }
 
 void SGD::step() {
+  detail::OpScope scope(name_, ".step");
   autograd::NoGradGuard no_grad;
   const bool use_momentum = options_.momentum != 0.0;
+  // Every gradient is checked and every missing buffer made before the first update, so a
+  // failure (a bad gradient, out of memory) leaves all parameters and all state as they were.
+  std::vector<Tensor> grads(params_.size()), new_buffers(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    Tensor g = checked_grad(i);
-    Tensor buf;
-    bool first_step = false;
-    if (use_momentum) {
-      auto it = state_[i].find("momentum_buffer");
-      if (it == state_[i].end()) {
-        buf = empty(p.shape(), TensorOptions(state_dtype(p.dtype()), p.device()));
-        state_[i]["momentum_buffer"] = buf;
-        first_step = true;
-      } else {
-        buf = it->second;
-      }
+    grads[i] = checked_grad(i);
+    if (use_momentum && state_[i].count("momentum_buffer") == 0) {
+      new_buffers[i] = empty(p.shape(), TensorOptions(state_dtype(p.dtype()), p.device()));
     }
-    NC_BACKEND(p.device(), sgd_step, p, g, buf, lr_, options_.momentum, options_.dampening,
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const Tensor& p = params_[i];
+    const bool first_step = new_buffers[i].defined();
+    if (first_step) state_[i]["momentum_buffer"] = new_buffers[i];
+    Tensor buf = use_momentum ? state_[i]["momentum_buffer"] : Tensor();
+    NC_BACKEND(p.device(), sgd_step, p, grads[i], buf, lr_, options_.momentum, options_.dampening,
                options_.weight_decay, options_.nesterov, first_step);
   }
 }
@@ -330,22 +332,31 @@ void Adam::set_hyperparameters(const std::map<std::string, double>& values) {
 std::vector<std::string> Adam::state_names() const { return {kStepName, "exp_avg", "exp_avg_sq"}; }
 
 void Adam::step() {
+  detail::OpScope scope(name_, ".step");
   autograd::NoGradGuard no_grad;
+  // As in SGD::step: checks and allocations first, then the updates.
+  std::vector<Tensor> grads(params_.size());
+  std::vector<std::map<std::string, Tensor>> new_state(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    Tensor g = checked_grad(i);
-    std::map<std::string, Tensor>& state = state_[i];
-    if (state.empty()) {
+    grads[i] = checked_grad(i);
+    if (state_[i].empty()) {
       const TensorOptions buffer_options(state_dtype(p.dtype()), p.device());
-      state[kStepName] = i64_scalar(0);
-      state["exp_avg"] = zeros(p.shape(), buffer_options);
-      state["exp_avg_sq"] = zeros(p.shape(), buffer_options);
+      new_state[i][kStepName] = i64_scalar(0);
+      new_state[i]["exp_avg"] = zeros(p.shape(), buffer_options);
+      new_state[i]["exp_avg_sq"] = zeros(p.shape(), buffer_options);
     }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const Tensor& p = params_[i];
+    std::map<std::string, Tensor>& state = state_[i];
+    if (state.empty()) state = std::move(new_state[i]);
     Tensor& step_count = state[kStepName];
     const int64_t step = step_count.item<int64_t>() + 1;
     step_count.fill_(step);
-    NC_BACKEND(p.device(), adam_step, p, g, state["exp_avg"], state["exp_avg_sq"], lr_,
+    NC_BACKEND(p.device(), adam_step, p, grads[i], state["exp_avg"], state["exp_avg_sq"], lr_,
                options_.beta1, options_.beta2, options_.eps, options_.weight_decay, decoupled_, step);
   }
 }

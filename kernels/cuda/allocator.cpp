@@ -83,12 +83,12 @@ void* malloc_with_retry(DevicePool& p, int device, size_t size, size_t requested
     ++p.stats.num_ooms;
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) cudaGetLastError();
-    throw OutOfMemoryError(detail::cat_str(
+    throw OutOfMemoryError(cuda_detail::with_op(detail::cat_str(
         "CUDA out of memory on cuda:", device, ": tried to allocate ", requested, " bytes (",
         requested >> 20, " MiB); the device has ", free_bytes, " bytes free of ", total_bytes,
-        ", normcore holds ", p.stats.allocated, " bytes in tensors and no cached blocks"));
+        ", normcore holds ", p.stats.allocated, " bytes in tensors and no cached blocks")));
   }
-  NC_CUDA_CHECK(status);
+  cuda_detail::check(status, "cudaMalloc", __FILE__, __LINE__);
   ++p.stats.num_device_mallocs;
   p.stats.reserved += size;
   return ptr;
