@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU work for one call, run from the repository root on the GPU machine with the binaries
-# built for it in gpu-run/ (and the Fashion-MNIST files in gpu-run/fashion-mnist).
+# built for it in gpu-run/ (and the Fashion-MNIST files in gpu-run/fashion-mnist);
+# `bash bench/gpu_stage.sh build-gpu` puts them there from a CUDA build.
 #   bash bench/gpu_check.sh [section...]     (default: tests conformance train)
-# Sections: tests (the test suite), sanitizers (compute-sanitizer's memcheck, racecheck and
-# synccheck over CUDA tests and the conformance cases),
+# Sections: tests (the test suite and the GPU-fault programs), sanitizers (compute-sanitizer's
+# memcheck, racecheck and synccheck over CUDA tests and the conformance cases; SANITIZER_TOOLS
+# picks tools, SANITIZER_SECONDS bounds each test run),
 # conformance (the PyTorch-made cases on cpu and cuda), train (a default training run with
 # eval and predict), kernelbench (the five benchmark models), mlp (the MLP epoch benchmark
 # beside PyTorch), norms (the normalization benchmark), gemm (the Linear + GroupNorm + min
@@ -26,17 +28,33 @@ for section in "${sections[@]}"; do
       echo "== test suite"
       "$run/normcore_tests" > "$out/tests.log" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$out/tests.log"
+      echo "== GPU faults, one process each"
+      for mode in launch-error illegal-address illegal-address-blocking; do
+        "$run/normcore_cuda_faults" $mode > "$out/faults-$mode.log" 2>&1
+        echo "exit $?"; grep -E "^(FAIL|  )|failed$" "$out/faults-$mode.log"
+      done
       ;;
     sanitizers)
-      # The large CUDA-vs-CPU table (NormCuda.MatchesCpuOnEveryPath) takes too long under
-      # the sanitizers; the conformance cases reach the same normalization kernels.
-      tests='NormCuda.ZeroInputsGiveZeros:NormCuda.ParameterGradientsAreDeterministic:FusedGemmGroupNormMinBias.Cuda*'
-      tests+=':Nn.CudaForwardMatchesCpu:OptimCuda.*:CudaBackend.ReduceMatchesCpuForShortAndLongRows'
-      tests+=':CudaBackend.PublicOpsOnCudaTensorsMatchCpu'
-      for tool in memcheck racecheck synccheck; do
+      # memcheck runs every CUDA test but four: the large CUDA-vs-CPU table
+      # (NormCuda.MatchesCpuOnEveryPath) and the tensors over 2^31 elements take too long under
+      # it, and the out-of-memory tests make failing allocations on purpose, which memcheck
+      # counts as errors. The conformance cases reach the same normalization kernels.
+      # racecheck and synccheck (for shared memory and barriers) run the kernels that use them.
+      all='CudaBackend.*:CudaRuntime.*:CudaFaults.*:NormCuda.*:OptimCuda.*:FusedGemmGroupNormMinBias.Cuda*'
+      all+=':Nn.CudaForwardMatchesCpu:DataLoader.CudaBatchesMatchCpuBatches:SafetensorsRoundTrip.Cuda'
+      all+=':Errors.CudaDeviceErrors:Conformance.AllCasesPassOnCuda'
+      all+='-NormCuda.MatchesCpuOnEveryPath:CudaBackend.TensorsBeyondTwoToTheThirtyOneElements'
+      all+=':CudaFaults.*OutOfMemory*:CudaRuntime.AllocationLargerThanTheGpu*'
+      shared='NormCuda.ZeroInputsGiveZeros:NormCuda.ParameterGradientsAreDeterministic:FusedGemmGroupNormMinBias.Cuda*'
+      shared+=':Nn.CudaForwardMatchesCpu:OptimCuda.*:CudaBackend.ReduceMatchesCpuForShortAndLongRows'
+      shared+=':CudaBackend.PublicOpsOnCudaTensorsMatchCpu:CudaBackend.CopyConvertsEveryDTypePairAtEveryLayout'
+      for tool in ${SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
+        tests=$shared
+        [ $tool = memcheck ] && tests=$all
         echo "== compute-sanitizer --tool $tool over CUDA tests"
-        compute-sanitizer --tool $tool "$run/normcore_tests" --gtest_filter="$tests" > "$out/$tool-tests.log" 2>&1
-        echo "exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) +\]" "$out/$tool-tests.log"
+        timeout ${SANITIZER_SECONDS:-600} compute-sanitizer --tool $tool "$run/normcore_tests" --gtest_filter="$tests" \
+          > "$out/$tool-tests.log" 2>&1
+        echo "exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED|SKIPPED) +\]" "$out/$tool-tests.log"
         echo "== compute-sanitizer --tool $tool over the conformance cases on cuda"
         compute-sanitizer --tool $tool "$run/normcore" conformance tests/data/conformance --device cuda \
           > "$out/$tool-conformance.log" 2>&1

@@ -357,3 +357,14 @@ TEST(Autograd, AnomalyModeChecksEveryGradientOfBackward) {
   EXPECT_TRUE(std::isinf(x.grad().to_vector<double>()[1]));
   EXPECT_DOUBLE_EQ(x.grad().to_vector<double>()[0], 0.25);
 }
+
+TEST(Autograd, AnomalyModeChecksCudaTensors) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  nc::autograd::AnomalyModeGuard anomaly;
+  Tensor x = nc::from_vector<float>({1, 4, -1, 9}, {4}, nc::Device::cuda()).requires_grad_();
+  expect_contains(value_error_of([&] { nc::log(x); }),
+                  {"'log'", "produced", "f32 [4] cuda:0", "1 of 4 values", "flat index 2"});
+  Tensor z = nc::from_vector<float>({4, 0}, {2}, nc::Device::cuda()).requires_grad_();
+  Tensor y = nc::sum(nc::sqrt(z));
+  expect_contains(value_error_of([&] { y.backward(); }), {"backward of 'sqrt'", "cuda:0", "flat index 1", "inf"});
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Copies what bench/gpu_check.sh runs from a CUDA build (default build-gpu) into gpu-run/,
+# the one folder to carry to a GPU machine: the shared library, the test programs, the
+# normcore program, the benchmark-model programs and the benchmarks; with WITH_DATA=1 also
+# Fashion-MNIST.
+#   [WITH_DATA=1] bash bench/gpu_stage.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+mkdir -p gpu-run
+cp -L "$build"/libnormcore.so* gpu-run/
+cp "$build"/tests/normcore_tests "$build"/tests/normcore_cuda_faults gpu-run/
+cp "$build"/examples/normcore gpu-run/
+for program in "$build"/examples/kernelbench_* "$build"/bench/norms "$build"/bench/gemm_gn_min "$build"/bench/mlp_epoch; do
+  [ -f "$program" ] && [ -x "$program" ] && cp "$program" gpu-run/
+done
+# The data set (30 MB) only for the train and mlp sections: what travels is limited in size.
+if [ "${WITH_DATA:-0}" = 1 ] && [ -d /usr/share/datasets/fashion-mnist ]; then
+  cp -r /usr/share/datasets/fashion-mnist gpu-run/
+fi
+du -sh gpu-run
