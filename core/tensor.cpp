@@ -551,8 +551,8 @@ Tensor Tensor::to(Device d) const { return to(d, dtype()); }
 Tensor Tensor::to(DType t) const { return to(device(), t); }
 
 Tensor Tensor::to(Device d, DType t) const {
+  if (d == device() && t == dtype()) return *this;  // most calls, from ops' conversions
   OpScope scope("to");
-  if (d == device() && t == dtype()) return *this;
   Tensor out = new_tensor(shape(), t, d);
   out.copy_(*this);
   if (autograd::needs_grad(*this) && is_floating(t)) {

@@ -93,14 +93,19 @@ TEST(CudaFaults, TheOutermostOpScopeNamesTheOp) {
 
 // ---------------------------------------------------------------- out of memory on a GPU
 
+size_t gpu_free_bytes() {
+  size_t free_bytes = 0, total_bytes = 0;
+  nc::cuda::mem_get_info(0, &free_bytes, &total_bytes);
+  return free_bytes;
+}
+
 // Holds all but `keep` bytes of the GPU's free memory in one tensor, so that what follows
 // runs out of memory at a size the test chooses.
 class Ballast {
  public:
   explicit Ballast(size_t keep) {
     nc::cuda::empty_cache();
-    size_t free_bytes = 0, total_bytes = 0;
-    nc::cuda::mem_get_info(0, &free_bytes, &total_bytes);
+    const size_t free_bytes = gpu_free_bytes();
     if (free_bytes > keep) {
       tensor_ = nc::empty({static_cast<int64_t>(free_bytes - keep)}, nc::TensorOptions(DType::U8, Device::cuda()));
     }
@@ -108,11 +113,6 @@ class Ballast {
   ~Ballast() {
     tensor_ = Tensor();
     nc::cuda::empty_cache();
-  }
-  size_t free_bytes() const {
-    size_t free_bytes = 0, total_bytes = 0;
-    nc::cuda::mem_get_info(0, &free_bytes, &total_bytes);
-    return free_bytes;
   }
 
  private:
@@ -183,7 +183,7 @@ TEST(CudaFaults, TrainingLoopHalvesItsBatchAfterOutOfMemoryAndCarriesOn) {
   // A batch of b needs about 6 * b * kHidden * 4 bytes of activations and gradients (1.5 GB
   // for 16384 samples); 2.5 GB left free makes the first two sizes fail.
   Ballast ballast(size_t{5} << 29);
-  std::printf("free memory under the ballast: %zu MiB\n", ballast.free_bytes() >> 20);
+  std::printf("free memory under the ballast: %zu MiB\n", gpu_free_bytes() >> 20);
 
   std::vector<std::vector<float>> trained;
   int64_t batch = kSamples;
