@@ -7,8 +7,7 @@
 #include <unordered_set>
 
 #include "autograd/graph.h"
-#include "core/internal.h"
-#include "core/op_scope.h"
+#include "base/op_scope.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -179,10 +178,6 @@ std::string Tensor::grad_fn_name() const {
   return m && m->grad_fn ? m->grad_fn->name : "";
 }
 
-Tensor Tensor::detach() const {
-  return detail::make_view(*this, shape(), strides(), offset());
-}
-
 void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
   const char* op = "backward";
   NC_CHECK(requires_grad(), ValueError, op, ": tensor ", describe(*this),
@@ -195,7 +190,8 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
   } else {
     NC_CHECK(grad.shape() == shape(), ShapeError, op, ": grad has shape ", grad.shape(),
              " but the tensor has shape ", shape());
-    detail::check_same_device(op, "tensor", *this, "grad", grad);
+    NC_CHECK(grad.device() == device(), DeviceError, op, ": 'tensor' is on ", device(), " but 'grad' is on ",
+             grad.device(), " (move them to one device with .to())");
     grad = grad.detach().to(dtype());
   }
   autograd::NoGradGuard no_grad;

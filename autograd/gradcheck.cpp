@@ -2,7 +2,6 @@
 #include <cmath>
 #include <sstream>
 
-#include "core/internal.h"
 #include "normcore/autograd.h"
 #include "normcore/ops.h"
 #include "normcore/random.h"

@@ -9,7 +9,9 @@
 # conformance (the PyTorch-made cases on cpu and cuda), train (a default training run with
 # eval and predict), kernelbench (the five benchmark models), mlp (the MLP epoch benchmark
 # beside PyTorch), norms (the normalization benchmark), gemm (the Linear + GroupNorm + min
-# + bias model against its GEMM, beside PyTorch). Logs go to $OUT (or /tmp/normcore-gpu).
+# + bias model against its GEMM, beside PyTorch), compare (bench/norms and bench/gemm_gn_min
+# of the baseline build staged by BASELINE=DIR bash bench/gpu_stage.sh, then of this one,
+# twice over). Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
 run=$root/gpu-run
@@ -90,6 +92,28 @@ for section in "${sections[@]}"; do
       echo "== benchmark: Linear + GroupNorm + min + bias against its GEMM, normcore then PyTorch"
       "$run/gemm_gn_min" --json "$out/gemm_gn_min.json"
       python3 bench/gemm_gn_min_torch.py --json "$out/gemm_gn_min_torch.json"
+      ;;
+    compare)
+      echo "== benchmarks of the baseline build and of this one, alternating"
+      base=/tmp/normcore-baseline
+      mkdir -p "$base" && tar -xJf "$run/baseline.tar.xz" -C "$base" || exit 1
+      for round in 1 2; do
+        for tree in baseline current; do
+          dir=$run
+          [ $tree = baseline ] && dir=$base
+          echo "-- norms, $tree, round $round"
+          LD_LIBRARY_PATH=$dir "$dir/norms" --json "$out/compare-norms-$tree-$round.json" \
+            > "$out/compare-norms-$tree-$round.log" 2>&1
+          echo "exit $?"
+        done
+      done
+      for tree in baseline current; do
+        dir=$run
+        [ $tree = baseline ] && dir=$base
+        echo "-- gemm_gn_min, $tree"
+        LD_LIBRARY_PATH=$dir "$dir/gemm_gn_min" --json "$out/compare-gemm-$tree.json" > "$out/compare-gemm-$tree.log" 2>&1
+        echo "exit $?"
+      done
       ;;
     *)
       echo "unknown section '$section'" >&2

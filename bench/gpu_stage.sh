@@ -2,8 +2,9 @@
 # Copies what bench/gpu_check.sh runs from a CUDA build (default build-gpu) into gpu-run/,
 # the one folder to carry to a GPU machine: the shared library, the test programs, the
 # normcore program, the benchmark-model programs and the benchmarks; with WITH_DATA=1 also
-# Fashion-MNIST.
-#   [WITH_DATA=1] bash bench/gpu_stage.sh [BUILD_DIR]
+# Fashion-MNIST; with BASELINE=DIR, a CUDA build of another tree (its library and the two
+# benchmarks, compressed) for gpu_check.sh's compare section.
+#   [WITH_DATA=1] [BASELINE=DIR] bash bench/gpu_stage.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
@@ -17,5 +18,12 @@ done
 # The data set (30 MB) only for the train and mlp sections: what travels is limited in size.
 if [ "${WITH_DATA:-0}" = 1 ] && [ -d /usr/share/datasets/fashion-mnist ]; then
   cp -r /usr/share/datasets/fashion-mnist gpu-run/
+fi
+if [ -n "${BASELINE:-}" ]; then
+  base=$(mktemp -d)
+  cp -L "$BASELINE"/libnormcore.so* "$base"/
+  cp "$BASELINE"/bench/norms "$BASELINE"/bench/gemm_gn_min "$base"/
+  tar -cJf gpu-run/baseline.tar.xz -C "$base" .
+  rm -rf "$base"
 fi
 du -sh gpu-run

@@ -38,7 +38,7 @@ std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str
 
 int cuda_device_count() {
 #ifdef NORMCORE_HAS_CUDA
-  return cuda_runtime::device_count();
+  return cuda::device_count();
 #else
   return 0;
 #endif

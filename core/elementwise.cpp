@@ -4,6 +4,7 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "kernels/elementwise.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -35,7 +36,7 @@ Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, bool float_only, 
     NC_CHECK(input.dtype() != DType::Bool, DTypeError, name, ": bool tensors are not supported (x is ",
              describe(x), ")");
     out = new_tensor(input.shape(), input.dtype(), input.device());
-    if (out.numel() > 0) NC_BACKEND(out.device(), unary, op, out, input, a, b);
+    if (out.numel() > 0) kernels::elementwise(out.device()).unary(op, out, input, a, b);
   }
   if (grad_fn && autograd::needs_grad(x)) {
     autograd::record(name, out, {x}, [grad_fn, xs = autograd::saved(x), ys = autograd::saved(out), a,
@@ -78,7 +79,7 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
     autograd::NoGradGuard no_grad;
     ca = a.to(compute);
     cb = b.to(compute);
-    if (out.numel() > 0) NC_BACKEND(out.device(), binary, op, out, ca.expand(shape), cb.expand(shape));
+    if (out.numel() > 0) kernels::elementwise(out.device()).binary(op, out, ca.expand(shape), cb.expand(shape));
   }
   if (grad_fn && autograd::needs_grad(a, b)) {
     autograd::record(name, out, {a, b}, [grad_fn, sa = autograd::saved(a), sb = autograd::saved(b),
@@ -98,7 +99,7 @@ Tensor wrap_scalar(const char* name, const char* arg, const Tensor& t, Scalar s)
   OpScope scope(name);
   check_defined(name, arg, t);
   Tensor out = empty({}, TensorOptions(result_type(t, s), t.device()));
-  NC_BACKEND(out.device(), fill, out, s);
+  kernels::elementwise(out.device()).fill(out, s);
   return out;
 }
 
@@ -336,7 +337,7 @@ NC_SCALAR_BINARY(ge)
 #undef NC_SCALAR_BINARY
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  const char* op = "where";
+  const OpScope op("where");
   check_defined(op, "cond", cond);
   check_defined(op, "a", a);
   check_defined(op, "b", b);
@@ -349,8 +350,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   {
     autograd::NoGradGuard no_grad;
     if (out.numel() > 0)
-      NC_BACKEND(out.device(), where, out, cond.expand(shape), a.to(dtype).expand(shape),
-                 b.to(dtype).expand(shape));
+      kernels::elementwise(out.device()).where(out, cond.expand(shape), a.to(dtype).expand(shape),
+                                               b.to(dtype).expand(shape));
   }
   if (autograd::needs_grad(a, b)) {
     autograd::record(op, out, {a, b}, [c = autograd::saved(cond), sa = autograd::saved(a),

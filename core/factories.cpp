@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "core/internal.h"
+#include "kernels/generate.h"
 #include "normcore/random.h"
 
 namespace normcore {
@@ -50,7 +51,7 @@ Tensor ones_like(const Tensor& t) { return ones(t.shape(), TensorOptions(t.dtype
 Tensor arange(Scalar end, TensorOptions options) { return arange(0, end, 1, options); }
 
 Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options) {
-  const char* op = "arange";
+  const OpScope op("arange");
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
   NC_CHECK(std::isfinite(s) && std::isfinite(e) && std::isfinite(st), ValueError, op,
            ": start, end and step must be finite (got ", start, ", ", end, ", ", step, ")");
@@ -78,17 +79,18 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options) {
     check_representable(op, "last value", s + static_cast<double>(n - 1) * st, *options.dtype);
   }
   Tensor out = empty({n}, options);
-  if (n > 0) NC_BACKEND(out.device(), arange, out, s, st);
+  if (n > 0) kernels::generate(out.device()).arange(out, s, st);
   return out;
 }
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions options) {
-  NC_CHECK(steps >= 0, ValueError, "linspace: steps must be non-negative, got ", steps);
-  NC_CHECK(std::isfinite(start) && std::isfinite(end), ValueError,
-           "linspace: start and end must be finite (got ", start, ", ", end, ")");
+  const OpScope op("linspace");
+  NC_CHECK(steps >= 0, ValueError, op, ": steps must be non-negative, got ", steps);
+  NC_CHECK(std::isfinite(start) && std::isfinite(end), ValueError, op, ": start and end must be finite (got ", start,
+           ", ", end, ")");
   Tensor out = empty({steps}, options);
   if (steps == 1) out.fill_(start);
-  if (steps >= 2) NC_BACKEND(out.device(), linspace, out, start, end);
+  if (steps >= 2) kernels::generate(out.device()).linspace(out, start, end);
   return out;
 }
 
@@ -149,38 +151,41 @@ Tensor empty_floating(const char* op, const Shape& shape, TensorOptions options)
 }  // namespace
 
 Tensor rand(const Shape& shape, TensorOptions options, Generator* gen) {
-  Tensor out = empty_floating("rand", shape, options);
+  const OpScope op("rand");
+  Tensor out = empty_floating(op, shape, options);
   Generator& g = gen ? *gen : default_generator();
   uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
-  if (out.numel()) NC_BACKEND(out.device(), random_uniform, out, g.seed(), offset);
+  if (out.numel()) kernels::generate(out.device()).random_uniform(out, g.seed(), offset);
   return out;
 }
 
 Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) {
-  Tensor out = empty_floating("randn", shape, options);
+  const OpScope op("randn");
+  Tensor out = empty_floating(op, shape, options);
   Generator& g = gen ? *gen : default_generator();
   uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
-  if (out.numel()) NC_BACKEND(out.device(), random_normal, out, g.seed(), offset);
+  if (out.numel()) kernels::generate(out.device()).random_normal(out, g.seed(), offset);
   return out;
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options, Generator* gen) {
-  NC_CHECK(low < high, ValueError, "randint: low (", low, ") must be less than high (", high, ")");
+  const OpScope op("randint");
+  NC_CHECK(low < high, ValueError, op, ": low (", low, ") must be less than high (", high, ")");
   if (!options.dtype) options.dtype = DType::I64;
-  NC_CHECK(*options.dtype != DType::Bool, DTypeError, "randint: dtype bool is not supported");
+  NC_CHECK(*options.dtype != DType::Bool, DTypeError, op, ": dtype bool is not supported");
   // Integer results must be representable: [low, high) inside the dtype's range.
   const DType dtype = *options.dtype;
   if (dtype == DType::I32 || dtype == DType::U8) {
     const int64_t lo = dtype == DType::U8 ? 0 : std::numeric_limits<int32_t>::min();
     const int64_t hi = dtype == DType::U8 ? 255 : std::numeric_limits<int32_t>::max();
-    NC_CHECK(low >= lo && high - 1 <= hi, ValueError, "randint: [", low, ", ", high, ") does not fit dtype ",
+    NC_CHECK(low >= lo && high - 1 <= hi, ValueError, op, ": [", low, ", ", high, ") does not fit dtype ",
              dtype_name(dtype), " (", lo, " to ", hi, ")");
   }
   Tensor out = empty(shape, options);
   Generator& g = gen ? *gen : default_generator();
   uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
   uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
-  if (out.numel()) NC_BACKEND(out.device(), random_int, out, g.seed(), offset, low, range);
+  if (out.numel()) kernels::generate(out.device()).random_int(out, g.seed(), offset, low, range);
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "kernels/index.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -22,7 +23,7 @@ Tensor index_as_i64(const char* op, const Tensor& index) {
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
-  const char* op = "cat";
+  const OpScope op("cat");
   NC_CHECK(!tensors.empty(), ValueError, op, ": expects at least one tensor");
   // 1-D empty tensors are skipped, as PyTorch does, so that cat({empty, x}) is x.
   std::vector<const Tensor*> parts;
@@ -73,7 +74,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
-  const char* op = "stack";
+  const OpScope op("stack");
   NC_CHECK(!tensors.empty(), ValueError, op, ": expects at least one tensor");
   check_defined(op, "tensors", tensors[0]);
   int64_t d = normalize_dim(dim, tensors[0].dim() + 1, op);
@@ -91,7 +92,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
-  const char* op = "split";
+  const OpScope op("split");
   check_defined(op, "x", x);
   NC_CHECK(x.dim() > 0, ShapeError, op, ": cannot split a 0-dim tensor");
   NC_CHECK(split_size > 0, ValueError, op, ": split_size must be positive, got ", split_size);
@@ -104,7 +105,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
-  const char* op = "split";
+  const OpScope op("split");
   check_defined(op, "x", x);
   NC_CHECK(x.dim() > 0, ShapeError, op, ": cannot split a 0-dim tensor");
   int64_t d = normalize_dim(dim, x.dim(), op);
@@ -127,7 +128,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  const char* op = "index_select";
+  const OpScope op("index_select");
   check_defined(op, "x", x);
   check_defined(op, "index", index);
   check_same_device(op, "x", x, "index", index);
@@ -140,7 +141,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor out = new_tensor(shape, x.dtype(), x.device());
   if (out.numel() > 0 || (idx.numel() > 0 && x.size(d) == 0)) {
     NC_CHECK(x.size(d) > 0, IndexError, op, ": cannot select from dim ", dim, " of size 0");
-    NC_BACKEND(x.device(), index_select, out, x.contiguous(), d, idx);
+    kernels::index(x.device()).index_select(out, x.contiguous(), d, idx);
   }
   autograd::record(op, out, {x}, [shape = x.shape(), d, idx](const Tensor& g) {
     // Scatter each selected slice back, adding where an index repeats.
@@ -165,7 +166,7 @@ void check_index_shape(const char* op, const Tensor& x, const Tensor& index, int
 }  // namespace
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  const char* op = "gather";
+  const OpScope op("gather");
   check_defined(op, "x", x);
   check_defined(op, "index", index);
   check_same_device(op, "x", x, "index", index);
@@ -174,7 +175,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   check_index_shape(op, x, index, d, "x");
   Tensor idx = index_as_i64(op, index);
   Tensor out = new_tensor(idx.shape(), x.dtype(), x.device());
-  if (out.numel() > 0) NC_BACKEND(x.device(), gather, out, x.contiguous(), d, idx);
+  if (out.numel() > 0) kernels::index(x.device()).gather(out, x.contiguous(), d, idx);
   autograd::record(op, out, {x}, [shape = x.shape(), d, idx](const Tensor& g) {
     return std::vector<Tensor>{scatter_add(zeros(shape, TensorOptions(g.dtype(), g.device())), d, idx, g)};
   });
@@ -182,7 +183,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  const char* op = "scatter_add";
+  const OpScope op("scatter_add");
   check_defined(op, "x", x);
   check_defined(op, "index", index);
   check_defined(op, "src", src);
@@ -208,7 +209,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
     if (idx.numel() > 0) {
       Tensor piece = src;
       for (int64_t k = 0; k < src.dim(); ++k) piece = piece.narrow(k, 0, idx.size(k));
-      NC_BACKEND(x.device(), scatter_add, out, d, idx, piece.contiguous());
+      kernels::index(x.device()).scatter_add(out, d, idx, piece.contiguous());
     }
   }
   autograd::record(op, out, {x, src}, [src_shape = src.shape(), d, idx](const Tensor& g) {
@@ -224,7 +225,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 }
 
 Tensor one_hot(const Tensor& index, int64_t num_classes) {
-  const char* op = "one_hot";
+  const OpScope op("one_hot");
   check_defined(op, "index", index);
   NC_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32 || index.dtype() == DType::U8,
            DTypeError, op, ": index must be an integer tensor, got ", describe(index));
@@ -247,7 +248,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  const char* op = "masked_fill";
+  const OpScope op("masked_fill");
   check_defined(op, "x", x);
   check_defined(op, "mask", mask);
   check_same_device(op, "x", x, "mask", mask);

@@ -1,21 +1,18 @@
-// Helpers shared by the core op implementations: shape arithmetic, dim normalization,
-// building views, and the call that sends a backend function to the tensor's device.
+// Helpers shared by the core op implementations: dim normalization, building views, new
+// tensors and the argument checks every front end uses.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "core/op_scope.h"
-#include "kernels/backend.h"
+#include "base/build.h"
+#include "base/op_scope.h"
+#include "base/shape.h"
 #include "normcore/tensor.h"
 
 namespace normcore {
 namespace detail {
 
-// Row-major strides for shape.
-Shape contiguous_strides(const Shape& shape);
-// Product of sizes; throws ShapeError (naming op) on a negative size or overflow.
-int64_t checked_numel(const Shape& shape, const char* op);
 // Maps dim in [-ndim, ndim) to [0, ndim); throws IndexError naming op otherwise.
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op);
 // Sorted, de-duplicated, normalized dims; empty input means all dims.
@@ -33,19 +30,5 @@ void check_defined(const char* op, const char* name, const Tensor& t);
 // value inside the dtype's range (fractions truncate, as C++ converts them).
 void check_representable(const char* op, const char* what, Scalar value, DType dtype);
 
-[[noreturn]] void throw_no_cuda(const char* what);
-
 }  // namespace detail
 }  // namespace normcore
-
-// Calls backend function fn for device: normcore::cpu::fn or normcore::cuda_kernels::fn.
-// A CUDA failure inside names the op in scope, or fn where the caller set none (the
-// OpScope temporary lives until the call returns).
-#ifdef NORMCORE_HAS_CUDA
-#define NC_BACKEND(device, fn, ...)                    \
-  ((device).is_cpu() ? ::normcore::cpu::fn(__VA_ARGS__) \
-                     : (::normcore::detail::OpScope(#fn), ::normcore::cuda_kernels::fn(__VA_ARGS__)))
-#else
-#define NC_BACKEND(device, fn, ...) \
-  ((device).is_cpu() ? ::normcore::cpu::fn(__VA_ARGS__) : ::normcore::detail::throw_no_cuda(#fn))
-#endif

@@ -5,6 +5,7 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "kernels/matmul.h"
 #include "normcore/cuda.h"
 #include "normcore/ops.h"
 
@@ -62,8 +63,7 @@ void cuda::set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool cuda::allow_tf32() { return g_allow_tf32.load(); }
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  OpScope scope("matmul");
-  const char* op = "matmul";
+  const OpScope op("matmul");
   check_defined(op, "a", a_in);
   check_defined(op, "b", b_in);
   check_same_device(op, "a", a_in, "b", b_in);
@@ -89,7 +89,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (out.numel() > 0) {
     autograd::NoGradGuard no_grad;
     int64_t count = checked_numel(batch, op);
-    NC_BACKEND(out.device(), matmul, out.view({count, rows, cols}), as_matrix_batch(a, batch),
+    kernels::matmul(out.device()).matmul(out.view({count, rows, cols}), as_matrix_batch(a, batch),
                as_matrix_batch(b, batch));
   }
   autograd::record(op, out, {a, b}, [sa = autograd::saved(a), sb = autograd::saved(b)](const Tensor& g) {

@@ -113,8 +113,7 @@ void check_elementwise_pair(const char* op, const char* input_name, const Tensor
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing) {
-  OpScope scope("cross_entropy");
-  const char* op = "cross_entropy";
+  const OpScope op("cross_entropy");
   NC_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, op,
            ": label_smoothing must be in [0, 1], got ", label_smoothing);
   Tensor loss, log_probs, rows_target;
@@ -165,7 +164,7 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction) {
-  const char* op = "binary_cross_entropy_with_logits";
+  const OpScope op("binary_cross_entropy_with_logits");
   check_elementwise_pair(op, "logits", logits, target);
   DType out_dtype = promote_types(logits.dtype(), target.dtype());
   Tensor loss, x, t;

@@ -1,12 +1,12 @@
 // The normalization ops of normcore/norms.h. Each public function checks its arguments,
-// runs the backend's forward kernel (kernels/cpu/norms.cpp, kernels/cuda/norms.cu) and
+// runs the forward kernel of its device (kernels/norms.h) and
 // records one node whose backward is the matching backward kernel, fed the statistics the
 // forward saved (not recomputed).
 #include "normcore/norms.h"
 
 #include "autograd/graph.h"
 #include "core/internal.h"
-#include "kernels/backend.h"
+#include "kernels/norms.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -17,7 +17,7 @@ namespace {
 
 // Statistics tensors in the backend's accumulation dtype, on x's device.
 Tensor stats_like(const Shape& shape, const Tensor& x) {
-  return new_tensor(shape, norm_stats_dtype(x.device(), x.dtype()), x.device());
+  return new_tensor(shape, kernels::norm_stats_dtype(x.device(), x.dtype()), x.device());
 }
 
 void check_input(const char* op, const Tensor& x, double eps) {
@@ -46,8 +46,7 @@ Tensor new_like(const Tensor& x) { return new_tensor(x.shape(), x.dtype(), x.dev
 
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
-  OpScope scope("layer_norm");
-  const char* op = "layer_norm";
+  const OpScope op("layer_norm");
   check_input(op, x, eps);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   NC_CHECK(k >= 1, ShapeError, op, ": normalized_shape must have at least one dim, got [] (x is ", describe(x), ")");
@@ -68,7 +67,7 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
     b = bias.defined() ? bias.contiguous() : bias;
   }
   Tensor out = new_like(x), mean = stats_like({rows}, x), rstd = stats_like({rows}, x);
-  NC_BACKEND(x.device(), layer_norm_forward, xc, w, b, rows, row_len, eps, out, mean, rstd);
+  kernels::norms(x.device()).layer_norm_forward(xc, w, b, rows, row_len, eps, out, mean, rstd);
   if (!autograd::needs_grad(x, weight, bias)) return out;
   autograd::record(op, out, {x, weight, bias},
                    [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, rows,
@@ -76,7 +75,7 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
                      Tensor grad_x = new_like(xs);
                      Tensor grad_weight = ws.defined() ? new_like(ws) : Tensor();
                      Tensor grad_bias = has_bias ? new_tensor(normalized_shape, xs.dtype(), xs.device()) : Tensor();
-                     NC_BACKEND(xs.device(), layer_norm_backward, grad_like(grad, xs), xs, ws, mean, rstd, rows, row_len, grad_x,
+                     kernels::norms(xs.device()).layer_norm_backward(grad_like(grad, xs), xs, ws, mean, rstd, rows, row_len, grad_x,
                                               grad_weight, grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
@@ -84,8 +83,7 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
-  OpScope scope("group_norm");
-  const char* op = "group_norm";
+  const OpScope op("group_norm");
   check_input(op, x, eps);
   NC_CHECK(x.dim() >= 2, ShapeError, op, ": x must be [N, C, *] (at least 2-D), got ", describe(x));
   NC_CHECK(num_groups > 0, ValueError, op, ": num_groups must be positive, got ", num_groups);
@@ -104,7 +102,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
     b = bias.defined() ? bias.contiguous() : bias;
   }
   Tensor out = new_like(x), mean = stats_like({batch * num_groups}, x), rstd = stats_like({batch * num_groups}, x);
-  NC_BACKEND(x.device(), group_norm_forward, xc, w, b, batch, num_groups, channels, spatial, eps, out, mean, rstd);
+  kernels::norms(x.device()).group_norm_forward(xc, w, b, batch, num_groups, channels, spatial, eps, out, mean, rstd);
   if (!autograd::needs_grad(x, weight, bias)) return out;
   autograd::record(op, out, {x, weight, bias},
                    [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, batch,
@@ -112,7 +110,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
                      Tensor grad_x = new_like(xs);
                      Tensor grad_weight = ws.defined() ? new_like(ws) : Tensor();
                      Tensor grad_bias = has_bias ? new_tensor({channels}, xs.dtype(), xs.device()) : Tensor();
-                     NC_BACKEND(xs.device(), group_norm_backward, grad_like(grad, xs), xs, ws, mean, rstd, batch, num_groups, channels,
+                     kernels::norms(xs.device()).group_norm_backward(grad_like(grad, xs), xs, ws, mean, rstd, batch, num_groups, channels,
                                               spatial, grad_x, grad_weight, grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
@@ -120,8 +118,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
 }
 
 Tensor l1_norm(const Tensor& x, int64_t dim, double eps) {
-  OpScope scope("l1_norm");
-  const char* op = "l1_norm";
+  const OpScope op("l1_norm");
   check_input(op, x, eps);
   // A 0-dim tensor is one row of length 1, as for the reductions.
   const int64_t d = normalize_dim(dim, x.dim(), op);
@@ -132,27 +129,26 @@ Tensor l1_norm(const Tensor& x, int64_t dim, double eps) {
   const int64_t size = shape[d];
   Tensor xc = x.contiguous().detach();
   Tensor out = new_like(x), norm = stats_like({outer, inner}, x);
-  NC_BACKEND(x.device(), l1_norm_forward, xc, outer, size, inner, eps, out, norm);
+  kernels::norms(x.device()).l1_norm_forward(xc, outer, size, inner, eps, out, norm);
   if (!autograd::needs_grad(x)) return out;
   autograd::record(op, out, {x}, [xs = autograd::saved(xc), norm, outer, size, inner, eps](const Tensor& grad) {
     Tensor grad_x = new_like(xs);
-    NC_BACKEND(xs.device(), l1_norm_backward, grad_like(grad, xs), xs, norm, outer, size, inner, eps, grad_x);
+    kernels::norms(xs.device()).l1_norm_backward(grad_like(grad, xs), xs, norm, outer, size, inner, eps, grad_x);
     return std::vector<Tensor>{grad_x};
   });
   return out;
 }
 
 Tensor frobenius_norm(const Tensor& x, double eps) {
-  OpScope scope("frobenius_norm");
-  const char* op = "frobenius_norm";
+  const OpScope op("frobenius_norm");
   check_input(op, x, eps);
   Tensor xc = x.contiguous().detach();
   Tensor out = new_like(x), norm = stats_like({}, x);
-  NC_BACKEND(x.device(), frobenius_norm_forward, xc, eps, out, norm);
+  kernels::norms(x.device()).frobenius_norm_forward(xc, eps, out, norm);
   if (!autograd::needs_grad(x)) return out;
   autograd::record(op, out, {x}, [xs = autograd::saved(xc), norm, eps](const Tensor& grad) {
     Tensor grad_x = new_like(xs);
-    NC_BACKEND(xs.device(), frobenius_norm_backward, grad_like(grad, xs), xs, norm, eps, grad_x);
+    kernels::norms(xs.device()).frobenius_norm_backward(grad_like(grad, xs), xs, norm, eps, grad_x);
     return std::vector<Tensor>{grad_x};
   });
   return out;

@@ -6,6 +6,7 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "kernels/reduce.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -70,7 +71,7 @@ Tensor run_reduce(const char* op, ReduceOp kind, const Tensor& x, const std::vec
   OpScope scope(op);
   ReducePlan plan = plan_reduce(op, x, dims, keepdim);
   Tensor out = new_tensor({plan.rows.size(0)}, out_dtype, x.device());
-  if (out.numel() > 0) NC_BACKEND(x.device(), reduce, kind, out, plan.rows, arg);
+  if (out.numel() > 0) kernels::reduce(x.device()).reduce(kind, out, plan.rows, arg);
   return out.view(plan.out_shape);
 }
 
@@ -86,7 +87,7 @@ std::pair<Tensor, Tensor> run_arg_reduce(const char* op, bool is_max, const Tens
   ReducePlan plan = plan_reduce(op, x, {dim}, keepdim);
   Tensor values = new_tensor({plan.rows.size(0)}, x.dtype(), x.device());
   Tensor indices = new_tensor({plan.rows.size(0)}, DType::I64, x.device());
-  if (values.numel() > 0) NC_BACKEND(x.device(), arg_reduce, is_max, values, indices, plan.rows);
+  if (values.numel() > 0) kernels::reduce(x.device()).arg_reduce(is_max, values, indices, plan.rows);
   return {values.view(plan.out_shape), indices.view(plan.out_shape)};
 }
 

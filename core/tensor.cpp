@@ -12,6 +12,8 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "kernels/elementwise.h"
+#include "kernels/scalar/dtype.h"
 #include "normcore/ops.h"
 #ifdef NORMCORE_HAS_CUDA
 #include "kernels/cuda/runtime.h"
@@ -21,34 +23,6 @@ namespace normcore {
 
 // ---------------------------------------------------------------- helpers
 namespace detail {
-
-Shape contiguous_strides(const Shape& shape) {
-  Shape strides(shape.size());
-  int64_t s = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
-  }
-  return strides;
-}
-
-// A checked shape can be laid out contiguously with every offset, in elements or in bytes
-// of any dtype, inside int64: the product of its sizes (a 0 counted as 1) is at most 2^59.
-constexpr int64_t kMaxSpan = int64_t{1} << 59;
-
-int64_t checked_numel(const Shape& shape, const char* op) {
-  int64_t n = 1, span = 1;
-  for (int64_t s : shape) {
-    NC_CHECK(s >= 0, ShapeError, op, ": negative size in shape ", shape);
-    const int64_t extent = std::max<int64_t>(s, 1);
-    if (extent > kMaxSpan / span) {
-      throw ShapeError(cat_str(op, ": shape ", shape, " has too many elements (the limit is 2^59)"));
-    }
-    span *= extent;
-    n = s == 0 ? 0 : n * s;
-  }
-  return n;
-}
 
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op) {
   int64_t lo = ndim > 0 ? -ndim : -1, hi = ndim > 0 ? ndim - 1 : 0;
@@ -121,10 +95,6 @@ void check_same_device(const char* op, const char* name_a, const Tensor& a, cons
            name_b, "' is on ", b.device(), " (move them to one device with .to())");
 }
 
-void throw_no_cuda(const char* what) {
-  throw DeviceError(cat_str(what, ": normcore was built without CUDA; use Device::cpu()"));
-}
-
 }  // namespace detail
 
 using namespace detail;
@@ -135,8 +105,8 @@ namespace {
 void release_cpu(StorageImpl* s) { std::free(s->data); }
 
 #ifdef NORMCORE_HAS_CUDA
-void release_cuda(StorageImpl* s) { cuda_runtime::device_free(s->data, s->nbytes, s->device.index); }
-void release_pinned(StorageImpl* s) { cuda_runtime::pinned_free(s->data); }
+void release_cuda(StorageImpl* s) { cuda::device_free(s->data, s->nbytes, s->device.index); }
+void release_pinned(StorageImpl* s) { cuda::pinned_free(s->data); }
 #endif
 
 }  // namespace
@@ -149,7 +119,7 @@ Storage allocate_storage(size_t nbytes, Device device, bool pinned) {
     if (pinned) {
 #ifdef NORMCORE_HAS_CUDA
       NC_CHECK(cuda_device_count() > 0, DeviceError, "pin_memory: no CUDA device is available");
-      if (nbytes) s->data = cuda_runtime::pinned_alloc(nbytes);
+      if (nbytes) s->data = cuda::pinned_alloc(nbytes);
       s->pinned = true;
       s->release = release_pinned;
       return s;
@@ -170,7 +140,7 @@ Storage allocate_storage(size_t nbytes, Device device, bool pinned) {
   int count = cuda_device_count();
   NC_CHECK(device.index >= 0 && device.index < count, DeviceError, "allocate: ", device,
            " does not exist (", count, " CUDA device(s) visible)");
-  if (nbytes) s->data = cuda_runtime::device_alloc(nbytes, device.index);
+  if (nbytes) s->data = cuda::device_alloc(nbytes, device.index);
   s->release = release_cuda;
   return s;
 #else
@@ -491,7 +461,7 @@ namespace {
 // Copies contiguous src bytes between devices (the dtypes already agree).
 void transfer(const Tensor& dst, const Tensor& src) {
 #ifdef NORMCORE_HAS_CUDA
-  cuda_runtime::memcpy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), src.nbytes());
+  cuda::copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), src.nbytes());
 #else
   (void)dst;
   (void)src;
@@ -502,17 +472,17 @@ void transfer(const Tensor& dst, const Tensor& src) {
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  OpScope scope("copy_");
-  check_defined("copy_", "src", src);
-  NC_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), ShapeError, "copy_: src of shape ",
+  const OpScope op("copy_");
+  check_defined(op, "src", src);
+  NC_CHECK(broadcast_shapes(shape(), src.shape(), op) == shape(), ShapeError, op, ": src of shape ",
            src.shape(), " does not broadcast to the destination's shape ", shape());
-  NC_CHECK(!(autograd::is_grad_enabled() && requires_grad()), ValueError, "copy_: cannot write in place into ",
+  NC_CHECK(!(autograd::is_grad_enabled() && requires_grad()), ValueError, op, ": cannot write in place into ",
            describe(*this), ", which requires grad (write under autograd::NoGradGuard, or into detach())");
   autograd::NoGradGuard no_grad;  // copy_ itself records nothing
   Tensor source = src.expand(shape());
   if (numel() == 0) return *this;
   if (device() == source.device()) {
-    NC_BACKEND(device(), copy, *this, source);
+    kernels::elementwise(device()).copy(*this, source);
     return *this;
   }
   // Across devices: convert on the source side, move contiguous bytes, scatter on arrival.
@@ -522,28 +492,30 @@ Tensor& Tensor::copy_(const Tensor& src) {
   } else {
     Tensor staged = new_tensor(shape(), dtype(), device());
     transfer(staged, packed);
-    NC_BACKEND(device(), copy, *this, staged);
+    kernels::elementwise(device()).copy(*this, staged);
   }
   return *this;
 }
 
 Tensor& Tensor::fill_(Scalar value) {
-  OpScope scope("fill_");
-  NC_CHECK(!(autograd::is_grad_enabled() && requires_grad()), ValueError, "fill_: cannot write in place into ",
+  const OpScope op("fill_");
+  NC_CHECK(!(autograd::is_grad_enabled() && requires_grad()), ValueError, op, ": cannot write in place into ",
            describe(*this), ", which requires grad (write under autograd::NoGradGuard, or into detach())");
-  check_representable("fill_", "value", value, dtype());
+  check_representable(op, "value", value, dtype());
   if (numel() == 0) return *this;
-  NC_BACKEND(device(), fill, *this, value);
+  kernels::elementwise(device()).fill(*this, value);
   return *this;
 }
 
 Tensor Tensor::clone() const {
-  OpScope scope("clone");
+  const OpScope op("clone");
   Tensor out = new_tensor(shape(), dtype(), device());
   out.copy_(*this);
-  autograd::record("clone", out, {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  autograd::record(op, out, {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
   return out;
 }
+
+Tensor Tensor::detach() const { return make_view(*this, shape(), strides(), offset()); }
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
@@ -552,11 +524,11 @@ Tensor Tensor::to(DType t) const { return to(device(), t); }
 
 Tensor Tensor::to(Device d, DType t) const {
   if (d == device() && t == dtype()) return *this;  // most calls, from ops' conversions
-  OpScope scope("to");
+  const OpScope op("to");
   Tensor out = new_tensor(shape(), t, d);
   out.copy_(*this);
   if (autograd::needs_grad(*this) && is_floating(t)) {
-    autograd::record("to", out, {*this}, [device = device(), dtype = dtype()](const Tensor& g) {
+    autograd::record(op, out, {*this}, [device = device(), dtype = dtype()](const Tensor& g) {
       return std::vector<Tensor>{g.to(device, dtype)};
     });
   }
@@ -578,49 +550,29 @@ Tensor Tensor::pin_memory() const {
 // ---------------------------------------------------------------- element access
 namespace {
 
-template <class To, class From>
-To convert_value(From v) {
-  if constexpr (std::is_same<From, Half>::value || std::is_same<From, BFloat16>::value) {
-    return convert_value<To>(static_cast<float>(v));
-  } else if constexpr (std::is_same<To, bool>::value) {
-    return v != From(0);
-  } else if constexpr (std::is_same<To, Half>::value || std::is_same<To, BFloat16>::value) {
-    return To(static_cast<float>(v));
-  } else {
-    return static_cast<To>(v);
-  }
-}
-
 // Calls f(const T* data) with the contiguous CPU copy of t, T matching t's dtype.
 template <class F>
-void with_host_data(const Tensor& t, F&& f) {
+void with_host_data(const Tensor& t, const char* op, F&& f) {
   Tensor host = t.to(Device::cpu()).contiguous();
-  switch (host.dtype()) {
-    case DType::F32: f(static_cast<const float*>(host.data_ptr())); break;
-    case DType::F64: f(static_cast<const double*>(host.data_ptr())); break;
-    case DType::F16: f(static_cast<const Half*>(host.data_ptr())); break;
-    case DType::BF16: f(static_cast<const BFloat16*>(host.data_ptr())); break;
-    case DType::I32: f(static_cast<const int32_t*>(host.data_ptr())); break;
-    case DType::I64: f(static_cast<const int64_t*>(host.data_ptr())); break;
-    case DType::U8: f(static_cast<const uint8_t*>(host.data_ptr())); break;
-    case DType::Bool: f(static_cast<const bool*>(host.data_ptr())); break;
-  }
+  visit_dtype<HostTypes>(host.dtype(), op, [&](auto tag) {
+    f(static_cast<const typename decltype(tag)::type*>(host.data_ptr()));
+  });
 }
 
 }  // namespace
 
 Scalar Tensor::item() const {
-  OpScope scope("item");
-  NC_CHECK(numel() == 1, ShapeError, "item: expects a tensor with one element, got shape ", shape());
+  const OpScope op("item");
+  NC_CHECK(numel() == 1, ShapeError, op, ": expects a tensor with one element, got shape ", shape());
   Scalar result;
-  with_host_data(*this, [&](const auto* p) {
+  with_host_data(*this, op, [&](const auto* p) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
     if constexpr (std::is_same<T, bool>::value) {
       result = Scalar(static_cast<bool>(p[0]));
     } else if constexpr (std::is_integral<T>::value) {
       result = Scalar(static_cast<int64_t>(p[0]));
     } else {
-      result = Scalar(convert_value<double>(p[0]));
+      result = Scalar(convert<double>(p[0]));
     }
   });
   return result;
@@ -628,18 +580,16 @@ Scalar Tensor::item() const {
 
 template <class T>
 T Tensor::item() const {
-  Scalar s = item();
-  if (s.is_integral()) return convert_value<T>(s.to_int());
-  return convert_value<T>(s.to_double());
+  return scalar_as<T>(item());
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  OpScope scope("to_vector");
+  const OpScope op("to_vector");
   std::vector<T> out;
   out.reserve(static_cast<size_t>(numel()));
-  with_host_data(*this, [&](const auto* p) {
-    for (int64_t i = 0, n = numel(); i < n; ++i) out.push_back(convert_value<T>(p[i]));
+  with_host_data(*this, op, [&](const auto* p) {
+    for (int64_t i = 0, n = numel(); i < n; ++i) out.push_back(convert<T>(p[i]));
   });
   return out;
 }

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/internal.h"
-#include "core/philox.h"
+#include "base/philox.h"
+#include "base/shape.h"
 #include "normcore/data.h"
 
 namespace normcore {

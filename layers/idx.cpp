@@ -14,8 +14,8 @@
 #include <optional>
 #include <vector>
 
-#include "core/internal.h"
 #include "normcore/data.h"
+#include "normcore/error.h"
 
 namespace normcore {
 namespace data {

@@ -1,6 +1,6 @@
 // Optimizers (SGD, Adam, AdamW), learning-rate schedules and clip_grad_norm. Options and
 // state dicts are checked here; the per-element updates are the backends' sgd_step and
-// adam_step (kernels/cpu/optim.cpp, kernels/cuda/optim.cu), called on each parameter's
+// adam_step (kernels/optim.h), called on each parameter's
 // device. Parameters, gradients and state are updated in place.
 #include "normcore/optim.h"
 
@@ -8,7 +8,8 @@
 #include <cstdlib>
 #include <set>
 
-#include "core/internal.h"
+#include "base/op_scope.h"
+#include "kernels/optim.h"
 #include "normcore/autograd.h"
 #include "normcore/ops.h"
 
@@ -272,7 +273,7 @@ void SGD::step() {
     const bool first_step = new_buffers[i].defined();
     if (first_step) state_[i]["momentum_buffer"] = new_buffers[i];
     Tensor buf = use_momentum ? state_[i]["momentum_buffer"] : Tensor();
-    NC_BACKEND(p.device(), sgd_step, p, grads[i], buf, lr_, options_.momentum, options_.dampening,
+    kernels::optim(p.device()).sgd_step(p, grads[i], buf, lr_, options_.momentum, options_.dampening,
                options_.weight_decay, options_.nesterov, first_step);
   }
 }
@@ -356,7 +357,7 @@ void Adam::step() {
     Tensor& step_count = state[kStepName];
     const int64_t step = step_count.item<int64_t>() + 1;
     step_count.fill_(step);
-    NC_BACKEND(p.device(), adam_step, p, grads[i], state["exp_avg"], state["exp_avg_sq"], lr_,
+    kernels::optim(p.device()).adam_step(p, grads[i], state["exp_avg"], state["exp_avg_sq"], lr_,
                options_.beta1, options_.beta2, options_.eps, options_.weight_decay, decoupled_, step);
   }
 }

@@ -1,6 +1,7 @@
-// Every CUDA backend function (kernels/backend.h) against the CPU reference on the same
-// data, at sizes and layouts that reach each code path (empty, one element, odd sizes,
-// vector tails, misaligned, strided, transposed, broadcast, short and long rows), for
+// Every CUDA kernel of the generic families (kernels/elementwise.h, generate.h, reduce.h,
+// index.h, matmul.h) against the CPU reference on the same data, at sizes and layouts that
+// reach each code path (empty, one element, odd sizes, vector tails, misaligned, strided,
+// transposed, broadcast, short and long rows), for
 // every dtype, with dtype-scaled tolerances; then the caching allocator, streams and
 // transfers. Without a GPU every test skips.
 #include <gtest/gtest.h>
@@ -16,7 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "kernels/elementwise.h"
+#include "kernels/generate.h"
+#include "kernels/index.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
 #include "normcore/cuda.h"
 #include "normcore/ops.h"
 #include "normcore/random.h"
@@ -200,8 +205,8 @@ TEST(CudaBackend, CopyConvertsEveryDTypePairAtEveryLayout) {
           for (Layout dst_layout : dst_layouts) {
             Pair src = make_input(shape, src_dtype, src_layout, ++seed, range);
             Pair dst = make_input(shape, dst_dtype, dst_layout, ++seed, Range{0, 2});
-            nc::cpu::copy(dst.cpu, src.cpu);
-            nc::cuda_kernels::copy(dst.cuda, src.cuda);
+            nc::cpu::elementwise_kernels().copy(dst.cpu, src.cpu);
+            nc::cuda::elementwise_kernels().copy(dst.cuda, src.cuda);
             expect_equal(dst.cuda, dst.cpu,
                          describe_case(std::string("copy from ") + nc::dtype_name(src_dtype) + " " +
                                            layout_name(src_layout) + " to " + layout_name(dst_layout),
@@ -223,8 +228,8 @@ TEST(CudaBackend, FillWritesEveryElementOfAnyLayout) {
       for (const Shape& shape : kElementwiseShapes) {
         for (Layout layout : layouts) {
           Pair dst = make_input(shape, dtype, layout, ++seed);
-          nc::cpu::fill(dst.cpu, value);
-          nc::cuda_kernels::fill(dst.cuda, value);
+          nc::cpu::elementwise_kernels().fill(dst.cpu, value);
+          nc::cuda::elementwise_kernels().fill(dst.cuda, value);
           std::ostringstream what;
           what << "fill " << value << " " << layout_name(layout);
           expect_equal(dst.cuda, dst.cpu, describe_case(what.str(), dtype, shape));
@@ -280,8 +285,8 @@ TEST(CudaBackend, UnaryMatchesCpuForEveryOpDTypeAndLayout) {
         for (Layout layout : kInputLayouts) {
           Pair x = make_input(shape, dtype, layout, ++seed, range);
           Pair out = empty_pair(shape, dtype);
-          nc::cpu::unary(c.op, out.cpu, x.cpu, c.a, c.b);
-          nc::cuda_kernels::unary(c.op, out.cuda, x.cuda, c.a, c.b);
+          nc::cpu::elementwise_kernels().unary(c.op, out.cpu, x.cpu, c.a, c.b);
+          nc::cuda::elementwise_kernels().unary(c.op, out.cuda, x.cuda, c.a, c.b);
           expect_close(out.cuda, out.cpu, tol, tol,
                        describe_case(std::string(c.name) + " " + layout_name(layout), dtype, shape));
         }
@@ -298,8 +303,8 @@ TEST(CudaBackend, UnaryHandlesNanInfinityAndSignedZero) {
     for (DType dtype : kFloatDTypes) {
       Pair x = from_values(specials, shape, dtype);
       Pair out = empty_pair(shape, dtype);
-      nc::cpu::unary(c.op, out.cpu, x.cpu, c.a, c.b);
-      nc::cuda_kernels::unary(c.op, out.cuda, x.cuda, c.a, c.b);
+      nc::cpu::elementwise_kernels().unary(c.op, out.cpu, x.cpu, c.a, c.b);
+      nc::cuda::elementwise_kernels().unary(c.op, out.cuda, x.cuda, c.a, c.b);
       const double tol = dtype_tolerance(dtype);
       expect_close(out.cuda, out.cpu, tol, tol, describe_case(std::string(c.name) + " specials", dtype, shape));
     }
@@ -353,8 +358,8 @@ TEST(CudaBackend, BinaryMatchesCpuForEveryOpDTypeAndLayout) {
           Pair a = make_input(shape, dtype, layout_a, ++seed, floating ? c.range_a : default_range(dtype), c.whole);
           Pair b = make_input(shape, dtype, layout_b, ++seed, floating ? c.range_b : default_range(dtype), c.whole);
           Pair out = empty_pair(shape, out_dtype);
-          nc::cpu::binary(c.op, out.cpu, a.cpu, b.cpu);
-          nc::cuda_kernels::binary(c.op, out.cuda, a.cuda, b.cuda);
+          nc::cpu::elementwise_kernels().binary(c.op, out.cpu, a.cpu, b.cpu);
+          nc::cuda::elementwise_kernels().binary(c.op, out.cuda, a.cuda, b.cuda);
           expect_close(out.cuda, out.cpu, tol, tol,
                        describe_case(std::string(c.name) + " " + layout_name(layout_a) + "/" + layout_name(layout_b),
                                      dtype, shape));
@@ -373,15 +378,15 @@ TEST(CudaBackend, BinaryPropagatesNanThroughMaximumAndMinimum) {
     for (DType dtype : kFloatDTypes) {
       Pair pa = from_values(a, shape, dtype), pb = from_values(b, shape, dtype);
       Pair out = empty_pair(shape, is_comparison(c.op) ? DType::Bool : dtype);
-      nc::cpu::binary(c.op, out.cpu, pa.cpu, pb.cpu);
-      nc::cuda_kernels::binary(c.op, out.cuda, pa.cuda, pb.cuda);
+      nc::cpu::elementwise_kernels().binary(c.op, out.cpu, pa.cpu, pb.cpu);
+      nc::cuda::elementwise_kernels().binary(c.op, out.cuda, pa.cuda, pb.cuda);
       expect_equal(out.cuda, out.cpu, describe_case(std::string(c.name) + " specials", dtype, shape));
     }
   }
   // Spelled out once, beyond agreeing with the CPU: NaN wins in either position.
   Pair pa = from_values(a, shape, DType::F32), pb = from_values(b, shape, DType::F32);
   Pair out = empty_pair(shape, DType::F32);
-  nc::cuda_kernels::binary(nc::BinaryOp::Maximum, out.cuda, pa.cuda, pb.cuda);
+  nc::cuda::elementwise_kernels().binary(nc::BinaryOp::Maximum, out.cuda, pa.cuda, pb.cuda);
   const std::vector<double> got = values_of(out.cuda);
   EXPECT_TRUE(std::isnan(got[0]) && std::isnan(got[1]) && std::isnan(got[2]));
   EXPECT_EQ(got[3], kInf);
@@ -397,8 +402,8 @@ TEST(CudaBackend, IntegerPowIsExactLikeTheCpu) {
   for (DType dtype : {DType::I32, DType::I64}) {
     Pair a = from_values(base, shape, dtype), b = from_values(exponent, shape, dtype);
     Pair out = empty_pair(shape, dtype);
-    nc::cpu::binary(nc::BinaryOp::Pow, out.cpu, a.cpu, b.cpu);
-    nc::cuda_kernels::binary(nc::BinaryOp::Pow, out.cuda, a.cuda, b.cuda);
+    nc::cpu::elementwise_kernels().binary(nc::BinaryOp::Pow, out.cpu, a.cpu, b.cpu);
+    nc::cuda::elementwise_kernels().binary(nc::BinaryOp::Pow, out.cuda, a.cuda, b.cuda);
     expect_equal(out.cuda, out.cpu, describe_case("integer pow", dtype, shape));
     EXPECT_EQ(values_of(out.cuda), expected);
   }
@@ -414,8 +419,8 @@ TEST(CudaBackend, WhereSelectsWithBroadcastCondition) {
         Pair a = make_input(shape, dtype, Layout::Misaligned, ++seed);
         Pair b = make_input(shape, dtype, Layout::Broadcast, ++seed);
         Pair out = empty_pair(shape, dtype);
-        nc::cpu::where(out.cpu, cond.cpu, a.cpu, b.cpu);
-        nc::cuda_kernels::where(out.cuda, cond.cuda, a.cuda, b.cuda);
+        nc::cpu::elementwise_kernels().where(out.cpu, cond.cpu, a.cpu, b.cpu);
+        nc::cuda::elementwise_kernels().where(out.cuda, cond.cuda, a.cuda, b.cuda);
         expect_equal(out.cuda, out.cpu, describe_case(std::string("where cond ") + layout_name(cond_layout), dtype, shape));
       }
     }
@@ -485,14 +490,14 @@ TEST(CudaBackend, ReduceMatchesCpuForShortAndLongRows) {
           const Shape shape = {s.rows, s.row_len};
           Pair x = make_input(shape, dtype, layout, ++seed, range, logical);
           Pair out = empty_pair({s.rows}, out_dtype);
-          nc::cpu::reduce(c.op, out.cpu, x.cpu, c.arg);
-          nc::cuda_kernels::reduce(c.op, out.cuda, x.cuda, c.arg);
+          nc::cpu::reduce_kernels().reduce(c.op, out.cpu, x.cpu, c.arg);
+          nc::cuda::reduce_kernels().reduce(c.op, out.cuda, x.cuda, c.arg);
           // Sums may differ by the float accumulation error, bounded by sum |x| per row.
           std::vector<double> row_atol;
           double rtol = dtype_tolerance(out_dtype);
           if (floating && (c.op == nc::ReduceOp::Sum || c.op == nc::ReduceOp::Mean)) {
             Tensor x64 = x.cpu.to(DType::F64), l1 = nc::empty({s.rows}, nc::TensorOptions(DType::F64));
-            nc::cpu::reduce(nc::ReduceOp::Norm, l1, x64, 1.0);
+            nc::cpu::reduce_kernels().reduce(nc::ReduceOp::Norm, l1, x64, 1.0);
             row_atol = l1.to_vector<double>();
             for (double& a : row_atol) {
               a *= accumulation_tolerance(dtype) / (c.op == nc::ReduceOp::Mean ? std::max<int64_t>(s.row_len, 1) : 1);
@@ -526,16 +531,16 @@ TEST(CudaBackend, ReductionsPropagateNan) {
       Pair x = from_values(values, shape, dtype);
       for (nc::ReduceOp op : {nc::ReduceOp::Max, nc::ReduceOp::Min, nc::ReduceOp::Sum, nc::ReduceOp::Norm}) {
         Pair out = empty_pair({s.rows}, dtype);
-        nc::cpu::reduce(op, out.cpu, x.cpu, kInf);
-        nc::cuda_kernels::reduce(op, out.cuda, x.cuda, kInf);
+        nc::cpu::reduce_kernels().reduce(op, out.cpu, x.cpu, kInf);
+        nc::cuda::reduce_kernels().reduce(op, out.cuda, x.cuda, kInf);
         const std::vector<double> got = values_of(out.cuda);
         for (int64_t r = 0; r < s.rows; r += 2) ASSERT_TRUE(std::isnan(got[r])) << describe_case("nan row", dtype, shape);
         expect_close(out.cuda, out.cpu, 1e-2, 1e-2, describe_case("reduce with nan", dtype, shape));
       }
       for (bool is_max : {true, false}) {
         Pair values_out = empty_pair({s.rows}, dtype), indices = empty_pair({s.rows}, DType::I64);
-        nc::cpu::arg_reduce(is_max, values_out.cpu, indices.cpu, x.cpu);
-        nc::cuda_kernels::arg_reduce(is_max, values_out.cuda, indices.cuda, x.cuda);
+        nc::cpu::reduce_kernels().arg_reduce(is_max, values_out.cpu, indices.cpu, x.cpu);
+        nc::cuda::reduce_kernels().arg_reduce(is_max, values_out.cuda, indices.cuda, x.cuda);
         expect_equal(indices.cuda, indices.cpu, describe_case(is_max ? "argmax nan" : "argmin nan", dtype, shape));
         expect_equal(values_out.cuda, values_out.cpu, describe_case("arg values nan", dtype, shape));
       }
@@ -555,8 +560,8 @@ TEST(CudaBackend, ArgReduceTakesFirstIndexOfTies) {
         Pair x = make_input(shape, dtype, layout, ++seed, Range{0, 5}, true);
         for (bool is_max : {true, false}) {
           Pair values = empty_pair({s.rows}, dtype), indices = empty_pair({s.rows}, DType::I64);
-          nc::cpu::arg_reduce(is_max, values.cpu, indices.cpu, x.cpu);
-          nc::cuda_kernels::arg_reduce(is_max, values.cuda, indices.cuda, x.cuda);
+          nc::cpu::reduce_kernels().arg_reduce(is_max, values.cpu, indices.cpu, x.cpu);
+          nc::cuda::reduce_kernels().arg_reduce(is_max, values.cuda, indices.cuda, x.cuda);
           const std::string what = describe_case(std::string(is_max ? "argmax " : "argmin ") + layout_name(layout), dtype, shape);
           expect_equal(indices.cuda, indices.cpu, what);
           expect_equal(values.cuda, values.cpu, what);
@@ -619,8 +624,8 @@ TEST(CudaBackend, MatmulMatchesCpuForEveryOperandLayout) {
       Pair a = make_operand(c.batch, c.m, c.k, dtype, c.a, ++seed);
       Pair b = make_operand(c.batch, c.k, c.n, dtype, c.b, ++seed);
       Pair out = make_input({c.batch, c.m, c.n}, dtype, Layout::Contiguous, ++seed);  // garbage to overwrite
-      nc::cpu::matmul(out.cpu, a.cpu, b.cpu);
-      nc::cuda_kernels::matmul(out.cuda, a.cuda, b.cuda);
+      nc::cpu::matmul_kernels().matmul(out.cpu, a.cpu, b.cpu);
+      nc::cuda::matmul_kernels().matmul(out.cuda, a.cuda, b.cuda);
       // Each output sums k products of values in [-1, 1]; the error grows with k.
       const double tol = dtype_tolerance(dtype) * std::max<double>(1.0, std::sqrt(static_cast<double>(c.k)));
       expect_close(out.cuda, out.cpu, tol, tol,
@@ -635,7 +640,7 @@ TEST(CudaBackend, MatmulF32DoesNotUseTf32) {
   const double x = 1.0 + std::ldexp(1.0, -20);
   Pair a = from_values({x}, {1, 1, 1}, DType::F32), b = from_values({x}, {1, 1, 1}, DType::F32);
   Pair out = empty_pair({1, 1, 1}, DType::F32);
-  nc::cuda_kernels::matmul(out.cuda, a.cuda, b.cuda);
+  nc::cuda::matmul_kernels().matmul(out.cuda, a.cuda, b.cuda);
   EXPECT_GT(values_of(out.cuda)[0], 1.0);
 }
 
@@ -656,7 +661,7 @@ TEST(CudaBackend, AllowTf32RoundsFloat32MatmulInputs) {
     for (DType dtype : {DType::F32, DType::F64}) {
       Pair a = from_values(ones, {1, n, n}, dtype), b = from_values(ones, {1, n, n}, dtype);
       Pair out = empty_pair({1, n, n}, dtype);
-      nc::cuda_kernels::matmul(out.cuda, a.cuda, b.cuda);
+      nc::cuda::matmul_kernels().matmul(out.cuda, a.cuda, b.cuda);
       const std::vector<double> v = values_of(out.cuda);
       const bool rounded = tf32 && dtype == DType::F32;
       for (double got : {v.front(), v.back()}) {
@@ -704,23 +709,23 @@ TEST(CudaBackend, IndexSelectGatherAndScatterAddMatchCpu) {
       select_shape[c.dim] = count;
       Pair selected = empty_pair(select_shape, dtype);
       if (size > 0 || count == 0) {
-        nc::cpu::index_select(selected.cpu, x.cpu, c.dim, select_index.cpu);
-        nc::cuda_kernels::index_select(selected.cuda, x.cuda, c.dim, select_index.cuda);
+        nc::cpu::index_kernels().index_select(selected.cpu, x.cpu, c.dim, select_index.cpu);
+        nc::cuda::index_kernels().index_select(selected.cuda, x.cuda, c.dim, select_index.cuda);
         expect_equal(selected.cuda, selected.cpu, "index_select " + what);
       }
 
       Pair index = make_indices(c.index_shape, size, ++seed);
       Pair gathered = empty_pair(c.index_shape, dtype);
-      nc::cpu::gather(gathered.cpu, x.cpu, c.dim, index.cpu);
-      nc::cuda_kernels::gather(gathered.cuda, x.cuda, c.dim, index.cuda);
+      nc::cpu::index_kernels().gather(gathered.cpu, x.cpu, c.dim, index.cpu);
+      nc::cuda::index_kernels().gather(gathered.cuda, x.cuda, c.dim, index.cuda);
       expect_equal(gathered.cuda, gathered.cpu, "gather " + what);
 
       if (dtype == DType::Bool || dtype == DType::U8) continue;
       // Whole numbers, so that the atomics' order of additions cannot change the sums.
       Pair src = make_input(c.index_shape, dtype, Layout::Contiguous, ++seed, Range{-8, 8}, true);
       Pair out = make_input(c.x_shape, dtype, Layout::Contiguous, ++seed, Range{-8, 8}, true);
-      nc::cpu::scatter_add(out.cpu, c.dim, index.cpu, src.cpu);
-      nc::cuda_kernels::scatter_add(out.cuda, c.dim, index.cuda, src.cuda);
+      nc::cpu::index_kernels().scatter_add(out.cpu, c.dim, index.cpu, src.cpu);
+      nc::cuda::index_kernels().scatter_add(out.cuda, c.dim, index.cuda, src.cuda);
       expect_equal(out.cuda, out.cpu, "scatter_add " + what);
     }
   }
@@ -740,22 +745,22 @@ TEST(CudaBackend, IndexOutOfRangeThrowsIndexErrorNamingTheValue) {
     }
   };
   Pair selected = empty_pair({4, 3}, DType::F32);
-  expect_index_error([&] { nc::cuda_kernels::index_select(selected.cuda, x.cuda, 1, bad.cuda); },
+  expect_index_error([&] { nc::cuda::index_kernels().index_select(selected.cuda, x.cuda, 1, bad.cuda); },
                      "index_select: index 7 is out of range for dim 1 of size 5");
   Pair gathered = empty_pair({4, 3}, DType::F32);
-  expect_index_error([&] { nc::cuda_kernels::gather(gathered.cuda, x.cuda, 1, bad_negative.cuda); },
+  expect_index_error([&] { nc::cuda::index_kernels().gather(gathered.cuda, x.cuda, 1, bad_negative.cuda); },
                      "gather: index -6 is out of range for dim 1 of size 5");
   // scatter_add still adds the good elements, skips the bad one, and then throws.
   Pair out = from_values(std::vector<double>(20, 0.0), {4, 5}, DType::F32);
   Pair ones = from_values(std::vector<double>(12, 1.0), {4, 3}, DType::F32);
-  expect_index_error([&] { nc::cuda_kernels::scatter_add(out.cuda, 1, bad_negative.cuda, ones.cuda); },
+  expect_index_error([&] { nc::cuda::index_kernels().scatter_add(out.cuda, 1, bad_negative.cuda, ones.cuda); },
                      "scatter_add: index -6 is out of range");
   std::vector<double> sums = values_of(out.cuda);
   double total = 0;
   for (double v : sums) total += v;
   EXPECT_EQ(total, 11.0);
   // The device is still usable.
-  nc::cuda_kernels::gather(gathered.cuda, x.cuda, 1, from_values({0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, {4, 3}, DType::I64).cuda);
+  nc::cuda::index_kernels().gather(gathered.cuda, x.cuda, 1, from_values({0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, {4, 3}, DType::I64).cuda);
   EXPECT_EQ(values_of(gathered.cuda)[1], values_of(x.cuda)[1]);
 }
 
@@ -769,13 +774,13 @@ TEST(CudaBackend, ArangeAndLinspaceMatchCpuExactly) {
       if (dtype == DType::U8 && n > 85) continue;  // 3 * n would not fit: undefined conversion
       Pair out = empty_pair({n}, dtype);
       const double start = non_negative ? 0.0 : -3.5, step = nc::is_floating(dtype) ? 0.1 : 3.0;
-      nc::cpu::arange(out.cpu, start, step);
-      nc::cuda_kernels::arange(out.cuda, start, step);
+      nc::cpu::generate_kernels().arange(out.cpu, start, step);
+      nc::cuda::generate_kernels().arange(out.cuda, start, step);
       expect_equal(out.cuda, out.cpu, describe_case("arange", dtype, {n}));
       if (n < 2) continue;
       const double lo = non_negative ? 0.0 : -1.0, hi = nc::is_floating(dtype) ? 1.0 : 100.0;
-      nc::cpu::linspace(out.cpu, lo, hi);
-      nc::cuda_kernels::linspace(out.cuda, lo, hi);
+      nc::cpu::generate_kernels().linspace(out.cpu, lo, hi);
+      nc::cuda::generate_kernels().linspace(out.cuda, lo, hi);
       expect_equal(out.cuda, out.cpu, describe_case("linspace", dtype, {n}));
     }
   }
@@ -790,12 +795,12 @@ TEST(CudaBackend, RandomDrawsTheCpuNumbers) {
       for (int64_t n : {0, 1, 1000, 65537}) {
         for (DType dtype : kFloatDTypes) {
           Pair out = empty_pair({n}, dtype);
-          nc::cpu::random_uniform(out.cpu, seed, offset);
-          nc::cuda_kernels::random_uniform(out.cuda, seed, offset);
+          nc::cpu::generate_kernels().random_uniform(out.cpu, seed, offset);
+          nc::cuda::generate_kernels().random_uniform(out.cuda, seed, offset);
           expect_equal(out.cuda, out.cpu, describe_case("random_uniform", dtype, {n}));
           for (double v : values_of(out.cuda)) ASSERT_TRUE(v >= 0.0 && v < 1.0) << v;
-          nc::cpu::random_normal(out.cpu, seed, offset);
-          nc::cuda_kernels::random_normal(out.cuda, seed, offset);
+          nc::cpu::generate_kernels().random_normal(out.cpu, seed, offset);
+          nc::cuda::generate_kernels().random_normal(out.cuda, seed, offset);
           // The log and cos of the transform may differ in the last float bits.
           const double tol = std::max(dtype_tolerance(dtype), 1e-6);
           expect_close(out.cuda, out.cpu, tol, tol, describe_case("random_normal", dtype, {n}));
@@ -805,8 +810,8 @@ TEST(CudaBackend, RandomDrawsTheCpuNumbers) {
           const bool signed_ok = dtype != DType::U8 && dtype != DType::Bool;
           const int64_t low = signed_ok ? -100 : 0;
           const uint64_t range = dtype == DType::Bool ? 2 : 200;
-          nc::cpu::random_int(out.cpu, seed, offset, low, range);
-          nc::cuda_kernels::random_int(out.cuda, seed, offset, low, range);
+          nc::cpu::generate_kernels().random_int(out.cpu, seed, offset, low, range);
+          nc::cuda::generate_kernels().random_int(out.cuda, seed, offset, low, range);
           expect_equal(out.cuda, out.cpu, describe_case("random_int", dtype, {n}));
         }
       }
@@ -839,13 +844,13 @@ TEST(CudaBackend, TensorsBeyondTwoToTheThirtyOneElements) {
   const nc::TensorOptions u8_cuda(DType::U8, Device::cuda());
   Tensor big = nc::empty({1, n}, u8_cuda);
   Tensor three = nc::full({1, 1}, 3, u8_cuda);
-  nc::cuda_kernels::copy(big, three.expand({1, n}));  // source stride 0: strided path
+  nc::cuda::elementwise_kernels().copy(big, three.expand({1, n}));  // source stride 0: strided path
   Tensor sum = nc::empty({1}, nc::TensorOptions(DType::I64, Device::cuda()));
-  nc::cuda_kernels::reduce(nc::ReduceOp::Sum, sum, big, 0.0);
+  nc::cuda::reduce_kernels().reduce(nc::ReduceOp::Sum, sum, big, 0.0);
   EXPECT_EQ(sum.to(Device::cpu()).item<int64_t>(), 3 * n);
-  nc::cuda_kernels::fill(big.narrow(1, n - 5, 1), 9);
+  nc::cuda::elementwise_kernels().fill(big.narrow(1, n - 5, 1), 9);
   Tensor values = nc::empty({1}, u8_cuda), indices = nc::empty({1}, nc::TensorOptions(DType::I64, Device::cuda()));
-  nc::cuda_kernels::arg_reduce(true, values, indices, big);
+  nc::cuda::reduce_kernels().arg_reduce(true, values, indices, big);
   EXPECT_EQ(indices.to(Device::cpu()).item<int64_t>(), n - 5);
   EXPECT_EQ(values.to(Device::cpu()).item<int64_t>(), 9);
 }

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/op_scope.h"
+#include "base/op_scope.h"
 #include "kernels/cuda/check.h"
 #include "normcore/cuda.h"
 #include "normcore/losses.h"
@@ -36,7 +36,7 @@ std::string check_message(Status status, const char* op = nullptr, const char* s
   std::unique_ptr<nc::detail::OpScope> scope;
   if (op != nullptr) scope = std::make_unique<nc::detail::OpScope>(op, suffix);
   try {
-    nc::cuda_detail::check(status, "cudaStreamSynchronize(s)", "runtime.cpp", 12);
+    nc::cuda::check(status, "cudaStreamSynchronize(s)", "runtime.cpp", 12);
   } catch (const nc::OutOfMemoryError& e) {
     return std::string("OutOfMemoryError: ") + e.what();
   } catch (const nc::CudaError& e) {

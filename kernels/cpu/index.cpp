@@ -1,10 +1,11 @@
-// CPU reference indexing kernels: index_select, gather, scatter_add. Out-of-range indices
-// throw IndexError before anything is written.
+// CPU reference indexing kernels (contracts in kernels/index.h): index_select, gather,
+// scatter_add. Out-of-range indices throw IndexError before anything is written.
 #include <cstring>
+#include <vector>
 
-#include "core/internal.h"
-#include "kernels/backend.h"
+#include "base/shape.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/index.h"
 
 namespace normcore {
 namespace cpu {
@@ -45,44 +46,52 @@ void for_each_indexed(const Tensor& x, const Tensor& index, int64_t dim, const s
   }
 }
 
+class CpuIndex final : public kernels::IndexKernels {
+ public:
+  void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const override {
+    const int64_t size = x.size(dim);
+    const std::vector<int64_t> idx = checked_indices("index_select", index, size, dim);
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+    for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+    const size_t row_bytes = static_cast<size_t>(inner) * x.element_size();
+    const char* src = static_cast<const char*>(x.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    const int64_t n = static_cast<int64_t>(idx.size());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(dst + (o * n + i) * row_bytes, src + (o * size + idx[i]) * row_bytes, row_bytes);
+  }
+
+  void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const override {
+    const std::vector<int64_t> idx = checked_indices("gather", index, x.size(dim), dim);
+    visit(x.dtype(), "gather", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = data_as<const T>(x);
+      T* dst = data_as<T>(out);
+      for_each_indexed(x, index, dim, idx, [&](int64_t pos, int64_t x_pos) { dst[pos] = src[x_pos]; });
+    });
+  }
+
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override {
+    const std::vector<int64_t> idx = checked_indices("scatter_add", index, out.size(dim), dim);
+    visit(out.dtype(), "scatter_add", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using A = compute_t<T>;
+      const T* s = data_as<const T>(src);
+      T* dst = data_as<T>(out);
+      for_each_indexed(out, index, dim, idx, [&](int64_t pos, int64_t x_pos) {
+        dst[x_pos] = convert<T>(convert<A>(dst[x_pos]) + convert<A>(s[pos]));
+      });
+    });
+  }
+};
+
 }  // namespace
 
-void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
-  int64_t size = x.size(dim);
-  std::vector<int64_t> idx = checked_indices("index_select", index, size, dim);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
-  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
-  size_t row_bytes = static_cast<size_t>(inner) * x.element_size();
-  const char* src = static_cast<const char*>(x.data_ptr());
-  char* dst = static_cast<char*>(out.data_ptr());
-  int64_t n = static_cast<int64_t>(idx.size());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(dst + (o * n + i) * row_bytes, src + (o * size + idx[i]) * row_bytes, row_bytes);
-}
-
-void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
-  std::vector<int64_t> idx = checked_indices("gather", index, x.size(dim), dim);
-  dispatch(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* src = static_cast<const T*>(x.data_ptr());
-    T* dst = static_cast<T*>(out.data_ptr());
-    for_each_indexed(x, index, dim, idx, [&](int64_t pos, int64_t x_pos) { dst[pos] = src[x_pos]; });
-  });
-}
-
-void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
-  std::vector<int64_t> idx = checked_indices("scatter_add", index, out.size(dim), dim);
-  dispatch(out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    using A = acc_t<T>;
-    const T* s = static_cast<const T*>(src.data_ptr());
-    T* dst = static_cast<T*>(out.data_ptr());
-    for_each_indexed(out, index, dim, idx, [&](int64_t pos, int64_t x_pos) {
-      dst[x_pos] = cast<T>(cast<A>(dst[x_pos]) + cast<A>(s[pos]));
-    });
-  });
+const kernels::IndexKernels& index_kernels() {
+  static const CpuIndex kernels;
+  return kernels;
 }
 
 }  // namespace cpu

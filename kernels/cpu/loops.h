@@ -1,5 +1,5 @@
-// CPU loop helpers: dtype dispatch to host element types, value conversion between them,
-// and a strided N-operand loop that coalesces dims so contiguous data runs one flat loop.
+// CPU loop helpers: the dtype visitor with host element types, and a strided N-operand loop
+// that coalesces dims so that contiguous data runs one flat loop.
 #pragma once
 
 #include <array>
@@ -9,57 +9,21 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/backend.h"
+#include "kernels/scalar/dtype.h"
 #include "normcore/tensor.h"
 
 namespace normcore {
 namespace cpu {
 
-template <class T> struct is_half_like : std::false_type {};
-template <> struct is_half_like<Half> : std::true_type {};
-template <> struct is_half_like<BFloat16> : std::true_type {};
-
-// The type arithmetic on T happens in: float for the 16-bit floats, T otherwise.
-template <class T>
-using acc_t = std::conditional_t<is_half_like<T>::value, float, T>;
-
-template <class To, class From>
-inline To cast(From v) {
-  if constexpr (is_half_like<From>::value) {
-    return cast<To>(static_cast<float>(v));
-  } else if constexpr (std::is_same<To, bool>::value) {
-    return v != From(0);
-  } else if constexpr (is_half_like<To>::value) {
-    return To(static_cast<float>(v));
-  } else {
-    return static_cast<To>(v);
-  }
-}
-
-// Calls f(T{}) with T the host type of dtype.
+// The dtype visitors with the host's element types (kernels/scalar/dtype.h).
 template <class F>
-void dispatch(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::F32: f(float{}); return;
-    case DType::F64: f(double{}); return;
-    case DType::F16: f(Half{}); return;
-    case DType::BF16: f(BFloat16{}); return;
-    case DType::I32: f(int32_t{}); return;
-    case DType::I64: f(int64_t{}); return;
-    case DType::U8: f(uint8_t{}); return;
-    case DType::Bool: f(bool{}); return;
-  }
+void visit(DType dtype, const char* op, F&& f) {
+  visit_dtype<HostTypes>(dtype, op, std::forward<F>(f));
 }
-
-// As dispatch, for floating dtypes only.
 template <class F>
-void dispatch_floating(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::F32: f(float{}); return;
-    case DType::F64: f(double{}); return;
-    case DType::F16: f(Half{}); return;
-    case DType::BF16: f(BFloat16{}); return;
-    default: throw DTypeError(std::string("cpu kernel: expected a floating dtype, got ") + dtype_name(dtype));
-  }
+void visit_float(DType dtype, const char* op, F&& f) {
+  visit_floating<HostTypes>(dtype, op, std::forward<F>(f));
 }
 
 // Dims left after merging (each of size >= 2) must fit the loop's fixed arrays; 64 such

@@ -1,13 +1,15 @@
-// CPU reference matmul through Eigen: each batch entry maps the operands in place
-// (row- or column-major, any leading dimension); f16/bf16 go through float matrices.
+// CPU reference matmul through Eigen (contract in kernels/matmul.h): each batch entry maps
+// the operands in place (row- or column-major, any leading dimension); f16/bf16 operands are
+// widened to float once, multiplied, and the result rounded.
+#include <vector>
+
 #include <Eigen/Core>
 
-#include "kernels/backend.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/matmul.h"
 
 namespace normcore {
 namespace cpu {
-
 namespace {
 
 template <class T>
@@ -15,58 +17,77 @@ using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajo
 template <class T>
 using ColMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 
-// Calls f(map) with an Eigen map of matrix `batch` of t ([B, rows, cols], see backend.h).
+// The geometry of one operand [batch, rows, cols] in elements.
+struct Operand {
+  int64_t rows, cols, batch_stride, row_stride, col_stride;
+  explicit Operand(const Tensor& t)
+      : rows(t.size(1)), cols(t.size(2)), batch_stride(t.stride(0)), row_stride(t.stride(1)), col_stride(t.stride(2)) {}
+  Operand(int64_t rows, int64_t cols) : rows(rows), cols(cols), batch_stride(rows * cols), row_stride(cols), col_stride(1) {}
+};
+
+// Calls f(map) with an Eigen map of matrix `batch` of an operand at base.
 template <class T, class F>
-void with_matrix(const Tensor& t, const T* base, int64_t batch, F&& f) {
-  int64_t rows = t.size(1), cols = t.size(2);
-  const T* p = base + batch * t.stride(0);
-  if (t.stride(2) == 1) {
-    Eigen::Map<const RowMajor<T>, 0, Eigen::OuterStride<>> m(p, rows, cols, Eigen::OuterStride<>(t.stride(1)));
+void with_matrix(const Operand& o, const T* base, int64_t batch, F&& f) {
+  const T* p = base + batch * o.batch_stride;
+  if (o.col_stride == 1) {
+    Eigen::Map<const RowMajor<T>, 0, Eigen::OuterStride<>> m(p, o.rows, o.cols, Eigen::OuterStride<>(o.row_stride));
     f(m);
   } else {
-    Eigen::Map<const ColMajor<T>, 0, Eigen::OuterStride<>> m(p, rows, cols, Eigen::OuterStride<>(t.stride(2)));
+    Eigen::Map<const ColMajor<T>, 0, Eigen::OuterStride<>> m(p, o.rows, o.cols, Eigen::OuterStride<>(o.col_stride));
     f(m);
   }
 }
 
+// out [batches, rows, cols] contiguous = a @ b for each batch.
 template <class T>
-void matmul_native(const Tensor& out, const Tensor& a, const Tensor& b) {
-  const T* pa = static_cast<const T*>(a.data_ptr());
-  const T* pb = static_cast<const T*>(b.data_ptr());
-  T* po = static_cast<T*>(out.data_ptr());
-  int64_t rows = out.size(1), cols = out.size(2);
-  for (int64_t i = 0; i < out.size(0); ++i) {
-    Eigen::Map<RowMajor<T>> o(po + i * rows * cols, rows, cols);
+void multiply(T* out, int64_t batches, const Operand& a, const T* pa, const Operand& b, const T* pb) {
+  const int64_t rows = a.rows, cols = b.cols;
+  for (int64_t i = 0; i < batches; ++i) {
+    Eigen::Map<RowMajor<T>> o(out + i * rows * cols, rows, cols);
     with_matrix<T>(a, pa, i, [&](const auto& ma) {
       with_matrix<T>(b, pb, i, [&](const auto& mb) { o.noalias() = ma * mb; });
     });
   }
 }
 
-// 16-bit floats: convert each operand to float once, multiply, round the result.
+// A 16-bit operand as a contiguous float copy (its batches materialized when broadcast).
 template <class T>
-void matmul_via_float(const Tensor& out, const Tensor& a, const Tensor& b) {
-  auto widen = [](const Tensor& t) {
-    Tensor f = empty(t.shape(), TensorOptions(DType::F32));
-    copy(f, t);
-    return f;
-  };
-  Tensor fa = widen(a), fb = widen(b);
-  Tensor fo = empty(out.shape(), TensorOptions(DType::F32));
-  matmul_native<float>(fo, fa, fb);
-  copy(out, fo);
+std::vector<float> widen(const Tensor& t, int64_t batches) {
+  const Operand o(t);
+  const T* p = data_as<const T>(t);
+  std::vector<float> v(static_cast<size_t>(batches * o.rows * o.cols));
+  size_t k = 0;
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t i = 0; i < o.rows; ++i)
+      for (int64_t j = 0; j < o.cols; ++j) v[k++] = convert<float>(p[b * o.batch_stride + i * o.row_stride + j * o.col_stride]);
+  return v;
 }
+
+class CpuMatmul final : public kernels::MatmulKernels {
+ public:
+  void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override {
+    visit_float(out.dtype(), "matmul", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const int64_t batches = out.size(0);
+      if constexpr (std::is_floating_point_v<T>) {
+        multiply<T>(data_as<T>(out), batches, Operand(a), data_as<const T>(a), Operand(b), data_as<const T>(b));
+      } else {
+        const std::vector<float> fa = widen<T>(a, batches), fb = widen<T>(b, batches);
+        std::vector<float> fo(static_cast<size_t>(out.numel()));
+        const Operand ca(a.size(1), a.size(2)), cb(b.size(1), b.size(2));  // the widened copies
+        multiply<float>(fo.data(), batches, ca, fa.data(), cb, fb.data());
+        T* po = data_as<T>(out);
+        for (size_t i = 0; i < fo.size(); ++i) po[i] = convert<T>(fo[i]);
+      }
+    });
+  }
+};
 
 }  // namespace
 
-void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
-  switch (out.dtype()) {
-    case DType::F32: matmul_native<float>(out, a, b); return;
-    case DType::F64: matmul_native<double>(out, a, b); return;
-    case DType::F16: matmul_via_float<Half>(out, a, b); return;
-    case DType::BF16: matmul_via_float<BFloat16>(out, a, b); return;
-    default: throw DTypeError(std::string("matmul: unsupported dtype ") + dtype_name(out.dtype()));
-  }
+const kernels::MatmulKernels& matmul_kernels() {
+  static const CpuMatmul kernels;
+  return kernels;
 }
 
 }  // namespace cpu

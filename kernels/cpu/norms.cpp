@@ -1,55 +1,40 @@
-// CPU reference normalization kernels (contracts in kernels/backend.h). Layer norm is
+// CPU reference normalization kernels (contracts in kernels/norms.h). Layer norm is
 // group norm with one group per row, one channel per element and no spatial extent, so
 // both run one template over [batch, groups, group_channels, spatial]. Statistics are
 // two-pass (mean, then squared deviations from it) in double, so a large mean costs no
 // accuracy. Backward folds the weight into per-row coefficients:
 //   grad_x = rstd * (w_c * dy - mean(w * dy) - xhat * mean(w * dy * xhat)).
 // The loops run in a fixed order on one thread, so parameter gradients are deterministic.
-#include "kernels/backend.h"
-
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/loops.h"
+#include "kernels/norms.h"
 
 namespace normcore {
 namespace cpu {
 
 namespace {
 
-struct GroupLayout {
-  int64_t batch = 0;
-  int64_t groups = 0;
-  int64_t group_channels = 0;
-  int64_t spatial = 0;
-  int64_t rows() const { return batch * groups; }
-  int64_t row_len() const { return group_channels * spatial; }
-};
-
 template <class T>
-const T* maybe_data(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-
-template <class T>
-void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor& bias_t, const GroupLayout& l,
+void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor& bias_t, const kernels::GroupLayout& l,
                          double eps, const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t) {
-  const T* x = static_cast<const T*>(x_t.data_ptr());
-  const T* weight = maybe_data<T>(weight_t);
-  const T* bias = maybe_data<T>(bias_t);
-  T* y = static_cast<T*>(y_t.data_ptr());
-  double* mean_out = static_cast<double*>(mean_t.data_ptr());
-  double* rstd_out = static_cast<double*>(rstd_t.data_ptr());
+  const T* x = data_as<const T>(x_t);
+  const T* weight = data_or_null<const T>(weight_t);
+  const T* bias = data_or_null<const T>(bias_t);
+  T* y = data_as<T>(y_t);
+  double* mean_out = data_as<double>(mean_t);
+  double* rstd_out = data_as<double>(rstd_t);
   const int64_t row_len = l.row_len();
   for (int64_t r = 0; r < l.rows(); ++r) {
     const T* xr = x + r * row_len;
     T* yr = y + r * row_len;
     double sum = 0;
-    for (int64_t i = 0; i < row_len; ++i) sum += cast<double>(xr[i]);
+    for (int64_t i = 0; i < row_len; ++i) sum += convert<double>(xr[i]);
     double mean = row_len > 0 ? sum / static_cast<double>(row_len) : 0.0;
     double sq = 0;
     for (int64_t i = 0; i < row_len; ++i) {
-      double d = cast<double>(xr[i]) - mean;
+      double d = convert<double>(xr[i]) - mean;
       sq += d * d;
     }
     double var = row_len > 0 ? sq / static_cast<double>(row_len) : 0.0;
@@ -58,11 +43,11 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
     rstd_out[r] = rstd;
     const int64_t first_channel = (r % l.groups) * l.group_channels;
     for (int64_t c = 0; c < l.group_channels; ++c) {
-      double w = weight ? cast<double>(weight[first_channel + c]) : 1.0;
-      double b = bias ? cast<double>(bias[first_channel + c]) : 0.0;
+      double w = weight ? convert<double>(weight[first_channel + c]) : 1.0;
+      double b = bias ? convert<double>(bias[first_channel + c]) : 0.0;
       for (int64_t s = 0; s < l.spatial; ++s) {
         int64_t i = c * l.spatial + s;
-        yr[i] = cast<T>((cast<double>(xr[i]) - mean) * rstd * w + b);
+        yr[i] = convert<T>((convert<double>(xr[i]) - mean) * rstd * w + b);
       }
     }
   }
@@ -70,13 +55,13 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
 
 template <class T>
 void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& weight_t, const Tensor& mean_t,
-                          const Tensor& rstd_t, const GroupLayout& l, const Tensor& grad_x_t,
+                          const Tensor& rstd_t, const kernels::GroupLayout& l, const Tensor& grad_x_t,
                           const Tensor& grad_weight_t, const Tensor& grad_bias_t) {
-  const T* grad_y = static_cast<const T*>(grad_y_t.data_ptr());
-  const T* x = static_cast<const T*>(x_t.data_ptr());
-  const T* weight = maybe_data<T>(weight_t);
-  const double* mean_in = static_cast<const double*>(mean_t.data_ptr());
-  const double* rstd_in = static_cast<const double*>(rstd_t.data_ptr());
+  const T* grad_y = data_as<const T>(grad_y_t);
+  const T* x = data_as<const T>(x_t);
+  const T* weight = data_or_null<const T>(weight_t);
+  const double* mean_in = data_as<const double>(mean_t);
+  const double* rstd_in = data_as<const double>(rstd_t);
   const int64_t row_len = l.row_len();
   const int64_t channels = l.groups * l.group_channels;
   // Per-channel sums over the rows, in row order: grad_weight = sum(dy * xhat), grad_bias = sum(dy).
@@ -85,7 +70,7 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
   // Per-channel sums within one row: sum(dy) and sum(dy * (x - mean)).
   std::vector<double> row_dy(static_cast<size_t>(l.group_channels));
   std::vector<double> row_dy_xc(static_cast<size_t>(l.group_channels));
-  T* grad_x = grad_x_t.defined() ? static_cast<T*>(grad_x_t.data_ptr()) : nullptr;
+  T* grad_x = data_as<T>(grad_x_t);
   for (int64_t r = 0; r < l.rows(); ++r) {
     const T* xr = x + r * row_len;
     const T* dyr = grad_y + r * row_len;
@@ -96,46 +81,41 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
       double dy = 0, dy_xc = 0;
       for (int64_t s = 0; s < l.spatial; ++s) {
         int64_t i = c * l.spatial + s;
-        double g = cast<double>(dyr[i]);
+        double g = convert<double>(dyr[i]);
         dy += g;
-        dy_xc += g * (cast<double>(xr[i]) - mean);
+        dy_xc += g * (convert<double>(xr[i]) - mean);
       }
       row_dy[c] = dy;
       row_dy_xc[c] = dy_xc;
-      double w = weight ? cast<double>(weight[first_channel + c]) : 1.0;
+      double w = weight ? convert<double>(weight[first_channel + c]) : 1.0;
       sum_g += w * dy;
       sum_g_xc += w * dy_xc;
       dy_sum[first_channel + c] += dy;
       dy_xhat_sum[first_channel + c] += dy_xc * rstd;
     }
-    if (!grad_x) continue;
     const double inv_len = 1.0 / static_cast<double>(row_len);
     const double mean_g = sum_g * inv_len;
     const double mean_g_xhat = sum_g_xc * rstd * inv_len;
     T* gxr = grad_x + r * row_len;
     for (int64_t c = 0; c < l.group_channels; ++c) {
-      double w = weight ? cast<double>(weight[first_channel + c]) : 1.0;
+      double w = weight ? convert<double>(weight[first_channel + c]) : 1.0;
       for (int64_t s = 0; s < l.spatial; ++s) {
         int64_t i = c * l.spatial + s;
-        double xhat = (cast<double>(xr[i]) - mean) * rstd;
-        gxr[i] = cast<T>(rstd * (w * cast<double>(dyr[i]) - mean_g - xhat * mean_g_xhat));
+        double xhat = (convert<double>(xr[i]) - mean) * rstd;
+        gxr[i] = convert<T>(rstd * (w * convert<double>(dyr[i]) - mean_g - xhat * mean_g_xhat));
       }
     }
   }
   if (grad_weight_t.defined()) {
-    T* gw = static_cast<T*>(grad_weight_t.data_ptr());
-    for (int64_t c = 0; c < channels; ++c) gw[c] = cast<T>(dy_xhat_sum[c]);
+    T* gw = data_as<T>(grad_weight_t);
+    for (int64_t c = 0; c < channels; ++c) gw[c] = convert<T>(dy_xhat_sum[c]);
   }
   if (grad_bias_t.defined()) {
-    T* gb = static_cast<T*>(grad_bias_t.data_ptr());
-    for (int64_t c = 0; c < channels; ++c) gb[c] = cast<T>(dy_sum[c]);
+    T* gb = data_as<T>(grad_bias_t);
+    for (int64_t c = 0; c < channels; ++c) gb[c] = convert<T>(dy_sum[c]);
   }
 }
 
-GroupLayout layer_layout(int64_t rows, int64_t row_len) { return {rows, 1, row_len, 1}; }
-GroupLayout group_layout(int64_t batch, int64_t groups, int64_t channels, int64_t spatial) {
-  return {batch, groups, groups > 0 ? channels / groups : 0, spatial};
-}
 
 // x / max(norm, eps); d(norm)/dx is 0 where the clamp is active (norm < eps), which also
 // makes a zero row's gradient finite.
@@ -144,18 +124,18 @@ inline double clamped(double norm, double eps) { return norm < eps ? eps : norm;
 template <class T>
 void l1_forward_typed(const Tensor& x_t, int64_t outer, int64_t size, int64_t inner, double eps, const Tensor& y_t,
                       const Tensor& norm_t) {
-  const T* x = static_cast<const T*>(x_t.data_ptr());
-  T* y = static_cast<T*>(y_t.data_ptr());
-  double* norm = static_cast<double*>(norm_t.data_ptr());
+  const T* x = data_as<const T>(x_t);
+  T* y = data_as<T>(y_t);
+  double* norm = data_as<double>(norm_t);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t j = 0; j < inner; ++j) {
       const int64_t base = o * size * inner + j;
       double sum = 0;
-      for (int64_t k = 0; k < size; ++k) sum += std::fabs(cast<double>(x[base + k * inner]));
+      for (int64_t k = 0; k < size; ++k) sum += std::fabs(convert<double>(x[base + k * inner]));
       double n = size > 0 ? sum / static_cast<double>(size) : 0.0;
       norm[o * inner + j] = n;
       double inv = 1.0 / clamped(n, eps);
-      for (int64_t k = 0; k < size; ++k) y[base + k * inner] = cast<T>(cast<double>(x[base + k * inner]) * inv);
+      for (int64_t k = 0; k < size; ++k) y[base + k * inner] = convert<T>(convert<double>(x[base + k * inner]) * inv);
     }
   }
 }
@@ -165,10 +145,10 @@ inline double sign(double v) { return v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0; }
 template <class T>
 void l1_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& norm_t, int64_t outer, int64_t size,
                        int64_t inner, double eps, const Tensor& grad_x_t) {
-  const T* grad_y = static_cast<const T*>(grad_y_t.data_ptr());
-  const T* x = static_cast<const T*>(x_t.data_ptr());
-  const double* norm = static_cast<const double*>(norm_t.data_ptr());
-  T* grad_x = static_cast<T*>(grad_x_t.data_ptr());
+  const T* grad_y = data_as<const T>(grad_y_t);
+  const T* x = data_as<const T>(x_t);
+  const double* norm = data_as<const double>(norm_t);
+  T* grad_x = data_as<T>(grad_x_t);
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t j = 0; j < inner; ++j) {
       const int64_t base = o * size * inner + j;
@@ -179,14 +159,14 @@ void l1_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& 
       if (n >= eps) {
         double g_dot_x = 0;
         for (int64_t k = 0; k < size; ++k) {
-          g_dot_x += cast<double>(grad_y[base + k * inner]) * cast<double>(x[base + k * inner]);
+          g_dot_x += convert<double>(grad_y[base + k * inner]) * convert<double>(x[base + k * inner]);
         }
         through_norm = g_dot_x / (static_cast<double>(size) * n * n);
       }
       for (int64_t k = 0; k < size; ++k) {
         const int64_t i = base + k * inner;
-        const double xi = cast<double>(x[i]);
-        grad_x[i] = cast<T>(cast<double>(grad_y[i]) / d - sign(xi) * through_norm);
+        const double xi = convert<double>(x[i]);
+        grad_x[i] = convert<T>(convert<double>(grad_y[i]) / d - sign(xi) * through_norm);
       }
     }
   }
@@ -194,96 +174,110 @@ void l1_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& 
 
 template <class T>
 void frobenius_forward_typed(const Tensor& x_t, double eps, const Tensor& y_t, const Tensor& norm_t) {
-  const T* x = static_cast<const T*>(x_t.data_ptr());
-  T* y = static_cast<T*>(y_t.data_ptr());
+  const T* x = data_as<const T>(x_t);
+  T* y = data_as<T>(y_t);
   const int64_t numel = x_t.numel();
   double sq = 0;
   for (int64_t i = 0; i < numel; ++i) {
-    double v = cast<double>(x[i]);
+    double v = convert<double>(x[i]);
     sq += v * v;
   }
   double n = std::sqrt(sq);
-  *static_cast<double*>(norm_t.data_ptr()) = n;
+  *data_as<double>(norm_t) = n;
   double inv = 1.0 / clamped(n, eps);
-  for (int64_t i = 0; i < numel; ++i) y[i] = cast<T>(cast<double>(x[i]) * inv);
+  for (int64_t i = 0; i < numel; ++i) y[i] = convert<T>(convert<double>(x[i]) * inv);
 }
 
 template <class T>
 void frobenius_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& norm_t, double eps,
                               const Tensor& grad_x_t) {
-  const T* grad_y = static_cast<const T*>(grad_y_t.data_ptr());
-  const T* x = static_cast<const T*>(x_t.data_ptr());
-  T* grad_x = static_cast<T*>(grad_x_t.data_ptr());
+  const T* grad_y = data_as<const T>(grad_y_t);
+  const T* x = data_as<const T>(x_t);
+  T* grad_x = data_as<T>(grad_x_t);
   const int64_t numel = x_t.numel();
-  const double n = *static_cast<const double*>(norm_t.data_ptr());
+  const double n = *data_as<const double>(norm_t);
   const double d = clamped(n, eps);
   // d(x_k / n)/dx_i = delta_ki / n - x_k * x_i / n^3
   double through_norm = 0;
   if (n >= eps) {
     double g_dot_x = 0;
-    for (int64_t i = 0; i < numel; ++i) g_dot_x += cast<double>(grad_y[i]) * cast<double>(x[i]);
+    for (int64_t i = 0; i < numel; ++i) g_dot_x += convert<double>(grad_y[i]) * convert<double>(x[i]);
     through_norm = g_dot_x / (n * n * n);
   }
   for (int64_t i = 0; i < numel; ++i) {
-    grad_x[i] = cast<T>(cast<double>(grad_y[i]) / d - cast<double>(x[i]) * through_norm);
+    grad_x[i] = convert<T>(convert<double>(grad_y[i]) / d - convert<double>(x[i]) * through_norm);
   }
 }
 
+class CpuNorms final : public kernels::NormKernels {
+ public:
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, int64_t row_len,
+                          double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) const override {
+    visit_float(x.dtype(), "layer_norm", [&](auto tag) {
+      affine_norm_forward<typename decltype(tag)::type>(x, weight, bias, kernels::layer_layout(rows, row_len), eps, y, mean,
+                                                        rstd);
+    });
+  }
+
+  void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, int64_t rows, int64_t row_len, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) const override {
+    visit_float(x.dtype(), "layer_norm backward", [&](auto tag) {
+      affine_norm_backward<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd, kernels::layer_layout(rows, row_len),
+                                                         grad_x, grad_weight, grad_bias);
+    });
+  }
+
+  void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch, int64_t groups,
+                          int64_t channels, int64_t spatial, double eps, const Tensor& y, const Tensor& mean,
+                          const Tensor& rstd) const override {
+    visit_float(x.dtype(), "group_norm", [&](auto tag) {
+      affine_norm_forward<typename decltype(tag)::type>(x, weight, bias, kernels::group_layout(batch, groups, channels, spatial),
+                                                        eps, y, mean, rstd);
+    });
+  }
+
+  void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels, int64_t spatial,
+                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) const override {
+    visit_float(x.dtype(), "group_norm backward", [&](auto tag) {
+      affine_norm_backward<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd,
+                                                         kernels::group_layout(batch, groups, channels, spatial), grad_x,
+                                                         grad_weight, grad_bias);
+    });
+  }
+
+  void l1_norm_forward(const Tensor& x, int64_t outer, int64_t size, int64_t inner, double eps, const Tensor& y,
+                       const Tensor& norm) const override {
+    visit_float(x.dtype(), "l1_norm",
+                [&](auto tag) { l1_forward_typed<typename decltype(tag)::type>(x, outer, size, inner, eps, y, norm); });
+  }
+
+  void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, int64_t outer, int64_t size,
+                        int64_t inner, double eps, const Tensor& grad_x) const override {
+    visit_float(x.dtype(), "l1_norm backward", [&](auto tag) {
+      l1_backward_typed<typename decltype(tag)::type>(grad_y, x, norm, outer, size, inner, eps, grad_x);
+    });
+  }
+
+  void frobenius_norm_forward(const Tensor& x, double eps, const Tensor& y, const Tensor& norm) const override {
+    visit_float(x.dtype(), "frobenius_norm",
+                [&](auto tag) { frobenius_forward_typed<typename decltype(tag)::type>(x, eps, y, norm); });
+  }
+
+  void frobenius_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, double eps,
+                               const Tensor& grad_x) const override {
+    visit_float(x.dtype(), "frobenius_norm backward", [&](auto tag) {
+      frobenius_backward_typed<typename decltype(tag)::type>(grad_y, x, norm, eps, grad_x);
+    });
+  }
+};
+
 }  // namespace
 
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, int64_t row_len,
-                        double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
-  dispatch_floating(x.dtype(), [&](auto tag) {
-    affine_norm_forward<decltype(tag)>(x, weight, bias, layer_layout(rows, row_len), eps, y, mean, rstd);
-  });
-}
-
-void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, int64_t rows, int64_t row_len, const Tensor& grad_x,
-                         const Tensor& grad_weight, const Tensor& grad_bias) {
-  dispatch_floating(x.dtype(), [&](auto tag) {
-    affine_norm_backward<decltype(tag)>(grad_y, x, weight, mean, rstd, layer_layout(rows, row_len), grad_x,
-                                        grad_weight, grad_bias);
-  });
-}
-
-void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch, int64_t groups,
-                        int64_t channels, int64_t spatial, double eps, const Tensor& y, const Tensor& mean,
-                        const Tensor& rstd) {
-  dispatch_floating(x.dtype(), [&](auto tag) {
-    affine_norm_forward<decltype(tag)>(x, weight, bias, group_layout(batch, groups, channels, spatial), eps, y,
-                                       mean, rstd);
-  });
-}
-
-void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels, int64_t spatial,
-                         const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
-  dispatch_floating(x.dtype(), [&](auto tag) {
-    affine_norm_backward<decltype(tag)>(grad_y, x, weight, mean, rstd, group_layout(batch, groups, channels, spatial),
-                                        grad_x, grad_weight, grad_bias);
-  });
-}
-
-void l1_norm_forward(const Tensor& x, int64_t outer, int64_t size, int64_t inner, double eps, const Tensor& y,
-                     const Tensor& norm) {
-  dispatch_floating(x.dtype(), [&](auto tag) { l1_forward_typed<decltype(tag)>(x, outer, size, inner, eps, y, norm); });
-}
-
-void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, int64_t outer, int64_t size,
-                      int64_t inner, double eps, const Tensor& grad_x) {
-  dispatch_floating(x.dtype(), [&](auto tag) {
-    l1_backward_typed<decltype(tag)>(grad_y, x, norm, outer, size, inner, eps, grad_x);
-  });
-}
-
-void frobenius_norm_forward(const Tensor& x, double eps, const Tensor& y, const Tensor& norm) {
-  dispatch_floating(x.dtype(), [&](auto tag) { frobenius_forward_typed<decltype(tag)>(x, eps, y, norm); });
-}
-
-void frobenius_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, double eps,
-                             const Tensor& grad_x) {
-  dispatch_floating(x.dtype(), [&](auto tag) { frobenius_backward_typed<decltype(tag)>(grad_y, x, norm, eps, grad_x); });
+const kernels::NormKernels& norm_kernels() {
+  static const CpuNorms kernels;
+  return kernels;
 }
 
 }  // namespace cpu

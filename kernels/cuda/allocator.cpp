@@ -20,7 +20,7 @@
 #include "normcore/cuda.h"
 
 namespace normcore {
-namespace cuda_runtime {
+namespace cuda {
 namespace {
 
 constexpr size_t kGranularity = 512;
@@ -47,7 +47,7 @@ struct DevicePool {
   std::mutex mutex;
   std::set<CachedBlock> cached;  // by stream, then size: best fit is a lower_bound
   std::unordered_map<void*, LiveBlock> live;
-  cuda::MemoryStats stats;
+  MemoryStats stats;
 };
 
 // Never destroyed: tensors freed during static destruction still return their blocks.
@@ -83,12 +83,12 @@ void* malloc_with_retry(DevicePool& p, int device, size_t size, size_t requested
     ++p.stats.num_ooms;
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) cudaGetLastError();
-    throw OutOfMemoryError(cuda_detail::with_op(detail::cat_str(
+    throw OutOfMemoryError(with_op(detail::cat_str(
         "CUDA out of memory on cuda:", device, ": tried to allocate ", requested, " bytes (",
         requested >> 20, " MiB); the device has ", free_bytes, " bytes free of ", total_bytes,
         ", normcore holds ", p.stats.allocated, " bytes in tensors and no cached blocks")));
   }
-  cuda_detail::check(status, "cudaMalloc", __FILE__, __LINE__);
+  check(status, "cudaMalloc", __FILE__, __LINE__);
   ++p.stats.num_device_mallocs;
   p.stats.reserved += size;
   return ptr;
@@ -147,29 +147,27 @@ void release_stream_blocks(int device, cudaStream_t s) {
   release_cached(p, device, first, last);
 }
 
-}  // namespace cuda_runtime
 
-namespace cuda {
 
 MemoryStats memory_stats(int device) {
-  cuda_runtime::check_device("cuda::memory_stats", device);
-  cuda_runtime::DevicePool& p = cuda_runtime::pool(device);
+  check_device("cuda::memory_stats", device);
+  DevicePool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mutex);
   return p.stats;
 }
 
 void reset_peak_memory_stats(int device) {
-  cuda_runtime::check_device("cuda::reset_peak_memory_stats", device);
-  cuda_runtime::DevicePool& p = cuda_runtime::pool(device);
+  check_device("cuda::reset_peak_memory_stats", device);
+  DevicePool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mutex);
   p.stats.peak_allocated = p.stats.allocated;
 }
 
 void empty_cache() {
-  for (int device = 0; device < cuda_runtime::device_count(); ++device) {
-    cuda_runtime::DevicePool& p = cuda_runtime::pool(device);
+  for (int device = 0; device < device_count(); ++device) {
+    DevicePool& p = pool(device);
     std::lock_guard<std::mutex> lock(p.mutex);
-    cuda_runtime::release_cached(p, device, p.cached.begin(), p.cached.end());
+    release_cached(p, device, p.cached.begin(), p.cached.end());
   }
 }
 

@@ -1,7 +1,7 @@
 // The status check for CUDA, cuBLAS (and cuDNN) calls, and the launch check that follows
-// every kernel launch. A failure throws CudaError naming the op being run (core/op_scope.h),
-// the expression, the status and file:line; an out-of-memory status throws OutOfMemoryError
-// so callers can tell it apart. Destructors use NC_CUDA_LOG instead, which reports to stderr
+// every kernel launch (kernels/cuda/launch.cuh runs it). A failure throws CudaError naming
+// the op being run (base/op_scope.h), the expression, the status and file:line; an
+// out-of-memory status throws OutOfMemoryError so callers can tell it apart. Destructors use NC_CUDA_LOG instead, which reports to stderr
 // and never throws.
 //
 // A fault inside a running kernel (an illegal address, a device-side trap) is reported by
@@ -22,11 +22,11 @@
 #include <cstring>
 #include <string>
 
-#include "core/op_scope.h"
+#include "base/op_scope.h"
 #include "normcore/error.h"
 
 namespace normcore {
-namespace cuda_detail {
+namespace cuda {
 
 inline std::string failure_message(const char* kind, const char* name, const char* text,
                                    const char* expr, const char* file, int line) {
@@ -135,11 +135,12 @@ void log_failure(Status status, const char* expr, const char* file, int line) no
   }
 }
 
-// The message leads with the op in scope, else with kernel_op, the kernel's work ("copy").
+// Called right after a launch. The message leads with the op in scope, else with kernel_op,
+// the kernel's work ("copy").
 // A launch error that is not a fault (a bad configuration, no kernel image for the GPU) is
 // cleared by reading it, so later ops run; note that CUDA keeps such errors per thread
 // until read, so one left unread by the application's own launch surfaces here too.
-inline void check_launch(const char* kernel_op, const char* file, int line) {
+inline void check_launch(const char* kernel_op) {
   cudaError_t status = cudaGetLastError();
   bool waited = false;
   if (status == cudaSuccess && launch_blocking()) {
@@ -151,18 +152,16 @@ inline void check_launch(const char* kernel_op, const char* file, int line) {
   if (op.empty()) op = kernel_op;
   const char* what = waited ? "its kernel failed" : is_context_lost(status) ? "launching a kernel found an earlier fault"
                                                                             : "kernel launch failed";
-  std::string message = detail::cat_str(op, ": ", what, ": ", cudaGetErrorName(status), " (",
-                                        cudaGetErrorString(status), ") at ", file, ":", line);
+  std::string message =
+      detail::cat_str(op, ": ", what, ": ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
   if (is_context_lost(status)) message += context_lost_note(waited);
   throw CudaError(message);
 }
 
-}  // namespace cuda_detail
+}  // namespace cuda
 }  // namespace normcore
 
 // Throws CudaError (OutOfMemoryError for allocation failures) when expr does not succeed.
-#define NC_CUDA_CHECK(expr) ::normcore::cuda_detail::check((expr), #expr, __FILE__, __LINE__)
+#define NC_CUDA_CHECK(expr) ::normcore::cuda::check((expr), #expr, __FILE__, __LINE__)
 // For destructors and other no-throw paths: reports a failure to stderr.
-#define NC_CUDA_LOG(expr) ::normcore::cuda_detail::log_failure((expr), #expr, __FILE__, __LINE__)
-// After every kernel launch: turns a launch error into CudaError naming the op.
-#define NC_CUDA_KERNEL_CHECK(op_name) ::normcore::cuda_detail::check_launch((op_name), __FILE__, __LINE__)
+#define NC_CUDA_LOG(expr) ::normcore::cuda::log_failure((expr), #expr, __FILE__, __LINE__)

@@ -1,12 +1,14 @@
-// Indexing along one dim: index_select and gather (out =), scatter_add (out +=, with
+// CUDA indexing kernels (contracts in kernels/index.h): index_select and gather (out =),
+// scatter_add (out +=, with
 // atomics, so the order of the additions into one element is unspecified). Indices are
 // i64, negative ones count from the end. An index outside [-size, size) is recorded in a
 // device flag and its element skipped; the launcher reads the flag back after the kernel
 // and throws IndexError naming the op, the bad value and the dim's size.
 #include "kernels/cuda/loops.cuh"
+#include "kernels/index.h"
 
 namespace normcore {
-namespace cuda_kernels {
+namespace cuda {
 namespace {
 
 // The first bad index a kernel met (found = 1), written by the thread that set found.
@@ -27,7 +29,8 @@ __device__ __forceinline__ bool resolve_index(int64_t& index, int64_t size, BadI
 // Device memory for the flag, cleared on the stream, and the check that reads it back.
 class BadIndexCheck {
  public:
-  BadIndexCheck(int device, cudaStream_t stream) : buffer_(sizeof(BadIndex), device), stream_(stream) {
+  explicit BadIndexCheck(const Launcher& launch)
+      : buffer_(sizeof(BadIndex), launch.device()), stream_(launch.stream()) {
     NC_CUDA_CHECK(cudaMemsetAsync(buffer_.as<void>(), 0, sizeof(BadIndex), stream_));
   }
   BadIndex* get() const { return buffer_.as<BadIndex>(); }
@@ -41,7 +44,7 @@ class BadIndexCheck {
   }
 
  private:
-  cuda_runtime::DeviceBuffer buffer_;
+  cuda::DeviceBuffer buffer_;
   cudaStream_t stream_;
 };
 
@@ -134,67 +137,66 @@ __global__ void scatter_add_kernel(T* out, const T* src, const int64_t* index, i
   }
 }
 
+class CudaIndex final : public kernels::IndexKernels {
+ public:
+  void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const override {
+    const int64_t numel = out.numel();
+    if (numel == 0) return;
+    check_index_dtype("index_select", index);
+    const Launcher launch("index_select", out);
+    const int64_t size = x.size(dim), count = index.numel();
+    int64_t inner = 1;
+    for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+    const BadIndexCheck check(launch);
+    visit(x.dtype(), "index_select", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch(index_select_kernel<T>, launch.grid_for(numel), kThreads, 0, data_as<T>(out), data_as<const T>(x),
+             data_as<const int64_t>(index), numel, count, size, inner, check.get());
+    });
+    check.throw_if_found("index_select", dim, size);
+  }
+
+  void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const override {
+    const int64_t numel = out.numel();
+    if (numel == 0) return;
+    check_index_dtype("gather", index);
+    const Launcher launch("gather", out);
+    const IndexGeometry g = make_index_geometry("gather", x, dim, index);
+    const BadIndexCheck check(launch);
+    visit(x.dtype(), "gather", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch(gather_kernel<T>, launch.grid_for(numel), kThreads, 0, data_as<T>(out), data_as<const T>(x),
+             data_as<const int64_t>(index), numel, g, check.get());
+    });
+    check.throw_if_found("gather", dim, g.dim_size);
+  }
+
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override {
+    const int64_t numel = index.numel();
+    if (numel == 0) return;
+    check_index_dtype("scatter_add", index);
+    const Launcher launch("scatter_add", out);
+    const IndexGeometry g = make_index_geometry("scatter_add", out, dim, index);
+    const BadIndexCheck check(launch);
+    visit(out.dtype(), "scatter_add", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, uint8_t>) {
+        throw DTypeError(detail::cat_str("scatter_add: dtype ", dtype_name(out.dtype()), " is not supported"));
+      } else {
+        launch(scatter_add_kernel<T>, launch.grid_for(numel), kThreads, 0, data_as<T>(out), data_as<const T>(src),
+               data_as<const int64_t>(index), numel, g, check.get());
+      }
+    });
+    check.throw_if_found("scatter_add", dim, g.dim_size);
+  }
+};
+
 }  // namespace
 
-void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
-  const int64_t numel = out.numel();
-  if (numel == 0) return;
-  check_index_dtype("index_select", index);
-  const int device = out.device().index;
-  cuda_runtime::DeviceGuard guard(device);
-  cudaStream_t stream = cuda_runtime::stream(device);
-  const int64_t size = x.size(dim), count = index.numel();
-  int64_t inner = 1;
-  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
-  BadIndexCheck check(device, stream);
-  dispatch_all(x.dtype(), "index_select", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    index_select_kernel<<<grid_for(numel, device), kThreads, 0, stream>>>(
-        data_as<T>(out), data_as<const T>(x), data_as<const int64_t>(index), numel, count, size, inner, check.get());
-    NC_CUDA_KERNEL_CHECK("index_select");
-  });
-  check.throw_if_found("index_select", dim, size);
+const kernels::IndexKernels& index_kernels() {
+  static const CudaIndex kernels;
+  return kernels;
 }
 
-void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) {
-  const int64_t numel = out.numel();
-  if (numel == 0) return;
-  check_index_dtype("gather", index);
-  const int device = out.device().index;
-  cuda_runtime::DeviceGuard guard(device);
-  cudaStream_t stream = cuda_runtime::stream(device);
-  IndexGeometry g = make_index_geometry("gather", x, dim, index);
-  BadIndexCheck check(device, stream);
-  dispatch_all(x.dtype(), "gather", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    gather_kernel<<<grid_for(numel, device), kThreads, 0, stream>>>(
-        data_as<T>(out), data_as<const T>(x), data_as<const int64_t>(index), numel, g, check.get());
-    NC_CUDA_KERNEL_CHECK("gather");
-  });
-  check.throw_if_found("gather", dim, g.dim_size);
-}
-
-void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
-  const int64_t numel = index.numel();
-  if (numel == 0) return;
-  check_index_dtype("scatter_add", index);
-  const int device = out.device().index;
-  cuda_runtime::DeviceGuard guard(device);
-  cudaStream_t stream = cuda_runtime::stream(device);
-  IndexGeometry g = make_index_geometry("scatter_add", out, dim, index);
-  BadIndexCheck check(device, stream);
-  dispatch_all(out.dtype(), "scatter_add", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, uint8_t>) {
-      throw DTypeError(detail::cat_str("scatter_add: dtype ", dtype_name(out.dtype()), " is not supported"));
-    } else {
-      scatter_add_kernel<<<grid_for(numel, device), kThreads, 0, stream>>>(
-          data_as<T>(out), data_as<const T>(src), data_as<const int64_t>(index), numel, g, check.get());
-      NC_CUDA_KERNEL_CHECK("scatter_add");
-    }
-  });
-  check.throw_if_found("scatter_add", dim, g.dim_size);
-}
-
-}  // namespace cuda_kernels
+}  // namespace cuda
 }  // namespace normcore

@@ -1,8 +1,8 @@
-// Building blocks shared by the CUDA kernels: dtype dispatch to device types, conversions,
-// 16-byte vectors, and the element-wise launcher. The launcher runs a functor
-// `Out f(In...)` over tensors of one shape: a vectorized loop when every operand is
-// contiguous and 16-byte aligned, otherwise a strided loop over the coalesced dims (any
-// strides, 0 for broadcast dims), with 32-bit index math whenever every offset fits.
+// Building blocks shared by the CUDA kernels: the dtype visitor with device types, and the
+// element-wise launcher. The launcher runs a functor `Out f(In...)` over tensors of one
+// shape: a vectorized loop when every operand is contiguous and 16-byte aligned, otherwise a
+// strided loop over the coalesced dims (any strides, 0 for broadcast dims), with 32-bit
+// index math whenever every offset fits.
 #pragma once
 
 #include <cuda/std/tuple>
@@ -19,114 +19,45 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/runtime.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/vec.cuh"
+#include "kernels/scalar/dtype.h"
 #include "normcore/error.h"
 #include "normcore/tensor.h"
 
 namespace normcore {
-namespace cuda_kernels {
+namespace cuda {
 
-// ---------------------------------------------------------------- dtype dispatch
-template <class T>
-struct TypeTag {
-  using type = T;
-};
-
-// Calls f(TypeTag<T>{}) with the device type of dtype: float, double, __half,
-// __nv_bfloat16, int32_t, int64_t, uint8_t, bool.
+// The dtype visitors with the device's element types (kernels/scalar/dtype.h).
 template <class F>
-void dispatch_all(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::F32: return f(TypeTag<float>{});
-    case DType::F64: return f(TypeTag<double>{});
-    case DType::F16: return f(TypeTag<__half>{});
-    case DType::BF16: return f(TypeTag<__nv_bfloat16>{});
-    case DType::I32: return f(TypeTag<int32_t>{});
-    case DType::I64: return f(TypeTag<int64_t>{});
-    case DType::U8: return f(TypeTag<uint8_t>{});
-    case DType::Bool: return f(TypeTag<bool>{});
-  }
-  throw DTypeError(detail::cat_str(op, ": unknown dtype ", static_cast<int>(dtype)));
+void visit(DType dtype, const char* op, F&& f) {
+  visit_dtype<DeviceTypes>(dtype, op, std::forward<F>(f));
 }
-
 template <class F>
-void dispatch_floating(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::F32: return f(TypeTag<float>{});
-    case DType::F64: return f(TypeTag<double>{});
-    case DType::F16: return f(TypeTag<__half>{});
-    case DType::BF16: return f(TypeTag<__nv_bfloat16>{});
-    default: break;
-  }
-  throw DTypeError(detail::cat_str(op, ": expected a floating dtype, got ", dtype_name(dtype)));
+void visit_float(DType dtype, const char* op, F&& f) {
+  visit_floating<DeviceTypes>(dtype, op, std::forward<F>(f));
 }
 
-template <class T>
-constexpr bool is_reduced_float_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-template <class T>
-constexpr bool is_floating_v = std::is_floating_point_v<T> || is_reduced_float_v<T>;
-
-// The type arithmetic on T happens in: f16 and bf16 compute in float.
-template <class T>
-using compute_t = std::conditional_t<is_reduced_float_v<T>, float, T>;
-
-// Value conversion with the CPU backend's rules: 16-bit floats go through float with
-// round-to-nearest-even, anything to bool is "non-zero", the rest is static_cast.
-template <class To, class From>
-__host__ __device__ __forceinline__ To convert(From v) {
-  if constexpr (std::is_same_v<To, From>) {
-    return v;
-  } else if constexpr (is_reduced_float_v<From>) {
-    return convert<To>(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return v != From(0);
-  } else if constexpr (std::is_same_v<To, __half>) {
-    return __float2half_rn(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
-    return __float2bfloat16_rn(static_cast<float>(v));
-  } else {
-    return static_cast<To>(v);
-  }
+// ---------------------------------------------------------------- index loops
+template <class Index, class F>
+__global__ void index_kernel(Index count, F f) {
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) f(i);
 }
 
-template <class T>
-T* data_as(const Tensor& t) {
-  return static_cast<T*>(t.data_ptr());
+// Runs f(i) for every i < count on the device, i of type Index: for element-wise passes
+// whose element math needs its index, and for small per-row or per-channel loops.
+template <class Index = int64_t, class F>
+void for_each_index(const Launcher& launch, int64_t count, F f) {
+  if (count == 0) return;
+  launch(index_kernel<Index, F>, launch.grid_for(count), kThreads, 0, static_cast<Index>(count), f);
 }
 
-// A Scalar as a value of T: integers convert from their exact int64 value, as the CPU
-// backend converts them (going through double first could round twice).
-template <class T>
-T scalar_as(Scalar s) {
-  return s.is_integral() ? convert<T>(s.to_int()) : convert<T>(s.to_double());
-}
-
-// ---------------------------------------------------------------- vectors
-// N elements loaded or stored with one instruction (N * sizeof(T) <= 16 bytes).
-template <class T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-
-// Elements of the widest operand that fit in 16 bytes.
-template <class... T>
-constexpr int vec_width() {
-  constexpr size_t widest = std::max({sizeof(T)...});
-  return static_cast<int>(16 / widest);
-}
-
-inline bool is_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
-// ---------------------------------------------------------------- launch sizes
-constexpr int kThreads = 256;
-
-// Blocks for a grid-stride loop over `work` items: enough to fill the device several
-// times over, never more than the work needs.
-inline unsigned grid_for(int64_t work, int device, int threads = kThreads) {
-  int64_t needed = (work + threads - 1) / threads;
-  int64_t cap = static_cast<int64_t>(cuda_runtime::multiprocessor_count(device)) * 32;
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, cap)));
+// Calls run(Index{}) with uint32_t when every index below count fits 31 bits, else int64_t.
+template <class Run>
+void with_index_type(int64_t count, Run run) {
+  if (count <= std::numeric_limits<int32_t>::max()) run(uint32_t{});
+  else run(int64_t{});
 }
 
 // ---------------------------------------------------------------- strided index math
@@ -233,7 +164,7 @@ struct OffsetCalculator {
 // ---------------------------------------------------------------- element-wise kernels
 template <class F, class Tuple, size_t... I>
 __device__ __forceinline__ auto apply_at(const F& f, const Tuple& loaded, int j, std::index_sequence<I...>) {
-  return f(cuda::std::get<I>(loaded).v[j]...);
+  return f(::cuda::std::get<I>(loaded).v[j]...);
 }
 
 // All operands contiguous and aligned to N elements; the last n % N elements are the tail.
@@ -243,7 +174,7 @@ __global__ void elementwise_vectorized(int64_t n, F f, Out* __restrict__ out, co
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t vectors = n / N;
   for (int64_t v = first; v < vectors; v += stride) {
-    cuda::std::tuple<Vec<In, N>...> loaded{reinterpret_cast<const Vec<In, N>*>(in)[v]...};
+    ::cuda::std::tuple<Vec<In, N>...> loaded{reinterpret_cast<const Vec<In, N>*>(in)[v]...};
     Vec<Out, N> result;
 #pragma unroll
     for (int j = 0; j < N; ++j) result.v[j] = apply_at(f, loaded, j, std::index_sequence_for<In...>{});
@@ -270,43 +201,44 @@ __global__ void elementwise_strided(Index n, OffsetCalculator<sizeof...(In) + 1,
 }
 
 template <class F, class Out, class... In>
-void launch_strided(const char* op, const Geometry<sizeof...(In) + 1>& g, int outer_dim, F f,
-                    int device, cudaStream_t stream, Out* out, const In*... in);
+void launch_strided(const Launcher& launch, const Geometry<sizeof...(In) + 1>& g, int outer_dim, F f, Out* out,
+                    const In*... in);
 
 // One slice of the outermost dim: every pointer moved to index i of that dim.
 template <class F, class Out, class... In, size_t... I>
-void launch_strided_slice(const char* op, const Geometry<sizeof...(In) + 1>& g, int outer_dim, F f,
-                          int device, cudaStream_t stream, const std::array<int64_t, sizeof...(In) + 1>& st,
-                          int64_t i, std::index_sequence<I...>, Out* out, const In*... in) {
-  launch_strided(op, g, outer_dim, f, device, stream, out + i * st[0], (in + i * st[I + 1])...);
+void launch_strided_slice(const Launcher& launch, const Geometry<sizeof...(In) + 1>& g, int outer_dim, F f,
+                          const std::array<int64_t, sizeof...(In) + 1>& st, int64_t i, std::index_sequence<I...>,
+                          Out* out, const In*... in) {
+  launch_strided(launch, g, outer_dim, f, out + i * st[0], (in + i * st[I + 1])...);
 }
 
 // Launches the strided kernel over the innermost `outer_dim` dims of g; beyond kMaxDims
 // it loops on the host over the outer dims (only tensors of more than 8 dims that do not
 // merge get there).
 template <class F, class Out, class... In>
-void launch_strided(const char* op, const Geometry<sizeof...(In) + 1>& g, int outer_dim, F f,
-                    int device, cudaStream_t stream, Out* out, const In*... in) {
+void launch_strided(const Launcher& launch, const Geometry<sizeof...(In) + 1>& g, int outer_dim, F f, Out* out,
+                    const In*... in) {
   constexpr int NARGS = sizeof...(In) + 1;
   if (outer_dim > kMaxDims) {
     const auto& st = g.strides[outer_dim - 1];
     for (int64_t i = 0; i < g.sizes[outer_dim - 1]; ++i) {
-      launch_strided_slice(op, g, outer_dim - 1, f, device, stream, st, i,
-                           std::index_sequence_for<In...>{}, out, in...);
+      launch_strided_slice(launch, g, outer_dim - 1, f, st, i, std::index_sequence_for<In...>{}, out, in...);
     }
     return;
   }
   int64_t n = 1;
   for (int d = 0; d < outer_dim; ++d) n *= g.sizes[d];
-  unsigned grid = grid_for(n, device);
+  const unsigned grid = launch.grid_for(n);
+  // Kernels with a parameter pack are launched directly: their instantiations cannot be named
+  // as function pointers for the launcher without spelling out their parameters.
   if (g.fits_32bit()) {
-    OffsetCalculator<NARGS, uint32_t> calc(g, 0, outer_dim);
-    elementwise_strided<uint32_t><<<grid, kThreads, 0, stream>>>(static_cast<uint32_t>(n), calc, f, out, in...);
+    const OffsetCalculator<NARGS, uint32_t> calc(g, 0, outer_dim);
+    elementwise_strided<uint32_t><<<grid, kThreads, 0, launch.stream()>>>(static_cast<uint32_t>(n), calc, f, out, in...);
   } else {
-    OffsetCalculator<NARGS, int64_t> calc(g, 0, outer_dim);
-    elementwise_strided<int64_t><<<grid, kThreads, 0, stream>>>(n, calc, f, out, in...);
+    const OffsetCalculator<NARGS, int64_t> calc(g, 0, outer_dim);
+    elementwise_strided<int64_t><<<grid, kThreads, 0, launch.stream()>>>(n, calc, f, out, in...);
   }
-  NC_CUDA_KERNEL_CHECK(op);
+  launch.check();
 }
 
 // out[i] = f(in[i]...) for every element of out's shape; the inputs are already expanded
@@ -315,23 +247,21 @@ template <class Out, class... In, class F>
 void elementwise(const char* op, F f, const Tensor& out, const std::conditional_t<true, Tensor, In>&... in) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  const int device = out.device().index;
-  cuda_runtime::DeviceGuard guard(device);
-  cudaStream_t stream = cuda_runtime::stream(device);
+  const Launcher launch(op, out);
   Out* out_ptr = data_as<Out>(out);
 
   constexpr int N = vec_width<Out, In...>();
-  bool contiguous = out.is_contiguous() && (in.is_contiguous() && ...);
-  bool aligned = is_aligned(out_ptr, sizeof(Out) * N) && (is_aligned(in.data_ptr(), sizeof(In) * N) && ...);
+  const bool contiguous = out.is_contiguous() && (in.is_contiguous() && ...);
+  const bool aligned = is_aligned(out_ptr, sizeof(Out) * N) && (is_aligned(in.data_ptr(), sizeof(In) * N) && ...);
   if (contiguous && aligned) {
-    elementwise_vectorized<N><<<grid_for((n + N - 1) / N, device), kThreads, 0, stream>>>(
+    elementwise_vectorized<N><<<launch.grid_for(ceil_div(n, N)), kThreads, 0, launch.stream()>>>(
         n, f, out_ptr, data_as<const In>(in)...);
-    NC_CUDA_KERNEL_CHECK(op);
+    launch.check();
     return;
   }
-  Geometry<sizeof...(In) + 1> g(out.shape(), {&out.strides(), &in.strides()...});
-  launch_strided(op, g, g.ndim(), f, device, stream, out_ptr, data_as<const In>(in)...);
+  const Geometry<sizeof...(In) + 1> g(out.shape(), {&out.strides(), &in.strides()...});
+  launch_strided(launch, g, g.ndim(), f, out_ptr, data_as<const In>(in)...);
 }
 
-}  // namespace cuda_kernels
+}  // namespace cuda
 }  // namespace normcore

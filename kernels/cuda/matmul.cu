@@ -1,13 +1,14 @@
-// Batched matrix product through cuBLAS: out [B, M, N] = a [B, M, K] @ b [B, K, N], all
-// one floating dtype, out contiguous and written (=). f16/bf16 accumulate in f32
+// CUDA batched matrix product through cuBLAS (contract in kernels/matmul.h): out [B, M, N] =
+// a [B, M, K] @ b [B, K, N], all one floating dtype, out contiguous and written (=). f16/bf16 accumulate in f32
 // (CUBLAS_COMPUTE_32F), f32 in plain f32 or, with cuda::allow_tf32(), on TF32 tensor
 // cores (CUBLAS_COMPUTE_32F_FAST_TF32), f64 in f64. Each operand is either
 // row-major (stride(2) == 1) or column-major (stride(1) == 1), with any batch stride.
-#include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/matmul.h"
 #include "normcore/cuda.h"
 
 namespace normcore {
-namespace cuda_kernels {
+namespace cuda {
 namespace {
 
 // An operand as cuBLAS sees it. cuBLAS is column-major, so the row-major product
@@ -41,16 +42,17 @@ bool as_gemm_operand(const Tensor& t, GemmOperand* g) {
   return false;
 }
 
-}  // namespace
+class CudaMatmul final : public kernels::MatmulKernels {
+ public:
+  void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override;
+};
 
-void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
+void CudaMatmul::matmul(const Tensor& out, const Tensor& a, const Tensor& b) const {
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
-  const int device = out.device().index;
-  cuda_runtime::DeviceGuard guard(device);
-  cudaStream_t stream = cuda_runtime::stream(device);
+  const Launcher launch("matmul", out);
   if (k == 0) {
-    NC_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
+    NC_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), launch.stream()));
     return;
   }
 
@@ -71,7 +73,7 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   switch (out.dtype()) {
     case DType::F32:
       data_type = CUDA_R_32F;
-      compute_type = cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      compute_type = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
     case DType::F64: data_type = CUDA_R_64F; compute_type = CUBLAS_COMPUTE_64F; break;
     case DType::F16: data_type = CUDA_R_16F; compute_type = CUBLAS_COMPUTE_32F; break;
@@ -88,10 +90,17 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
 
   // Column-major view: out^T [n, m] = b^T [n, k] @ a^T [k, m], ldc = n.
   NC_CUDA_CHECK(cublasGemmStridedBatchedEx_64(
-      cuda_runtime::cublas_handle(device), gb.op, ga.op, n, m, k, alpha, gb.ptr, data_type, gb.ld,
+      cublas_handle(launch.device()), gb.op, ga.op, n, m, k, alpha, gb.ptr, data_type, gb.ld,
       gb.batch_stride, ga.ptr, data_type, ga.ld, ga.batch_stride, beta, out.data_ptr(), data_type, n, m * n,
       batch, compute_type, CUBLAS_GEMM_DEFAULT));
 }
 
-}  // namespace cuda_kernels
+}  // namespace
+
+const kernels::MatmulKernels& matmul_kernels() {
+  static const CudaMatmul kernels;
+  return kernels;
+}
+
+}  // namespace cuda
 }  // namespace normcore

@@ -1,5 +1,5 @@
-// Row reductions: x contiguous [rows, row_len] -> out [rows] (reduce), and values plus
-// first indices of the max/min (arg_reduce). One kernel family serves every op: a thread,
+// CUDA reductions (contracts in kernels/reduce.h): x contiguous [rows, row_len] -> out
+// [rows] (reduce), and values plus first indices of the max/min (arg_reduce). One kernel family serves every op: a thread,
 // a group of lanes or a whole block per row depending on row_len, and for a few very long
 // rows a two-stage reduction through per-chunk partials. Results are deterministic for a
 // given device (a fixed combination order, no floating-point atomics). f16/bf16/f32
@@ -7,9 +7,11 @@
 #include <limits>
 
 #include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/reduction/combine.cuh"
+#include "kernels/reduce.h"
 
 namespace normcore {
-namespace cuda_kernels {
+namespace cuda {
 namespace {
 
 // ---------------------------------------------------------------- reduction parts
@@ -71,26 +73,17 @@ struct MapAbsPow {
 };
 
 // The variance's second pass sums the deviations from the first pass's mean and their
-// squares. The mean carries a rounding error e, which adds n e^2 to the sum of squares;
-// the sum of deviations (n e) lets the store take that back out ("corrected two-pass",
-// Chan, Golub and LeVeque), which matters when the spread is near the mean's last bits.
-template <class Acc>
-struct Deviations {
-  Acc sum;
-  Acc sum_sq;
-};
-template <class Acc>
-__device__ __forceinline__ Deviations<Acc> operator+(Deviations<Acc> a, Deviations<Acc> b) {
-  return {a.sum + b.sum, a.sum_sq + b.sum_sq};
-}
-
+// squares (Sums<Acc, 2>). The mean carries a rounding error e, which adds n e^2 to the sum of
+// squares; the sum of deviations (n e) lets the store take that back out ("corrected
+// two-pass", Chan, Golub and LeVeque), which matters when the spread is near the mean's last
+// bits.
 template <class Acc>
 struct MapDeviation {
   const Acc* mean;  // per row, from the first pass
   template <class In>
-  __device__ __forceinline__ Deviations<Acc> operator()(In x, int64_t row, int64_t) const {
+  __device__ __forceinline__ Sums<Acc, 2> operator()(In x, int64_t row, int64_t) const {
     const Acc d = convert<Acc>(x) - mean[row];
-    return {d, d * d};
+    return {{d, d * d}};
   }
 };
 
@@ -105,10 +98,6 @@ struct MapIdentity {
   __device__ __forceinline__ Acc operator()(Acc x, int64_t, int64_t) const { return x; }
 };
 
-struct Plus {
-  template <class Acc>
-  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const { return a + b; }
-};
 struct Times {
   template <class Acc>
   __device__ __forceinline__ Acc operator()(Acc a, Acc b) const { return a * b; }
@@ -150,8 +139,8 @@ struct StoreVariance {
   Out* out;
   Acc row_len;
   Acc divisor;
-  __device__ __forceinline__ void operator()(int64_t row, Deviations<Acc> a) const {
-    const Acc sum_sq = max(a.sum_sq - a.sum * a.sum / row_len, Acc(0));
+  __device__ __forceinline__ void operator()(int64_t row, const Sums<Acc, 2>& a) const {
+    const Acc sum = a.v[0], sum_sq = max(a.v[1] - sum * sum / row_len, Acc(0));
     out[row] = convert<Out>(divisor > Acc(0) ? sum_sq / divisor : Acc(NAN));
   }
 };
@@ -175,34 +164,12 @@ struct StorePartial {
   __device__ __forceinline__ void operator()(int64_t index, Acc a) const { partials[index] = a; }
 };
 
-// arg_reduce: the running best value and its column. Plain aggregate (shared memory).
-template <class C>
-struct ArgAcc {
-  C value;
-  int64_t index;
-};
-
+// arg_reduce: the running best value and its column (ArgBest, combined by ArgCombine).
 template <class C>
 struct MapArg {
   template <class In>
-  __device__ __forceinline__ ArgAcc<C> operator()(In x, int64_t, int64_t col) const {
+  __device__ __forceinline__ ArgBest<C> operator()(In x, int64_t, int64_t col) const {
     return {convert<C>(x), col};
-  }
-};
-
-// Picks the better of two candidates: a NaN beats any number, then the larger (smaller)
-// value, then the lower index. That is a total order, so the result does not depend on
-// the order candidates are combined in.
-template <class C, bool IS_MAX>
-struct ArgCombine {
-  __device__ __forceinline__ ArgAcc<C> operator()(ArgAcc<C> a, ArgAcc<C> b) const {
-    const bool a_nan = is_nan(a.value), b_nan = is_nan(b.value);
-    if (a_nan || b_nan) {
-      if (a_nan && b_nan) return a.index < b.index ? a : b;
-      return a_nan ? a : b;
-    }
-    if (a.value == b.value) return a.index < b.index ? a : b;
-    return (IS_MAX ? a.value > b.value : a.value < b.value) ? a : b;
   }
 };
 
@@ -210,34 +177,13 @@ template <class T, class C>
 struct StoreArg {
   T* values;
   int64_t* indices;
-  __device__ __forceinline__ void operator()(int64_t row, ArgAcc<C> a) const {
+  __device__ __forceinline__ void operator()(int64_t row, const ArgBest<C>& a) const {
     values[row] = convert<T>(a.value);
     indices[row] = a.index;
   }
 };
 
 // ---------------------------------------------------------------- kernels
-template <class V>
-__device__ __forceinline__ V shfl_xor(V v, int mask) {
-  return static_cast<V>(__shfl_xor_sync(0xffffffffu, v, mask));
-}
-template <class C>
-__device__ __forceinline__ ArgAcc<C> shfl_xor(ArgAcc<C> v, int mask) {
-  return {shfl_xor(v.value, mask), shfl_xor(v.index, mask)};
-}
-template <class Acc>
-__device__ __forceinline__ Deviations<Acc> shfl_xor(Deviations<Acc> v, int mask) {
-  return {shfl_xor(v.sum, mask), shfl_xor(v.sum_sq, mask)};
-}
-
-// Butterfly over groups of G consecutive lanes; every lane ends with its group's result.
-template <int G, class Acc, class Combine>
-__device__ __forceinline__ Acc group_reduce(Acc acc, const Combine& combine) {
-#pragma unroll
-  for (int offset = G / 2; offset > 0; offset /= 2) acc = combine(acc, shfl_xor(acc, offset));
-  return acc;
-}
-
 // Elements of In in one 16-byte load (partial results wider than that load one at a time).
 template <class In>
 constexpr int vec_elements() {
@@ -285,7 +231,7 @@ __global__ void __launch_bounds__(kThreads) reduce_rows_grouped(R r, const typen
   const int lane = threadIdx.x % G;
   typename R::Acc acc = r.init;
   if (row < rows) acc = accumulate(r, x + row * row_len, 0, row_len, row, lane, G);
-  acc = group_reduce<G>(acc, r.combine);  // every lane takes part in the shuffles
+  acc = warp_reduce<G>(acc, r.combine);  // every lane takes part in the shuffles
   if (row < rows && lane == 0) r.store(row, acc);
 }
 
@@ -293,84 +239,54 @@ __global__ void __launch_bounds__(kThreads) reduce_rows_grouped(R r, const typen
 // row * chunks + chunk, which is the row itself when there is one chunk.
 template <int BLOCK, class R>
 __global__ void __launch_bounds__(BLOCK) reduce_rows_blocked(R r, const typename R::In* x, int64_t row_len, int64_t chunk_len) {
-  __shared__ typename R::Acc warp_results[BLOCK / 32];
   const int64_t row = blockIdx.x;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk_len;
   const int64_t end = min(row_len, begin + chunk_len);
   typename R::Acc acc = accumulate(r, x + row * row_len, begin, end, row, threadIdx.x, BLOCK);
-  acc = group_reduce<32>(acc, r.combine);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_results[warp] = acc;
-  __syncthreads();
-  if (warp == 0) {
-    acc = lane < BLOCK / 32 ? warp_results[lane] : r.init;
-    acc = group_reduce<32>(acc, r.combine);
-    if (lane == 0) r.store(row * gridDim.y + blockIdx.y, acc);
-  }
+  acc = team_reduce<BLOCK>(acc, r.combine);
+  if (threadIdx.x == 0) r.store(row * gridDim.y + blockIdx.y, acc);
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 template <int G, class R>
-void launch_grouped(const char* op, const R& r, const typename R::In* x, int64_t rows, int64_t row_len,
-                    cudaStream_t stream) {
-  const auto grid = static_cast<unsigned>(ceil_div(rows, kThreads / G));
-  reduce_rows_grouped<G><<<grid, kThreads, 0, stream>>>(r, x, rows, row_len);
-  NC_CUDA_KERNEL_CHECK(op);
+void launch_grouped(const Launcher& launch, const R& r, const typename R::In* x, int64_t rows, int64_t row_len) {
+  launch(reduce_rows_grouped<G, R>, static_cast<unsigned>(ceil_div(rows, kThreads / G)), kThreads, 0, r, x, rows,
+         row_len);
 }
 
 constexpr int kRowBlock = 512;
 // Rows at least this long, when there are too few of them to fill the device, are split
-// into chunks of at least kMinChunk columns reduced by separate blocks.
+// into chunks of at least kSplitMinChunk columns reduced by separate blocks.
 constexpr int64_t kSplitRowLen = 32768;
-constexpr int64_t kMinChunk = 8192;
+constexpr int64_t kSplitMinChunk = 8192;
 
-// Runs the reduction over x [rows, row_len] on the current device and stream.
+// Runs the reduction over x [rows, row_len].
 template <class R>
-void run_reduction(const char* op, const R& r, const typename R::In* x, int64_t rows, int64_t row_len,
-                   int device, cudaStream_t stream) {
+void run_reduction(const Launcher& launch, const R& r, const typename R::In* x, int64_t rows, int64_t row_len) {
   if (rows == 0) return;
   // Short rows: enough lanes per row for about one to four 16-byte loads each.
   const int64_t vectors = ceil_div(row_len, vec_elements<typename R::In>());
-  if (vectors <= 2) return launch_grouped<1>(op, r, x, rows, row_len, stream);
-  if (vectors <= 16) return launch_grouped<4>(op, r, x, rows, row_len, stream);
-  if (vectors <= 512) return launch_grouped<32>(op, r, x, rows, row_len, stream);
+  if (vectors <= 2) return launch_grouped<1>(launch, r, x, rows, row_len);
+  if (vectors <= 16) return launch_grouped<4>(launch, r, x, rows, row_len);
+  if (vectors <= 512) return launch_grouped<32>(launch, r, x, rows, row_len);
 
-  const int64_t sms = cuda_runtime::multiprocessor_count(device);
+  const int64_t sms = launch.multiprocessors();
   int64_t chunks = 1;
   if (rows < 2 * sms && row_len >= kSplitRowLen) {
-    chunks = std::min({ceil_div(row_len, kMinChunk), ceil_div(4 * sms, rows), int64_t{65535}});
+    chunks = std::min({ceil_div(row_len, kSplitMinChunk), ceil_div(4 * sms, rows), int64_t{65535}});
   }
   const int64_t chunk_len = ceil_div(row_len, chunks);
   chunks = ceil_div(row_len, chunk_len);  // no empty chunk
   if (chunks == 1) {
-    reduce_rows_blocked<kRowBlock><<<static_cast<unsigned>(rows), kRowBlock, 0, stream>>>(r, x, row_len, row_len);
-    NC_CUDA_KERNEL_CHECK(op);
+    launch(reduce_rows_blocked<kRowBlock, R>, static_cast<unsigned>(rows), kRowBlock, 0, r, x, row_len, row_len);
     return;
   }
   using Acc = typename R::Acc;
-  cuda_runtime::DeviceBuffer partials(static_cast<size_t>(rows * chunks) * sizeof(Acc), device);
-  auto stage1 = make_reduction<typename R::In>(r.init, r.map, r.combine, StorePartial<Acc>{partials.as<Acc>()});
-  dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(chunks));
-  reduce_rows_blocked<kRowBlock><<<grid, kRowBlock, 0, stream>>>(stage1, x, row_len, chunk_len);
-  NC_CUDA_KERNEL_CHECK(op);
-  auto stage2 = make_reduction<Acc>(r.init, MapIdentity{}, r.combine, r.store);
-  launch_grouped<32>(op, stage2, partials.as<const Acc>(), rows, chunks, stream);
-}
-
-// f16, bf16 and f32 accumulate in float, f64 in double.
-template <class T>
-using float_acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <class C>
-C lowest_value() {
-  if constexpr (std::numeric_limits<C>::has_infinity) return -std::numeric_limits<C>::infinity();
-  else return std::numeric_limits<C>::lowest();
-}
-template <class C>
-C highest_value() {
-  if constexpr (std::numeric_limits<C>::has_infinity) return std::numeric_limits<C>::infinity();
-  else return std::numeric_limits<C>::max();
+  const DeviceBuffer partials = launch.buffer(static_cast<size_t>(rows * chunks) * sizeof(Acc));
+  const auto stage1 = make_reduction<typename R::In>(r.init, r.map, r.combine, StorePartial<Acc>{partials.as<Acc>()});
+  launch(reduce_rows_blocked<kRowBlock, decltype(stage1)>, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(chunks)),
+         kRowBlock, 0, stage1, x, row_len, chunk_len);
+  const auto stage2 = make_reduction<Acc>(r.init, MapIdentity{}, r.combine, r.store);
+  launch_grouped<32>(launch, stage2, partials.as<const Acc>(), rows, chunks);
 }
 
 const char* reduce_op_name(ReduceOp op) {
@@ -388,57 +304,61 @@ const char* reduce_op_name(ReduceOp op) {
   return "reduce";
 }
 
-}  // namespace
+class CudaReduce final : public kernels::ReduceKernels {
+ public:
+  void reduce(ReduceOp op, const Tensor& out, const Tensor& x, double arg) const override;
+  void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& x) const override;
+};
 
-void reduce(ReduceOp op, const Tensor& out, const Tensor& x, double arg) {
+// f16, bf16 and f32 accumulate in float, f64 in double (compute_t), integers and bool in
+// int64 (Sum, Prod).
+void CudaReduce::reduce(ReduceOp op, const Tensor& out, const Tensor& x, double arg) const {
   const int64_t rows = out.numel();
   if (rows == 0) return;
   const int64_t row_len = x.numel() / rows;
-  const int device = out.device().index;
-  cuda_runtime::DeviceGuard guard(device);
-  cudaStream_t stream = cuda_runtime::stream(device);
   const char* name = reduce_op_name(op);
+  const Launcher launch(name, out);
 
   auto run = [&](const auto& r) {
     using In = typename std::decay_t<decltype(r)>::In;
-    run_reduction(name, r, data_as<const In>(x), rows, row_len, device, stream);
+    run_reduction(launch, r, data_as<const In>(x), rows, row_len);
   };
 
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Prod:
-      return dispatch_all(x.dtype(), name, [&](auto tag) {
+      return visit(x.dtype(), name, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        using Acc = std::conditional_t<is_floating_v<T>, float_acc_t<T>, int64_t>;
+        using Acc = std::conditional_t<is_floating_v<T>, compute_t<T>, int64_t>;
         using Out = std::conditional_t<is_floating_v<T>, T, int64_t>;
         StoreConvert<Out> store{data_as<Out>(out)};
         if (op == ReduceOp::Sum) run(make_reduction<T>(Acc(0), MapConvert<Acc>{}, Plus{}, store));
         else run(make_reduction<T>(Acc(1), MapConvert<Acc>{}, Times{}, store));
       });
     case ReduceOp::Mean:
-      return dispatch_floating(x.dtype(), name, [&](auto tag) {
+      return visit_float(x.dtype(), name, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        using Acc = float_acc_t<T>;
+        using Acc = compute_t<T>;
         StoreDivided<T, Acc> store{data_as<T>(out), static_cast<Acc>(row_len)};
         run(make_reduction<T>(Acc(0), MapConvert<Acc>{}, Plus{}, store));
       });
     case ReduceOp::Var:
-      return dispatch_floating(x.dtype(), name, [&](auto tag) {
+      return visit_float(x.dtype(), name, [&](auto tag) {
         // Two passes: the row means first, then the deviations from them, which stays
         // accurate when |mean| >> std (a one-pass sum of squares would cancel).
         using T = typename decltype(tag)::type;
-        using Acc = float_acc_t<T>;
-        cuda_runtime::DeviceBuffer means(static_cast<size_t>(rows) * sizeof(Acc), device);
+        using Acc = compute_t<T>;
+        const DeviceBuffer means = launch.buffer(static_cast<size_t>(rows) * sizeof(Acc));
         StoreDivided<Acc, Acc> store_mean{means.as<Acc>(), static_cast<Acc>(row_len)};
         run(make_reduction<T>(Acc(0), MapConvert<Acc>{}, Plus{}, store_mean));
         StoreVariance<T, Acc> store{data_as<T>(out), static_cast<Acc>(row_len),
                                     static_cast<Acc>(row_len - static_cast<int64_t>(arg))};
-        run(make_reduction<T>(Deviations<Acc>{0, 0}, MapDeviation<Acc>{means.as<const Acc>()}, Plus{}, store));
+        run(make_reduction<T>(Sums<Acc, 2>::identity(), MapDeviation<Acc>{means.as<const Acc>()}, Merge{}, store));
       });
     case ReduceOp::Norm:
-      return dispatch_floating(x.dtype(), name, [&](auto tag) {
+      return visit_float(x.dtype(), name, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        using Acc = float_acc_t<T>;
+        using Acc = compute_t<T>;
         T* out_ptr = data_as<T>(out);
         if (std::isinf(arg)) run(make_reduction<T>(Acc(0), MapAbs<Acc>{}, MaxNan{}, StoreConvert<T>{out_ptr}));
         else if (arg == 1.0) run(make_reduction<T>(Acc(0), MapAbs<Acc>{}, Plus{}, StoreConvert<T>{out_ptr}));
@@ -450,7 +370,7 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& x, double arg) {
       });
     case ReduceOp::Max:
     case ReduceOp::Min:
-      return dispatch_all(x.dtype(), name, [&](auto tag) {
+      return visit(x.dtype(), name, [&](auto tag) {
         using T = typename decltype(tag)::type;
         using C = compute_t<T>;
         StoreConvert<T> store{data_as<T>(out)};
@@ -459,7 +379,7 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& x, double arg) {
       });
     case ReduceOp::All:
     case ReduceOp::Any:
-      return dispatch_all(x.dtype(), name, [&](auto tag) {
+      return visit(x.dtype(), name, [&](auto tag) {
         using T = typename decltype(tag)::type;
         StoreConvert<bool> store{data_as<bool>(out)};
         if (op == ReduceOp::All) run(make_reduction<T>(1, MapNonZero{}, LogicalAnd{}, store));
@@ -469,30 +389,33 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& x, double arg) {
   throw ValueError(detail::cat_str("reduce: unknown op ", static_cast<int>(op)));
 }
 
-void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& x) {
+void CudaReduce::arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& x) const {
   const int64_t rows = values.numel();
   if (rows == 0) return;
   const int64_t row_len = x.numel() / rows;
-  const int device = values.device().index;
-  cuda_runtime::DeviceGuard guard(device);
-  cudaStream_t stream = cuda_runtime::stream(device);
   const char* name = is_max ? "argmax" : "argmin";
-  dispatch_all(x.dtype(), name, [&](auto tag) {
+  const Launcher launch(name, values);
+  visit(x.dtype(), name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const T* x_ptr = data_as<const T>(x);
     StoreArg<T, C> store{data_as<T>(values), data_as<int64_t>(indices)};
-    // The initial candidate loses to every element: worst value, index past any column.
-    constexpr int64_t kNoIndex = std::numeric_limits<int64_t>::max();
     if (is_max) {
-      auto r = make_reduction<T>(ArgAcc<C>{lowest_value<C>(), kNoIndex}, MapArg<C>{}, ArgCombine<C, true>{}, store);
-      run_reduction(name, r, x_ptr, rows, row_len, device, stream);
+      run_reduction(launch, make_reduction<T>(no_candidate<C, true>(), MapArg<C>{}, ArgCombine<C, true>{}, store),
+                    x_ptr, rows, row_len);
     } else {
-      auto r = make_reduction<T>(ArgAcc<C>{highest_value<C>(), kNoIndex}, MapArg<C>{}, ArgCombine<C, false>{}, store);
-      run_reduction(name, r, x_ptr, rows, row_len, device, stream);
+      run_reduction(launch, make_reduction<T>(no_candidate<C, false>(), MapArg<C>{}, ArgCombine<C, false>{}, store),
+                    x_ptr, rows, row_len);
     }
   });
 }
 
-}  // namespace cuda_kernels
+}  // namespace
+
+const kernels::ReduceKernels& reduce_kernels() {
+  static const CudaReduce kernels;
+  return kernels;
+}
+
+}  // namespace cuda
 }  // namespace normcore

@@ -19,7 +19,7 @@
 #include "normcore/error.h"
 
 namespace normcore {
-namespace cuda_runtime {
+namespace cuda {
 namespace {
 
 struct DeviceContext {
@@ -202,7 +202,7 @@ void pinned_free(void* ptr) {
   NC_CUDA_LOG(cudaFreeHost(ptr));
 }
 
-void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   if (nbytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, nbytes);
@@ -234,42 +234,40 @@ void memcpy(void* dst, Device dst_device, const void* src, Device src_device, si
   stream_wait(dst_stream, src_stream);
 }
 
-}  // namespace cuda_runtime
 
 // ---------------------------------------------------------------- public API (cuda.h)
-namespace cuda {
 
 void mem_get_info(int device, size_t* free_bytes, size_t* total_bytes) {
-  cuda_runtime::check_device("cuda::mem_get_info", device);
-  cuda_runtime::DeviceGuard guard(device);
+  check_device("cuda::mem_get_info", device);
+  DeviceGuard guard(device);
   NC_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
 int current_device() {
-  NC_CHECK(cuda_runtime::device_count() > 0, DeviceError, "cuda::current_device: no CUDA device is available");
+  NC_CHECK(device_count() > 0, DeviceError, "cuda::current_device: no CUDA device is available");
   int device = 0;
   NC_CUDA_CHECK(cudaGetDevice(&device));
   return device;
 }
 
 void set_device(int device) {
-  cuda_runtime::check_device("cuda::set_device", device);
+  check_device("cuda::set_device", device);
   NC_CUDA_CHECK(cudaSetDevice(device));
 }
 
 void synchronize(int device) {
   if (device < 0) device = current_device();
-  cuda_runtime::check_device("cuda::synchronize", device);
-  NC_CUDA_CHECK(cudaStreamSynchronize(cuda_runtime::stream(device)));
+  check_device("cuda::synchronize", device);
+  NC_CUDA_CHECK(cudaStreamSynchronize(cuda::stream(device)));
 }
 
 StreamHandle current_stream(int device) {
-  cuda_runtime::check_device("cuda::current_stream", device);
-  return cuda_runtime::stream(device);
+  check_device("cuda::current_stream", device);
+  return cuda::stream(device);
 }
 
 void set_current_stream(int device, StreamHandle handle) {
-  cuda_runtime::check_device("cuda::set_current_stream", device);
+  check_device("cuda::set_current_stream", device);
   auto s = static_cast<cudaStream_t>(handle);
   if (s != nullptr) {
     int owner = -1;
@@ -277,11 +275,11 @@ void set_current_stream(int device, StreamHandle handle) {
     NC_CHECK(owner == device, DeviceError, "cuda::set_current_stream: the stream belongs to device ",
              owner, ", not device ", device);
   }
-  cuda_runtime::set_stream(device, s);
+  set_stream(device, s);
 }
 
 StreamHandle create_stream() {
-  NC_CHECK(cuda_runtime::device_count() > 0, DeviceError, "cuda::create_stream: no CUDA device is available");
+  NC_CHECK(device_count() > 0, DeviceError, "cuda::create_stream: no CUDA device is available");
   cudaStream_t s = nullptr;
   NC_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
@@ -292,14 +290,14 @@ void destroy_stream(StreamHandle handle) {
   if (s == nullptr) return;
   int device = -1;
   NC_CUDA_CHECK(cudaStreamGetDevice(s, &device));
-  cuda_runtime::check_device("cuda::destroy_stream", device);
-  NC_CHECK(!cuda_runtime::is_own_stream(device, s), ValueError,
+  check_device("cuda::destroy_stream", device);
+  NC_CHECK(!is_own_stream(device, s), ValueError,
            "cuda::destroy_stream: cannot destroy normcore's own stream of device ", device);
   // Stop using it first, so no new work lands on it while it drains.
-  if (cuda_runtime::stream(device) == s) cuda_runtime::set_stream(device, nullptr);
-  cuda_runtime::DeviceGuard guard(device);
+  if (cuda::stream(device) == s) set_stream(device, nullptr);
+  DeviceGuard guard(device);
   NC_CUDA_CHECK(cudaStreamSynchronize(s));
-  cuda_runtime::release_stream_blocks(device, s);
+  release_stream_blocks(device, s);
   NC_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
@@ -308,7 +306,7 @@ StreamGuard::StreamGuard(int device, StreamHandle stream)
   set_current_stream(device, stream);
 }
 
-StreamGuard::~StreamGuard() { cuda_runtime::set_stream(device_, static_cast<cudaStream_t>(previous_)); }
+StreamGuard::~StreamGuard() { set_stream(device_, static_cast<cudaStream_t>(previous_)); }
 
 }  // namespace cuda
 }  // namespace normcore

@@ -1,7 +1,7 @@
 // The CUDA runtime as core and the CUDA kernels use it: device count, the caching device
 // allocator, pinned host memory, copies between devices, and per-device context (current
 // stream, cuBLAS handle). Functions taking a device index expect a valid one; the public
-// wrappers in include/normcore/cuda.h validate and throw DeviceError.
+// functions of the same namespace (include/normcore/cuda.h) validate and throw DeviceError.
 #pragma once
 
 #include <cublas_v2.h>
@@ -12,7 +12,7 @@
 #include "normcore/device.h"
 
 namespace normcore {
-namespace cuda_runtime {
+namespace cuda {
 
 // Number of usable GPUs; 0 when there is no driver or no GPU (never throws or prints).
 int device_count();
@@ -35,7 +35,7 @@ void pinned_free(void* ptr);
 // Copies nbytes between host and device or between devices, on the current stream of the
 // CUDA side. Complete when it returns if dst is host memory; an upload may still be in
 // flight when it returns (from a pageable source CUDA has already staged the bytes).
-void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
 // The stream every kernel and library call for device is queued on. Unless the user set
 // one, a non-blocking stream created on first use.
@@ -84,5 +84,5 @@ class DeviceBuffer {
   int device_;
 };
 
-}  // namespace cuda_runtime
+}  // namespace cuda
 }  // namespace normcore

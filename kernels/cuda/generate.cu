@@ -1,30 +1,22 @@
-// Sequences (arange, linspace) and random tensors, out contiguous and written (=).
-// Random element i comes from philox::generate(seed, offset + i) through the transforms in
-// core/philox.h, exactly as on the CPU, so both devices draw the same numbers (up to the
+// CUDA sequences and random numbers (contracts in kernels/generate.h), out contiguous and
+// written (=). Random element i comes from philox::generate(seed, offset + i) through the
+// transforms in base/philox.h, exactly as on the CPU, so both devices draw the same numbers (up to the
 // last bits of the normal transform's log/cos). Sequence arithmetic is double, rounded
 // step by step (no fused multiply-add) to give the CPU's values bit for bit.
-#include "core/philox.h"
+#include "base/philox.h"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/generate.h"
 
 namespace normcore {
-namespace cuda_kernels {
+namespace cuda {
 namespace {
 
-// out[i] = f(i) for i < n.
-template <class T, class F>
-__global__ void generate_kernel(T* out, int64_t n, F f) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = f(i);
-}
-
-template <class T, class F>
-void generate(const char* op, const Tensor& out, F f) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  const int device = out.device().index;
-  cuda_runtime::DeviceGuard guard(device);
-  generate_kernel<<<grid_for(n, device), kThreads, 0, cuda_runtime::stream(device)>>>(data_as<T>(out), n, f);
-  NC_CUDA_KERNEL_CHECK(op);
+// out[i] = value(i) for every element of contiguous out.
+template <class T, class Value>
+void generate(const char* op, const Tensor& out, Value value) {
+  if (out.numel() == 0) return;
+  T* p = data_as<T>(out);
+  for_each_index(Launcher(op, out), out.numel(), [=] __device__(int64_t i) { p[i] = value(i); });
 }
 
 template <class T>
@@ -91,44 +83,52 @@ struct IntOp {
   }
 };
 
+class CudaGenerate final : public kernels::GenerateKernels {
+ public:
+  void arange(const Tensor& out, double start, double step) const override {
+    visit(out.dtype(), "arange", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate<T>("arange", out, ArangeOp<T>{start, step});
+    });
+  }
+
+  void linspace(const Tensor& out, double start, double end) const override {
+    const int64_t n = out.numel();
+    const double step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
+    visit(out.dtype(), "linspace", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate<T>("linspace", out, LinspaceOp<T>{start, end, step, n});
+    });
+  }
+
+  void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset) const override {
+    visit_float(out.dtype(), "random_uniform", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate<T>("random_uniform", out, UniformOp<T>{seed, offset});
+    });
+  }
+
+  void random_normal(const Tensor& out, uint64_t seed, uint64_t offset) const override {
+    visit_float(out.dtype(), "random_normal", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate<T>("random_normal", out, NormalOp<T>{seed, offset});
+    });
+  }
+
+  void random_int(const Tensor& out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range) const override {
+    visit(out.dtype(), "random_int", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate<T>("random_int", out, IntOp<T>{seed, offset, low, range});
+    });
+  }
+};
+
 }  // namespace
 
-void arange(const Tensor& out, double start, double step) {
-  dispatch_all(out.dtype(), "arange", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    generate<T>("arange", out, ArangeOp<T>{start, step});
-  });
+const kernels::GenerateKernels& generate_kernels() {
+  static const CudaGenerate kernels;
+  return kernels;
 }
 
-void linspace(const Tensor& out, double start, double end) {
-  const int64_t n = out.numel();
-  const double step = n > 1 ? (end - start) / static_cast<double>(n - 1) : 0.0;
-  dispatch_all(out.dtype(), "linspace", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    generate<T>("linspace", out, LinspaceOp<T>{start, end, step, n});
-  });
-}
-
-void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset) {
-  dispatch_floating(out.dtype(), "random_uniform", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    generate<T>("random_uniform", out, UniformOp<T>{seed, offset});
-  });
-}
-
-void random_normal(const Tensor& out, uint64_t seed, uint64_t offset) {
-  dispatch_floating(out.dtype(), "random_normal", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    generate<T>("random_normal", out, NormalOp<T>{seed, offset});
-  });
-}
-
-void random_int(const Tensor& out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range) {
-  dispatch_all(out.dtype(), "random_int", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    generate<T>("random_int", out, IntOp<T>{seed, offset, low, range});
-  });
-}
-
-}  // namespace cuda_kernels
+}  // namespace cuda
 }  // namespace normcore

@@ -1,5 +1,5 @@
-// CUDA kernels of the fused GroupNorm + min + bias step (contracts in
-// kernels/cpu/gemm_group_norm_min_bias.h, the reference, and kernels/cuda/gemm_group_norm_min_bias.h).
+// CUDA fused kernels (contracts in kernels/fused.h): the GroupNorm + min + bias step of
+// gemm_group_norm_min_bias.
 // Storage type T, math type C (float for f32/f16/bf16, double for f64).
 // Forward, groups of up to 64 channels whose row fits in shared memory: one block per row
 // stages the row in shared memory, one thread per group takes its statistics and minimum
@@ -16,45 +16,24 @@
 // grad_gn_bias, and the rows whose argmin shares o's group for grad_linear_bias. The linear
 // bias is added to y as it is read (v = y + linear_bias), in both directions. Every sum has
 // a fixed order and no atomics: results are deterministic.
-#include "kernels/cuda/gemm_group_norm_min_bias.h"
-
 #include <algorithm>
 
 #include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/reduction/combine.cuh"
+#include "kernels/fused.h"
 
 namespace normcore {
-namespace cuda_kernels {
+namespace cuda {
 namespace {
 
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 16;
-constexpr unsigned kFullMask = 0xffffffffu;
 
-// Sum over aligned segments of `width` lanes; every lane of a segment gets the same bits
-// (each step adds the same two values on both partners).
+// The row's minimum so far: a NaN wins, then the smaller value, then the lower index.
 template <class C>
-__device__ __forceinline__ C segment_sum(C v, int width) {
-  for (int offset = width / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
-
-// A candidate for the min: index < 0 is no candidate. A NaN beats any number, then the
-// smaller value, then the lower index: a total order, so any combination order agrees.
+using MinAt = ArgBest<C>;
 template <class C>
-struct MinAt {
-  C value;
-  int64_t index;
-};
-
-template <class C>
-__device__ __forceinline__ MinAt<C> better(MinAt<C> a, MinAt<C> b) {
-  if (a.index < 0) return b;
-  if (b.index < 0) return a;
-  const bool a_nan = a.value != a.value, b_nan = b.value != b.value;
-  if (a_nan != b_nan) return a_nan ? a : b;
-  if (!a_nan && a.value != b.value) return a.value < b.value ? a : b;
-  return a.index < b.index ? a : b;
-}
+using Better = ArgCombine<C, false>;
 
 template <class T, class C>
 __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
@@ -74,7 +53,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
     auto v = [&](int64_t c) { return convert<C>(yr[c]) + (linear_bias ? convert<C>(linear_bias[c]) : C(0)); };
     const int segments = kWarp / width, segment = lane / width, seg_lane = lane % width;
     const C inv_len = C(1) / static_cast<C>(group_len);
-    MinAt<C> best{C(0), -1};
+    MinAt<C> best = no_candidate<C, false>();
     for (int64_t first_group = 0; first_group < groups; first_group += segments) {
       const int64_t g = first_group + segment;
       const bool active = g < groups;
@@ -82,7 +61,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
       C sum = 0;
       if (active)
         for (int64_t i = seg_lane; i < group_len; i += width) sum += v(first + i);
-      const C mean = segment_sum(sum, width) * inv_len;
+      const C mean = segment_reduce(sum, Plus{}, width) * inv_len;
       C dev = 0, dev_sq = 0;
       if (active)
         for (int64_t i = seg_lane; i < group_len; i += width) {
@@ -90,8 +69,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
           dev += d;
           dev_sq += d * d;
         }
-      dev = segment_sum(dev, width);
-      dev_sq = segment_sum(dev_sq, width);
+      dev = segment_reduce(dev, Plus{}, width);
+      dev_sq = segment_reduce(dev_sq, Plus{}, width);
       // The mean's rounding error e adds len * e^2 to dev_sq; dev = len * e takes it back out.
       const C var = max((dev_sq - dev * dev * inv_len) * inv_len, C(0));
       const C rstd = C(1) / sqrt(var + eps);
@@ -105,14 +84,10 @@ __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
         C z = (v(c) - mean) * rstd;
         if (weight) z *= convert<C>(weight[c]);
         if (gn_bias) z += convert<C>(gn_bias[c]);
-        best = better(best, MinAt<C>{z, c});
+        best = Better<C>{}(best, MinAt<C>{z, c});
       }
     }
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      MinAt<C> other{__shfl_xor_sync(kFullMask, best.value, offset),
-                     __shfl_xor_sync(kFullMask, best.index, offset)};
-      best = better(best, other);
-    }
+    best = warp_reduce<kWarp>(best, Better<C>{});
     if (lane == 0) {
       row_min[warp] = best.value;
       argmin[row] = best.index;
@@ -137,22 +112,6 @@ __global__ void __launch_bounds__(kRowsPerBlock * kWarp)
 // broadcast kernel below writes out. y crosses device memory once, in full 128-byte lines.
 constexpr int kShortGroup = 64;
 constexpr int kRowThreads = 256;
-
-template <class C>
-__device__ __forceinline__ MinAt<C> block_min(MinAt<C> best) {
-  __shared__ C values[kRowThreads / kWarp];
-  __shared__ int64_t indices[kRowThreads / kWarp];
-  const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    MinAt<C> other{__shfl_xor_sync(kFullMask, best.value, offset), __shfl_xor_sync(kFullMask, best.index, offset)};
-    best = better(best, other);
-  }
-  if (lane == 0) values[warp] = best.value, indices[warp] = best.index;
-  __syncthreads();
-  best = MinAt<C>{C(0), -1};
-  for (int w = 0; w < kRowThreads / kWarp; ++w) best = better(best, MinAt<C>{values[w], indices[w]});
-  return best;
-}
 
 template <class T, class C>
 __global__ void __launch_bounds__(kRowThreads)
@@ -184,7 +143,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   __syncthreads();
   const C inv_len = C(1) / static_cast<C>(group_len);
-  MinAt<C> best{C(0), -1};
+  MinAt<C> best = no_candidate<C, false>();
   for (int g = threadIdx.x; g < groups; g += kRowThreads) {
     const C* v = row + g * stride;
     C sum = 0;
@@ -206,10 +165,10 @@ __global__ void __launch_bounds__(kRowThreads)
       C z = (v[i] - mean) * rstd;
       if (weight) z *= convert<C>(weight[first + i]);
       if (gn_bias) z += convert<C>(gn_bias[first + i]);
-      best = better(best, MinAt<C>{z, first + i});
+      best = Better<C>{}(best, MinAt<C>{z, first + i});
     }
   }
-  best = block_min(best);
+  best = team_reduce<kRowThreads>(best, Better<C>{});
   if (threadIdx.x == 0) {
     row_min[b] = best.value;
     argmin[b] = best.index;
@@ -230,11 +189,10 @@ __global__ void broadcast_min_kernel(const C* __restrict__ row_min, const T* __r
 
 // Shared memory the short-group kernel needs for a row, or 0 when it does not apply.
 template <class C>
-size_t short_group_smem(int64_t channels, int64_t groups, int device) {
+size_t short_group_smem(int64_t channels, int64_t groups, int max_smem) {
   const int64_t group_len = channels / groups;
   if (group_len > kShortGroup) return 0;
-  const int max_smem = cuda_runtime::shared_memory_per_block(device);
-  // block_min's own buffers and the driver's reserve take a little of it.
+  // The row minimum's own buffers and the driver's reserve take a little of it.
   const size_t bytes = static_cast<size_t>(groups * (group_len | 1)) * sizeof(C);
   return static_cast<int64_t>(bytes) <= max_smem - 1024 ? bytes : 0;
 }
@@ -330,24 +288,15 @@ __global__ void param_grad_kernel(const T* __restrict__ grad_out, const int64_t*
     }
     if (grad_linear_bias && a / group_len == group) linear_bias_sum += convert<C>(grad_y[b * channels + o]);
   }
-  bias_sum = segment_sum(bias_sum, kWarp);
-  linear_bias_sum = segment_sum(linear_bias_sum, kWarp);
-  weight_sum = segment_sum(weight_sum, kWarp);
-  gn_bias_sum = segment_sum(gn_bias_sum, kWarp);
+  bias_sum = warp_reduce<kWarp>(bias_sum, Plus{});
+  linear_bias_sum = warp_reduce<kWarp>(linear_bias_sum, Plus{});
+  weight_sum = warp_reduce<kWarp>(weight_sum, Plus{});
+  gn_bias_sum = warp_reduce<kWarp>(gn_bias_sum, Plus{});
   if (lane != 0) return;
   grad_bias[o] = convert<T>(bias_sum);
   if (grad_linear_bias) grad_linear_bias[o] = convert<T>(linear_bias_sum);
   if (grad_weight) grad_weight[o] = convert<T>(weight_sum);
   if (grad_gn_bias) grad_gn_bias[o] = convert<T>(gn_bias_sum);
-}
-
-template <class T>
-const T* maybe_data(const Tensor& t) {
-  return t.defined() ? data_as<const T>(t) : nullptr;
-}
-template <class T>
-T* maybe_mutable_data(const Tensor& t) {
-  return t.defined() ? data_as<T>(t) : nullptr;
 }
 
 int segment_width(int64_t group_len) {
@@ -356,90 +305,83 @@ int segment_width(int64_t group_len) {
   return width;
 }
 
-// Calls launch(TypeTag<T>{}, stream, device) for y's dtype, with y's device current and
-// its current stream.
-template <class F>
-void launch_on(const Tensor& y, const char* op, F&& launch) {
-  const int device = y.device().index;
-  cuda_runtime::DeviceGuard guard(device);
-  cudaStream_t stream = cuda_runtime::stream(device);
-  dispatch_floating(y.dtype(), op, [&](auto tag) { launch(tag, stream, device); });
-}
+class CudaFused final : public kernels::FusedKernels {
+ public:
+  void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
+                                   const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
+                                   int64_t groups, double eps, const Tensor& out, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& argmin) const override {
+    const char* op = "gemm_group_norm_min_bias";
+    if (rows == 0) return;
+    const Launcher launch(op, y);
+    visit_float(y.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const T* y_ptr = data_as<const T>(y);
+      const T* linear_bias_ptr = data_or_null<const T>(linear_bias);
+      const T* weight_ptr = data_or_null<const T>(weight);
+      const T* gn_bias_ptr = data_or_null<const T>(gn_bias);
+      if (const size_t smem = short_group_smem<C>(channels, groups, launch.shared_memory_per_block())) {
+        auto kernel = short_group_forward_kernel<T, C>;
+        launch.allow_shared_memory(kernel, smem);
+        const DeviceBuffer row_min = launch.buffer(sizeof(C) * static_cast<size_t>(rows));
+        launch(kernel, static_cast<unsigned>(rows), kRowThreads, smem, y_ptr, linear_bias_ptr, weight_ptr, gn_bias_ptr,
+               static_cast<int>(channels), static_cast<int>(groups), static_cast<C>(eps), row_min.as<C>(),
+               data_as<C>(mean), data_as<C>(rstd), data_as<int64_t>(argmin));
+        launch(broadcast_min_kernel<T, C>, static_cast<unsigned>(std::min<int64_t>(channels, int64_t{1} << 20)),
+               kThreads, 0, row_min.as<const C>(), data_as<const T>(bias), rows, channels, data_as<T>(out));
+        return;
+      }
+      launch(forward_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
+             y_ptr, linear_bias_ptr, weight_ptr, gn_bias_ptr, data_as<const T>(bias), rows, channels, groups,
+             segment_width(channels / groups), static_cast<C>(eps), data_as<T>(out), data_as<C>(mean),
+             data_as<C>(rstd), data_as<int64_t>(argmin));
+    });
+  }
+
+  void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
+                                    const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                    const Tensor& argmin, int64_t rows, int64_t channels, int64_t groups,
+                                    const Tensor& grad_y, const Tensor& grad_linear_bias, const Tensor& grad_weight,
+                                    const Tensor& grad_gn_bias, const Tensor& grad_bias) const override {
+    const char* op = "gemm_group_norm_min_bias backward";
+    const Launcher launch(op, y);
+    visit_float(y.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      // Enough o chunks to fill the device with the column sums, each at least 64 rows of o.
+      const int64_t b_tiles = ceil_div(rows, kColLanes);
+      const int64_t wanted_chunks =
+          std::max<int64_t>(1, launch.multiprocessors() * 8 / std::max<int64_t>(b_tiles, 1));
+      const int64_t chunks = std::min(wanted_chunks, ceil_div(channels, 64));
+      const int64_t chunk_len = ceil_div(channels, chunks);
+      const DeviceBuffer buffer = launch.buffer(sizeof(C) * static_cast<size_t>(rows * (chunks + 2)));
+      C* partials = buffer.as<C>();
+      C* row_grad = partials + rows * chunks;
+      C* row_grad_xhat = row_grad + rows;
+      if (rows > 0) {
+        launch(column_partials_kernel<T, C>, dim3(static_cast<unsigned>(b_tiles), static_cast<unsigned>(chunks)),
+               dim3(kColLanes, kColRows), 0, data_as<const T>(grad_out), rows, channels, chunk_len, partials);
+        launch(grad_y_kernel<T, C>, static_cast<unsigned>(rows), kThreads, 0, data_as<const T>(y),
+               data_or_null<const T>(linear_bias), data_or_null<const T>(weight), data_as<const C>(mean),
+               data_as<const C>(rstd), data_as<const int64_t>(argmin), partials, chunks, rows, channels, groups,
+               data_as<T>(grad_y), row_grad, row_grad_xhat);
+      }
+      const int64_t warps_per_block = kThreads / kWarp;
+      launch(param_grad_kernel<T, C>, static_cast<unsigned>(ceil_div(channels, warps_per_block)), kThreads, 0,
+             data_as<const T>(grad_out), data_as<const int64_t>(argmin), row_grad, row_grad_xhat,
+             data_as<const T>(grad_y), rows, channels, channels / groups, data_or_null<T>(grad_linear_bias),
+             data_or_null<T>(grad_weight), data_or_null<T>(grad_gn_bias), data_as<T>(grad_bias));
+    });
+  }
+};
 
 }  // namespace
 
-void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
-                                 const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
-                                 int64_t groups, double eps, const Tensor& out, const Tensor& mean,
-                                 const Tensor& rstd, const Tensor& argmin) {
-  const char* op = "gemm_group_norm_min_bias";
-  if (rows == 0) return;
-  launch_on(y, op, [&](auto tag, cudaStream_t stream, int device) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    if (const size_t smem = short_group_smem<C>(channels, groups, device)) {
-      auto kernel = short_group_forward_kernel<T, C>;
-      NC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      cuda_runtime::DeviceBuffer row_min(sizeof(C) * static_cast<size_t>(rows), device);
-      kernel<<<static_cast<unsigned>(rows), kRowThreads, smem, stream>>>(
-          data_as<const T>(y), maybe_data<T>(linear_bias), maybe_data<T>(weight), maybe_data<T>(gn_bias), static_cast<int>(channels),
-          static_cast<int>(groups), static_cast<C>(eps), row_min.as<C>(), data_as<C>(mean), data_as<C>(rstd),
-          data_as<int64_t>(argmin));
-      NC_CUDA_KERNEL_CHECK(op);
-      const auto grid = static_cast<unsigned>(std::min<int64_t>(channels, int64_t{1} << 20));
-      broadcast_min_kernel<T, C><<<grid, kThreads, 0, stream>>>(row_min.as<C>(), data_as<const T>(bias), rows,
-                                                              channels, data_as<T>(out));
-      NC_CUDA_KERNEL_CHECK(op);
-      return;
-    }
-    const unsigned grid = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-    forward_kernel<T, C><<<grid, kRowsPerBlock * kWarp, 0, stream>>>(
-        data_as<const T>(y), maybe_data<T>(linear_bias), maybe_data<T>(weight), maybe_data<T>(gn_bias), data_as<const T>(bias), rows, channels,
-        groups, segment_width(channels / groups), static_cast<C>(eps), data_as<T>(out), data_as<C>(mean),
-        data_as<C>(rstd), data_as<int64_t>(argmin));
-    NC_CUDA_KERNEL_CHECK(op);
-  });
+const kernels::FusedKernels& fused_kernels() {
+  static const CudaFused kernels;
+  return kernels;
 }
 
-void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
-                                  const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                  const Tensor& argmin, int64_t rows, int64_t channels, int64_t groups,
-                                  const Tensor& grad_y, const Tensor& grad_linear_bias, const Tensor& grad_weight,
-                                  const Tensor& grad_gn_bias, const Tensor& grad_bias) {
-  const char* op = "gemm_group_norm_min_bias backward";
-  launch_on(y, op, [&](auto tag, cudaStream_t stream, int device) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    // Enough o chunks to fill the device with the column sums, each at least 64 rows of o.
-    const int64_t b_tiles = (rows + kColLanes - 1) / kColLanes;
-    const int64_t wanted_chunks =
-        std::max<int64_t>(1, cuda_runtime::multiprocessor_count(device) * 8 / std::max<int64_t>(b_tiles, 1));
-    const int64_t chunks = std::min(wanted_chunks, (channels + 63) / 64);
-    const int64_t chunk_len = (channels + chunks - 1) / chunks;
-    cuda_runtime::DeviceBuffer buffer(sizeof(C) * static_cast<size_t>(rows * (chunks + 2)), device);
-    C* partials = buffer.as<C>();
-    C* row_grad = partials + rows * chunks;
-    C* row_grad_xhat = row_grad + rows;
-    if (rows > 0) {
-      column_partials_kernel<T, C><<<dim3(static_cast<unsigned>(b_tiles), static_cast<unsigned>(chunks)),
-                                     dim3(kColLanes, kColRows), 0, stream>>>(data_as<const T>(grad_out), rows,
-                                                                             channels, chunk_len, partials);
-      NC_CUDA_KERNEL_CHECK(op);
-      grad_y_kernel<T, C><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-          data_as<const T>(y), maybe_data<T>(linear_bias), maybe_data<T>(weight), data_as<const C>(mean), data_as<const C>(rstd),
-          data_as<const int64_t>(argmin), partials, chunks, rows, channels, groups, data_as<T>(grad_y), row_grad,
-          row_grad_xhat);
-      NC_CUDA_KERNEL_CHECK(op);
-    }
-    const int64_t warps_per_block = kThreads / kWarp;
-    const unsigned grid = static_cast<unsigned>((channels + warps_per_block - 1) / warps_per_block);
-    param_grad_kernel<T, C><<<grid, kThreads, 0, stream>>>(
-        data_as<const T>(grad_out), data_as<const int64_t>(argmin), row_grad, row_grad_xhat,
-        data_as<const T>(grad_y), rows, channels, channels / groups, maybe_mutable_data<T>(grad_linear_bias),
-        maybe_mutable_data<T>(grad_weight), maybe_mutable_data<T>(grad_gn_bias), data_as<T>(grad_bias));
-    NC_CUDA_KERNEL_CHECK(op);
-  });
-}
-
-}  // namespace cuda_kernels
+}  // namespace cuda
 }  // namespace normcore

@@ -1,6 +1,6 @@
 // gemm_group_norm_min_bias (normcore/fused.h): checks every argument, runs the GEMM as a
 // recorded matmul, then linear bias + GroupNorm + min + bias as one recorded node whose
-// forward and backward kernels live in kernels/{cpu,cuda}/gemm_group_norm_min_bias.* (the
+// forward and backward kernels are the fused family of kernels/fused.h (the
 // linear bias is added as y is read, so y + bias never goes through memory). The node saves
 // y, the per-(row, group) mean and rstd and each row's argmin; backward passes the min's
 // gradient to the argmin's group only.
@@ -8,11 +8,9 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
-#include "kernels/cpu/gemm_group_norm_min_bias.h"
+#include "kernels/fused.h"
+#include "kernels/norms.h"
 #include "normcore/ops.h"
-#ifdef NORMCORE_HAS_CUDA
-#include "kernels/cuda/gemm_group_norm_min_bias.h"
-#endif
 
 namespace normcore {
 
@@ -33,11 +31,6 @@ void check_operand(const char* name, const Tensor& t, const Tensor& x, const Sha
   check_same_device(kOp, "x", x, name, t);
 }
 
-// The CPU kernels keep statistics in f64; the CUDA kernels in their accumulation type.
-DType stats_dtype(const Tensor& y) {
-  return y.device().is_cpu() || y.dtype() == DType::F64 ? DType::F64 : DType::F32;
-}
-
 Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contiguous() : t; }
 
 // y [B, OUT] -> [1, OUT, B, 1]: z = group_norm(y + linear_bias) * gn_weight + gn_bias,
@@ -56,11 +49,11 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
   }
   const Device device = y.device();
   Tensor out = new_tensor({1, channels, rows, 1}, y.dtype(), device);
-  Tensor mean = new_tensor({rows * groups}, stats_dtype(y), device);
-  Tensor rstd = new_tensor({rows * groups}, stats_dtype(y), device);
+  Tensor mean = new_tensor({rows * groups}, kernels::norm_stats_dtype(device, y.dtype()), device);
+  Tensor rstd = new_tensor({rows * groups}, kernels::norm_stats_dtype(device, y.dtype()), device);
   Tensor argmin = new_tensor({rows}, DType::I64, device);
   if (rows > 0) {
-    NC_BACKEND(device, group_norm_min_bias_forward, yc, lb, w, gb, bc, rows, channels, groups, eps, out, mean, rstd,
+    kernels::fused(device).group_norm_min_bias_forward(yc, lb, w, gb, bc, rows, channels, groups, eps, out, mean, rstd,
                argmin);
   }
   if (!autograd::needs_grad(y, linear_bias, gn_weight, gn_bias, bias)) return out;
@@ -75,7 +68,7 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
                      Tensor grad_weight = ws.defined() ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_gn_bias = has_gn_bias ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_bias = new_tensor({1, channels, 1, 1}, dtype, device);
-                     NC_BACKEND(device, group_norm_min_bias_backward, grad_out, ys, lbs, ws, mean, rstd, argmin,
+                     kernels::fused(device).group_norm_min_bias_backward(grad_out, ys, lbs, ws, mean, rstd, argmin,
                                 rows, channels, groups, grad_y, grad_linear_bias, grad_weight, grad_gn_bias,
                                 grad_bias);
                      return std::vector<Tensor>{grad_y, grad_linear_bias, grad_weight, grad_gn_bias, grad_bias};
@@ -88,7 +81,7 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
 Tensor gemm_group_norm_min_bias(const Tensor& x, const Tensor& weight, const Tensor& linear_bias,
                                 const Tensor& gn_weight, const Tensor& gn_bias, const Tensor& bias,
                                 int64_t num_groups, double eps) {
-  OpScope scope(kOp);
+  const OpScope scope(kOp);
   check_defined(kOp, "x", x);
   NC_CHECK(is_floating(x.dtype()), DTypeError, kOp, ": x must be a floating tensor, got ", describe(x),
            " (convert with .to(DType::F32))");

@@ -1,31 +1,25 @@
-// CPU reference of the fused GroupNorm + min + bias step (contracts in
-// kernels/cpu/gemm_group_norm_min_bias.h). Per row of v = y + linear_bias: two-pass group
+// CPU reference of the fused kernels (contracts in kernels/fused.h): the GroupNorm + min +
+// bias step of gemm_group_norm_min_bias. Per row of v = y + linear_bias: two-pass group
 // statistics in double, the affine-normalized values' min and first argmin, then
 // out[o, b] = min_b + bias[o].
 // Backward: the min passes g_b = sum_o grad_out[o, b] to one column a_b, so only its group
 // gets a gradient: grad_y = rstd * (w * dz - mean(w * dz) - xhat * mean(w * dz * xhat)).
 // One thread, fixed loop order: parameter gradients are deterministic.
-#include "kernels/cpu/gemm_group_norm_min_bias.h"
-
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/loops.h"
+#include "kernels/fused.h"
 
 namespace normcore {
 namespace cpu {
 
 namespace {
 
-template <class T>
-const T* maybe_data(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-
 // v[b, c] = y[b, c] + linear_bias[c] in double.
 template <class T>
 double biased(const T* y, const T* linear_bias, int64_t b, int64_t c, int64_t channels) {
-  return cast<double>(y[b * channels + c]) + (linear_bias ? cast<double>(linear_bias[c]) : 0.0);
+  return convert<double>(y[b * channels + c]) + (linear_bias ? convert<double>(linear_bias[c]) : 0.0);
 }
 
 // Whether candidate v at a later index replaces best: a NaN wins, then the smaller value.
@@ -38,15 +32,15 @@ template <class T>
 void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor& weight_t, const Tensor& gn_bias_t,
                    const Tensor& bias_t, int64_t rows, int64_t channels, int64_t groups, double eps, const Tensor& out_t,
                    const Tensor& mean_t, const Tensor& rstd_t, const Tensor& argmin_t) {
-  const T* y = static_cast<const T*>(y_t.data_ptr());
-  const T* linear_bias = maybe_data<T>(linear_bias_t);
-  const T* weight = maybe_data<T>(weight_t);
-  const T* gn_bias = maybe_data<T>(gn_bias_t);
-  const T* bias = static_cast<const T*>(bias_t.data_ptr());
-  T* out = static_cast<T*>(out_t.data_ptr());
-  double* mean_out = static_cast<double*>(mean_t.data_ptr());
-  double* rstd_out = static_cast<double*>(rstd_t.data_ptr());
-  int64_t* argmin = static_cast<int64_t*>(argmin_t.data_ptr());
+  const T* y = data_as<const T>(y_t);
+  const T* linear_bias = data_or_null<const T>(linear_bias_t);
+  const T* weight = data_or_null<const T>(weight_t);
+  const T* gn_bias = data_or_null<const T>(gn_bias_t);
+  const T* bias = data_as<const T>(bias_t);
+  T* out = data_as<T>(out_t);
+  double* mean_out = data_as<double>(mean_t);
+  double* rstd_out = data_as<double>(rstd_t);
+  int64_t* argmin = data_as<int64_t>(argmin_t);
   const int64_t group_len = channels / groups;
   std::vector<double> vr(static_cast<size_t>(channels));  // the row of v, read three times
   for (int64_t b = 0; b < rows; ++b) {
@@ -69,8 +63,8 @@ void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor&
       for (int64_t i = 0; i < group_len; ++i) {
         const int64_t c = g * group_len + i;
         double z = (vg[i] - mean) * rstd;
-        if (weight) z *= cast<double>(weight[c]);
-        if (gn_bias) z += cast<double>(gn_bias[c]);
+        if (weight) z *= convert<double>(weight[c]);
+        if (gn_bias) z += convert<double>(gn_bias[c]);
         if (best_index < 0 || replaces_min(z, best)) {
           best = z;
           best_index = c;
@@ -78,7 +72,7 @@ void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor&
       }
     }
     argmin[b] = best_index;
-    for (int64_t o = 0; o < channels; ++o) out[o * rows + b] = cast<T>(best + cast<double>(bias[o]));
+    for (int64_t o = 0; o < channels; ++o) out[o * rows + b] = convert<T>(best + convert<double>(bias[o]));
   }
 }
 
@@ -87,13 +81,13 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& l
                     const Tensor& weight_t, const Tensor& mean_t, const Tensor& rstd_t, const Tensor& argmin_t, int64_t rows, int64_t channels, int64_t groups,
                     const Tensor& grad_y_t, const Tensor& grad_linear_bias_t, const Tensor& grad_weight_t,
                     const Tensor& grad_gn_bias_t, const Tensor& grad_bias_t) {
-  const T* grad_out = static_cast<const T*>(grad_out_t.data_ptr());
-  const T* y = static_cast<const T*>(y_t.data_ptr());
-  const T* linear_bias = maybe_data<T>(linear_bias_t);
-  const T* weight = maybe_data<T>(weight_t);
-  const double* mean_in = static_cast<const double*>(mean_t.data_ptr());
-  const double* rstd_in = static_cast<const double*>(rstd_t.data_ptr());
-  const int64_t* argmin = static_cast<const int64_t*>(argmin_t.data_ptr());
+  const T* grad_out = data_as<const T>(grad_out_t);
+  const T* y = data_as<const T>(y_t);
+  const T* linear_bias = data_or_null<const T>(linear_bias_t);
+  const T* weight = data_or_null<const T>(weight_t);
+  const double* mean_in = data_as<const double>(mean_t);
+  const double* rstd_in = data_as<const double>(rstd_t);
+  const int64_t* argmin = data_as<const int64_t>(argmin_t);
   const int64_t group_len = channels / groups;
 
   // g_b = sum over o of grad_out[o, b], o in order; grad_bias[o] = sum over b, b in order.
@@ -101,7 +95,7 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& l
   std::vector<double> bias_sum(static_cast<size_t>(channels), 0.0);
   for (int64_t o = 0; o < channels; ++o) {
     for (int64_t b = 0; b < rows; ++b) {
-      const double g = cast<double>(grad_out[o * rows + b]);
+      const double g = convert<double>(grad_out[o * rows + b]);
       row_grad[b] += g;
       bias_sum[o] += g;
     }
@@ -109,7 +103,7 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& l
   std::vector<double> weight_sum(static_cast<size_t>(channels), 0.0);
   std::vector<double> gn_bias_sum(static_cast<size_t>(channels), 0.0);
   std::vector<double> linear_bias_sum(static_cast<size_t>(channels), 0.0);  // over b, in order
-  T* grad_y = grad_y_t.defined() ? static_cast<T*>(grad_y_t.data_ptr()) : nullptr;
+  T* grad_y = grad_y_t.defined() ? data_as<T>(grad_y_t) : nullptr;
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t a = argmin[b];
     const int64_t g = a / group_len;
@@ -120,21 +114,21 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& l
     gn_bias_sum[a] += dz;
     T* gyr = grad_y ? grad_y + b * channels : nullptr;
     if (gyr)
-      for (int64_t c = 0; c < channels; ++c) gyr[c] = cast<T>(0.0);
-    const double w_dz = (weight ? cast<double>(weight[a]) : 1.0) * dz;
+      for (int64_t c = 0; c < channels; ++c) gyr[c] = convert<T>(0.0);
+    const double w_dz = (weight ? convert<double>(weight[a]) : 1.0) * dz;
     const double mean_w_dz = w_dz / static_cast<double>(group_len);
     const double mean_w_dz_xhat = w_dz * xhat_a / static_cast<double>(group_len);
     for (int64_t c = g * group_len; c < (g + 1) * group_len; ++c) {
       const double xhat = (biased(y, linear_bias, b, c, channels) - mean) * rstd;
       const double value = rstd * ((c == a ? w_dz : 0.0) - mean_w_dz - xhat * mean_w_dz_xhat);
-      if (gyr) gyr[c] = cast<T>(value);
+      if (gyr) gyr[c] = convert<T>(value);
       linear_bias_sum[c] += value;
     }
   }
   const auto store = [channels](const Tensor& t, const std::vector<double>& sums) {
     if (!t.defined()) return;
-    T* dst = static_cast<T*>(t.data_ptr());
-    for (int64_t c = 0; c < channels; ++c) dst[c] = cast<T>(sums[c]);
+    T* dst = data_as<T>(t);
+    for (int64_t c = 0; c < channels; ++c) dst[c] = convert<T>(sums[c]);
   };
   store(grad_linear_bias_t, linear_bias_sum);
   store(grad_weight_t, weight_sum);
@@ -142,28 +136,36 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& l
   store(grad_bias_t, bias_sum);
 }
 
+class CpuFused final : public kernels::FusedKernels {
+ public:
+  void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
+                                   const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
+                                   int64_t groups, double eps, const Tensor& out, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& argmin) const override {
+    visit_float(y.dtype(), "gemm_group_norm_min_bias", [&](auto tag) {
+      forward_typed<typename decltype(tag)::type>(y, linear_bias, weight, gn_bias, bias, rows, channels, groups, eps,
+                                                  out, mean, rstd, argmin);
+    });
+  }
+
+  void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
+                                    const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                    const Tensor& argmin, int64_t rows, int64_t channels, int64_t groups,
+                                    const Tensor& grad_y, const Tensor& grad_linear_bias, const Tensor& grad_weight,
+                                    const Tensor& grad_gn_bias, const Tensor& grad_bias) const override {
+    visit_float(y.dtype(), "gemm_group_norm_min_bias backward", [&](auto tag) {
+      backward_typed<typename decltype(tag)::type>(grad_out, y, linear_bias, weight, mean, rstd, argmin, rows,
+                                                   channels, groups, grad_y, grad_linear_bias, grad_weight,
+                                                   grad_gn_bias, grad_bias);
+    });
+  }
+};
+
 }  // namespace
 
-void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
-                                 const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
-                                 int64_t groups, double eps, const Tensor& out, const Tensor& mean,
-                                 const Tensor& rstd, const Tensor& argmin) {
-  dispatch_floating(y.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    forward_typed<T>(y, linear_bias, weight, gn_bias, bias, rows, channels, groups, eps, out, mean, rstd, argmin);
-  });
-}
-
-void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
-                                  const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                  const Tensor& argmin, int64_t rows, int64_t channels, int64_t groups,
-                                  const Tensor& grad_y, const Tensor& grad_linear_bias, const Tensor& grad_weight,
-                                  const Tensor& grad_gn_bias, const Tensor& grad_bias) {
-  dispatch_floating(y.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    backward_typed<T>(grad_out, y, linear_bias, weight, mean, rstd, argmin, rows, channels, groups, grad_y,
-                      grad_linear_bias, grad_weight, grad_gn_bias, grad_bias);
-  });
+const kernels::FusedKernels& fused_kernels() {
+  static const CpuFused kernels;
+  return kernels;
 }
 
 }  // namespace cpu

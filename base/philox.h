@@ -6,11 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define NC_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define NC_HOST_DEVICE inline
-#endif
+#include "base/host_device.h"
 
 namespace normcore {
 namespace philox {

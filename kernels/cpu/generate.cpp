@@ -1,0 +1,93 @@
+// CPU sequences and random numbers (contracts in kernels/generate.h). Random element i comes
+// from philox::generate(seed, offset + i) and the transforms in base/philox.h, as on CUDA.
+#include "base/philox.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/generate.h"
+
+namespace normcore {
+namespace cpu {
+namespace {
+
+// The largest value below 1 in T, for uniforms that round up to 1 in a 16-bit float.
+template <class T>
+T below_one() {
+  if constexpr (std::is_same<T, Half>::value) return Half::from_bits(0x3bff);
+  if constexpr (std::is_same<T, BFloat16>::value) return BFloat16::from_bits(0x3f7f);
+  return T(0);
+}
+
+// out[i] = f(i) for every element of contiguous out.
+template <class T, class F>
+void generate_each(const Tensor& out, F f) {
+  T* p = data_as<T>(out);
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] = f(i);
+}
+
+class CpuGenerate final : public kernels::GenerateKernels {
+ public:
+  void arange(const Tensor& out, double start, double step) const override {
+    visit(out.dtype(), "arange", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate_each<T>(out, [&](int64_t i) { return convert<T>(start + static_cast<double>(i) * step); });
+    });
+  }
+
+  void linspace(const Tensor& out, double start, double end) const override {
+    const int64_t n = out.numel();
+    const double step = (end - start) / static_cast<double>(n - 1);
+    visit(out.dtype(), "linspace", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate_each<T>(out, [&](int64_t i) {
+        return convert<T>(i < n / 2 ? start + static_cast<double>(i) * step
+                                    : end - static_cast<double>(n - 1 - i) * step);
+      });
+    });
+  }
+
+  void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset) const override {
+    visit_float(out.dtype(), "random_uniform", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate_each<T>(out, [&](int64_t i) {
+        const philox::Words r = philox::generate(seed, offset + static_cast<uint64_t>(i));
+        if constexpr (std::is_same<T, double>::value) {
+          return philox::uniform_double(r.w[0], r.w[1]);
+        } else if constexpr (std::is_same<T, float>::value) {
+          return philox::uniform_float(r.w[0]);
+        } else {
+          const T v = convert<T>(philox::uniform_float(r.w[0]));
+          return convert<float>(v) >= 1.0f ? below_one<T>() : v;
+        }
+      });
+    });
+  }
+
+  void random_normal(const Tensor& out, uint64_t seed, uint64_t offset) const override {
+    visit_float(out.dtype(), "random_normal", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate_each<T>(out, [&](int64_t i) {
+        const philox::Words r = philox::generate(seed, offset + static_cast<uint64_t>(i));
+        if constexpr (std::is_same<T, double>::value) return philox::normal_double(r);
+        else return convert<T>(philox::normal_float(r));
+      });
+    });
+  }
+
+  void random_int(const Tensor& out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range) const override {
+    visit(out.dtype(), "random_int", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      generate_each<T>(out, [&](int64_t i) {
+        return convert<T>(philox::uniform_int(philox::generate(seed, offset + static_cast<uint64_t>(i)), low, range));
+      });
+    });
+  }
+};
+
+}  // namespace
+
+const kernels::GenerateKernels& generate_kernels() {
+  static const CpuGenerate kernels;
+  return kernels;
+}
+
+}  // namespace cpu
+}  // namespace normcore

@@ -1,0 +1,561 @@
+// Layer norm and group norm on CUDA: the layouts of plan.h (GroupLayout), planned by
+// plan_affine_forward / plan_affine_backward and launched here, one switch over the plan
+// per direction. The kernels of layer norm's layout are affine_rows.cuh; the element-wise
+// passes, the pipeline phases and the shared-memory group kernel are below.
+//   forward:  y = (x - mean) * rstd * weight + bias
+//   backward: grad_x = rstd * (w * dy - mean(w * dy) - xhat * mean(w * dy * xhat)) per row,
+//             grad_weight = sum(dy * xhat), grad_bias = sum(dy) per channel.
+// Statistics are two-pass or Welford, so they stay accurate when |mean| >> std. Parameter
+// gradients are reduced in a fixed order: deterministic for a given device.
+#include "kernels/cuda/norms/affine_rows.cuh"
+#include "kernels/cuda/norms/norms.cuh"
+
+namespace normcore {
+namespace cuda {
+namespace {
+
+// ---------------------------------------------------------------- element-wise passes
+// y = (x - mean) * rstd * weight + bias.
+template <class Index, class T, class A>
+struct AffineApply {
+  ElementPlace<Index> place;
+  const T* x;
+  const T* weight;
+  const T* bias;
+  const A* mean;
+  const A* rstd;
+  T* y;
+  __device__ __forceinline__ void operator()(Index e) const {
+    Index row, channel;
+    place.locate(e, row, channel);
+    A v = (load<T, A>(x, e) - mean[row]) * rstd[row];
+    if (weight) v *= load<T, A>(weight, channel);
+    if (bias) v += load<T, A>(bias, channel);
+    y[e] = convert<T>(v);
+  }
+};
+
+// grad_x = rstd * (w * dy - coef[row].0 - xhat * coef[row].1).
+template <class Index, class T, class A>
+struct AffineGradInput {
+  ElementPlace<Index> place;
+  const T* grad_y;
+  const T* x;
+  const T* weight;
+  const A* mean;
+  const A* rstd;
+  const A* coef;
+  T* grad_x;
+  __device__ __forceinline__ void operator()(Index e) const {
+    Index row, channel;
+    place.locate(e, row, channel);
+    const A r = rstd[row];
+    const A xhat = (load<T, A>(x, e) - mean[row]) * r;
+    const A w = weight ? load<T, A>(weight, channel) : A(1);
+    grad_x[e] = convert<T>(r * (w * load<T, A>(grad_y, e) - coef[2 * row] - xhat * coef[2 * row + 1]));
+  }
+};
+
+// ---------------------------------------------------------------- pipeline phases
+// Forward statistics: Welford over x.
+template <class A>
+struct StatsReduce {
+  __device__ NoContext context(int64_t, int64_t) const { return {}; }
+  __device__ A operator()(NoContext, int64_t, A x, A) const { return x; }
+};
+
+// Stores mean and rstd for backward; the row info is {mean, rstd}.
+template <class A>
+struct StatsFinish {
+  A* mean;
+  A* rstd;
+  A eps;
+  __device__ RowInfo<A, 2> operator()(int64_t row, const Welford<A>& w) const {
+    const A var = w.count > A(0) ? w.m2 / w.count : A(0);
+    const A r = A(1) / sqrt(var + eps);
+    mean[row] = w.mean;
+    rstd[row] = r;
+    return {{w.mean, r}};
+  }
+};
+
+// y = (x - mean) * rstd * w + b, the channel per element (spatial == 1) or per chunk.
+template <class T, class A>
+struct AffineApplyPhase {
+  const T* weight;
+  const T* bias;
+  int64_t groups, group_channels, spatial;
+  struct Context {
+    A mean, rstd, scale, shift;
+    int64_t first_channel;
+  };
+  __device__ Context context(int64_t row, int64_t begin, const RowInfo<A, 2>& info) const {
+    Context c{info.v[0], info.v[1], info.v[1], A(0), (row % groups) * group_channels};
+    if (spatial > 1) {
+      const int64_t channel = c.first_channel + begin / spatial;
+      if (weight) c.scale *= load<T, A>(weight, channel);
+      if (bias) c.shift = load<T, A>(bias, channel);
+    }
+    return c;
+  }
+  __device__ A operator()(const Context& c, int64_t i, A x, A) const {
+    if (spatial > 1) return (x - c.mean) * c.scale + c.shift;
+    A v = (x - c.mean) * c.rstd;
+    if (weight) v *= load<T, A>(weight, c.first_channel + i);
+    if (bias) v += load<T, A>(bias, c.first_channel + i);
+    return v;
+  }
+};
+
+// Backward sums over (x, dy): {w * dy, w * dy * (x - mean), dy, dy * (x - mean)}; the last
+// two (per chunk, so per plane) give group norm's parameter gradients.
+template <class T, class A, int N>
+struct GradReduce {
+  const T* weight;
+  const A* mean;
+  int64_t groups, group_channels, spatial;
+  struct Context {
+    A mean, w;
+    int64_t first_channel;
+  };
+  __device__ Context context(int64_t row, int64_t begin) const {
+    Context c{mean[row], A(1), (row % groups) * group_channels};
+    if (spatial > 1 && weight) c.w = load<T, A>(weight, c.first_channel + begin / spatial);
+    return c;
+  }
+  __device__ Sums<A, N> operator()(const Context& c, int64_t i, A x, A dy) const {
+    A w = c.w;
+    if (spatial == 1 && weight) w = load<T, A>(weight, c.first_channel + i);
+    const A xc = x - c.mean;
+    Sums<A, N> s;
+    s.v[0] = w * dy;
+    s.v[1] = w * dy * xc;
+    if constexpr (N == 4) {
+      s.v[2] = dy;
+      s.v[3] = dy * xc;
+    }
+    return s;
+  }
+};
+
+// Row info {mean, rstd, mean(w * dy), mean(w * dy * xhat)}.
+template <class A, int N>
+struct GradFinish {
+  const A* mean;
+  const A* rstd;
+  A inv_len;
+  __device__ RowInfo<A, 4> operator()(int64_t row, const Sums<A, N>& s) const {
+    const A r = rstd[row];
+    return {{mean[row], r, s.v[0] * inv_len, s.v[1] * r * inv_len}};
+  }
+};
+
+// grad_x = rstd * (w * dy - mean(w * dy) - xhat * mean(w * dy * xhat)).
+template <class T, class A>
+struct GradApply {
+  const T* weight;
+  int64_t groups, group_channels, spatial;
+  struct Context {
+    RowInfo<A, 4> info;
+    A w;
+    int64_t first_channel;
+  };
+  __device__ Context context(int64_t row, int64_t begin, const RowInfo<A, 4>& info) const {
+    Context c{info, A(1), (row % groups) * group_channels};
+    if (spatial > 1 && weight) c.w = load<T, A>(weight, c.first_channel + begin / spatial);
+    return c;
+  }
+  __device__ A operator()(const Context& c, int64_t i, A x, A dy) const {
+    A w = c.w;
+    if (spatial == 1 && weight) w = load<T, A>(weight, c.first_channel + i);
+    const A r = c.info.v[1];
+    return r * (w * dy - c.info.v[2] - (x - c.info.v[0]) * r * c.info.v[3]);
+  }
+};
+
+// ---------------------------------------------------------------- groups in shared memory
+// Group norm over groups of 16384 elements or more that fit in one block's shared memory
+// (about 227 KB: 58K f32 or 116K bf16 elements): one block of 1024 threads per group reads
+// it once into shared memory, takes two-pass statistics there and writes y, so x crosses
+// device memory once with no cross-block synchronization.
+constexpr int kGroupThreads = 1024;
+
+template <class T>
+__global__ void __launch_bounds__(kGroupThreads) group_norm_smem_forward(
+    int64_t rows, int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial, const T* __restrict__ x,
+    const T* __restrict__ weight, const T* __restrict__ bias, compute_t<T> eps, T* __restrict__ y,
+    compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
+  using A = compute_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char group_tile[];
+  Vec<T, V>* tile = reinterpret_cast<Vec<T, V>*>(group_tile);
+  const int64_t vecs = row_len / V;
+  const A inv_len = A(1) / static_cast<A>(row_len);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * row_len;
+    Sums<A, 1> sum{{A(0)}};
+    for (int64_t j = threadIdx.x; j < vecs; j += kGroupThreads) {
+      const Vec<T, V> v = load_last_use<T, V>(xr, j);
+      tile[j] = v;
+#pragma unroll
+      for (int e = 0; e < V; ++e) sum.v[0] += convert<A>(v.v[e]);
+    }
+    const A mean = team_reduce<kGroupThreads>(sum, Merge{}).v[0] * inv_len;
+    Sums<A, 1> sq{{A(0)}};
+    for (int64_t j = threadIdx.x; j < vecs; j += kGroupThreads) {
+      const Vec<T, V> v = tile[j];
+#pragma unroll
+      for (int e = 0; e < V; ++e) sq.v[0] += (convert<A>(v.v[e]) - mean) * (convert<A>(v.v[e]) - mean);
+    }
+    const A rstd = A(1) / sqrt(team_reduce<kGroupThreads>(sq, Merge{}).v[0] * inv_len + eps);
+    if (threadIdx.x == 0) {
+      mean_out[row] = mean;
+      rstd_out[row] = rstd;
+    }
+    const int64_t first_channel = (row % groups) * group_channels;
+    T* yr = y + row * row_len;
+    for (int64_t j = threadIdx.x; j < vecs; j += kGroupThreads) {
+      // spatial is a multiple of V, so a vector lies within one channel.
+      const int64_t channel = first_channel + j * V / spatial;
+      const A scale = weight ? rstd * convert<A>(weight[channel]) : rstd;
+      const A shift = bias ? convert<A>(bias[channel]) : A(0);
+      const Vec<T, V> v = tile[j];
+      Vec<T, V> out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) out.v[e] = convert<T>((convert<A>(v.v[e]) - mean) * scale + shift);
+      store_streaming<T, V>(yr, j, out);
+    }
+    __syncthreads();  // the next group overwrites the tile
+  }
+}
+
+// ---------------------------------------------------------------- launchers
+bool aligned_or_null(const void* p) { return p == nullptr || is_aligned(p, 16); }
+
+// Calls f(std::integral_constant<int, team>{}) for a team of plan_affine_*'s.
+template <class F>
+void with_team(int team, F&& f) {
+  switch (team) {
+    case 32: return f(std::integral_constant<int, 32>{});
+    case 256: return f(std::integral_constant<int, 256>{});
+    case 512: return f(std::integral_constant<int, 512>{});
+    default: return f(std::integral_constant<int, 1024>{});
+  }
+}
+
+// Calls f(std::integral_constant<int, V>{}) with the plan's column vector: 16 bytes of T, or 1.
+template <class T, class F>
+void with_vector(int vector, F&& f) {
+  if (vector == 1) return f(std::integral_constant<int, 1>{});
+  return f(std::integral_constant<int, 16 / static_cast<int>(sizeof(T))>{});
+}
+
+// Row statistics (mean, rstd) through the chunked reduction.
+template <class T, class A>
+void row_statistics(const Launcher& launch, const GroupLayout& l, const T* x, A eps, A* mean, A* rstd) {
+  const int64_t row_len = l.row_len();
+  reduce_rows<Welford<A>>(
+      launch, l.rows(), row_len, [=] __device__(int64_t row, int64_t i) { return load<T, A>(x, row * row_len + i); },
+      [=] __device__(int64_t row, const Welford<A>& w) {
+        const A var = w.count > A(0) ? w.m2 / w.count : A(0);
+        mean[row] = w.mean;
+        rstd[row] = A(1) / sqrt(var + eps);
+      });
+}
+
+template <class T>
+void affine_forward(const char* op, const Tensor& x_t, const Tensor& weight_t, const Tensor& bias_t,
+                    const GroupLayout& l, double eps, const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t) {
+  using A = compute_t<T>;
+  const Launcher launch(op, x_t);
+  const T* x = data_as<const T>(x_t);
+  const T* weight = data_or_null<const T>(weight_t);
+  const T* bias = data_or_null<const T>(bias_t);
+  T* y = data_as<T>(y_t);
+  A* mean = data_as<A>(mean_t);
+  A* rstd = data_as<A>(rstd_t);
+  const int64_t rows = l.rows(), row_len = l.row_len();
+  const A eps_a = static_cast<A>(eps);
+  const AffinePlan plan =
+      plan_affine_forward(l, sizeof(T), is_aligned(x, 16) && is_aligned(y, 16),
+                          aligned_or_null(weight) && aligned_or_null(bias), launch.limits());
+  switch (plan.path) {
+    case AffinePath::Rows:
+      return with_team(plan.team, [&](auto team) {
+        constexpr int kTeam = decltype(team)::value, V = 16 / sizeof(T), threads = team_block<kTeam>();
+        auto kernel = layer_norm_rows_forward<T, kTeam, V>;
+        launch(kernel, launch.resident_grid(kernel, threads, 0, ceil_div(rows, threads / kTeam)), threads, 0, rows,
+               row_len, x, weight, bias, eps_a, y, mean, rstd);
+      });
+    case AffinePath::Columns:
+      row_statistics(launch, l, x, eps_a, mean, rstd);
+      if (rows == 0 || row_len == 0) return;
+      return with_vector<T>(plan.vector, [&](auto vec) {
+        constexpr int V = decltype(vec)::value;
+        const ColumnGrid g = column_grid_for(rows, row_len / V, launch.multiprocessors());
+        launch(layer_norm_columns_forward<T, V>, g.grid, kThreads, 0, rows, row_len, g.rows_per_slice, x, weight, bias,
+               mean, rstd, y);
+      });
+    case AffinePath::SharedGroups: {
+      const auto bytes = static_cast<size_t>(row_len) * sizeof(T);
+      auto kernel = group_norm_smem_forward<T>;
+      launch.allow_shared_memory(kernel, bytes);
+      launch(kernel, launch.resident_grid(kernel, kGroupThreads, bytes, rows), kGroupThreads, bytes, rows, row_len,
+             l.groups, l.group_channels, l.spatial, x, weight, bias, eps_a, y, mean, rstd);
+      return;
+    }
+    case AffinePath::Pipeline: {
+      const PipelineShape s = plan_pipeline(rows, row_len, l.spatial == 1 ? row_len : l.spatial, sizeof(T), 1);
+      const DeviceBuffer partials = launch.buffer(static_cast<size_t>(s.items) * sizeof(Welford<A>));
+      run_pipeline<1, T, Welford<A>, RowInfo<A, 2>>(
+          launch, s, x, static_cast<const T*>(nullptr), y, partials.as<Welford<A>>(), StatsReduce<A>{},
+          StatsFinish<A>{mean, rstd, eps_a}, AffineApplyPhase<T, A>{weight, bias, l.groups, l.group_channels, l.spatial});
+      return;
+    }
+    case AffinePath::Elementwise:
+      row_statistics(launch, l, x, eps_a, mean, rstd);
+      return with_index_type(x_t.numel(), [&](auto index_tag) {
+        using Index = decltype(index_tag);
+        for_each_index<Index>(launch, x_t.numel(),
+                              AffineApply<Index, T, A>{ElementPlace<Index>(l), x, weight, bias, mean, rstd, y});
+      });
+  }
+}
+
+// grad_weight and grad_bias of a layout with one channel per column (spatial == 1).
+template <class T, class A>
+void column_param_grads(const Launcher& launch, const GroupLayout& l, const T* grad_y, const T* x, const A* mean,
+                        const A* rstd, T* grad_weight, T* grad_bias) {
+  if (!grad_weight && !grad_bias) return;
+  const int64_t batch = l.batch, channels = l.channels();
+  const int64_t column_tiles = ceil_div(channels, kColumnTile);
+  const int64_t target_blocks = 4 * static_cast<int64_t>(launch.multiprocessors());
+  int64_t slices = std::max<int64_t>(1, std::min<int64_t>(ceil_div(target_blocks, column_tiles),
+                                                          ceil_div(batch, kColumnRows)));
+  slices = std::min<int64_t>(slices, 65535);
+  const int64_t rows_per_slice = std::max<int64_t>(1, ceil_div(batch, slices));
+  slices = std::max<int64_t>(1, ceil_div(batch, rows_per_slice));
+  const DeviceBuffer partial_w = launch.buffer(static_cast<size_t>(slices * channels) * sizeof(A));
+  const DeviceBuffer partial_b = launch.buffer(static_cast<size_t>(slices * channels) * sizeof(A));
+  if (channels > 0) {
+    const dim3 grid(static_cast<unsigned>(column_tiles), static_cast<unsigned>(slices));
+    launch(column_grads_kernel<T, A>, grid, kThreads, 0, grad_y, x, mean, rstd, batch, channels, l.groups,
+           l.group_channels, rows_per_slice, partial_w.as<A>(), partial_b.as<A>());
+  }
+  if (grad_weight) sum_slices(launch, partial_w.as<const A>(), slices, channels, grad_weight);
+  if (grad_bias) sum_slices(launch, partial_b.as<const A>(), slices, channels, grad_bias);
+}
+
+// coef[row] = {mean(w * dy), mean(w * dy * xhat)} through the chunked reduction (spatial == 1).
+template <class T, class A>
+void row_coefficients(const Launcher& launch, const GroupLayout& l, const T* grad_y, const T* x, const T* weight,
+                      const A* mean, const A* rstd, A* coef) {
+  const int64_t row_len = l.row_len(), groups = l.groups, group_channels = l.group_channels;
+  const A inv_len = row_len > 0 ? A(1) / static_cast<A>(row_len) : A(0);
+  reduce_rows<Sums<A, 2>>(
+      launch, l.rows(), row_len,
+      [=] __device__(int64_t row, int64_t i) {
+        const int64_t e = row * row_len + i;
+        const A w = weight ? load<T, A>(weight, (row % groups) * group_channels + i) : A(1);
+        const A g = w * load<T, A>(grad_y, e);
+        return Sums<A, 2>{{g, g * (load<T, A>(x, e) - mean[row])}};
+      },
+      [=] __device__(int64_t row, const Sums<A, 2>& s) {
+        coef[2 * row] = s.v[0] * inv_len;
+        coef[2 * row + 1] = s.v[1] * rstd[row] * inv_len;
+      });
+}
+
+// The same for spatial > 1, from per-plane sums that also give the parameter gradients.
+template <class T, class A>
+void plane_coefficients(const Launcher& launch, const GroupLayout& l, const T* grad_y, const T* x, const T* weight,
+                        const A* mean, const A* rstd, A* coef, T* grad_weight, T* grad_bias) {
+  const int64_t batch = l.batch, groups = l.groups, group_channels = l.group_channels, spatial = l.spatial;
+  const int64_t channels = l.channels(), planes = batch * channels;
+  const A inv_len = l.row_len() > 0 ? A(1) / static_cast<A>(l.row_len()) : A(0);
+  // plane_sums[plane] = {sum(dy), sum(dy * (x - mean))} over the plane's spatial extent.
+  const DeviceBuffer plane_buffer = launch.buffer(static_cast<size_t>(std::max<int64_t>(planes, 1)) * sizeof(Sums<A, 2>));
+  Sums<A, 2>* plane_sums = plane_buffer.as<Sums<A, 2>>();
+  reduce_rows<Sums<A, 2>>(
+      launch, planes, spatial,
+      [=] __device__(int64_t plane, int64_t s) {
+        const int64_t e = plane * spatial + s;
+        const A dy = load<T, A>(grad_y, e);
+        return Sums<A, 2>{{dy, dy * (load<T, A>(x, e) - mean[plane / group_channels])}};
+      },
+      [=] __device__(int64_t plane, const Sums<A, 2>& s) { plane_sums[plane] = s; });
+  for_each_index(launch, l.rows(), [=] __device__(int64_t row) {
+    const int64_t first_channel = (row % groups) * group_channels;
+    A sum_g = 0, sum_g_xc = 0;
+    for (int64_t c = 0; c < group_channels; ++c) {
+      const A w = weight ? load<T, A>(weight, first_channel + c) : A(1);
+      const Sums<A, 2>& s = plane_sums[row * group_channels + c];
+      sum_g += w * s.v[0];
+      sum_g_xc += w * s.v[1];
+    }
+    coef[2 * row] = sum_g * inv_len;
+    coef[2 * row + 1] = sum_g_xc * rstd[row] * inv_len;
+  });
+  if (!grad_weight && !grad_bias) return;
+  for_each_index(launch, channels, [=] __device__(int64_t c) {
+    const int64_t group = c / group_channels;
+    A sum_w = 0, sum_b = 0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const Sums<A, 2>& s = plane_sums[n * channels + c];
+      sum_w += s.v[1] * rstd[n * groups + group];
+      sum_b += s.v[0];
+    }
+    if (grad_weight) grad_weight[c] = convert<T>(sum_w);
+    if (grad_bias) grad_bias[c] = convert<T>(sum_b);
+  });
+}
+
+template <class T>
+void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, const Tensor& weight_t,
+                     const Tensor& mean_t, const Tensor& rstd_t, const GroupLayout& l, const Tensor& grad_x_t,
+                     const Tensor& grad_weight_t, const Tensor& grad_bias_t) {
+  using A = compute_t<T>;
+  const Launcher launch(op, x_t);
+  const T* grad_y = data_as<const T>(grad_y_t);
+  const T* x = data_as<const T>(x_t);
+  const T* weight = data_or_null<const T>(weight_t);
+  const A* mean = data_as<const A>(mean_t);
+  const A* rstd = data_as<const A>(rstd_t);
+  T* grad_x = data_as<T>(grad_x_t);
+  T* grad_weight = data_or_null<T>(grad_weight_t);
+  T* grad_bias = data_or_null<T>(grad_bias_t);
+  const int64_t rows = l.rows(), row_len = l.row_len(), channels = l.channels();
+  const int64_t batch = l.batch, groups = l.groups, group_channels = l.group_channels, spatial = l.spatial;
+  const A inv_len = row_len > 0 ? A(1) / static_cast<A>(row_len) : A(0);
+  const AffinePlan plan = plan_affine_backward(
+      l, sizeof(T), is_aligned(grad_y, 16) && is_aligned(x, 16) && is_aligned(grad_x, 16), aligned_or_null(weight));
+  // coef[row] = {mean(w * dy), mean(w * dy * xhat)}, for the paths that keep them in memory.
+  auto coefficients = [&] { return launch.buffer(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 2 * sizeof(A)); };
+  switch (plan.path) {
+    case AffinePath::Rows:
+      with_team(plan.team, [&](auto team) {
+        constexpr int kTeam = decltype(team)::value, V = 16 / sizeof(T), threads = team_block<kTeam>();
+        auto kernel = layer_norm_rows_backward<T, kTeam, V>;
+        launch(kernel, launch.resident_grid(kernel, threads, 0, ceil_div(rows, threads / kTeam)), threads, 0, rows,
+               row_len, grad_y, x, weight, mean, rstd, grad_x);
+      });
+      return column_param_grads(launch, l, grad_y, x, mean, rstd, grad_weight, grad_bias);
+    case AffinePath::Columns: {
+      // grad_x and the parameter gradients in one pass along columns.
+      const DeviceBuffer coef = coefficients();
+      row_coefficients(launch, l, grad_y, x, weight, mean, rstd, coef.as<A>());
+      return with_vector<T>(plan.vector, [&](auto vec) {
+        constexpr int V = decltype(vec)::value;
+        const ColumnGrid g = column_grid_for(rows, row_len / V, launch.multiprocessors());
+        const size_t partial_bytes = static_cast<size_t>(g.slices * row_len) * sizeof(A);
+        const DeviceBuffer partial_w = launch.buffer(partial_bytes), partial_b = launch.buffer(partial_bytes);
+        if (rows == 0) {
+          NC_CUDA_CHECK(cudaMemsetAsync(partial_w.as<void>(), 0, partial_bytes, launch.stream()));
+          NC_CUDA_CHECK(cudaMemsetAsync(partial_b.as<void>(), 0, partial_bytes, launch.stream()));
+        } else if (row_len > 0) {
+          launch(layer_norm_columns_backward<T, V>, g.grid, kThreads, 0, rows, row_len, g.rows_per_slice, grad_y, x,
+                 weight, mean, rstd, coef.as<const A>(), grad_x, partial_w.as<A>(), partial_b.as<A>());
+        }
+        if (grad_weight) sum_slices(launch, partial_w.as<const A>(), g.slices, row_len, grad_weight);
+        if (grad_bias) sum_slices(launch, partial_b.as<const A>(), g.slices, row_len, grad_bias);
+      });
+    }
+    case AffinePath::Pipeline:
+      if (spatial == 1) {
+        const PipelineShape s = plan_pipeline(rows, row_len, row_len, sizeof(T), 2);
+        const DeviceBuffer partials = launch.buffer(static_cast<size_t>(s.items) * sizeof(Sums<A, 2>));
+        run_pipeline<2, T, Sums<A, 2>, RowInfo<A, 4>>(
+            launch, s, x, grad_y, grad_x, partials.as<Sums<A, 2>>(),
+            GradReduce<T, A, 2>{weight, mean, groups, group_channels, spatial}, GradFinish<A, 2>{mean, rstd, inv_len},
+            GradApply<T, A>{weight, groups, group_channels, spatial});
+        return column_param_grads(launch, l, grad_y, x, mean, rstd, grad_weight, grad_bias);
+      } else {
+        // Chunks lie within one plane, so the partials' plain sums are per (sample, channel).
+        const PipelineShape s = plan_pipeline(rows, row_len, spatial, sizeof(T), 2);
+        const DeviceBuffer partial_buffer = launch.buffer(static_cast<size_t>(s.items) * sizeof(Sums<A, 4>));
+        const Sums<A, 4>* partials = partial_buffer.as<const Sums<A, 4>>();
+        run_pipeline<2, T, Sums<A, 4>, RowInfo<A, 4>>(
+            launch, s, x, grad_y, grad_x, partial_buffer.as<Sums<A, 4>>(),
+            GradReduce<T, A, 4>{weight, mean, groups, group_channels, spatial}, GradFinish<A, 4>{mean, rstd, inv_len},
+            GradApply<T, A>{weight, groups, group_channels, spatial});
+        if (!grad_weight && !grad_bias) return;
+        const int64_t chunks = s.chunks, pieces = s.pieces;
+        return for_each_index(launch, channels, [=] __device__(int64_t c) {
+          const int64_t group = c / group_channels, first = (c % group_channels) * pieces;
+          A sum_w = 0, sum_b = 0;
+          for (int64_t n = 0; n < batch; ++n) {
+            const int64_t row = n * groups + group;
+            A plane_w = 0;
+            for (int64_t p = 0; p < pieces; ++p) {
+              const Sums<A, 4>& part = partials[row * chunks + first + p];
+              plane_w += part.v[3];
+              sum_b += part.v[2];
+            }
+            sum_w += plane_w * rstd[row];
+          }
+          if (grad_weight) grad_weight[c] = convert<T>(sum_w);
+          if (grad_bias) grad_bias[c] = convert<T>(sum_b);
+        });
+      }
+    case AffinePath::SharedGroups:  // a forward path only
+    case AffinePath::Elementwise: {
+      const DeviceBuffer coef = coefficients();
+      if (spatial == 1) {
+        row_coefficients(launch, l, grad_y, x, weight, mean, rstd, coef.as<A>());
+        column_param_grads(launch, l, grad_y, x, mean, rstd, grad_weight, grad_bias);
+      } else {
+        plane_coefficients(launch, l, grad_y, x, weight, mean, rstd, coef.as<A>(), grad_weight, grad_bias);
+      }
+      const A* c = coef.as<const A>();
+      return with_index_type(x_t.numel(), [&](auto index_tag) {
+        using Index = decltype(index_tag);
+        for_each_index<Index>(
+            launch, x_t.numel(),
+            AffineGradInput<Index, T, A>{ElementPlace<Index>(l), grad_y, x, weight, mean, rstd, c, grad_x});
+      });
+    }
+  }
+}
+
+}  // namespace
+
+void CudaNorms::layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows,
+                                   int64_t row_len, double eps, const Tensor& y, const Tensor& mean,
+                                   const Tensor& rstd) const {
+  visit_float(x.dtype(), "layer_norm", [&](auto tag) {
+    affine_forward<typename decltype(tag)::type>("layer_norm", x, weight, bias, layer_layout(rows, row_len), eps, y,
+                                                 mean, rstd);
+  });
+}
+
+void CudaNorms::layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                    const Tensor& rstd, int64_t rows, int64_t row_len, const Tensor& grad_x,
+                                    const Tensor& grad_weight, const Tensor& grad_bias) const {
+  visit_float(x.dtype(), "layer_norm backward", [&](auto tag) {
+    affine_backward<typename decltype(tag)::type>("layer_norm backward", grad_y, x, weight, mean, rstd,
+                                                  layer_layout(rows, row_len), grad_x, grad_weight, grad_bias);
+  });
+}
+
+void CudaNorms::group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch,
+                                   int64_t groups, int64_t channels, int64_t spatial, double eps, const Tensor& y,
+                                   const Tensor& mean, const Tensor& rstd) const {
+  visit_float(x.dtype(), "group_norm", [&](auto tag) {
+    affine_forward<typename decltype(tag)::type>("group_norm", x, weight, bias,
+                                                 group_layout(batch, groups, channels, spatial), eps, y, mean, rstd);
+  });
+}
+
+void CudaNorms::group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                    const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels,
+                                    int64_t spatial, const Tensor& grad_x, const Tensor& grad_weight,
+                                    const Tensor& grad_bias) const {
+  visit_float(x.dtype(), "group_norm backward", [&](auto tag) {
+    affine_backward<typename decltype(tag)::type>("group_norm backward", grad_y, x, weight, mean, rstd,
+                                                  group_layout(batch, groups, channels, spatial), grad_x, grad_weight,
+                                                  grad_bias);
+  });
+}
+
+}  // namespace cuda
+}  // namespace normcore

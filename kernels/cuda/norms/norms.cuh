@@ -1,0 +1,135 @@
+// What the CUDA normalization kernels share (kernels/norms.h is their contract): the
+// family's implementation class, whose methods are defined per op in affine.cu (layer and
+// group norm), l1_norm.cu and frobenius_norm.cu; element addressing; and the pipeline
+// phases of the two norms that divide by a norm (L1, Frobenius). The plans are plan.h; the
+// reductions kernels/cuda/reduction/. Statistics accumulate in A = compute_t<T> (float for
+// f16/bf16/f32, double for f64) and are saved in it.
+#pragma once
+
+#include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/norms/plan.h"
+#include "kernels/cuda/reduction/chunked.cuh"
+#include "kernels/cuda/reduction/combine.cuh"
+#include "kernels/cuda/reduction/pipeline.cuh"
+#include "kernels/norms.h"
+
+namespace normcore {
+namespace cuda {
+
+class CudaNorms final : public kernels::NormKernels {
+ public:
+  // affine.cu
+  void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, int64_t row_len,
+                          double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) const override;
+  void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, int64_t rows, int64_t row_len, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) const override;
+  void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch, int64_t groups,
+                          int64_t channels, int64_t spatial, double eps, const Tensor& y, const Tensor& mean,
+                          const Tensor& rstd) const override;
+  void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels, int64_t spatial,
+                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) const override;
+  // l1_norm.cu
+  void l1_norm_forward(const Tensor& x, int64_t outer, int64_t size, int64_t inner, double eps, const Tensor& y,
+                       const Tensor& norm) const override;
+  void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, int64_t outer, int64_t size,
+                        int64_t inner, double eps, const Tensor& grad_x) const override;
+  // frobenius_norm.cu
+  void frobenius_norm_forward(const Tensor& x, double eps, const Tensor& y, const Tensor& norm) const override;
+  void frobenius_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, double eps,
+                               const Tensor& grad_x) const override;
+};
+
+// Element index -> (row, channel), by multiply-and-shift division on the 32-bit path.
+template <class Index>
+struct ElementPlace {
+  IntDivider<Index> spatial, group_channels, channels;
+  ElementPlace(const GroupLayout& l)
+      : spatial(static_cast<Index>(l.spatial)),
+        group_channels(static_cast<Index>(l.group_channels)),
+        channels(static_cast<Index>(l.channels())) {}
+  // e = ((n * channels + c) * spatial + s): plane = n * channels + c, row = plane / gc.
+  __device__ __forceinline__ void locate(Index e, Index& row, Index& channel) const {
+    const Index plane = spatial.div(e);
+    row = group_channels.div(plane);
+    channel = plane - channels.div(plane) * static_cast<Index>(channels.divisor);
+  }
+};
+
+template <class T, class A>
+__device__ __forceinline__ A load(const T* p, int64_t i) {
+  return convert<A>(p[i]);
+}
+
+// A phase that needs no per-chunk context.
+struct NoContext {};
+
+// x / max(norm, eps); the norm's gradient is 0 where the clamp is active.
+template <class A>
+__device__ __forceinline__ A clamped(A norm, A eps) {
+  return norm < eps ? eps : norm;
+}
+
+template <class A>
+__device__ __forceinline__ A sign_of(A v) {
+  return v > A(0) ? A(1) : v < A(0) ? A(-1) : A(0);
+}
+
+// L1 and Frobenius: sums of |x| or x * x forward, of x * dy backward.
+enum class NormSum { Abs, Square, Product };
+
+template <class A, NormSum kind>
+struct NormReduce {
+  __device__ NoContext context(int64_t, int64_t) const { return {}; }
+  __device__ Sums<A, 1> operator()(NoContext, int64_t, A x, A dy) const {
+    if constexpr (kind == NormSum::Abs) return {{abs(x)}};
+    if constexpr (kind == NormSum::Square) return {{x * x}};
+    return {{x * dy}};
+  }
+};
+
+// Forward: norm = mean |x| (L1) or sqrt(sum x * x) (Frobenius), stored; info {1 / max(norm, eps)}.
+template <class A, bool kL1>
+struct NormFinish {
+  A* norm;
+  A inv_size;
+  A eps;
+  __device__ RowInfo<A, 1> operator()(int64_t row, const Sums<A, 1>& s) const {
+    const A n = kL1 ? s.v[0] * inv_size : sqrt(s.v[0]);
+    norm[row] = n;
+    return {{A(1) / clamped(n, eps)}};
+  }
+};
+
+template <class A>
+struct NormScale {
+  __device__ A context(int64_t, int64_t, const RowInfo<A, 1>& info) const { return info.v[0]; }
+  __device__ A operator()(A inv, int64_t, A x, A) const { return x * inv; }
+};
+
+// Backward info {max(norm, eps), through}: through = dot(dy, x) / (size * n^2) for L1,
+// dot / n^3 for Frobenius, 0 where the clamp is active.
+template <class A, bool kL1>
+struct NormGradFinish {
+  const A* norm;
+  A size;
+  A eps;
+  __device__ RowInfo<A, 2> operator()(int64_t row, const Sums<A, 1>& s) const {
+    const A n = norm[row];
+    const A through = n >= eps ? (kL1 ? s.v[0] / (size * n * n) : s.v[0] / (n * n * n)) : A(0);
+    return {{clamped(n, eps), through}};
+  }
+};
+
+// grad_x = dy / max(norm, eps) - sign(x) * through (L1) or x * through (Frobenius).
+template <class A, bool kL1>
+struct NormGradApply {
+  __device__ RowInfo<A, 2> context(int64_t, int64_t, const RowInfo<A, 2>& info) const { return info; }
+  __device__ A operator()(const RowInfo<A, 2>& c, int64_t, A x, A dy) const {
+    return dy / c.v[0] - (kL1 ? sign_of(x) : x) * c.v[1];
+  }
+};
+
+}  // namespace cuda
+}  // namespace normcore

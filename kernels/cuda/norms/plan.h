@@ -1,0 +1,78 @@
+// Which kernels a normalization op runs, as pure functions of the layout (GroupLayout,
+// kernels/norms.h), the element size, the alignment and the device's size (plain C++,
+// tested without a GPU). Each launcher in
+// this folder is a switch over its plan.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/limits.h"
+#include "kernels/norms.h"
+
+namespace normcore {
+namespace cuda {
+
+using kernels::GroupLayout;  // kernels/norms.h
+using kernels::group_layout;
+using kernels::layer_layout;
+
+// Rows (or L1 rows, Frobenius tensors) of at least this many elements, and group rows whose
+// planes have at least kPipelineMinPlane, take the pipelined pass; shorter ones a reduction
+// kernel and an element-wise one.
+constexpr int64_t kPipelineMinRow = 16384;
+constexpr int64_t kPipelineMinPlane = 1024;
+
+// Rows kept in registers: kRowVecs 16-byte vectors per thread, rows up to kRowsMaxLen.
+constexpr int kRowVecs = 4;
+constexpr int64_t kRowsMaxLen = 16384;
+
+// The smallest team (32, 256, 512 or 1024 threads) that holds a row in registers, or 0 when
+// the row does not fit, is empty or does not start 16-byte aligned (row_len a multiple of
+// the vector, every pointer aligned).
+int row_team(int64_t row_len, int element_bytes, bool aligned);
+
+// Whether the pipelined pass takes a layout: long rows, or groups of long planes.
+bool takes_pipeline(const GroupLayout& l);
+
+// Elements per vector of the column passes: 16 bytes' worth when row_len and every pointer
+// allow it, else 1.
+int column_vector(int64_t row_len, int element_bytes, bool aligned);
+
+// ---------------------------------------------------------------- layer and group norm
+enum class AffinePath {
+  Rows,           // layer layout: a team holds each row in registers (team)
+  Columns,        // layer layout: chunked statistics, then a pass along columns (vector)
+  SharedGroups,   // forward, groups of long planes that fit in shared memory: one block per group
+  Pipeline,       // long rows or groups of long planes: the pipelined pass
+  Elementwise,    // the rest: chunked statistics (or plane sums), then an element-wise pass
+};
+
+struct AffinePlan {
+  AffinePath path;
+  int team = 0;    // Rows
+  int vector = 0;  // Columns
+};
+
+// data_aligned: x and y (backward: x, dy and dx) start 16-byte aligned; params_aligned:
+// weight and bias do (or are absent).
+AffinePlan plan_affine_forward(const GroupLayout& l, int element_bytes, bool data_aligned, bool params_aligned,
+                               const DeviceLimits& device);
+AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool data_aligned, bool params_aligned);
+
+// ---------------------------------------------------------------- L1 and Frobenius
+enum class NormPath {
+  Columns,    // L1 along a dim that is not the last: a thread per column
+  RowsTwice,  // L1 forward, rows up to kL1RowBytes: a block per row, read again from L2
+  Pipeline,   // long rows, or a whole tensor: the pipelined pass
+  Elementwise,  // the rest: chunked sums, then an element-wise pass
+};
+
+constexpr int64_t kL1RowBytes = 256 << 10;
+
+// L1 over [outer, size, inner] along size; Frobenius is one row of every element.
+NormPath plan_l1_forward(int64_t size, int64_t inner, int element_bytes);
+NormPath plan_l1_backward(int64_t size, int64_t inner);
+NormPath plan_frobenius(int64_t numel);
+
+}  // namespace cuda
+}  // namespace normcore

@@ -1,0 +1,74 @@
+// 16-byte vectors and the loads and stores that move them, with and without cache hints:
+// what every bandwidth-bound kernel here reads and writes with.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace normcore {
+namespace cuda {
+
+// N elements loaded or stored with one instruction (N * sizeof(T) <= 16 bytes).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+// Elements of the widest operand that fit in 16 bytes.
+template <class... T>
+constexpr int vec_width() {
+  constexpr size_t widest = std::max({sizeof(T)...});
+  return static_cast<int>(16 / widest);
+}
+
+inline bool is_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Vector j of V elements from p.
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> load_vec(const T* p, int64_t j) {
+  return reinterpret_cast<const Vec<T, V>*>(p)[j];
+}
+
+template <class T, int V>
+__device__ __forceinline__ void store_vec(T* p, int64_t j, const Vec<T, V>& value) {
+  reinterpret_cast<Vec<T, V>*>(p)[j] = value;
+}
+
+// Data read for the last time: marked evict-first, leaving L2 to data that is read again.
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> load_last_use(const T* p, int64_t v) {
+  static_assert(sizeof(Vec<T, V>) == 16, "16-byte vectors only");
+  const uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p) + v);
+  Vec<T, V> out;
+  memcpy(&out, &raw, 16);
+  return out;
+}
+
+// Data that will be read again soon: marked evict-last, so that it stays in L2.
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> load_keep(const T* p, int64_t v) {
+  static_assert(sizeof(Vec<T, V>) == 16, "16-byte vectors only");
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  uint4 raw;
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+               : "l"(reinterpret_cast<const uint4*>(p) + v), "l"(policy));
+  Vec<T, V> out;
+  memcpy(&out, &raw, 16);
+  return out;
+}
+
+// A result that is not read again soon: written evict-first.
+template <class T, int V>
+__device__ __forceinline__ void store_streaming(T* p, int64_t v, const Vec<T, V>& value) {
+  uint4 raw;
+  memcpy(&raw, &value, 16);
+  __stcs(reinterpret_cast<uint4*>(p) + v, raw);
+}
+
+}  // namespace cuda
+}  // namespace normcore

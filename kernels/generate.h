@@ -1,0 +1,42 @@
+// Kernels that make values from element indices alone: sequences (arange, linspace) and
+// random numbers. core/factories.cpp checks arguments and sizes. Element i of a random
+// tensor depends on (seed, offset + i) only (Philox, base/philox.h), so both backends draw
+// the same numbers whatever their thread layout.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+
+namespace normcore {
+namespace kernels {
+
+class GenerateKernels {
+ public:
+  // out contiguous 1-D: out[i] = start + i * step, computed in double.
+  virtual void arange(const Tensor& out, double start, double step) const = 0;
+  // out contiguous 1-D of n >= 2: start + i * step for i < n / 2, end - (n - 1 - i) * step
+  // after (both ends exact), step = (end - start) / (n - 1).
+  virtual void linspace(const Tensor& out, double start, double end) const = 0;
+  // out contiguous floating: uniform on [0, 1), standard normal; out any dtype but bool:
+  // low + (64 random bits mod range).
+  virtual void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset) const = 0;
+  virtual void random_normal(const Tensor& out, uint64_t seed, uint64_t offset) const = 0;
+  virtual void random_int(const Tensor& out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range) const = 0;
+
+ protected:
+  ~GenerateKernels() = default;
+};
+
+}  // namespace kernels
+
+namespace cpu { const kernels::GenerateKernels& generate_kernels(); }
+namespace cuda { const kernels::GenerateKernels& generate_kernels(); }
+
+namespace kernels {
+inline const GenerateKernels& generate(Device device) {
+  return for_device(device, cpu::generate_kernels, NC_CUDA_KERNELS(generate_kernels), "generate");
+}
+}  // namespace kernels
+
+}  // namespace normcore

@@ -1,0 +1,40 @@
+// Indexing along one dim: index_select, gather, scatter_add (core/indexing.cpp checks shapes
+// and ties them to autograd). Indices are i64; negative ones count from the end.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+
+namespace normcore {
+namespace kernels {
+
+class IndexKernels {
+ public:
+  // x contiguous viewed as [outer, size, inner]; index contiguous 1-D i64 of length n;
+  // out contiguous [outer, n, inner]. Throws IndexError for an index outside [-size, size).
+  virtual void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const = 0;
+  // x contiguous; index contiguous i64 with x's rank; out contiguous, index's shape;
+  // out[..i..] = x[..index[..i..]..] along dim. Throws IndexError out of [-size, size).
+  virtual void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const = 0;
+  // out contiguous (+= into it); index contiguous i64; src contiguous, index's shape;
+  // out[..index[..i..]..] += src[..i..] along dim. Throws IndexError out of range (the bad
+  // elements are skipped). dtype not Bool or U8.
+  virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const = 0;
+
+ protected:
+  ~IndexKernels() = default;
+};
+
+}  // namespace kernels
+
+namespace cpu { const kernels::IndexKernels& index_kernels(); }
+namespace cuda { const kernels::IndexKernels& index_kernels(); }
+
+namespace kernels {
+inline const IndexKernels& index(Device device) {
+  return for_device(device, cpu::index_kernels, NC_CUDA_KERNELS(index_kernels), "index");
+}
+}  // namespace kernels
+
+}  // namespace normcore

@@ -1,0 +1,200 @@
+// How each kernel family is picked for a device, and the CUDA launch plans as pure
+// functions of shape, element size, alignment and device size (kernels/cuda/norms/plan.h,
+// kernels/cuda/reduction/plan.h): checked on the CPU, one row per shape, so that a change
+// of plan is a visible change of a table. The plans' kernels themselves are checked against
+// the CPU reference on the GPU (test_norms_cuda.cpp).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/elementwise.h"
+#include "kernels/fused.h"
+#include "kernels/generate.h"
+#include "kernels/index.h"
+#include "kernels/matmul.h"
+#include "kernels/norms.h"
+#include "kernels/optim.h"
+#include "kernels/reduce.h"
+#include "normcore/error.h"
+#ifdef NORMCORE_HAS_CUDA
+#include "kernels/cuda/norms/plan.h"
+#include "kernels/cuda/reduction/plan.h"
+#endif
+
+namespace nc = normcore;
+namespace kernels = normcore::kernels;
+
+namespace {
+
+TEST(KernelFamilies, EachFamilyHasItsImplementationPerDevice) {
+  const nc::Device cpu = nc::Device::cpu();
+  EXPECT_EQ(&kernels::elementwise(cpu), &nc::cpu::elementwise_kernels());
+  EXPECT_EQ(&kernels::generate(cpu), &nc::cpu::generate_kernels());
+  EXPECT_EQ(&kernels::reduce(cpu), &nc::cpu::reduce_kernels());
+  EXPECT_EQ(&kernels::index(cpu), &nc::cpu::index_kernels());
+  EXPECT_EQ(&kernels::matmul(cpu), &nc::cpu::matmul_kernels());
+  EXPECT_EQ(&kernels::optim(cpu), &nc::cpu::optim_kernels());
+  EXPECT_EQ(&kernels::norms(cpu), &nc::cpu::norm_kernels());
+  EXPECT_EQ(&kernels::fused(cpu), &nc::cpu::fused_kernels());
+  const nc::Device gpu = nc::Device::cuda(0);
+#ifdef NORMCORE_HAS_CUDA
+  EXPECT_EQ(&kernels::elementwise(gpu), &nc::cuda::elementwise_kernels());
+  EXPECT_EQ(&kernels::norms(gpu), &nc::cuda::norm_kernels());
+  EXPECT_NE(static_cast<const void*>(&kernels::norms(gpu)), static_cast<const void*>(&kernels::norms(cpu)));
+#else
+  try {
+    kernels::norms(gpu);
+    ADD_FAILURE() << "kernels::norms(cuda:0) returned in a build without CUDA";
+  } catch (const nc::DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("norms: normcore was built without CUDA"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+#ifdef NORMCORE_HAS_CUDA
+namespace cuda = normcore::cuda;
+
+constexpr cuda::DeviceLimits kH100{132, 232448};
+
+const char* path_name(cuda::AffinePath p) {
+  switch (p) {
+    case cuda::AffinePath::Rows: return "rows";
+    case cuda::AffinePath::Columns: return "columns";
+    case cuda::AffinePath::SharedGroups: return "shared groups";
+    case cuda::AffinePath::Pipeline: return "pipeline";
+    case cuda::AffinePath::Elementwise: return "elementwise";
+  }
+  return "?";
+}
+
+struct AffineRow {
+  const char* what;
+  cuda::GroupLayout layout;
+  int element_bytes;
+  bool data_aligned, params_aligned;
+  cuda::AffinePath forward;
+  int forward_team_or_vector;  // the team of Rows, the vector of Columns, else 0
+  cuda::AffinePath backward;
+  int backward_team_or_vector;
+};
+
+const std::vector<AffineRow> kAffineRows = {
+    {"layer norm f32 x768", cuda::layer_layout(32768, 768), 4, true, true, cuda::AffinePath::Rows, 256,
+     cuda::AffinePath::Rows, 256},
+    {"layer norm f32 x512: one warp", cuda::layer_layout(100, 512), 4, true, true, cuda::AffinePath::Rows, 32,
+     cuda::AffinePath::Rows, 32},
+    {"layer norm bf16 x4096", cuda::layer_layout(32768, 4096), 2, true, true, cuda::AffinePath::Rows, 256,
+     cuda::AffinePath::Rows, 256},
+    {"layer norm f32 x16384: the longest row in registers", cuda::layer_layout(8, 16384), 4, true, true,
+     cuda::AffinePath::Rows, 1024, cuda::AffinePath::Rows, 1024},
+    {"layer norm f64 x16384: too long in 8-byte elements", cuda::layer_layout(8, 16384), 8, true, true,
+     cuda::AffinePath::Columns, 2, cuda::AffinePath::Columns, 2},
+    {"layer norm f32 x16388", cuda::layer_layout(8, 16388), 4, true, true, cuda::AffinePath::Columns, 4,
+     cuda::AffinePath::Columns, 4},
+    {"layer norm f32 x766: not a whole number of vectors", cuda::layer_layout(8, 766), 4, true, true,
+     cuda::AffinePath::Columns, 1, cuda::AffinePath::Columns, 1},
+    {"layer norm f32, a misaligned weight", cuda::layer_layout(8, 768), 4, true, false, cuda::AffinePath::Columns, 1,
+     cuda::AffinePath::Columns, 1},
+    {"layer norm of empty rows", cuda::layer_layout(8, 0), 4, true, true, cuda::AffinePath::Columns, 4,
+     cuda::AffinePath::Columns, 4},
+    {"group norm of one group over [N, C] is layer norm", cuda::group_layout(32, 1, 768, 1), 4, true, true,
+     cuda::AffinePath::Rows, 256, cuda::AffinePath::Rows, 256},
+    {"group norm f32 32x320x64x64 g32: 160 KB groups", cuda::group_layout(32, 32, 320, 4096), 4, true, true,
+     cuda::AffinePath::SharedGroups, 0, cuda::AffinePath::Pipeline, 0},
+    {"group norm 112x64x512x512 g8: 8 MB groups", cuda::group_layout(112, 8, 64, 262144), 4, true, true,
+     cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
+    {"group norm f32, groups just over shared memory", cuda::group_layout(2, 1, 1, 58113), 4, true, true,
+     cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
+    {"group norm, misaligned data", cuda::group_layout(32, 32, 320, 4096), 4, false, true,
+     cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
+    {"group norm, small planes", cuda::group_layout(32, 32, 320, 100), 4, true, true,
+     cuda::AffinePath::Elementwise, 0, cuda::AffinePath::Elementwise, 0},
+    {"group norm over [N, C], long groups", cuda::group_layout(4, 2, 65536, 1), 4, true, true,
+     cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
+    {"group norm over [N, C], short groups", cuda::group_layout(4, 2, 64, 1), 4, true, true,
+     cuda::AffinePath::Elementwise, 0, cuda::AffinePath::Elementwise, 0},
+};
+
+int team_or_vector(const cuda::AffinePlan& plan) {
+  return plan.path == cuda::AffinePath::Rows ? plan.team : plan.path == cuda::AffinePath::Columns ? plan.vector : 0;
+}
+
+TEST(NormPlans, AffinePathForEachLayout) {
+  for (const AffineRow& row : kAffineRows) {
+    SCOPED_TRACE(row.what);
+    const cuda::AffinePlan forward =
+        cuda::plan_affine_forward(row.layout, row.element_bytes, row.data_aligned, row.params_aligned, kH100);
+    EXPECT_STREQ(path_name(forward.path), path_name(row.forward));
+    EXPECT_EQ(team_or_vector(forward), row.forward_team_or_vector);
+    const cuda::AffinePlan backward =
+        cuda::plan_affine_backward(row.layout, row.element_bytes, row.data_aligned, row.params_aligned);
+    EXPECT_STREQ(path_name(backward.path), path_name(row.backward));
+    EXPECT_EQ(team_or_vector(backward), row.backward_team_or_vector);
+  }
+}
+
+TEST(NormPlans, SharedGroupsFollowTheDevicesSharedMemory) {
+  const cuda::GroupLayout groups = cuda::group_layout(32, 32, 384, 4096);  // 192 KB of f32 per group
+  EXPECT_EQ(cuda::plan_affine_forward(groups, 4, true, true, kH100).path, cuda::AffinePath::SharedGroups);
+  EXPECT_EQ(cuda::plan_affine_forward(groups, 4, true, true, {108, 166912}).path, cuda::AffinePath::Pipeline);
+  EXPECT_EQ(cuda::plan_affine_forward(groups, 2, true, true, {108, 166912}).path, cuda::AffinePath::SharedGroups);
+}
+
+TEST(NormPlans, NormPathForEachShape) {
+  using P = cuda::NormPath;
+  struct Row {
+    const char* what;
+    P actual, expected;
+  };
+  const std::vector<Row> rows = {
+      {"L1 along an inner dim", cuda::plan_l1_forward(65535, 4, 4), P::Columns},
+      {"L1 rows of 64K f32 read twice", cuda::plan_l1_forward(65535, 1, 4), P::RowsTwice},
+      {"L1 rows of 64K f64 over 256 KB", cuda::plan_l1_forward(65535, 1, 8), P::Pipeline},
+      {"L1 short rows", cuda::plan_l1_forward(16383, 1, 4), P::Elementwise},
+      {"L1 backward along an inner dim", cuda::plan_l1_backward(65535, 4), P::Columns},
+      {"L1 backward, long rows", cuda::plan_l1_backward(16384, 1), P::Pipeline},
+      {"L1 backward, short rows", cuda::plan_l1_backward(16383, 1), P::Elementwise},
+      {"Frobenius, large tensor", cuda::plan_frobenius(16384), P::Pipeline},
+      {"Frobenius, small tensor", cuda::plan_frobenius(16383), P::Elementwise},
+  };
+  for (const Row& row : rows) EXPECT_EQ(row.actual, row.expected) << row.what;
+}
+
+TEST(ReductionPlans, ChunksFillTheDeviceWithoutShortChunks) {
+  // Rows up to a warp's reach stay whole.
+  const cuda::ChunkPlan short_rows = cuda::plan_chunks(1000, 1024, kH100);
+  EXPECT_TRUE(short_rows.warp_teams);
+  EXPECT_EQ(short_rows.chunks, 1);
+  // One long row is cut into enough chunks for 4 blocks per SM, none under 4096 elements.
+  const cuda::ChunkPlan one_row = cuda::plan_chunks(1, 1 << 24, kH100);
+  EXPECT_FALSE(one_row.warp_teams);
+  EXPECT_EQ(one_row.chunks, 4 * 132);
+  EXPECT_EQ(one_row.chunk_len * one_row.chunks >= (1 << 24), true);
+  const cuda::ChunkPlan medium = cuda::plan_chunks(1, 10000, kH100);
+  EXPECT_EQ(medium.chunks, 3);
+  EXPECT_EQ(medium.chunk_len, 3334);
+  // Many rows: one chunk each.
+  EXPECT_EQ(cuda::plan_chunks(100000, 5000, kH100).chunks, 1);
+}
+
+TEST(ReductionPlans, PipelineChunksStayWithinSpansAndL2) {
+  // 2 MB rows of f32 over two inputs: re-read from L2, 16 KB chunks, a 16 MB lag.
+  const cuda::PipelineShape reused = cuda::plan_pipeline(64, 262144, 262144, 4, 2);
+  EXPECT_TRUE(reused.reuse);
+  EXPECT_EQ(reused.chunk_len, 4096);
+  EXPECT_EQ(reused.chunks, 64);
+  EXPECT_EQ(reused.lag, (16 << 20) / (4096 * 4 * 2));
+  // 8 MB groups of 64 planes of 128 KB: streamed in 256 KB chunks that never straddle a plane.
+  const cuda::PipelineShape streamed = cuda::plan_pipeline(896, 64 * 32768, 32768, 4, 1);
+  EXPECT_FALSE(streamed.reuse);
+  EXPECT_EQ(streamed.pieces, 1);
+  EXPECT_EQ(streamed.chunk_len, 32768);
+  EXPECT_EQ(streamed.chunks, 64);
+  EXPECT_EQ(streamed.lag, streamed.items);
+  // One row (a Frobenius tensor) is never reused: nothing runs beside it to keep it in L2.
+  EXPECT_FALSE(cuda::plan_pipeline(1, 1 << 20, 1 << 20, 4, 1).reuse);
+}
+#endif
+
+}  // namespace
