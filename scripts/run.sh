@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh -DNORMCORE_BUILD_TESTS=OFF -DNORMCORE_BUILD_BENCHMARKS=OFF
-"./${BUILD_DIR:-build}/examples/normcore" train --epochs 3 "$@"
+"./${BUILD_DIR:-build}/normcore" train --epochs 3 "$@"

@@ -2,8 +2,8 @@
 # Installs the build in ${BUILD_DIR:-build} into a fresh prefix and builds a separate
 # project against it four times: the shared and the static library, each through
 # find_package(normcore) and through pkg-config; every program must train, save, load and
-# predict (tests/consumer), and the static ones must not need libnormcore.so. Prints the
-# installed size.
+# predict (tests/consumer), and the static ones must not need libnormcore.so. The installed
+# normcore program must pass the conformance cases. Prints the installed size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -13,6 +13,8 @@ cmake --install "$build" --prefix "$prefix" > /dev/null
 libdir=$(dirname "$(find "$prefix" -name 'libnormcore.*' | head -1)")
 size() { if [ -e "$1" ]; then du -sh "$1" | cut -f1; else echo "none"; fi; }
 echo "normcore: installed into $prefix ($(du -sh "$prefix" | cut -f1): libnormcore.so $(size "$libdir/libnormcore.so"), libnormcore.a $(size "$libdir/libnormcore.a"), headers $(du -sh "$prefix/include/normcore" | cut -f1))"
+
+"$prefix/bin/normcore" conformance tests/data/conformance --device cpu > "$build/install-test-conformance.log"
 
 cmake -S tests/consumer -B "$build/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > /dev/null
 cmake --build "$build/consumer" > /dev/null
