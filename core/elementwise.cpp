@@ -156,9 +156,10 @@ Tensor abs(const Tensor& x) {
   });
 }
 Tensor sign(const Tensor& x) {
-  check_defined("sign", "x", x);
+  const OpScope op("sign");
+  check_defined(op, "x", x);
   if (x.dtype() == DType::Bool) return x.clone();
-  return unary_op("sign", UnaryOp::Sign, x, false, zero_grad_like);
+  return unary_op(op, UnaryOp::Sign, x, false, zero_grad_like);
 }
 Tensor relu(const Tensor& x) {
   return unary_op("relu", UnaryOp::Relu, x, false, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
@@ -206,14 +207,15 @@ Tensor sigmoid(const Tensor& x) {
   });
 }
 Tensor gelu(const Tensor& x, bool approximate) {
+  const OpScope op("gelu");
   if (!approximate) {
-    return unary_op("gelu", UnaryOp::Gelu, x, true, [](const Tensor& g, const Tensor& x, const Tensor& y, double, double) {
+    return unary_op(op, UnaryOp::Gelu, x, true, [](const Tensor& g, const Tensor& x, const Tensor& y, double, double) {
       // d/dx x * cdf(x) = cdf(x) + x * pdf(x)
       Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 0.39894228040143267794);
       return mul(g, add(normal_cdf(x, y), mul(x, pdf)));
     });
   }
-  return unary_op("gelu", UnaryOp::GeluTanh, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+  return unary_op(op, UnaryOp::GeluTanh, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
     const double k = 0.79788456080286535588;  // sqrt(2 / pi)
     Tensor x2 = mul(x, x);
     Tensor t = tanh(mul(mul(x, add(mul(x2, 0.044715), 1)), k));
@@ -223,18 +225,19 @@ Tensor gelu(const Tensor& x, bool approximate) {
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
-  check_defined("clamp", "x", x);
-  NC_CHECK(min || max, ValueError, "clamp: at least one of min and max must be given");
-  NC_CHECK(!min || !std::isnan(min->to_double()), ValueError, "clamp: min is NaN");
-  NC_CHECK(!max || !std::isnan(max->to_double()), ValueError, "clamp: max is NaN");
-  NC_CHECK(!min || !max || min->to_double() <= max->to_double(), ValueError, "clamp: min ", *min,
+  const OpScope op("clamp");
+  check_defined(op, "x", x);
+  NC_CHECK(min || max, ValueError, op, ": at least one of min and max must be given");
+  NC_CHECK(!min || !std::isnan(min->to_double()), ValueError, op, ": min is NaN");
+  NC_CHECK(!max || !std::isnan(max->to_double()), ValueError, op, ": max is NaN");
+  NC_CHECK(!min || !max || min->to_double() <= max->to_double(), ValueError, op, ": min ", *min,
            " is greater than max ", *max);
   DType dtype = x.dtype();
   if (min) dtype = promote_types(dtype, result_type(x, *min));
   if (max) dtype = promote_types(dtype, result_type(x, *max));
   if (is_floating(dtype)) {
     // The gradient passes where min <= x <= max, as in PyTorch.
-    return unary_op("clamp", UnaryOp::Clamp, x.to(dtype), true,
+    return unary_op(op, UnaryOp::Clamp, x.to(dtype), true,
                     [](const Tensor& g, const Tensor& x, const Tensor&, double lo, double hi) {
                       return where(lt(x, lo), 0, where(gt(x, hi), 0, g));
                     },
@@ -247,16 +250,17 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 }
 
 Tensor pow(const Tensor& x, Scalar exponent) {
-  check_defined("pow", "x", x);
-  NC_CHECK(!std::isnan(exponent.to_double()), ValueError, "pow: exponent is NaN");
+  const OpScope op("pow");
+  check_defined(op, "x", x);
+  NC_CHECK(!std::isnan(exponent.to_double()), ValueError, op, ": exponent is NaN");
   DType dtype = result_type(x, exponent);
   if (!is_floating(dtype)) {
     // Integer powers stay integers, as in PyTorch; they have no negative exponents.
-    NC_CHECK(exponent.to_int() >= 0, ValueError, "pow: integer tensor ", describe(x),
+    NC_CHECK(exponent.to_int() >= 0, ValueError, op, ": integer tensor ", describe(x),
              " cannot be raised to the negative integer power ", exponent);
-    return binary_op("pow", BinaryOp::Pow, x, wrap_scalar("pow", "x", x, exponent));
+    return binary_op(op, BinaryOp::Pow, x, wrap_scalar(op, "x", x, exponent));
   }
-  return unary_op("pow", UnaryOp::PowScalar, x.to(dtype), true,
+  return unary_op(op, UnaryOp::PowScalar, x.to(dtype), true,
                   [](const Tensor& g, const Tensor& x, const Tensor&, double e, double) {
                     if (e == 0) return zeros_like(g);
                     return mul(g, mul(pow(x, e - 1), e));

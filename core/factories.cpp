@@ -11,13 +11,14 @@ namespace normcore {
 using namespace detail;
 
 Tensor empty(const Shape& shape, TensorOptions options) {
-  checked_numel(shape, "empty");
+  const OpScope op("empty");
+  checked_numel(shape, op);
   DType dtype = options.dtype_or(DType::F32);
   if (!options.pinned) return new_tensor(shape, dtype, options.device);
-  NC_CHECK(options.device.is_cpu(), DeviceError, "empty: pinned memory is host memory, but device ",
+  NC_CHECK(options.device.is_cpu(), DeviceError, op, ": pinned memory is host memory, but device ",
            options.device, " was asked for");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = allocate_storage(static_cast<size_t>(checked_numel(shape, "empty")) * dtype_size(dtype),
+  impl->storage = allocate_storage(static_cast<size_t>(checked_numel(shape, op)) * dtype_size(dtype),
                                    Device::cpu(), /*pinned=*/true);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);

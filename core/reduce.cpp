@@ -102,18 +102,20 @@ Tensor reduce_all_extreme(const char* op, ReduceOp kind, const Tensor& x) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  check_defined("sum", "x", x);
-  Tensor out = run_reduce("sum", ReduceOp::Sum, x, dims, keepdim, sum_dtype(x.dtype()));
-  autograd::record("sum", out, {x}, [shape = x.shape(), dims, keepdim](const Tensor& g) {
+  const OpScope op("sum");
+  check_defined(op, "x", x);
+  Tensor out = run_reduce(op, ReduceOp::Sum, x, dims, keepdim, sum_dtype(x.dtype()));
+  autograd::record(op, out, {x}, [shape = x.shape(), dims, keepdim](const Tensor& g) {
     return std::vector<Tensor>{expand_back(g, shape, dims, keepdim)};
   });
   return out;
 }
 
 Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  check_defined("prod", "x", x);
-  Tensor out = run_reduce("prod", ReduceOp::Prod, x, dims, keepdim, sum_dtype(x.dtype()));
-  autograd::record("prod", out, {x}, [xs = autograd::saved(x), dims, keepdim](const Tensor& g) {
+  const OpScope op("prod");
+  check_defined(op, "x", x);
+  Tensor out = run_reduce(op, ReduceOp::Prod, x, dims, keepdim, sum_dtype(x.dtype()));
+  autograd::record(op, out, {x}, [xs = autograd::saved(x), dims, keepdim](const Tensor& g) {
     // d prod / d x_i is the product of the other elements: out / x_i without zeros; with
     // exactly one zero, the product of the non-zero elements at that zero; else 0.
     Tensor is_zero = eq(xs, 0);
@@ -129,21 +131,23 @@ Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  check_defined("mean", "x", x);
-  require_floating("mean", x);
-  Tensor out = run_reduce("mean", ReduceOp::Mean, x, dims, keepdim, x.dtype());
-  autograd::record("mean", out, {x}, [shape = x.shape(), dims, keepdim, n = reduced_count(x, dims)](const Tensor& g) {
+  const OpScope op("mean");
+  check_defined(op, "x", x);
+  require_floating(op, x);
+  Tensor out = run_reduce(op, ReduceOp::Mean, x, dims, keepdim, x.dtype());
+  autograd::record(op, out, {x}, [shape = x.shape(), dims, keepdim, n = reduced_count(x, dims)](const Tensor& g) {
     return std::vector<Tensor>{div(expand_back(g, shape, dims, keepdim), static_cast<double>(n))};
   });
   return out;
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool unbiased, bool keepdim) {
-  check_defined("var", "x", x);
-  require_floating("var", x);
-  Tensor out = run_reduce("var", ReduceOp::Var, x, dims, keepdim, x.dtype(), unbiased ? 1.0 : 0.0);
+  const OpScope op("var");
+  check_defined(op, "x", x);
+  require_floating(op, x);
+  Tensor out = run_reduce(op, ReduceOp::Var, x, dims, keepdim, x.dtype(), unbiased ? 1.0 : 0.0);
   double denom = static_cast<double>(reduced_count(x, dims)) - (unbiased ? 1.0 : 0.0);
-  autograd::record("var", out, {x}, [xs = autograd::saved(x), dims, keepdim, denom](const Tensor& g) {
+  autograd::record(op, out, {x}, [xs = autograd::saved(x), dims, keepdim, denom](const Tensor& g) {
     Tensor centered = sub(xs, mean(xs, dims, /*keepdim=*/true));
     return std::vector<Tensor>{mul(expand_back(g, xs.shape(), dims, keepdim), mul(centered, 2.0 / denom))};
   });
@@ -151,11 +155,12 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool unbiased, boo
 }
 
 Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool keepdim) {
-  check_defined("norm", "x", x);
-  require_floating("norm", x);
-  NC_CHECK(p > 0, ValueError, "norm: p must be positive (or infinity), got ", p);
-  Tensor out = run_reduce("norm", ReduceOp::Norm, x, dims, keepdim, x.dtype(), p);
-  autograd::record("norm", out, {x}, [xs = autograd::saved(x), ys = autograd::saved(out), p, dims,
+  const OpScope op("norm");
+  check_defined(op, "x", x);
+  require_floating(op, x);
+  NC_CHECK(p > 0, ValueError, op, ": p must be positive (or infinity), got ", p);
+  Tensor out = run_reduce(op, ReduceOp::Norm, x, dims, keepdim, x.dtype(), p);
+  autograd::record(op, out, {x}, [xs = autograd::saved(x), ys = autograd::saved(out), p, dims,
                                       keepdim](const Tensor& g) {
     const Shape& shape = xs.shape();
     Tensor gx = expand_back(g, shape, dims, keepdim);
@@ -230,9 +235,10 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
 }
 
 Tensor argmax(const Tensor& x) {
-  check_defined("argmax", "x", x);
-  NC_CHECK(x.numel() > 0, ShapeError, "argmax: cannot reduce an empty tensor (x is ", describe(x), ")");
-  return run_arg_reduce("argmax", true, x.reshape({x.numel()}), 0, false).second;
+  const OpScope op("argmax");
+  check_defined(op, "x", x);
+  NC_CHECK(x.numel() > 0, ShapeError, op, ": cannot reduce an empty tensor (x is ", describe(x), ")");
+  return run_arg_reduce(op, true, x.reshape({x.numel()}), 0, false).second;
 }
 
 }  // namespace normcore

@@ -273,25 +273,28 @@ void record_region(const char* name, const Tensor& x, const Tensor& out, Region 
 }  // namespace
 
 Tensor Tensor::view(const Shape& new_shape) const {
-  Shape shape2 = infer_shape(new_shape, numel(), "view");
+  const OpScope op("view");
+  Shape shape2 = infer_shape(new_shape, numel(), op);
   auto strides2 = view_strides(shape(), strides(), shape2);
-  NC_CHECK(strides2.has_value(), ShapeError, "view: cannot view a tensor of shape ", shape(),
+  NC_CHECK(strides2.has_value(), ShapeError, op, ": cannot view a tensor of shape ", shape(),
            " and strides ", strides(), " as ", shape2, " without a copy (use reshape)");
-  return reshaped_view(*this, shape2, *strides2, "view");
+  return reshaped_view(*this, shape2, *strides2, op);
 }
 
 Tensor Tensor::reshape(const Shape& new_shape) const {
-  Shape shape2 = infer_shape(new_shape, numel(), "reshape");
+  const OpScope op("reshape");
+  Shape shape2 = infer_shape(new_shape, numel(), op);
   auto strides2 = view_strides(shape(), strides(), shape2);
-  if (strides2) return reshaped_view(*this, shape2, *strides2, "reshape");
+  if (strides2) return reshaped_view(*this, shape2, *strides2, op);
   return clone().view(shape2);
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  const OpScope op("flatten");
   if (dim() == 0) return reshape({1});
-  int64_t s = normalize_dim(start_dim, dim(), "flatten");
-  int64_t e = normalize_dim(end_dim, dim(), "flatten");
-  NC_CHECK(s <= e, IndexError, "flatten: start_dim ", start_dim, " comes after end_dim ", end_dim);
+  int64_t s = normalize_dim(start_dim, dim(), op);
+  int64_t e = normalize_dim(end_dim, dim(), op);
+  NC_CHECK(s <= e, IndexError, op, ": start_dim ", start_dim, " comes after end_dim ", end_dim);
   Shape out(shape().begin(), shape().begin() + s);
   int64_t n = 1;
   for (int64_t i = s; i <= e; ++i) n *= shape()[i];
@@ -301,13 +304,14 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
-  NC_CHECK(static_cast<int64_t>(dims.size()) == dim(), ShapeError, "permute: got ", dims.size(),
+  const OpScope op("permute");
+  NC_CHECK(static_cast<int64_t>(dims.size()) == dim(), ShapeError, op, ": got ", dims.size(),
            " dims ", dims, " for a tensor of ", dim(), " dims");
   Shape s(dim()), st(dim());
   std::vector<bool> seen(dim(), false);
   for (int64_t i = 0; i < dim(); ++i) {
-    int64_t d = normalize_dim(dims[i], dim(), "permute");
-    NC_CHECK(!seen[d], IndexError, "permute: dim ", dims[i], " repeated in ", dims);
+    int64_t d = normalize_dim(dims[i], dim(), op);
+    NC_CHECK(!seen[d], IndexError, op, ": dim ", dims[i], " repeated in ", dims);
     seen[d] = true;
     s[i] = shape()[d];
     st[i] = strides()[d];
@@ -315,24 +319,25 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
   Tensor out = make_view(*this, s, st, offset());
   if (autograd::needs_grad(*this)) {
     std::vector<int64_t> inverse(dim());
-    for (int64_t i = 0; i < dim(); ++i) inverse[normalize_dim(dims[i], dim(), "permute")] = i;
-    autograd::record("permute", out, {*this}, [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
+    for (int64_t i = 0; i < dim(); ++i) inverse[normalize_dim(dims[i], dim(), op)] = i;
+    autograd::record(op, out, {*this}, [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
   }
   return out;
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  const OpScope op("transpose");
   if (dim() == 0) {
-    normalize_dim(dim0, 0, "transpose");  // a 0-dim tensor accepts dims 0 and -1 only
-    normalize_dim(dim1, 0, "transpose");
+    normalize_dim(dim0, 0, op);  // a 0-dim tensor accepts dims 0 and -1 only
+    normalize_dim(dim1, 0, op);
     return *this;
   }
-  int64_t a = normalize_dim(dim0, dim(), "transpose"), b = normalize_dim(dim1, dim(), "transpose");
+  int64_t a = normalize_dim(dim0, dim(), op), b = normalize_dim(dim1, dim(), op);
   Shape s = shape(), st = strides();
   std::swap(s[a], s[b]);
   std::swap(st[a], st[b]);
   Tensor out = make_view(*this, s, st, offset());
-  autograd::record("transpose", out, {*this}, [a, b](const Tensor& g) { return std::vector<Tensor>{g.transpose(a, b)}; });
+  autograd::record(op, out, {*this}, [a, b](const Tensor& g) { return std::vector<Tensor>{g.transpose(a, b)}; });
   return out;
 }
 
@@ -342,24 +347,26 @@ Tensor Tensor::t() const {
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
-  NC_CHECK(dim() > 0, IndexError, "narrow: cannot narrow a 0-dim tensor");
-  int64_t n = normalize_dim(d, dim(), "narrow");
+  const OpScope op("narrow");
+  NC_CHECK(dim() > 0, IndexError, op, ": cannot narrow a 0-dim tensor");
+  int64_t n = normalize_dim(d, dim(), op);
   int64_t size = shape()[n];
   if (start < 0 && start >= -size) start += size;
   NC_CHECK(start >= 0 && length >= 0 && start <= size && length <= size - start, IndexError,
-           "narrow: start ", start, " and length ", length, " out of range for dim ", d, " of size ",
+           op, ": start ", start, " and length ", length, " out of range for dim ", d, " of size ",
            size, " (shape ", shape(), ")");
   Shape s = shape();
   s[n] = length;
   Tensor out = make_view(*this, s, strides(), offset() + start * strides()[n]);
-  record_region("narrow", *this, out, [n, start, length](const Tensor& z) { return z.narrow(n, start, length); });
+  record_region(op, *this, out, [n, start, length](const Tensor& z) { return z.narrow(n, start, length); });
   return out;
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
-  NC_CHECK(dim() > 0, IndexError, "slice: cannot slice a 0-dim tensor");
-  NC_CHECK(step > 0, ValueError, "slice: step must be positive, got ", step);
-  int64_t n = normalize_dim(d, dim(), "slice");
+  const OpScope op("slice");
+  NC_CHECK(dim() > 0, IndexError, op, ": cannot slice a 0-dim tensor");
+  NC_CHECK(step > 0, ValueError, op, ": step must be positive, got ", step);
+  int64_t n = normalize_dim(d, dim(), op);
   int64_t size = shape()[n];
   auto clamp_index = [size](int64_t i) {
     if (i < 0) i += size;
@@ -371,15 +378,16 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   s[n] = (end - start) / step + ((end - start) % step != 0);
   if (s[n] > 1) st[n] *= step;  // step < size here, so the stride stays inside the tensor's span
   Tensor out = make_view(*this, s, st, offset() + start * strides()[n]);
-  record_region("slice", *this, out, [n, start, end, step](const Tensor& z) { return z.slice(n, start, end, step); });
+  record_region(op, *this, out, [n, start, end, step](const Tensor& z) { return z.slice(n, start, end, step); });
   return out;
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
-  NC_CHECK(dim() > 0, IndexError, "select: cannot select from a 0-dim tensor");
-  int64_t n = normalize_dim(d, dim(), "select");
+  const OpScope op("select");
+  NC_CHECK(dim() > 0, IndexError, op, ": cannot select from a 0-dim tensor");
+  int64_t n = normalize_dim(d, dim(), op);
   int64_t size = shape()[n];
-  NC_CHECK(index >= -size && index < size, IndexError, "select: index ", index,
+  NC_CHECK(index >= -size && index < size, IndexError, op, ": index ", index,
            " out of range for dim ", d, " of size ", size);
   if (index < 0) index += size;
   Shape s = shape(), st = strides();
@@ -387,7 +395,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   s.erase(s.begin() + n);
   st.erase(st.begin() + n);
   Tensor out = make_view(*this, s, st, off);
-  record_region("select", *this, out, [n, index](const Tensor& z) { return z.select(n, index); });
+  record_region(op, *this, out, [n, index](const Tensor& z) { return z.select(n, index); });
   return out;
 }
 
@@ -402,35 +410,38 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  const OpScope op("squeeze");
   if (dim() == 0) {
-    normalize_dim(d, 0, "squeeze");
+    normalize_dim(d, 0, op);
     return *this;
   }
-  int64_t n = normalize_dim(d, dim(), "squeeze");
+  int64_t n = normalize_dim(d, dim(), op);
   if (shape()[n] != 1) return *this;
   Shape s = shape(), st = strides();
   s.erase(s.begin() + n);
   st.erase(st.begin() + n);
-  return reshaped_view(*this, s, st, "squeeze");
+  return reshaped_view(*this, s, st, op);
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
-  int64_t n = normalize_dim(d, dim() + 1, "unsqueeze");
+  const OpScope op("unsqueeze");
+  int64_t n = normalize_dim(d, dim() + 1, op);
   Shape s = shape(), st = strides();
   int64_t stride = n < dim() ? shape()[n] * strides()[n] : 1;
   s.insert(s.begin() + n, 1);
   st.insert(st.begin() + n, stride);
-  return reshaped_view(*this, s, st, "unsqueeze");
+  return reshaped_view(*this, s, st, op);
 }
 
 Tensor Tensor::expand(const Shape& target) const {
-  NC_CHECK(static_cast<int64_t>(target.size()) >= dim(), ShapeError, "expand: cannot expand shape ",
+  const OpScope op("expand");
+  NC_CHECK(static_cast<int64_t>(target.size()) >= dim(), ShapeError, op, ": cannot expand shape ",
            shape(), " to ", target, " (fewer dims)");
   size_t lead = target.size() - shape().size();
   Shape s(target.size()), st(target.size());
   for (size_t i = 0; i < target.size(); ++i) {
     if (i < lead) {
-      NC_CHECK(target[i] >= 0, ShapeError, "expand: size -1 not allowed in new leading dim of ", target);
+      NC_CHECK(target[i] >= 0, ShapeError, op, ": size -1 not allowed in new leading dim of ", target);
       s[i] = target[i];
       st[i] = 0;
       continue;
@@ -441,15 +452,15 @@ Tensor Tensor::expand(const Shape& target) const {
       s[i] = have;
       st[i] = strides()[i - lead];
     } else {
-      NC_CHECK(have == 1 && want >= 0, ShapeError, "expand: cannot expand shape ", shape(), " to ",
+      NC_CHECK(have == 1 && want >= 0, ShapeError, op, ": cannot expand shape ", shape(), " to ",
                target, " (dim ", i, " has size ", have, ")");
       s[i] = want;
       st[i] = 0;
     }
   }
-  checked_numel(s, "expand");
+  checked_numel(s, op);
   Tensor out = make_view(*this, s, st, offset());
-  autograd::record("expand", out, {*this}, [shape = shape()](const Tensor& g) {
+  autograd::record(op, out, {*this}, [shape = shape()](const Tensor& g) {
     return std::vector<Tensor>{autograd::sum_to(g, shape)};
   });
   return out;
@@ -596,8 +607,9 @@ std::vector<T> Tensor::to_vector() const {
 
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
-  int64_t n = checked_numel(shape, "from_vector");
-  NC_CHECK(n == static_cast<int64_t>(values.size()), ShapeError, "from_vector: ", values.size(),
+  const OpScope op("from_vector");
+  int64_t n = checked_numel(shape, op);
+  NC_CHECK(n == static_cast<int64_t>(values.size()), ShapeError, op, ": ", values.size(),
            " values do not fill shape ", shape, " (", n, " elements)");
   Tensor host = new_tensor(shape, dtype_of<T>::value, Device::cpu());
   T* p = static_cast<T*>(host.data_ptr());

@@ -32,13 +32,14 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator* gen)
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  NC_CHECK(x.defined(), ValueError, "Linear: input is an undefined tensor");
-  NC_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError, "Linear: input's last dim must be in_features = ",
+  const char* op = "Linear";
+  NC_CHECK(x.defined(), ValueError, op, ": input is an undefined tensor");
+  NC_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError, op, ": input's last dim must be in_features = ",
            in_features, ", got input ", describe(x), " (weight is ", describe(weight), ")");
-  NC_CHECK(x.dtype() == weight.dtype(), DTypeError, "Linear: input is ", describe(x), " but weight is ",
+  NC_CHECK(x.dtype() == weight.dtype(), DTypeError, op, ": input is ", describe(x), " but weight is ",
            describe(weight), " (convert the input, or the module with to(dtype))");
-  NC_CHECK(x.device() == weight.device(), DeviceError, "Linear: input is on ", x.device(),
-           " but weight is on ", weight.device(), " (move the module with to(device))");
+  NC_CHECK(x.device() == weight.device(), DeviceError, op, ": input is on ", x.device(), " but weight is on ",
+           weight.device(), " (move the module with to(device))");
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? add(y, bias) : y;
 }
