@@ -10,11 +10,11 @@ namespace normcore {
 namespace cuda {
 
 // ---------------------------------------------------------------- rows kept in registers
-// Layer norm (and L1 along the last dim) over rows of up to 16384 elements: a team of
-// threads (a warp, or a block of 256 to 1024) holds a whole row in registers, kRowVecs
-// 16-byte vectors per thread (plan.h picks the team), so x is read once forward and x and dy once backward.
-// Statistics are two-pass over the registers. Rows must start 16-byte aligned (row_len a
-// multiple of the vector width); other rows take the chunked path.
+// Layer norm over rows of up to 16384 elements: a team of threads (a warp, or a block of
+// 256 to 1024; plan.h picks it) holds a whole row in registers, kRowVecs 16-byte vectors per
+// thread, so x is read once forward and x and dy once backward. Statistics are two-pass
+// over the registers. Rows must start 16-byte aligned (row_len a multiple of the vector
+// width); other rows take the column passes below.
 template <int kTeam>
 constexpr int team_block() {
   return kTeam < kThreads ? kThreads : kTeam;
