@@ -119,6 +119,20 @@ void record(const char* name, const Tensor& out, const std::vector<Tensor>& inpu
   m.grad_fn = std::move(node);
 }
 
+const Tensor& SavedTensor::get() const {
+  if (!tensor_.defined()) return tensor_;
+  const uint64_t now = tensor_.version();
+  if (now != version_) {
+    std::string op = detail::current_op();
+    if (op.empty()) op = "backward";
+    throw Error(detail::cat_str(op, ": a tensor saved for the gradient (", describe(tensor_),
+                                ") was written in place after the forward: its storage is at version ", now,
+                                ", it was saved at version ", version_,
+                                "; the gradient would use the new values. Write into a clone(), or after backward()"));
+  }
+  return tensor_;
+}
+
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
   int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());
@@ -130,6 +144,24 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
 }
 
 }  // namespace autograd
+
+// ---------------------------------------------------------------- graph release
+Node::~Node() {
+  // Take over the edges to nodes that nothing else holds, and theirs, so that each node is
+  // destroyed with no children left to destroy recursively.
+  std::vector<std::shared_ptr<Node>> orphans;
+  for (Edge& e : next) {
+    if (e.node) orphans.push_back(std::move(e.node));
+  }
+  while (!orphans.empty()) {
+    std::shared_ptr<Node> n = std::move(orphans.back());
+    orphans.pop_back();
+    if (n.use_count() != 1) continue;  // still held elsewhere: dropping our handle is enough
+    for (Edge& e : n->next) {
+      if (e.node) orphans.push_back(std::move(e.node));
+    }
+  }
+}
 
 // ---------------------------------------------------------------- Tensor methods
 bool Tensor::requires_grad() const {

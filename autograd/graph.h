@@ -1,8 +1,9 @@
 // The recording side of autograd, used by the op implementations in core/: a Node per
 // recorded op, edges to the inputs' nodes (or leaves), and record(), which attaches a node
 // to an op's result. Backward functions receive the result's gradient and return one
-// gradient per input (undefined where an input needs none); they must capture only
-// detached tensors (saved()), or the graph would keep itself alive.
+// gradient per input (undefined where an input needs none); the tensors they keep are
+// SavedTensors (saved()): detached, or the graph would keep itself alive, and checked, so
+// that a gradient never uses values an in-place op wrote after the forward.
 #pragma once
 
 #include <functional>
@@ -27,6 +28,12 @@ struct Node {
   std::vector<Edge> next;  // one per input of the op
   BackwardFn backward;     // empty once released
   bool released = false;
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Releases the nodes only this one holds without recursion, so that dropping a chain of
+  // a million nodes needs no more stack than dropping one.
+  ~Node();
 };
 
 namespace autograd {
@@ -41,8 +48,23 @@ bool needs_grad(const T&... tensors) {
 // recording is on and some input requires grad.
 void record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs, BackwardFn fn);
 
-// A tensor to keep in a backward function: same data, no history.
-inline Tensor saved(const Tensor& t) { return t.defined() ? t.detach() : t; }
+// A tensor a backward function keeps: the same data without history, and the version of
+// its storage when it was saved. get() returns it, and throws Error (naming the op being
+// differentiated, the tensor and both versions) when an in-place op has written to the
+// storage since: the gradient would silently use the new values.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t) : tensor_(t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
+  const Tensor& get() const;
+  bool defined() const { return tensor_.defined(); }
+
+ private:
+  Tensor tensor_;
+  uint64_t version_ = 0;
+};
+
+inline SavedTensor saved(const Tensor& t) { return SavedTensor(t); }
 
 // Sums grad over the dims that broadcasting added or expanded, giving shape.
 Tensor sum_to(const Tensor& grad, const Shape& shape);

@@ -20,11 +20,15 @@ Category category(DType d) {
   return is_floating(d) ? kFloatCategory : kIntCategory;
 }
 
-// Gradient of a unary op: x and out are the (detached) input and result, a and b its
-// scalar arguments.
+// What a backward needs of its forward: the input(s), the result, both or neither. Only
+// that is saved, so an in-place write to anything else after the forward is no error.
+enum Needs : unsigned { kNothing = 0, kInput = 1, kOutput = 2, kInputAndOutput = 3 };
+
+// Gradient of a unary op: x and out are the (detached) input and result (undefined unless
+// the op needs them), a and b its scalar arguments.
 using UnaryGrad = Tensor (*)(const Tensor& grad, const Tensor& x, const Tensor& out, double a, double b);
 
-Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, bool float_only, UnaryGrad grad_fn,
+Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, bool float_only, Needs needs, UnaryGrad grad_fn,
                 double a = 0, double b = 0) {
   OpScope scope(name);
   check_defined(name, "x", x);
@@ -39,8 +43,11 @@ Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, bool float_only, 
     if (out.numel() > 0) kernels::elementwise(out.device()).unary(op, out, input, a, b);
   }
   if (grad_fn && autograd::needs_grad(x)) {
-    autograd::record(name, out, {x}, [grad_fn, xs = autograd::saved(x), ys = autograd::saved(out), a,
-                                      b](const Tensor& g) { return std::vector<Tensor>{grad_fn(g, xs, ys, a, b)}; });
+    autograd::record(name, out, {x},
+                     [grad_fn, xs = autograd::saved(needs & kInput ? x : Tensor()),
+                      ys = autograd::saved(needs & kOutput ? out : Tensor()), a, b](const Tensor& g) {
+                       return std::vector<Tensor>{grad_fn(g, xs.get(), ys.get(), a, b)};
+                     });
   }
   return out;
 }
@@ -55,13 +62,14 @@ bool is_comparison(BinaryOp op) {
 using BinaryGrad = std::pair<Tensor, Tensor> (*)(const Tensor& grad, const Tensor& a, const Tensor& b,
                                                  const Tensor& out);
 
-// grad reduced to t's shape and dtype.
-Tensor grad_for(const Tensor& grad, const Tensor& t) {
+// grad reduced to an operand's shape and dtype.
+Tensor grad_for(const Tensor& grad, const Shape& shape, DType dtype) {
   if (!grad.defined()) return grad;
-  return autograd::sum_to(grad, t.shape()).to(t.dtype());
+  return autograd::sum_to(grad, shape).to(dtype);
 }
 
-Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, BinaryGrad grad_fn = nullptr) {
+Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, Needs needs = kNothing,
+                 BinaryGrad grad_fn = nullptr) {
   OpScope scope(name);
   check_defined(name, "a", a);
   check_defined(name, "b", b);
@@ -69,10 +77,10 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   DType compute = result_type(a, b);
   if (op == BinaryOp::Div && !is_floating(compute)) compute = DType::F32;
-  NC_CHECK(!(compute == DType::Bool && (op == BinaryOp::Sub || op == BinaryOp::Maximum ||
-                                         op == BinaryOp::Minimum || op == BinaryOp::Pow)),
-           DTypeError, name, ": not supported for bool tensors (a is ", describe(a), ", b is ",
-           describe(b), ")");
+  NC_CHECK(!(compute == DType::Bool && op == BinaryOp::Pow), DTypeError, name, ": not supported for bool tensors (a is ", describe(a), ", b is ", describe(b), ")");
+  NC_CHECK(!(op == BinaryOp::Sub && (a.dtype() == DType::Bool || b.dtype() == DType::Bool)), DTypeError, name,
+           ": subtraction with a bool tensor is not supported (a is ", describe(a), ", b is ", describe(b),
+           "); to invert a mask use eq(mask, false)");
   Tensor out = new_tensor(shape, is_comparison(op) ? DType::Bool : compute, a.device());
   Tensor ca, cb;
   {
@@ -82,23 +90,38 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
     if (out.numel() > 0) kernels::elementwise(out.device()).binary(op, out, ca.expand(shape), cb.expand(shape));
   }
   if (grad_fn && autograd::needs_grad(a, b)) {
-    autograd::record(name, out, {a, b}, [grad_fn, sa = autograd::saved(a), sb = autograd::saved(b),
-                                         ca = autograd::saved(ca), cb = autograd::saved(cb),
-                                         ys = autograd::saved(out)](const Tensor& g) {
-      auto grads = grad_fn(g, ca, cb, ys);
-      return std::vector<Tensor>{grad_for(grads.first, sa), grad_for(grads.second, sb)};
-    });
+    autograd::record(name, out, {a, b},
+                     [grad_fn, shape_a = a.shape(), dtype_a = a.dtype(), shape_b = b.shape(), dtype_b = b.dtype(),
+                      sa = autograd::saved(needs & kInput ? ca : Tensor()),
+                      sb = autograd::saved(needs & kInput ? cb : Tensor()),
+                      ys = autograd::saved(needs & kOutput ? out : Tensor())](const Tensor& g) {
+                       auto grads = grad_fn(g, sa.get(), sb.get(), ys.get());
+                       return std::vector<Tensor>{grad_for(grads.first, shape_a, dtype_a),
+                                                  grad_for(grads.second, shape_b, dtype_b)};
+                     });
   }
   return out;
 }
 
+// How an op computes with a scalar operand: in the promoted dtype, in a floating one (true
+// division: 256 next to a u8 tensor must not wrap to 0 first), refusing a bool scalar
+// (subtraction, as PyTorch does), or refusing one the promoted dtype cannot hold (maximum
+// and minimum: maximum(u8, 256) is not maximum(u8, 0); PyTorch's clamp refuses it too).
+enum class ScalarUse { Promoted, TrueDivision, Subtraction, Exact };
+
 // A 0-dim tensor holding s in the dtype that op(t, s) computes in; arg names t in errors.
 // An integer wraps into a narrower integer dtype here, as PyTorch's wrapped numbers do
 // (u8 + -1 stays u8); full() and fill_() reject values that do not fit.
-Tensor wrap_scalar(const char* name, const char* arg, const Tensor& t, Scalar s) {
+Tensor wrap_scalar(const char* name, const char* arg, const Tensor& t, Scalar s, ScalarUse use = ScalarUse::Promoted) {
   OpScope scope(name);
   check_defined(name, arg, t);
-  Tensor out = empty({}, TensorOptions(result_type(t, s), t.device()));
+  NC_CHECK(!(use == ScalarUse::Subtraction && s.is_bool()), DTypeError, name,
+           ": subtraction with a bool is not supported (a bool scalar and ", describe(t),
+           "); to invert a mask use eq(mask, false)");
+  DType dtype = result_type(t, s);
+  if (use == ScalarUse::TrueDivision && !is_floating(dtype)) dtype = DType::F32;
+  if (use == ScalarUse::Exact) check_representable(name, "scalar", s, dtype);
+  Tensor out = empty({}, TensorOptions(dtype, t.device()));
   kernels::elementwise(out.device()).fill(out, s);
   return out;
 }
@@ -146,12 +169,12 @@ Tensor normal_cdf(const Tensor& x, const Tensor& gelu_x) { return where(eq(x, 0)
 }  // namespace
 
 Tensor neg(const Tensor& x) {
-  return unary_op("neg", UnaryOp::Neg, x, false, [](const Tensor& g, const Tensor&, const Tensor&, double, double) {
+  return unary_op("neg", UnaryOp::Neg, x, false, kNothing, [](const Tensor& g, const Tensor&, const Tensor&, double, double) {
     return neg(g);
   });
 }
 Tensor abs(const Tensor& x) {
-  return unary_op("abs", UnaryOp::Abs, x, false, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+  return unary_op("abs", UnaryOp::Abs, x, false, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
     return mul(g, sign(x));
   });
 }
@@ -159,63 +182,63 @@ Tensor sign(const Tensor& x) {
   const OpScope op("sign");
   check_defined(op, "x", x);
   if (x.dtype() == DType::Bool) return x.clone();
-  return unary_op(op, UnaryOp::Sign, x, false, zero_grad_like);
+  return unary_op(op, UnaryOp::Sign, x, false, kNothing, zero_grad_like);
 }
 Tensor relu(const Tensor& x) {
-  return unary_op("relu", UnaryOp::Relu, x, false, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
-    return where(gt(y, 0), g, 0);
+  return unary_op("relu", UnaryOp::Relu, x, false, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+    return where(le(y, 0), 0, g);  // a NaN passes the gradient, as in PyTorch
   });
 }
 Tensor exp(const Tensor& x) {
-  return unary_op("exp", UnaryOp::Exp, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+  return unary_op("exp", UnaryOp::Exp, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
     return mul(g, y);
   });
 }
 Tensor log(const Tensor& x) {
-  return unary_op("log", UnaryOp::Log, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+  return unary_op("log", UnaryOp::Log, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
     return div(g, x);
   });
 }
 Tensor sqrt(const Tensor& x) {
-  return unary_op("sqrt", UnaryOp::Sqrt, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+  return unary_op("sqrt", UnaryOp::Sqrt, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
     return div(g, mul(y, 2));
   });
 }
 Tensor rsqrt(const Tensor& x) {
-  return unary_op("rsqrt", UnaryOp::Rsqrt, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+  return unary_op("rsqrt", UnaryOp::Rsqrt, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
     return mul(g, mul(pow(y, 3), -0.5));
   });
 }
 Tensor sin(const Tensor& x) {
-  return unary_op("sin", UnaryOp::Sin, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+  return unary_op("sin", UnaryOp::Sin, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
     return mul(g, cos(x));
   });
 }
 Tensor cos(const Tensor& x) {
-  return unary_op("cos", UnaryOp::Cos, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+  return unary_op("cos", UnaryOp::Cos, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
     return neg(mul(g, sin(x)));
   });
 }
 Tensor tanh(const Tensor& x) {
-  return unary_op("tanh", UnaryOp::Tanh, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+  return unary_op("tanh", UnaryOp::Tanh, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
     return mul(g, 1 - mul(y, y));
   });
 }
 Tensor sigmoid(const Tensor& x) {
-  return unary_op("sigmoid", UnaryOp::Sigmoid, x, true, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+  return unary_op("sigmoid", UnaryOp::Sigmoid, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
     return mul(g, mul(y, 1 - y));
   });
 }
 Tensor gelu(const Tensor& x, bool approximate) {
   const OpScope op("gelu");
   if (!approximate) {
-    return unary_op(op, UnaryOp::Gelu, x, true, [](const Tensor& g, const Tensor& x, const Tensor& y, double, double) {
+    return unary_op(op, UnaryOp::Gelu, x, true, kInputAndOutput, [](const Tensor& g, const Tensor& x, const Tensor& y, double, double) {
       // d/dx x * cdf(x) = cdf(x) + x * pdf(x)
       Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 0.39894228040143267794);
       return mul(g, add(normal_cdf(x, y), mul(x, pdf)));
     });
   }
-  return unary_op(op, UnaryOp::GeluTanh, x, true, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+  return unary_op(op, UnaryOp::GeluTanh, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
     const double k = 0.79788456080286535588;  // sqrt(2 / pi)
     Tensor x2 = mul(x, x);
     Tensor t = tanh(mul(mul(x, add(mul(x2, 0.044715), 1)), k));
@@ -236,10 +259,10 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   if (min) dtype = promote_types(dtype, result_type(x, *min));
   if (max) dtype = promote_types(dtype, result_type(x, *max));
   if (is_floating(dtype)) {
-    // The gradient passes where min <= x <= max, as in PyTorch.
-    return unary_op(op, UnaryOp::Clamp, x.to(dtype), true,
+    // The gradient passes where min <= x <= max, as in PyTorch (so not at a NaN).
+    return unary_op(op, UnaryOp::Clamp, x.to(dtype), true, kInput,
                     [](const Tensor& g, const Tensor& x, const Tensor&, double lo, double hi) {
-                      return where(lt(x, lo), 0, where(gt(x, hi), 0, g));
+                      return where(ge(x, lo), where(le(x, hi), g, 0), 0);  // none at a NaN
                     },
                     min ? min->to_double() : -INFINITY, max ? max->to_double() : INFINITY);
   }
@@ -260,7 +283,7 @@ Tensor pow(const Tensor& x, Scalar exponent) {
              " cannot be raised to the negative integer power ", exponent);
     return binary_op(op, BinaryOp::Pow, x, wrap_scalar(op, "x", x, exponent));
   }
-  return unary_op(op, UnaryOp::PowScalar, x.to(dtype), true,
+  return unary_op(op, UnaryOp::PowScalar, x.to(dtype), true, kInput,
                   [](const Tensor& g, const Tensor& x, const Tensor&, double e, double) {
                     if (e == 0) return zeros_like(g);
                     return mul(g, mul(pow(x, e - 1), e));
@@ -282,14 +305,13 @@ GradPair div_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tenso
   Tensor ga = div(g, b);
   return {ga, neg(mul(ga, div(a, b)))};
 }
-// Ties share the gradient equally between the operands, as in PyTorch.
+// As in PyTorch: the operand that loses gets nothing, ties share the gradient equally, and
+// where a NaN makes the comparison false both operands get all of it.
 GradPair extreme_grad(const Tensor& g, const Tensor& a, const Tensor& b, bool is_max) {
-  Tensor a_wins = is_max ? gt(a, b) : lt(a, b);
-  Tensor tie = eq(a, b);
-  Tensor half = mul(g, 0.5);
-  Tensor ga = where(a_wins, g, where(tie, half, 0));
-  Tensor gb = where(a_wins, 0, where(tie, half, g));
-  return {ga, gb};
+  Tensor a_loses = is_max ? lt(a, b) : gt(a, b);
+  Tensor b_loses = is_max ? gt(a, b) : lt(a, b);
+  Tensor shared = where(eq(a, b), mul(g, 0.5), g);
+  return {where(a_loses, 0, shared), where(b_loses, 0, shared)};
 }
 GradPair maximum_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
   return extreme_grad(g, a, b, true);
@@ -306,17 +328,17 @@ GradPair pow_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tenso
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary_op("add", BinaryOp::Add, a, b, add_grad); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary_op("sub", BinaryOp::Sub, a, b, sub_grad); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::Mul, a, b, mul_grad); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::Div, a, b, div_grad); }
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op("add", BinaryOp::Add, a, b, kNothing, add_grad); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_op("sub", BinaryOp::Sub, a, b, kNothing, sub_grad); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op("mul", BinaryOp::Mul, a, b, kInput, mul_grad); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op("div", BinaryOp::Div, a, b, kInput, div_grad); }
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary_op("maximum", BinaryOp::Maximum, a, b, maximum_grad);
+  return binary_op("maximum", BinaryOp::Maximum, a, b, kInput, maximum_grad);
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary_op("minimum", BinaryOp::Minimum, a, b, minimum_grad);
+  return binary_op("minimum", BinaryOp::Minimum, a, b, kInput, minimum_grad);
 }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b, pow_grad); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b, kInputAndOutput, pow_grad); }
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op("eq", BinaryOp::Eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return binary_op("ne", BinaryOp::Ne, a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return binary_op("lt", BinaryOp::Lt, a, b); }
@@ -327,11 +349,7 @@ Tensor ge(const Tensor& a, const Tensor& b) { return binary_op("ge", BinaryOp::G
 #define NC_SCALAR_BINARY(fn) \
   Tensor fn(const Tensor& a, Scalar b) { return fn(a, wrap_scalar(#fn, "a", a, b)); }
 NC_SCALAR_BINARY(add)
-NC_SCALAR_BINARY(sub)
 NC_SCALAR_BINARY(mul)
-NC_SCALAR_BINARY(div)
-NC_SCALAR_BINARY(maximum)
-NC_SCALAR_BINARY(minimum)
 NC_SCALAR_BINARY(eq)
 NC_SCALAR_BINARY(ne)
 NC_SCALAR_BINARY(lt)
@@ -339,6 +357,11 @@ NC_SCALAR_BINARY(le)
 NC_SCALAR_BINARY(gt)
 NC_SCALAR_BINARY(ge)
 #undef NC_SCALAR_BINARY
+
+Tensor sub(const Tensor& a, Scalar b) { return sub(a, wrap_scalar("sub", "a", a, b, ScalarUse::Subtraction)); }
+Tensor div(const Tensor& a, Scalar b) { return div(a, wrap_scalar("div", "a", a, b, ScalarUse::TrueDivision)); }
+Tensor maximum(const Tensor& a, Scalar b) { return maximum(a, wrap_scalar("maximum", "a", a, b, ScalarUse::Exact)); }
+Tensor minimum(const Tensor& a, Scalar b) { return minimum(a, wrap_scalar("minimum", "a", a, b, ScalarUse::Exact)); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const OpScope op("where");
@@ -358,10 +381,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
                                                b.to(dtype).expand(shape));
   }
   if (autograd::needs_grad(a, b)) {
-    autograd::record(op, out, {a, b}, [c = autograd::saved(cond), sa = autograd::saved(a),
-                                       sb = autograd::saved(b)](const Tensor& g) {
-      return std::vector<Tensor>{grad_for(where(c, g, 0), sa), grad_for(where(c, 0, g), sb)};
-    });
+    autograd::record(op, out, {a, b},
+                     [c = autograd::saved(cond), shape_a = a.shape(), dtype_a = a.dtype(), shape_b = b.shape(),
+                      dtype_b = b.dtype()](const Tensor& g) {
+                       const Tensor& cond = c.get();
+                       return std::vector<Tensor>{grad_for(where(cond, g, 0), shape_a, dtype_a),
+                                                  grad_for(where(cond, 0, g), shape_b, dtype_b)};
+                     });
   }
   return out;
 }
@@ -384,8 +410,8 @@ Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
 Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
-Tensor operator-(Scalar a, const Tensor& b) { return sub(wrap_scalar("sub", "b", b, a), b); }
+Tensor operator-(Scalar a, const Tensor& b) { return sub(wrap_scalar("sub", "b", b, a, ScalarUse::Subtraction), b); }
 Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(Scalar a, const Tensor& b) { return div(wrap_scalar("div", "b", b, a), b); }
+Tensor operator/(Scalar a, const Tensor& b) { return div(wrap_scalar("div", "b", b, a, ScalarUse::TrueDivision), b); }
 
 }  // namespace normcore

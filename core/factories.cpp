@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "core/internal.h"
+#include "kernels/elementwise.h"
 #include "kernels/generate.h"
 #include "normcore/random.h"
 
@@ -31,7 +32,7 @@ Tensor full(const Shape& shape, Scalar value, TensorOptions options) {
   if (!options.dtype) options.dtype = fallback;
   check_representable("full", "value", value, *options.dtype);
   Tensor t = empty(shape, options);
-  t.fill_(value);
+  if (t.numel() > 0) kernels::elementwise(t.device()).fill(t, value);  // a new tensor: version 0
   return t;
 }
 
@@ -90,7 +91,7 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
   NC_CHECK(std::isfinite(start) && std::isfinite(end), ValueError, op, ": start and end must be finite (got ", start,
            ", ", end, ")");
   Tensor out = empty({steps}, options);
-  if (steps == 1) out.fill_(start);
+  if (steps == 1) kernels::generate(out.device()).arange(out, start, 0);
   if (steps >= 2) kernels::generate(out.device()).linspace(out, start, end);
   return out;
 }
@@ -100,7 +101,7 @@ Tensor eye(int64_t n, int64_t m, TensorOptions options) {
   NC_CHECK(n >= 0, ValueError, "eye: n must be non-negative, got ", n);
   Tensor out = zeros({n, m}, options);
   int64_t diag = std::min(n, m);
-  if (diag > 0) make_view(out, {diag}, {m + 1}, 0).fill_(1);
+  if (diag > 0) kernels::elementwise(out.device()).fill(make_view(out, {diag}, {m + 1}, 0), 1);
   return out;
 }
 

@@ -60,15 +60,18 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
   autograd::record(kOp, out, {y, linear_bias, gn_weight, gn_bias, bias},
                    [ys = autograd::saved(yc), lbs = autograd::saved(lb), ws = autograd::saved(w),
                     has_gn_bias = gb.defined(), mean, rstd, argmin, rows, channels, groups](const Tensor& grad) {
-                     const DType dtype = ys.dtype();
-                     const Device device = ys.device();
+                     const Tensor& y = ys.get();
+                     const Tensor& lb = lbs.get();
+                     const Tensor& w = ws.get();
+                     const DType dtype = y.dtype();
+                     const Device device = y.device();
                      Tensor grad_out = grad.to(dtype).contiguous();
                      Tensor grad_y = new_tensor({rows, channels}, dtype, device);
-                     Tensor grad_linear_bias = lbs.defined() ? new_tensor({channels}, dtype, device) : Tensor();
-                     Tensor grad_weight = ws.defined() ? new_tensor({channels}, dtype, device) : Tensor();
+                     Tensor grad_linear_bias = lb.defined() ? new_tensor({channels}, dtype, device) : Tensor();
+                     Tensor grad_weight = w.defined() ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_gn_bias = has_gn_bias ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_bias = new_tensor({1, channels, 1, 1}, dtype, device);
-                     kernels::fused(device).group_norm_min_bias_backward(grad_out, ys, lbs, ws, mean, rstd, argmin,
+                     kernels::fused(device).group_norm_min_bias_backward(grad_out, y, lb, w, mean, rstd, argmin,
                                 rows, channels, groups, grad_y, grad_linear_bias, grad_weight, grad_gn_bias,
                                 grad_bias);
                      return std::vector<Tensor>{grad_y, grad_linear_bias, grad_weight, grad_gn_bias, grad_bias};

@@ -25,14 +25,14 @@ Tensor index_as_i64(const char* op, const Tensor& index) {
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   const OpScope op("cat");
   NC_CHECK(!tensors.empty(), ValueError, op, ": expects at least one tensor");
-  // 1-D empty tensors are skipped, as PyTorch does, so that cat({empty, x}) is x.
+  // 1-D empty tensors are skipped, as PyTorch does, so that cat({empty, x}) is x; they still
+  // get a gradient, an empty one.
   std::vector<const Tensor*> parts;
   for (size_t i = 0; i < tensors.size(); ++i) {
     check_defined(op, "tensors", tensors[i]);
     if (!(tensors[i].dim() == 1 && tensors[i].numel() == 0)) parts.push_back(&tensors[i]);
   }
-  if (parts.empty()) return tensors[0].clone();
-  const Tensor& first = *parts[0];
+  const Tensor& first = parts.empty() ? tensors[0] : *parts[0];
   NC_CHECK(first.dim() > 0, ShapeError, op, ": zero-dim tensors cannot be concatenated");
   int64_t d = normalize_dim(dim, first.dim(), op);
   int64_t total = 0;
@@ -52,21 +52,28 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   Shape shape = first.shape();
   shape[d] = total;
   Tensor out = new_tensor(shape, first.dtype(), first.device());
-  std::vector<Tensor> inputs;
-  std::vector<int64_t> sizes;
+  std::vector<int64_t> sizes;  // per input, -1 for a skipped one
+  std::vector<DType> dtypes;
   int64_t at = 0;
-  for (const Tensor* t : parts) {
-    out.narrow(d, at, t->size(d)).copy_(*t);
-    at += t->size(d);
-    inputs.push_back(*t);
-    sizes.push_back(t->size(d));
+  for (const Tensor& t : tensors) {
+    const bool skipped = t.dim() == 1 && t.numel() == 0;
+    if (!skipped) {
+      out.narrow(d, at, t.size(d)).copy_(t);
+      at += t.size(d);
+    }
+    sizes.push_back(skipped ? -1 : t.size(d));
+    dtypes.push_back(t.dtype());
   }
-  autograd::record(op, out, inputs, [d, sizes](const Tensor& g) {
+  autograd::record(op, out, tensors, [d, sizes, dtypes](const Tensor& g) {
     std::vector<Tensor> grads;
     int64_t offset = 0;
-    for (int64_t size : sizes) {
-      grads.push_back(g.narrow(d, offset, size));
-      offset += size;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] < 0) {
+        grads.push_back(zeros({0}, TensorOptions(dtypes[i], g.device())));
+        continue;
+      }
+      grads.push_back(g.narrow(d, offset, sizes[i]));
+      offset += sizes[i];
     }
     return grads;
   });
@@ -143,8 +150,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     NC_CHECK(x.size(d) > 0, IndexError, op, ": cannot select from dim ", dim, " of size 0");
     kernels::index(x.device()).index_select(out, x.contiguous(), d, idx);
   }
-  autograd::record(op, out, {x}, [shape = x.shape(), d, idx](const Tensor& g) {
+  autograd::record(op, out, {x}, [shape = x.shape(), d, indices = autograd::saved(idx)](const Tensor& g) {
     // Scatter each selected slice back, adding where an index repeats.
+    const Tensor& idx = indices.get();
     Shape index_shape(g.dim(), 1);
     index_shape[d] = idx.numel();
     Tensor spread = idx.view(index_shape).expand(g.shape());
@@ -176,8 +184,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor idx = index_as_i64(op, index);
   Tensor out = new_tensor(idx.shape(), x.dtype(), x.device());
   if (out.numel() > 0) kernels::index(x.device()).gather(out, x.contiguous(), d, idx);
-  autograd::record(op, out, {x}, [shape = x.shape(), d, idx](const Tensor& g) {
-    return std::vector<Tensor>{scatter_add(zeros(shape, TensorOptions(g.dtype(), g.device())), d, idx, g)};
+  autograd::record(op, out, {x}, [shape = x.shape(), d, indices = autograd::saved(idx)](const Tensor& g) {
+    return std::vector<Tensor>{scatter_add(zeros(shape, TensorOptions(g.dtype(), g.device())), d, indices.get(), g)};
   });
   return out;
 }
@@ -212,8 +220,9 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
       kernels::index(x.device()).scatter_add(out, d, idx, piece.contiguous());
     }
   }
-  autograd::record(op, out, {x, src}, [src_shape = src.shape(), d, idx](const Tensor& g) {
+  autograd::record(op, out, {x, src}, [src_shape = src.shape(), d, indices = autograd::saved(idx)](const Tensor& g) {
     // x passes straight through; src gets back what it added (zeros beyond index's extent).
+    const Tensor& idx = indices.get();
     Tensor taken = gather(g, d, idx);
     Tensor grad_src = zeros(src_shape, TensorOptions(g.dtype(), g.device()));
     Tensor region = grad_src;
@@ -253,8 +262,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   check_defined(op, "mask", mask);
   check_same_device(op, "x", x, "mask", mask);
   NC_CHECK(mask.dtype() == DType::Bool, DTypeError, op, ": mask must be bool, got ", describe(mask));
-  NC_CHECK(broadcast_shapes(x.shape(), mask.shape(), op) == x.shape(), ShapeError, op, ": mask ",
-           mask.shape(), " does not broadcast to x's shape ", x.shape());
+  broadcast_shapes(x.shape(), mask.shape(), op);  // x and mask broadcast together, as in PyTorch
   NC_CHECK(is_floating(x.dtype()) || value.is_integral(), ValueError, op, ": value ", value,
            " is not an integer but x is ", describe(x));
   check_representable(op, "value", value, x.dtype());

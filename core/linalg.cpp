@@ -94,8 +94,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   }
   autograd::record(op, out, {a, b}, [sa = autograd::saved(a), sb = autograd::saved(b)](const Tensor& g) {
     // grad_a = g @ b^T and grad_b = a^T @ g, summed over the batch dims that broadcast.
-    Tensor ga = autograd::sum_to(matmul(g, sb.transpose(-1, -2)), sa.shape());
-    Tensor gb = autograd::sum_to(matmul(sa.transpose(-1, -2), g), sb.shape());
+    const Tensor& a = sa.get();
+    const Tensor& b = sb.get();
+    Tensor ga = autograd::sum_to(matmul(g, b.transpose(-1, -2)), a.shape());
+    Tensor gb = autograd::sum_to(matmul(a.transpose(-1, -2), g), b.shape());
     return std::vector<Tensor>{ga, gb};
   });
   if (a_in.dim() == 1) out = out.squeeze(-2);

@@ -131,11 +131,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
     loss = reduce(per_row.reshape(cr.loss_shape), reduction).to(logits.dtype());
   }
   if (!autograd::needs_grad(logits)) return loss;
-  autograd::record(op, loss, {logits}, [lp = autograd::saved(log_probs), t = rows_target, classes, reduction,
-                                        label_smoothing, shape = logits.shape(),
+  autograd::record(op, loss, {logits}, [lps = autograd::saved(log_probs), ts = autograd::saved(rows_target),
+                                        classes, reduction, label_smoothing, shape = logits.shape(),
                                         dtype = logits.dtype()](const Tensor& grad) {
     // (softmax - q) * g_row, with q = (1 - s) onehot + s / C: subtract s / C everywhere,
     // then 1 - s more at each row's target class.
+    const Tensor& lp = lps.get();
+    const Tensor& t = ts.get();
     int64_t rows = t.numel();
     Tensor g_row = spread_grad(grad.to(lp.dtype()), reduction, {rows}).reshape({rows, 1});
     double uniform = classes > 0 ? label_smoothing / static_cast<double>(classes) : 0.0;
@@ -182,9 +184,10 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
                                                 want_target = target.requires_grad(),
                                                 logits_dtype = logits.dtype(),
                                                 target_dtype = target.dtype()](const Tensor& grad) {
-    Tensor g = spread_grad(grad.to(xs.dtype()), reduction, xs.shape());
-    Tensor grad_logits = want_logits ? mul(sub(sigmoid(xs), ts), g).to(logits_dtype) : Tensor();
-    Tensor grad_target = want_target ? mul(neg(xs), g).to(target_dtype) : Tensor();
+    const Tensor& x = xs.get();
+    Tensor g = spread_grad(grad.to(x.dtype()), reduction, x.shape());
+    Tensor grad_logits = want_logits ? mul(sub(sigmoid(x), ts.get()), g).to(logits_dtype) : Tensor();
+    Tensor grad_target = want_target ? mul(neg(x), g).to(target_dtype) : Tensor();
     return std::vector<Tensor>{grad_logits, grad_target};
   });
   return loss;

@@ -72,11 +72,13 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   autograd::record(op, out, {x, weight, bias},
                    [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, rows,
                     row_len, normalized_shape](const Tensor& grad) {
-                     Tensor grad_x = new_like(xs);
-                     Tensor grad_weight = ws.defined() ? new_like(ws) : Tensor();
-                     Tensor grad_bias = has_bias ? new_tensor(normalized_shape, xs.dtype(), xs.device()) : Tensor();
-                     kernels::norms(xs.device()).layer_norm_backward(grad_like(grad, xs), xs, ws, mean, rstd, rows, row_len, grad_x,
-                                              grad_weight, grad_bias);
+                     const Tensor& x = xs.get();
+                     const Tensor& w = ws.get();
+                     Tensor grad_x = new_like(x);
+                     Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
+                     Tensor grad_bias = has_bias ? new_tensor(normalized_shape, x.dtype(), x.device()) : Tensor();
+                     kernels::norms(x.device()).layer_norm_backward(grad_like(grad, x), x, w, mean, rstd, rows, row_len,
+                                                                    grad_x, grad_weight, grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
   return out;
@@ -107,11 +109,14 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   autograd::record(op, out, {x, weight, bias},
                    [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, batch,
                     num_groups, channels, spatial](const Tensor& grad) {
-                     Tensor grad_x = new_like(xs);
-                     Tensor grad_weight = ws.defined() ? new_like(ws) : Tensor();
-                     Tensor grad_bias = has_bias ? new_tensor({channels}, xs.dtype(), xs.device()) : Tensor();
-                     kernels::norms(xs.device()).group_norm_backward(grad_like(grad, xs), xs, ws, mean, rstd, batch, num_groups, channels,
-                                              spatial, grad_x, grad_weight, grad_bias);
+                     const Tensor& x = xs.get();
+                     const Tensor& w = ws.get();
+                     Tensor grad_x = new_like(x);
+                     Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
+                     Tensor grad_bias = has_bias ? new_tensor({channels}, x.dtype(), x.device()) : Tensor();
+                     kernels::norms(x.device()).group_norm_backward(grad_like(grad, x), x, w, mean, rstd, batch,
+                                                                    num_groups, channels, spatial, grad_x, grad_weight,
+                                                                    grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
   return out;
@@ -132,8 +137,9 @@ Tensor l1_norm(const Tensor& x, int64_t dim, double eps) {
   kernels::norms(x.device()).l1_norm_forward(xc, outer, size, inner, eps, out, norm);
   if (!autograd::needs_grad(x)) return out;
   autograd::record(op, out, {x}, [xs = autograd::saved(xc), norm, outer, size, inner, eps](const Tensor& grad) {
-    Tensor grad_x = new_like(xs);
-    kernels::norms(xs.device()).l1_norm_backward(grad_like(grad, xs), xs, norm, outer, size, inner, eps, grad_x);
+    const Tensor& x = xs.get();
+    Tensor grad_x = new_like(x);
+    kernels::norms(x.device()).l1_norm_backward(grad_like(grad, x), x, norm, outer, size, inner, eps, grad_x);
     return std::vector<Tensor>{grad_x};
   });
   return out;
@@ -147,8 +153,9 @@ Tensor frobenius_norm(const Tensor& x, double eps) {
   kernels::norms(x.device()).frobenius_norm_forward(xc, eps, out, norm);
   if (!autograd::needs_grad(x)) return out;
   autograd::record(op, out, {x}, [xs = autograd::saved(xc), norm, eps](const Tensor& grad) {
-    Tensor grad_x = new_like(xs);
-    kernels::norms(xs.device()).frobenius_norm_backward(grad_like(grad, xs), xs, norm, eps, grad_x);
+    const Tensor& x = xs.get();
+    Tensor grad_x = new_like(x);
+    kernels::norms(x.device()).frobenius_norm_backward(grad_like(grad, x), x, norm, eps, grad_x);
     return std::vector<Tensor>{grad_x};
   });
   return out;

@@ -118,11 +118,12 @@ Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   autograd::record(op, out, {x}, [xs = autograd::saved(x), dims, keepdim](const Tensor& g) {
     // d prod / d x_i is the product of the other elements: out / x_i without zeros; with
     // exactly one zero, the product of the non-zero elements at that zero; else 0.
-    Tensor is_zero = eq(xs, 0);
-    Tensor nonzero = where(is_zero, 1, xs);
-    Tensor prod_nonzero = expand_back(prod(nonzero, dims, keepdim), xs.shape(), dims, keepdim);
-    Tensor zero_count = expand_back(sum(is_zero, dims, keepdim), xs.shape(), dims, keepdim);
-    Tensor gx = expand_back(g, xs.shape(), dims, keepdim);
+    const Tensor& x = xs.get();
+    Tensor is_zero = eq(x, 0);
+    Tensor nonzero = where(is_zero, 1, x);
+    Tensor prod_nonzero = expand_back(prod(nonzero, dims, keepdim), x.shape(), dims, keepdim);
+    Tensor zero_count = expand_back(sum(is_zero, dims, keepdim), x.shape(), dims, keepdim);
+    Tensor gx = expand_back(g, x.shape(), dims, keepdim);
     Tensor no_zero = div(mul(gx, prod_nonzero), nonzero);
     Tensor one_zero = where(is_zero, mul(gx, prod_nonzero), 0);
     return std::vector<Tensor>{where(eq(zero_count, 0), no_zero, where(eq(zero_count, 1), one_zero, 0))};
@@ -148,8 +149,9 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, bool unbiased, boo
   Tensor out = run_reduce(op, ReduceOp::Var, x, dims, keepdim, x.dtype(), unbiased ? 1.0 : 0.0);
   double denom = static_cast<double>(reduced_count(x, dims)) - (unbiased ? 1.0 : 0.0);
   autograd::record(op, out, {x}, [xs = autograd::saved(x), dims, keepdim, denom](const Tensor& g) {
-    Tensor centered = sub(xs, mean(xs, dims, /*keepdim=*/true));
-    return std::vector<Tensor>{mul(expand_back(g, xs.shape(), dims, keepdim), mul(centered, 2.0 / denom))};
+    const Tensor& x = xs.get();
+    Tensor centered = sub(x, mean(x, dims, /*keepdim=*/true));
+    return std::vector<Tensor>{mul(expand_back(g, x.shape(), dims, keepdim), mul(centered, 2.0 / denom))};
   });
   return out;
 }
@@ -159,22 +161,31 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool ke
   check_defined(op, "x", x);
   require_floating(op, x);
   NC_CHECK(p > 0, ValueError, op, ": p must be positive (or infinity), got ", p);
+  if (std::isinf(p)) {
+    // The largest magnitude of nothing has no value (as in PyTorch; sums have 0).
+    for (int64_t d : normalize_dims(dims, x.dim(), op)) {
+      NC_CHECK(x.size(d) > 0, ShapeError, op, ": the infinity norm over dim ", d, " of size 0 has no value (x is ",
+               describe(x), ")");
+    }
+  }
   Tensor out = run_reduce(op, ReduceOp::Norm, x, dims, keepdim, x.dtype(), p);
   autograd::record(op, out, {x}, [xs = autograd::saved(x), ys = autograd::saved(out), p, dims,
                                       keepdim](const Tensor& g) {
-    const Shape& shape = xs.shape();
+    const Tensor& x = xs.get();
+    const Shape& shape = x.shape();
     Tensor gx = expand_back(g, shape, dims, keepdim);
-    Tensor y = expand_back(ys, shape, dims, keepdim);
-    if (p == 1) return std::vector<Tensor>{mul(gx, sign(xs))};
+    Tensor y = expand_back(ys.get(), shape, dims, keepdim);
+    if (p == 1) return std::vector<Tensor>{mul(gx, sign(x))};
     if (std::isinf(p)) {
       // The gradient is shared by the elements whose magnitude is the maximum.
-      Tensor at_max = eq(abs(xs), y);
+      Tensor at_max = eq(abs(x), y);
       Tensor count = expand_back(sum(at_max, dims, keepdim), shape, dims, keepdim);
-      return std::vector<Tensor>{where(at_max, div(mul(gx, sign(xs)), count), 0)};
+      return std::vector<Tensor>{where(at_max, div(mul(gx, sign(x)), count), 0)};
     }
-    // d ||x||_p / d x_i = sign(x_i) |x_i|^(p-1) / ||x||^(p-1); 0 where the norm is 0.
+    // d ||x||_p / d x_i = sign(x_i) |x_i|^(p-1) / ||x||^(p-1); 0 where the norm is 0, and
+    // (as in PyTorch) 0 at zero elements, where |x_i|^(p-1) is infinite for p < 1.
     Tensor scale = p == 2 ? div(gx, y) : div(gx, pow(y, p - 1));
-    Tensor term = p == 2 ? xs : mul(sign(xs), pow(abs(xs), p - 1));
+    Tensor term = p == 2 ? x : where(eq(x, 0), 0, mul(sign(x), pow(abs(x), p - 1)));
     return std::vector<Tensor>{where(eq(y, 0), 0, mul(term, scale))};
   });
   return out;
@@ -190,11 +201,14 @@ Tensor any(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 
 namespace {
 
-// Gradient of max/min over all elements: shared equally by the elements equal to it.
+// Gradient of max/min over all elements: shared equally by the elements equal to it (by
+// the NaNs when the result is NaN, as in PyTorch).
 Tensor extreme_all(const char* op, ReduceOp kind, const Tensor& x) {
   Tensor out = reduce_all_extreme(op, kind, x);
   autograd::record(op, out, {x}, [xs = autograd::saved(x), ys = autograd::saved(out)](const Tensor& g) {
-    Tensor hit = eq(xs, ys);
+    const Tensor& x = xs.get();
+    const Tensor& y = ys.get();
+    Tensor hit = where(ne(y, y), ne(x, x), eq(x, y));
     return std::vector<Tensor>{where(hit, div(g, sum(hit)), 0)};
   });
   return out;
@@ -204,8 +218,9 @@ Tensor extreme_all(const char* op, ReduceOp kind, const Tensor& x) {
 std::pair<Tensor, Tensor> extreme_dim(const char* op, bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
   auto result = run_arg_reduce(op, is_max, x, dim, keepdim);
   autograd::record(op, result.first, {x}, [shape = x.shape(), dtype = x.dtype(), device = x.device(),
-                                           idx = result.second, dim, keepdim](const Tensor& g) {
+                                           indices = autograd::saved(result.second), dim, keepdim](const Tensor& g) {
     if (shape.empty()) return std::vector<Tensor>{g};
+    const Tensor& idx = indices.get();
     Tensor gk = keepdim ? g : g.unsqueeze(dim);
     Tensor ik = keepdim ? idx : idx.unsqueeze(dim);
     return std::vector<Tensor>{scatter_add(zeros(shape, TensorOptions(dtype, device)), dim, ik, gk)};

@@ -46,7 +46,8 @@ Tensor softmax_op(const char* op, const Tensor& x, int64_t dim, bool take_log) {
   autograd::record(op, out, {x}, [ys = autograd::saved(out), d, take_log](const Tensor& grad) {
     DType dtype = compute_dtype(grad.dtype());
     Tensor g = grad.dim() == 0 ? grad.reshape({1}).to(dtype) : grad.to(dtype);
-    Tensor y = ys.dim() == 0 ? ys.reshape({1}).to(dtype) : ys.to(dtype);
+    const Tensor& out = ys.get();
+    Tensor y = out.dim() == 0 ? out.reshape({1}).to(dtype) : out.to(dtype);
     Tensor grad_x = take_log ? sub(g, mul(exp(y), sum(g, {d}, /*keepdim=*/true)))
                              : mul(y, sub(g, sum(mul(g, y), {d}, /*keepdim=*/true)));
     return std::vector<Tensor>{grad_x.to(grad.dtype()).reshape(grad.shape())};

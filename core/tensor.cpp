@@ -492,6 +492,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   autograd::NoGradGuard no_grad;  // copy_ itself records nothing
   Tensor source = src.expand(shape());
   if (numel() == 0) return *this;
+  bump_version();
   if (device() == source.device()) {
     kernels::elementwise(device()).copy(*this, source);
     return *this;
@@ -514,6 +515,7 @@ Tensor& Tensor::fill_(Scalar value) {
            describe(*this), ", which requires grad (write under autograd::NoGradGuard, or into detach())");
   check_representable(op, "value", value, dtype());
   if (numel() == 0) return *this;
+  bump_version();
   kernels::elementwise(device()).fill(*this, value);
   return *this;
 }

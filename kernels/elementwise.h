@@ -9,7 +9,8 @@
 namespace normcore {
 
 enum class UnaryOp {
-  Neg, Abs, Sign, Relu,                  // any dtype but bool (integers wrap: neg/abs of the minimum)
+  Neg, Abs, Sign, Relu,                  // any dtype but bool (integers wrap: neg/abs of the minimum);
+                                         // sign(NaN) = 0 and relu(NaN) = NaN, as in PyTorch
   Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Gelu, GeluTanh,  // floating only
   Clamp,     // floating only: min(max(x, a), b); a = -inf / b = +inf when absent; NaN stays NaN
   PowScalar  // floating only: x ** a

@@ -1,5 +1,6 @@
 // Indexing along one dim: index_select, gather, scatter_add (core/indexing.cpp checks shapes
-// and ties them to autograd). Indices are i64; negative ones count from the end.
+// and ties them to autograd). Indices are i64 in [0, size): a negative one is an error, as
+// in PyTorch (a sentinel such as -1 must not select the last row).
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,10 @@ namespace kernels {
 class IndexKernels {
  public:
   // x contiguous viewed as [outer, size, inner]; index contiguous 1-D i64 of length n;
-  // out contiguous [outer, n, inner]. Throws IndexError for an index outside [-size, size).
+  // out contiguous [outer, n, inner]. Throws IndexError for an index outside [0, size).
   virtual void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const = 0;
   // x contiguous; index contiguous i64 with x's rank; out contiguous, index's shape;
-  // out[..i..] = x[..index[..i..]..] along dim. Throws IndexError out of [-size, size).
+  // out[..i..] = x[..index[..i..]..] along dim. Throws IndexError out of [0, size).
   virtual void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const = 0;
   // out contiguous (+= into it); index contiguous i64; src contiguous, index's shape;
   // out[..index[..i..]..] += src[..i..] along dim. Throws IndexError out of range (the bad

@@ -273,8 +273,9 @@ void SGD::step() {
     const bool first_step = new_buffers[i].defined();
     if (first_step) state_[i]["momentum_buffer"] = new_buffers[i];
     Tensor buf = use_momentum ? state_[i]["momentum_buffer"] : Tensor();
+    p.bump_version();  // the update writes the parameter in place
     kernels::optim(p.device()).sgd_step(p, grads[i], buf, lr_, options_.momentum, options_.dampening,
-               options_.weight_decay, options_.nesterov, first_step);
+                                        options_.weight_decay, options_.nesterov, first_step);
   }
 }
 
@@ -357,8 +358,9 @@ void Adam::step() {
     Tensor& step_count = state[kStepName];
     const int64_t step = step_count.item<int64_t>() + 1;
     step_count.fill_(step);
-    kernels::optim(p.device()).adam_step(p, grads[i], state["exp_avg"], state["exp_avg_sq"], lr_,
-               options_.beta1, options_.beta2, options_.eps, options_.weight_decay, decoupled_, step);
+    p.bump_version();  // the update writes the parameter in place
+    kernels::optim(p.device()).adam_step(p, grads[i], state["exp_avg"], state["exp_avg_sq"], lr_, options_.beta1,
+                                         options_.beta2, options_.eps, options_.weight_decay, decoupled_, step);
   }
 }
 

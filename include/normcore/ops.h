@@ -51,7 +51,10 @@ Tensor ge(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // Scalar forms: the scalar takes part in promotion as PyTorch's "wrapped number" does
-// (i32 tensor + 2.5 gives f32; f16 tensor + 2.5 stays f16).
+// (i32 tensor + 2.5 gives f32; f16 tensor + 2.5 stays f16). An integer scalar wraps into
+// a narrower integer dtype (u8 + 256 is u8 + 0, as in PyTorch), except in div, which
+// computes in f32 (u8 / 256 is 0.0039...), and in maximum and minimum, which refuse a
+// scalar their dtype cannot hold (ValueError). sub refuses a bool scalar.
 Tensor add(const Tensor& a, Scalar b);
 Tensor sub(const Tensor& a, Scalar b);
 Tensor mul(const Tensor& a, Scalar b);
@@ -142,7 +145,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // [*] integer classes in [0, num_classes) -> [*, num_classes] i64 (num_classes < 0: max + 1).
 Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
-// x with value where mask (bool, broadcast to x) is true.
+// x with value where mask (bool) is true; x and mask broadcast together (the result has
+// their broadcast shape, as in PyTorch).
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 
 }  // namespace normcore

@@ -3,6 +3,7 @@
 // contiguous() (when needed) copy the data. A default-constructed Tensor is undefined.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -21,11 +22,14 @@ namespace normcore {
 using Shape = std::vector<int64_t>;
 
 // Raw memory on one device. Freed (or returned to the device's cache) with the last handle.
+// version counts the in-place writes to it (copy_, fill_, optimizer steps, ...): a tensor
+// saved for backward remembers it, and backward refuses to use one written since.
 struct StorageImpl {
   void* data = nullptr;
   size_t nbytes = 0;
   Device device;
   bool pinned = false;  // page-locked host memory
+  std::atomic<uint64_t> version{0};
   void (*release)(StorageImpl*) = nullptr;
   StorageImpl() = default;
   StorageImpl(const StorageImpl&) = delete;
@@ -128,6 +132,11 @@ class Tensor {
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(Scalar value);
   Tensor& zero_() { return fill_(0); }
+  // How many in-place writes the storage has had (shared by every view of it). normcore's
+  // in-place ops bump it; code that writes through data_ptr() itself calls bump_version(),
+  // so that backward does not use values it changed (autograd.h).
+  uint64_t version() const { return impl().storage->version.load(std::memory_order_relaxed); }
+  void bump_version() const { impl().storage->version.fetch_add(1, std::memory_order_relaxed); }
 
   // Value of a one-element tensor.
   Scalar item() const;

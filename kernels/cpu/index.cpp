@@ -12,14 +12,12 @@ namespace cpu {
 
 namespace {
 
-// Validates every index against size and returns them made non-negative.
+// Every index, validated against [0, size).
 std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_t size, int64_t dim) {
   const int64_t* p = static_cast<const int64_t*>(index.data_ptr());
   std::vector<int64_t> out(p, p + index.numel());
-  for (int64_t& i : out) {
-    NC_CHECK(i >= -size && i < size, IndexError, op, ": index ", i, " is out of range for dim ", dim,
-             " of size ", size);
-    if (i < 0) i += size;
+  for (int64_t i : out) {
+    NC_CHECK(i >= 0 && i < size, IndexError, op, ": index ", i, " is out of range for dim ", dim, " of size ", size);
   }
   return out;
 }

@@ -1,9 +1,8 @@
 // CUDA indexing kernels (contracts in kernels/index.h): index_select and gather (out =),
-// scatter_add (out +=, with
-// atomics, so the order of the additions into one element is unspecified). Indices are
-// i64, negative ones count from the end. An index outside [-size, size) is recorded in a
-// device flag and its element skipped; the launcher reads the flag back after the kernel
-// and throws IndexError naming the op, the bad value and the dim's size.
+// scatter_add (out +=, with atomics, so the order of the additions into one element is
+// unspecified). Indices are i64. An index outside [0, size) is recorded in a device flag
+// and its element skipped; the launcher reads the flag back after the kernel and throws
+// IndexError naming the op, the bad value and the dim's size.
 #include "kernels/cuda/loops.cuh"
 #include "kernels/index.h"
 
@@ -17,12 +16,10 @@ struct BadIndex {
   long long value;
 };
 
-// Resolves a negative index; false (and the bad value recorded) when out of range.
-__device__ __forceinline__ bool resolve_index(int64_t& index, int64_t size, BadIndex* bad) {
-  const int64_t raw = index;
-  if (index < 0) index += size;
+// False (and the bad value recorded) for an index outside [0, size).
+__device__ __forceinline__ bool index_in_range(int64_t index, int64_t size, BadIndex* bad) {
   if (index >= 0 && index < size) return true;
-  if (atomicExch(&bad->found, 1u) == 0u) bad->value = raw;
+  if (atomicExch(&bad->found, 1u) == 0u) bad->value = index;
   return false;
 }
 
@@ -59,8 +56,8 @@ __global__ void index_select_kernel(T* out, const T* x, const int64_t* index, in
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < numel; e += stride) {
     const int64_t col = e % inner;
     const int64_t row = e / inner;  // (outer, position in index)
-    int64_t i = index[row % count];
-    if (!resolve_index(i, size, bad)) continue;
+    const int64_t i = index[row % count];
+    if (!index_in_range(i, size, bad)) continue;
     out[e] = x[((row / count) * size + i) * inner + col];
   }
 }
@@ -110,8 +107,8 @@ __global__ void gather_kernel(T* out, const T* x, const int64_t* index, int64_t 
                               BadIndex* bad) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < numel; e += stride) {
-    int64_t i = index[e];
-    if (!resolve_index(i, g.dim_size, bad)) continue;
+    const int64_t i = index[e];
+    if (!index_in_range(i, g.dim_size, bad)) continue;
     out[e] = x[target_offset(g, e) + i * g.target_strides[g.dim]];
   }
 }
@@ -131,8 +128,8 @@ __global__ void scatter_add_kernel(T* out, const T* src, const int64_t* index, i
                                    BadIndex* bad) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < numel; e += stride) {
-    int64_t i = index[e];
-    if (!resolve_index(i, g.dim_size, bad)) continue;
+    const int64_t i = index[e];
+    if (!index_in_range(i, g.dim_size, bad)) continue;
     atomic_add(out + target_offset(g, e) + i * g.target_strides[g.dim], src[e]);
   }
 }

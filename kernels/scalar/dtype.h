@@ -75,8 +75,10 @@ __host__ __device__ __forceinline__ std::enable_if_t<std::is_same_v<T, __nv_bflo
 }
 #endif
 
-// Value conversion: 16-bit floats go through float, anything to bool is "non-zero", the
-// rest is static_cast (floating to integer truncates toward zero).
+// Value conversion: 16-bit floats go through float, anything to bool is "non-zero",
+// floating to u8 goes through int64 (as in PyTorch: -2.7 gives 254 on every device, where a
+// direct cast is undefined and saturates to 0 on a GPU), the rest is static_cast (floating
+// to integer truncates toward zero).
 template <class To, class From>
 NC_HOST_DEVICE To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
@@ -87,6 +89,8 @@ NC_HOST_DEVICE To convert(From v) {
     return v != From(0);
   } else if constexpr (is_reduced_float_v<To>) {
     return from_float<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, uint8_t> && std::is_floating_point_v<From>) {
+    return static_cast<uint8_t>(static_cast<int64_t>(v));
   } else {
     return static_cast<To>(v);
   }

@@ -44,10 +44,11 @@ struct UnaryFunctor {
       else if constexpr (std::is_unsigned_v<C>) return in;
       else return convert<T>(x < C(0) ? math::wrapping_sub(C(0), x) : x);
     } else if constexpr (OP == UnaryOp::Sign) {
+      // As in PyTorch: (0 < x) - (x < 0), so NaN and -0 give +0.
       if constexpr (std::is_unsigned_v<C>) return convert<T>(x > C(0) ? C(1) : C(0));
-      else return convert<T>(x > C(0) ? C(1) : (x < C(0) ? C(-1) : x));  // 0 stays 0, NaN stays NaN
+      else return convert<T>(x > C(0) ? C(1) : (x < C(0) ? C(-1) : C(0)));
     } else if constexpr (OP == UnaryOp::Relu) {
-      return convert<T>(x > C(0) || math::is_nan(x) ? x : C(0));
+      return convert<T>(x < C(0) ? C(0) : x);  // NaN and -0 pass through, as in PyTorch
     } else if constexpr (OP == UnaryOp::Exp) {
       return convert<T>(math::exp(x));
     } else if constexpr (OP == UnaryOp::Log) {
