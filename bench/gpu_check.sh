@@ -9,9 +9,10 @@
 # conformance (the PyTorch-made cases on cpu and cuda), train (a default training run with
 # eval and predict), kernelbench (the five benchmark models), mlp (the MLP epoch benchmark
 # beside PyTorch), norms (the normalization benchmark), gemm (the Linear + GroupNorm + min
-# + bias model against its GEMM, beside PyTorch), compare (bench/norms and bench/gemm_gn_min
-# of the baseline build staged by BASELINE=DIR bash bench/gpu_stage.sh, then of this one,
-# twice over). Logs go to $OUT (or /tmp/normcore-gpu).
+# + bias model against its GEMM, beside PyTorch), compare (the benchmarks of the baseline
+# build staged by BASELINE=DIR bash bench/gpu_stage.sh and of this one, alternating: those of
+# bench/norms, bench/gemm_gn_min and, with the data staged, bench/mlp_epoch that the baseline
+# has; COMPARE_ROUNDS rounds of mlp_epoch, default 3). Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
 run=$root/gpu-run
@@ -19,6 +20,7 @@ data=$run/fashion-mnist
 out=${OUT:-/tmp/normcore-gpu}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$run
+[ -f "$run/libnormcore.so.xz" ] && xz -dkf "$run/libnormcore.so.xz"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 date -u
 sections=("$@")
@@ -97,6 +99,17 @@ for section in "${sections[@]}"; do
       echo "== benchmarks of the baseline build and of this one, alternating"
       base=/tmp/normcore-baseline
       mkdir -p "$base" && tar -xJf "$run/baseline.tar.xz" -C "$base" || exit 1
+      if [ -x "$base/mlp_epoch" ] && [ -d "$data" ]; then
+        for round in $(seq ${COMPARE_ROUNDS:-3}); do
+          for tree in baseline current; do
+            dir=$run
+            [ $tree = baseline ] && dir=$base
+            echo "-- mlp_epoch, $tree, round $round"
+            LD_LIBRARY_PATH=$dir "$dir/mlp_epoch" --device cuda --epochs 3 --data "$data" 2>&1 | grep -v "^ *step"
+          done
+        done
+      fi
+      [ -x "$base/norms" ] || continue
       for round in 1 2; do
         for tree in baseline current; do
           dir=$run

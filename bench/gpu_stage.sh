@@ -2,8 +2,9 @@
 # Copies what bench/gpu_check.sh runs from a CUDA build (default build-gpu) into gpu-run/,
 # the one folder to carry to a GPU machine: the shared library, the test programs, the
 # normcore program, the benchmark-model programs and the benchmarks; with WITH_DATA=1 also
-# Fashion-MNIST; with BASELINE=DIR, a CUDA build of another tree (its library and the two
-# benchmarks, compressed) for gpu_check.sh's compare section.
+# Fashion-MNIST; with BASELINE=DIR, a CUDA build of another tree (its library and those of
+# bench/norms, bench/gemm_gn_min and bench/mlp_epoch it has, compressed) for gpu_check.sh's
+# compare section.
 #   [WITH_DATA=1] [BASELINE=DIR] bash bench/gpu_stage.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,8 +23,12 @@ fi
 if [ -n "${BASELINE:-}" ]; then
   base=$(mktemp -d)
   cp -L "$BASELINE"/libnormcore.so* "$base"/
-  cp "$BASELINE"/bench/norms "$BASELINE"/bench/gemm_gn_min "$base"/
+  for program in norms gemm_gn_min mlp_epoch; do
+    [ -x "$BASELINE/bench/$program" ] && cp "$BASELINE/bench/$program" "$base"/
+  done
   tar -cJf gpu-run/baseline.tar.xz -C "$base" .
   rm -rf "$base"
 fi
+# The library travels compressed (32 MB, 5 MB as xz); gpu_check.sh unpacks it.
+xz -T0 -f gpu-run/libnormcore.so
 du -sh gpu-run
