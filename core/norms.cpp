@@ -1,7 +1,8 @@
 // The normalization ops of normcore/norms.h. Each public function checks its arguments,
 // runs the forward kernel of its device (kernels/norms.h) and
 // records one node whose backward is the matching backward kernel, fed the statistics the
-// forward saved (not recomputed).
+// forward saved (not recomputed). batch_norm's kernel also updates the running statistics
+// in place, unrecorded, bumping their version counters.
 #include "normcore/norms.h"
 
 #include "autograd/graph.h"
@@ -41,6 +42,16 @@ void check_param(const char* op, const char* name, const Tensor& param, const Te
 Tensor grad_like(const Tensor& grad, const Tensor& x) { return grad.to(x.dtype()).contiguous(); }
 
 Tensor new_like(const Tensor& x) { return new_tensor(x.shape(), x.dtype(), x.device()); }
+
+// A running statistic that batch_norm's kernel updated as `written` (the statistic itself
+// when contiguous, else a contiguous copy): an in-place write either way, so its version
+// moves, and the copy goes back.
+void finish_running_update(Tensor running, const Tensor& written) {
+  if (!running.defined()) return;
+  autograd::NoGradGuard no_grad;
+  if (running.is_contiguous()) running.bump_version();
+  else running.copy_(written);
+}
 
 }  // namespace
 
@@ -116,6 +127,65 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
                      Tensor grad_bias = has_bias ? new_tensor({channels}, x.dtype(), x.device()) : Tensor();
                      kernels::norms(x.device()).group_norm_backward(grad_like(grad, x), x, w, mean, rstd, batch,
                                                                     num_groups, channels, spatial, grad_x, grad_weight,
+                                                                    grad_bias);
+                     return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
+                   });
+  return out;
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  const OpScope op("batch_norm");
+  check_input(op, x, eps);
+  NC_CHECK(x.dim() >= 2, ShapeError, op, ": x must be [N, C, *] (at least 2-D), got ", describe(x));
+  const int64_t batch = x.size(0), channels = x.size(1);
+  check_param(op, "weight", weight, x, {channels});
+  check_param(op, "bias", bias, x, {channels});
+  check_param(op, "running_mean", running_mean, x, {channels});
+  check_param(op, "running_var", running_var, x, {channels});
+  NC_CHECK(training || running_mean.defined(), ValueError, op,
+           ": running_mean is undefined, but evaluation (training = false) normalizes with it (x is ", describe(x),
+           ")");
+  NC_CHECK(training || running_var.defined(), ValueError, op,
+           ": running_var is undefined, but evaluation (training = false) normalizes with it (x is ", describe(x),
+           ")");
+  const int64_t spatial = checked_numel(Shape(x.shape().begin() + 2, x.shape().end()), op);
+  const int64_t count = batch * spatial;  // values per channel
+  NC_CHECK(!training || count != 1, ValueError, op,
+           ": expected more than 1 value per channel when training, got x ", describe(x));
+
+  // Training on an empty batch leaves the running statistics alone, as PyTorch does.
+  const bool update = training && count > 0;
+  Tensor xc, w, b, rm, rv;
+  {
+    autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them
+    xc = x.contiguous();
+    w = weight.defined() ? weight.contiguous() : weight;
+    b = bias.defined() ? bias.contiguous() : bias;
+    if (update || !training) {
+      // Written through a contiguous copy when they are not contiguous, then copied back.
+      rm = running_mean.defined() ? running_mean.contiguous() : running_mean;
+      rv = running_var.defined() ? running_var.contiguous() : running_var;
+    }
+  }
+  Tensor out = new_like(x), mean = stats_like({channels}, x), rstd = stats_like({channels}, x);
+  kernels::norms(x.device()).batch_norm_forward(xc, w, b, rm, rv, batch, channels, spatial, training, momentum, eps,
+                                                out, mean, rstd);
+  if (update) {
+    finish_running_update(running_mean, rm);
+    finish_running_update(running_var, rv);
+  }
+  if (!autograd::needs_grad(x, weight, bias)) return out;
+  autograd::record(op, out, {x, weight, bias},
+                   [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, batch,
+                    channels, spatial, training](const Tensor& grad) {
+                     const Tensor& x = xs.get();
+                     const Tensor& w = ws.get();
+                     Tensor grad_x = new_like(x);
+                     Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
+                     Tensor grad_bias = has_bias ? new_tensor({channels}, x.dtype(), x.device()) : Tensor();
+                     kernels::norms(x.device()).batch_norm_backward(grad_like(grad, x), x, w, mean, rstd, batch,
+                                                                    channels, spatial, training, grad_x, grad_weight,
                                                                     grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });

@@ -1,10 +1,10 @@
-// The normalization kernels: layer, group, L1 and Frobenius norm, forward and backward
+// The normalization kernels: layer, group, batch, L1 and Frobenius norm, forward and backward
 // (core/norms.cpp checks arguments and ties them to autograd, feeding backward the
 // statistics the forward saved). Every tensor contiguous; x, y, grad_y, grad_x, weight, bias,
-// grad_weight and grad_bias share x's floating dtype; the saved statistics (mean, rstd, norm)
-// have dtype norm_stats_dtype(device, dtype). Undefined weight/bias mean none; grad_x is
-// always computed, undefined grad_weight/grad_bias are not. Parameter gradients are
-// deterministic.
+// grad_weight, grad_bias and batch norm's running statistics share x's floating dtype; the
+// saved statistics (mean, rstd, norm) have dtype norm_stats_dtype(device, dtype). Undefined
+// weight/bias mean none; grad_x is always computed, undefined grad_weight/grad_bias are not.
+// Parameter gradients are deterministic.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +55,26 @@ class NormKernels {
   virtual void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels,
                                    int64_t spatial, const Tensor& grad_x, const Tensor& grad_weight,
+                                   const Tensor& grad_bias) const = 0;
+  // batch_norm: x [batch, channels, spatial]; each channel's statistics are over its batch *
+  // spatial elements; mean, rstd, weight, bias, running_mean, running_var [channels].
+  // training: mean and rstd = 1 / sqrt(var + eps) of the batch (biased variance, two-pass or
+  // Welford/Chan), and running_mean and running_var, each when defined, are updated in place
+  // to (1 - momentum) * running + momentum * statistic with the unbiased variance (the caller
+  // passes them only when batch * spatial >= 2). Evaluation: mean = running_mean and
+  // rstd = 1 / sqrt(running_var + eps) (both defined, only read). Both: mean and rstd are
+  // saved (=) and y = (x - mean) * rstd * weight + bias.
+  virtual void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& running_mean, const Tensor& running_var, int64_t batch,
+                                  int64_t channels, int64_t spatial, bool training, double momentum, double eps,
+                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) const = 0;
+  // With xhat = (x - mean) * rstd and per-channel sums over batch * spatial:
+  // grad_weight = sum(dy * xhat), grad_bias = sum(dy); grad_x = w * rstd * (dy - mean(dy) -
+  // xhat * mean(dy * xhat)) in training (through the batch statistics), w * rstd * dy in
+  // evaluation (the running statistics are constants).
+  virtual void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, int64_t batch, int64_t channels, int64_t spatial,
+                                   bool training, const Tensor& grad_x, const Tensor& grad_weight,
                                    const Tensor& grad_bias) const = 0;
   // l1_norm: x [outer, size, inner] -> y = x / max(mean(|x|, dim 1), eps); norm [outer, inner]
   // holds mean(|x|) before the clamp (0 when size == 0).

@@ -26,13 +26,23 @@ void empty_cache();
 // (free, total) bytes on the device, as the driver reports them.
 void mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
 
-// How float32 matmuls run on CUDA, for the whole process (PyTorch's
-// torch.backends.cuda.matmul.allow_tf32): false (the default) computes in float32; true lets
-// cuBLAS use TF32 tensor cores (inputs rounded to a 10-bit mantissa, float32 accumulation,
-// relative error about 1e-3, several times faster on Ampere and later). CPU matmuls and
-// other dtypes are not affected. Settable in every build.
+// How float32 matmuls and convolutions run on CUDA, for the whole process (PyTorch's
+// torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 in one):
+// false (the default) computes in float32; true lets cuBLAS and cuDNN use TF32 tensor cores
+// (inputs rounded to a 10-bit mantissa, float32 accumulation, relative error about 1e-3,
+// several times faster on Ampere and later). CPU ops and other dtypes are not affected.
+// Settable in every build.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+// How cuDNN convolutions pick their algorithms, for the whole process (PyTorch's
+// torch.backends.cudnn.benchmark): false (the default) takes cuDNN's heuristic choice; true
+// times the candidate algorithms on the first convolution of each geometry (input and
+// weight shapes, stride, padding, dilation, groups, dtype, TF32 setting) and keeps the
+// fastest. Either way the choice is made once per geometry and cached, and only
+// deterministic algorithms are used. Settable in every build.
+void set_cudnn_benchmark(bool benchmark);
+bool cudnn_benchmark();
 
 int current_device();
 void set_device(int device);

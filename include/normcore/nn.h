@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "normcore/conv.h"
 #include "normcore/losses.h"
 #include "normcore/random.h"
 #include "normcore/tensor.h"
@@ -227,6 +229,109 @@ class FrobeniusNorm : public Module {
   explicit FrobeniusNorm(double eps = 1e-12);
   Tensor forward(const Tensor& x) override;
   const double eps;
+};
+
+// ---- convolutional networks ----
+
+// conv2d: [N, in_channels, H, W] -> [N, out_channels, Ho, Wo]. weight
+// [out_channels, in_channels / groups, kh, kw] and bias [out_channels] start uniform on
+// [-1/sqrt(fan_in), 1/sqrt(fan_in)], fan_in = in_channels / groups * kh * kw (PyTorch's
+// default), drawn from gen (the default generator when null).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1, Size2 padding = 0,
+         Size2 dilation = 1, int64_t groups = 1, bool bias = true, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+
+  const int64_t in_channels;
+  const int64_t out_channels;
+  const Size2 kernel_size;
+  const Size2 stride;
+  const Size2 padding;
+  const Size2 dilation;
+  const int64_t groups;
+  Tensor weight;  // [out_channels, in_channels / groups, kh, kw]
+  Tensor bias;    // [out_channels]; undefined when built without bias
+};
+
+// max_pool2d with fixed hyper-parameters; no parameters.
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(Size2 kernel_size, Size2 stride = Size2(), Size2 padding = 0, Size2 dilation = 1,
+                     bool ceil_mode = false);
+  Tensor forward(const Tensor& x) override;
+
+  const Size2 kernel_size;
+  const Size2 stride;  // kernel_size when not given
+  const Size2 padding;
+  const Size2 dilation;
+  const bool ceil_mode;
+};
+
+// avg_pool2d with fixed hyper-parameters; no parameters.
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(Size2 kernel_size, Size2 stride = Size2(), Size2 padding = 0, bool ceil_mode = false,
+                     bool count_include_pad = true);
+  Tensor forward(const Tensor& x) override;
+
+  const Size2 kernel_size;
+  const Size2 stride;  // kernel_size when not given
+  const Size2 padding;
+  const bool ceil_mode;
+  const bool count_include_pad;
+};
+
+// adaptive_avg_pool2d to output_size; no parameters.
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(Size2 output_size);
+  Tensor forward(const Tensor& x) override;
+  const Size2 output_size;
+};
+
+// batch_norm over the channels of [N, C, *]. weight (ones) and bias (zeros) [C] with affine;
+// with track_running_stats the buffers running_mean (zeros), running_var (ones) [C] and
+// num_batches_tracked (i64, shape []) of PyTorch's state_dict. Training updates them with
+// momentum, or, when momentum is not given, with the cumulative average
+// (1 / num_batches_tracked); evaluation normalizes with them. Without
+// track_running_stats, batch statistics are used in both modes.
+class BatchNorm : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+
+  const int64_t num_features;
+  const double eps;
+  const std::optional<double> momentum;
+  const bool track_running_stats;
+  Tensor weight;               // [num_features]; undefined without affine
+  Tensor bias;                 // [num_features]; undefined without affine
+  Tensor running_mean;         // [num_features]; undefined without track_running_stats
+  Tensor running_var;          // [num_features]; undefined without track_running_stats
+  Tensor num_batches_tracked;  // i64 []; undefined without track_running_stats
+
+ protected:
+  // layer names the subclass in messages; ranks lists the input ranks it takes.
+  BatchNorm(const char* layer, std::vector<int64_t> ranks, int64_t num_features, double eps,
+            std::optional<double> momentum, bool affine, bool track_running_stats);
+
+ private:
+  const char* layer_;
+  std::vector<int64_t> ranks_;
+};
+
+// BatchNorm over [N, C] or [N, C, L].
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true);
+};
+
+// BatchNorm over [N, C, H, W].
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true);
 };
 
 }  // namespace nn

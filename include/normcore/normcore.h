@@ -11,6 +11,7 @@
 #include "normcore/optim.h"
 #include "normcore/autograd.h"
 #include "normcore/conformance.h"
+#include "normcore/conv.h"
 #include "normcore/losses.h"
 #include "normcore/nn.h"
 #include "normcore/norms.h"

@@ -32,4 +32,14 @@ Tensor l1_norm(const Tensor& x, int64_t dim = 1, double eps = 1e-12);
 // subgradient at 0 is 0). [*] -> same shape.
 Tensor frobenius_norm(const Tensor& x, double eps = 1e-12);
 
+// PyTorch's F.batch_norm: x [N, C, *] (rank >= 2); statistics per channel over N and all
+// trailing dims. Training: y = (x - mean) / sqrt(var + eps) * weight + bias with the batch's
+// mean and biased variance, and, when given, running_mean and running_var [C] are updated in
+// place to (1 - momentum) * running + momentum * batch statistic, with the batch's unbiased
+// variance (N * spatial >= 2 needed then). Evaluation (training false): running_mean and
+// running_var (required) normalize and are left unchanged. weight and bias [C], optional.
+// running_mean and running_var share x's device; they take no gradient. [N, C, *] -> same.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+
 }  // namespace normcore

@@ -4,7 +4,9 @@
 // two-pass (mean, then squared deviations from it) in double, so a large mean costs no
 // accuracy. Backward folds the weight into per-row coefficients:
 //   grad_x = rstd * (w_c * dy - mean(w * dy) - xhat * mean(w * dy * xhat)).
-// The loops run in a fixed order on one thread, so parameter gradients are deterministic.
+// Batch norm takes the same two-pass statistics per channel, over the channel's batch
+// planes. The loops run in a fixed order on one thread, so parameter gradients are
+// deterministic.
 #include <cmath>
 #include <vector>
 
@@ -116,6 +118,107 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
   }
 }
 
+// ---------------------------------------------------------------- batch norm
+// x [batch, channels, spatial]: channel c's elements are the batch planes
+// x[(n * channels + c) * spatial + s].
+struct ChannelPlanes {
+  int64_t batch, channels, spatial;
+  int64_t count() const { return batch * spatial; }
+  int64_t at(int64_t n, int64_t c, int64_t s) const { return (n * channels + c) * spatial + s; }
+};
+
+template <class T>
+void batch_norm_forward_typed(const Tensor& x_t, const Tensor& weight_t, const Tensor& bias_t,
+                              const Tensor& running_mean_t, const Tensor& running_var_t, const ChannelPlanes& p,
+                              bool training, double momentum, double eps, const Tensor& y_t, const Tensor& mean_t,
+                              const Tensor& rstd_t) {
+  const T* x = data_as<const T>(x_t);
+  const T* weight = data_or_null<const T>(weight_t);
+  const T* bias = data_or_null<const T>(bias_t);
+  T* running_mean = data_or_null<T>(running_mean_t);
+  T* running_var = data_or_null<T>(running_var_t);
+  T* y = data_as<T>(y_t);
+  double* mean_out = data_as<double>(mean_t);
+  double* rstd_out = data_as<double>(rstd_t);
+  const double count = static_cast<double>(p.count());
+  for (int64_t c = 0; c < p.channels; ++c) {
+    double mean, var;
+    if (training) {
+      double sum = 0;
+      for (int64_t n = 0; n < p.batch; ++n)
+        for (int64_t s = 0; s < p.spatial; ++s) sum += convert<double>(x[p.at(n, c, s)]);
+      mean = count > 0 ? sum / count : 0.0;
+      double sq = 0;
+      for (int64_t n = 0; n < p.batch; ++n) {
+        for (int64_t s = 0; s < p.spatial; ++s) {
+          const double d = convert<double>(x[p.at(n, c, s)]) - mean;
+          sq += d * d;
+        }
+      }
+      var = count > 0 ? sq / count : 0.0;
+      if (running_mean) {
+        running_mean[c] = convert<T>((1 - momentum) * convert<double>(running_mean[c]) + momentum * mean);
+      }
+      if (running_var) {
+        running_var[c] = convert<T>((1 - momentum) * convert<double>(running_var[c]) + momentum * sq / (count - 1));
+      }
+    } else {
+      mean = convert<double>(running_mean[c]);
+      var = convert<double>(running_var[c]);
+    }
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    mean_out[c] = mean;
+    rstd_out[c] = rstd;
+    const double w = weight ? convert<double>(weight[c]) : 1.0;
+    const double b = bias ? convert<double>(bias[c]) : 0.0;
+    for (int64_t n = 0; n < p.batch; ++n) {
+      for (int64_t s = 0; s < p.spatial; ++s) {
+        const int64_t i = p.at(n, c, s);
+        y[i] = convert<T>((convert<double>(x[i]) - mean) * rstd * w + b);
+      }
+    }
+  }
+}
+
+template <class T>
+void batch_norm_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& weight_t,
+                               const Tensor& mean_t, const Tensor& rstd_t, const ChannelPlanes& p, bool training,
+                               const Tensor& grad_x_t, const Tensor& grad_weight_t, const Tensor& grad_bias_t) {
+  const T* grad_y = data_as<const T>(grad_y_t);
+  const T* x = data_as<const T>(x_t);
+  const T* weight = data_or_null<const T>(weight_t);
+  const double* mean_in = data_as<const double>(mean_t);
+  const double* rstd_in = data_as<const double>(rstd_t);
+  T* grad_x = data_as<T>(grad_x_t);
+  T* grad_weight = data_or_null<T>(grad_weight_t);
+  T* grad_bias = data_or_null<T>(grad_bias_t);
+  const double inv_count = p.count() > 0 ? 1.0 / static_cast<double>(p.count()) : 0.0;
+  for (int64_t c = 0; c < p.channels; ++c) {
+    const double mean = mean_in[c], rstd = rstd_in[c];
+    double sum_dy = 0, sum_dy_xc = 0;  // sum(dy), sum(dy * (x - mean))
+    for (int64_t n = 0; n < p.batch; ++n) {
+      for (int64_t s = 0; s < p.spatial; ++s) {
+        const int64_t i = p.at(n, c, s);
+        const double dy = convert<double>(grad_y[i]);
+        sum_dy += dy;
+        sum_dy_xc += dy * (convert<double>(x[i]) - mean);
+      }
+    }
+    if (grad_weight) grad_weight[c] = convert<T>(sum_dy_xc * rstd);
+    if (grad_bias) grad_bias[c] = convert<T>(sum_dy);
+    const double scale = (weight ? convert<double>(weight[c]) : 1.0) * rstd;
+    // Training: grad_x = scale * (dy - mean(dy) - (x - mean) * rstd^2 * mean(dy * (x - mean))).
+    const double mean_dy = training ? sum_dy * inv_count : 0.0;
+    const double slope = training ? sum_dy_xc * rstd * rstd * inv_count : 0.0;
+    for (int64_t n = 0; n < p.batch; ++n) {
+      for (int64_t s = 0; s < p.spatial; ++s) {
+        const int64_t i = p.at(n, c, s);
+        const double dy = convert<double>(grad_y[i]);
+        grad_x[i] = convert<T>(scale * (dy - mean_dy - (convert<double>(x[i]) - mean) * slope));
+      }
+    }
+  }
+}
 
 // x / max(norm, eps); d(norm)/dx is 0 where the clamp is active (norm < eps), which also
 // makes a zero row's gradient finite.
@@ -244,6 +347,26 @@ class CpuNorms final : public kernels::NormKernels {
       affine_norm_backward<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd,
                                                          kernels::group_layout(batch, groups, channels, spatial), grad_x,
                                                          grad_weight, grad_bias);
+    });
+  }
+
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                          const Tensor& running_var, int64_t batch, int64_t channels, int64_t spatial, bool training,
+                          double momentum, double eps, const Tensor& y, const Tensor& mean,
+                          const Tensor& rstd) const override {
+    visit_float(x.dtype(), "batch_norm", [&](auto tag) {
+      batch_norm_forward_typed<typename decltype(tag)::type>(x, weight, bias, running_mean, running_var,
+                                                             {batch, channels, spatial}, training, momentum, eps, y,
+                                                             mean, rstd);
+    });
+  }
+
+  void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, int64_t batch, int64_t channels, int64_t spatial, bool training,
+                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) const override {
+    visit_float(x.dtype(), "batch_norm backward", [&](auto tag) {
+      batch_norm_backward_typed<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd, {batch, channels, spatial},
+                                                              training, grad_x, grad_weight, grad_bias);
     });
   }
 

@@ -1,6 +1,6 @@
 // The CUDA normalization kernels as the norms family (kernels/norms.h). CudaNorms
-// (norms.cuh) has its layer and group norm in affine.cu, its L1 norm in l1_norm.cu and its
-// Frobenius norm in frobenius_norm.cu.
+// (norms.cuh) has its layer and group norm in affine.cu, its batch norm in batch_norm.cu,
+// its L1 norm in l1_norm.cu and its Frobenius norm in frobenius_norm.cu.
 #include "kernels/cuda/norms/norms.cuh"
 
 namespace normcore {

@@ -1,6 +1,6 @@
 // What the CUDA normalization kernels share (kernels/norms.h is their contract): the
 // family's implementation class, whose methods are defined per op in affine.cu (layer and
-// group norm), l1_norm.cu and frobenius_norm.cu; element addressing; and the pipeline
+// group norm), batch_norm.cu, l1_norm.cu and frobenius_norm.cu; element addressing; and the pipeline
 // phases of the two norms that divide by a norm (L1, Frobenius). The plans are plan.h; the
 // reductions kernels/cuda/reduction/. Statistics accumulate in A = compute_t<T> (float for
 // f16/bf16/f32, double for f64) and are saved in it.
@@ -29,6 +29,14 @@ class CudaNorms final : public kernels::NormKernels {
                           const Tensor& rstd) const override;
   void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                            const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels, int64_t spatial,
+                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) const override;
+  // batch_norm.cu
+  void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                          const Tensor& running_var, int64_t batch, int64_t channels, int64_t spatial, bool training,
+                          double momentum, double eps, const Tensor& y, const Tensor& mean,
+                          const Tensor& rstd) const override;
+  void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, int64_t batch, int64_t channels, int64_t spatial, bool training,
                            const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) const override;
   // l1_norm.cu
   void l1_norm_forward(const Tensor& x, int64_t outer, int64_t size, int64_t inner, double eps, const Tensor& y,

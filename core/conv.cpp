@@ -1,0 +1,154 @@
+// conv2d (normcore/conv.h): checks every argument, runs the forward kernel of x's device
+// (kernels/conv.h: im2col + GEMM on the CPU, cuDNN on CUDA) and records one node whose
+// backward runs the data and weight kernels for the inputs that need them; the bias
+// gradient is grad_y summed over N, H and W.
+#include "normcore/conv.h"
+
+#include <atomic>
+#include <string>
+#include <utility>
+
+#include "autograd/graph.h"
+#include "core/internal.h"
+#include "kernels/conv.h"
+#include "normcore/cuda.h"
+#include "normcore/ops.h"
+
+namespace normcore {
+
+using namespace detail;
+
+namespace {
+
+// Whether cuDNN times its algorithms (cuda::set_cudnn_benchmark).
+std::atomic<bool> g_cudnn_benchmark{false};
+
+// kernels::last_conv_algorithm, per direction.
+thread_local std::string t_conv_algorithm[3];
+
+void check_pair(const char* op, const char* name, Size2 v, int64_t min) {
+  NC_CHECK(v.h >= min && v.w >= min, ValueError, op, ": ", name, " must be >= ", min, ", got (", v.h, ", ", v.w,
+           ")");
+}
+
+// One output extent; < 1 is an error naming the input and the hyper-parameters.
+int64_t output_extent(const char* op, const char* dim, int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                      int64_t dilation, const Tensor& x, const Tensor& weight) {
+  const int64_t span = dilation * (kernel - 1) + 1;
+  const int64_t out = in + 2 * pad >= span ? (in + 2 * pad - span) / stride + 1 : 0;
+  NC_CHECK(out >= 1, ShapeError, op, ": the ", dim, " of the padded input (", in, " + 2 * ", pad,
+           ") is smaller than the dilated kernel (", span, "): x is ", describe(x), ", weight is ", describe(weight));
+  return out;
+}
+
+}  // namespace
+
+const char* kernels::conv_direction_name(ConvDirection d) {
+  switch (d) {
+    case ConvDirection::Forward: return "forward";
+    case ConvDirection::BackwardData: return "backward data";
+    case ConvDirection::BackwardFilter: return "backward filter";
+  }
+  return "";
+}
+
+void kernels::record_conv_algorithm(ConvDirection d, std::string what) {
+  t_conv_algorithm[static_cast<int>(d)] = std::move(what);
+}
+
+std::string kernels::last_conv_algorithm(ConvDirection d) { return t_conv_algorithm[static_cast<int>(d)]; }
+
+void cuda::set_cudnn_benchmark(bool benchmark) { g_cudnn_benchmark.store(benchmark); }
+
+bool cuda::cudnn_benchmark() { return g_cudnn_benchmark.load(); }
+
+Tensor conv2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, Size2 stride, Size2 padding,
+              Size2 dilation, int64_t groups) {
+  const OpScope op("conv2d");
+  check_defined(op, "x", x_in);
+  check_defined(op, "weight", weight);
+  NC_CHECK(is_floating(x_in.dtype()), DTypeError, op, ": x must be a floating tensor, got ", describe(x_in),
+           " (convert with .to(DType::F32))");
+  NC_CHECK(x_in.dim() == 3 || x_in.dim() == 4, ShapeError, op, ": x must be [N, C, H, W] or [C, H, W], got ",
+           describe(x_in));
+  NC_CHECK(weight.dim() == 4, ShapeError, op, ": weight must be [out_channels, in_channels / groups, kh, kw], got ",
+           describe(weight));
+  NC_CHECK(weight.dtype() == x_in.dtype(), DTypeError, op, ": weight is ", describe(weight), " but x is ",
+           describe(x_in), " (they must share a dtype)");
+  check_same_device(op, "x", x_in, "weight", weight);
+  check_pair(op, "stride", stride, 1);
+  check_pair(op, "padding", padding, 0);
+  check_pair(op, "dilation", dilation, 1);
+  NC_CHECK(groups >= 1, ValueError, op, ": groups must be >= 1, got ", groups);
+
+  const bool batched = x_in.dim() == 4;
+  const Tensor x = batched ? x_in : x_in.unsqueeze(0);
+  kernels::Conv2dGeometry g{};
+  g.n = x.size(0), g.c = x.size(1), g.h = x.size(2), g.w = x.size(3);
+  g.o = weight.size(0), g.kh = weight.size(2), g.kw = weight.size(3);
+  g.stride_h = stride.h, g.stride_w = stride.w, g.pad_h = padding.h, g.pad_w = padding.w;
+  g.dilation_h = dilation.h, g.dilation_w = dilation.w, g.groups = groups;
+  NC_CHECK(g.c % groups == 0 && g.o % groups == 0, ShapeError, op, ": in_channels (", g.c, ", from x ", describe(x_in),
+           ") and out_channels (", g.o, ", from weight ", describe(weight), ") must be divisible by groups = ", groups);
+  NC_CHECK(weight.size(1) * groups == g.c, ShapeError, op, ": weight ", describe(weight),
+           " must have in_channels / groups = ", g.c / groups, " in dim 1 (x is ", describe(x_in), ", groups ",
+           groups, ")");
+  NC_CHECK(g.o >= 1 && g.kh >= 1 && g.kw >= 1, ShapeError, op, ": weight must have non-zero sizes, got ",
+           describe(weight));
+  NC_CHECK(g.c >= 1, ShapeError, op, ": x must have at least one channel, got ", describe(x_in));
+  if (bias.defined()) {
+    NC_CHECK(bias.dim() == 1 && bias.size(0) == g.o, ShapeError, op, ": bias must be [", g.o,
+             "] (out_channels from weight ", describe(weight), "), got ", describe(bias));
+    NC_CHECK(bias.dtype() == x_in.dtype(), DTypeError, op, ": bias is ", describe(bias), " but x is ", describe(x_in),
+             " (they must share a dtype)");
+    check_same_device(op, "x", x_in, "bias", bias);
+  }
+  g.out_h = output_extent(op, "height", g.h, g.kh, g.stride_h, g.pad_h, g.dilation_h, x_in, weight);
+  g.out_w = output_extent(op, "width", g.w, g.kw, g.stride_w, g.pad_w, g.dilation_w, x_in, weight);
+
+  Tensor xc, wc, bc;
+  {
+    autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them
+    xc = x.contiguous();
+    wc = weight.contiguous();
+    bc = bias.defined() ? bias.contiguous() : bias;
+  }
+  const Device device = x.device();
+  Tensor y = new_tensor({g.n, g.o, g.out_h, g.out_w}, x.dtype(), device);
+  if (g.n > 0) kernels::conv(device).conv2d_forward(g, xc, wc, bc, y);
+  if (!batched) y = y.squeeze(0);
+  if (!autograd::needs_grad(x_in, weight, bias)) return y;
+
+  const bool need_x = x_in.requires_grad(), need_w = weight.requires_grad();
+  const bool has_bias = bias.defined() && bias.requires_grad();
+  autograd::record(op, y, {x_in, weight, bias},
+                   [xs = need_w ? autograd::saved(xc) : autograd::saved(Tensor()),
+                    ws = need_x ? autograd::saved(wc) : autograd::saved(Tensor()), g, batched, need_x, need_w,
+                    has_bias](const Tensor& grad) {
+                     const Tensor& x = xs.get();
+                     const Tensor& w = ws.get();
+                     const DType dtype = need_w ? x.dtype() : w.dtype();
+                     Tensor gy = grad.to(dtype).contiguous();
+                     if (!batched) gy = gy.unsqueeze(0);
+                     const Device device = gy.device();
+                     Tensor grad_x, grad_w, grad_b;
+                     if (need_x) {
+                       grad_x = new_tensor({g.n, g.c, g.h, g.w}, dtype, device);
+                       if (g.n > 0) kernels::conv(device).conv2d_backward_data(g, gy, w, grad_x);
+                       if (!batched) grad_x = grad_x.squeeze(0);
+                     }
+                     if (need_w) {
+                       grad_w = new_tensor({g.o, g.c / g.groups, g.kh, g.kw}, dtype, device);
+                       if (g.n > 0) {
+                         kernels::conv(device).conv2d_backward_weight(g, gy, x, grad_w);
+                       } else {
+                         grad_w.zero_();
+                       }
+                     }
+                     if (has_bias) grad_b = sum(gy, {0, 2, 3});
+                     return std::vector<Tensor>{grad_x, grad_w, grad_b};
+                   });
+  return y;
+}
+
+}  // namespace normcore

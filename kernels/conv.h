@@ -1,0 +1,63 @@
+// 2-D convolution kernels (normcore/conv.h; core/conv.cpp checks the arguments and records
+// the backward). Every tensor contiguous NCHW and of one floating dtype; outputs are written
+// (=). The CPU runs im2col and Eigen's GEMM (the reference); CUDA runs cuDNN, with its
+// algorithms picked once per geometry and cached. The bias gradient is a plain sum (core).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/backend.h"
+
+namespace normcore {
+namespace kernels {
+
+// One convolution's geometry: x [n, c, h, w], weight [o, c / groups, kh, kw],
+// y [n, o, out_h, out_w].
+struct Conv2dGeometry {
+  int64_t n, c, h, w;
+  int64_t o, kh, kw;
+  int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  int64_t groups;
+  int64_t out_h, out_w;
+};
+
+enum class ConvDirection { Forward, BackwardData, BackwardFilter };
+
+const char* conv_direction_name(ConvDirection d);
+
+// Which cuDNN algorithm the last CUDA convolution of direction d on this thread ran, as the
+// CUDA kernels recorded it ("cuDNN graph engine 12", "cuDNN convolution algorithm 1"), or ""
+// before any: for tests and benchmark reports (the CPU kernels record nothing). Defined in
+// core/conv.cpp.
+void record_conv_algorithm(ConvDirection d, std::string what);
+std::string last_conv_algorithm(ConvDirection d);
+
+class ConvKernels {
+ public:
+  // y = conv(x, weight) + bias (bias [o] or undefined).
+  virtual void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const Tensor& y) const = 0;
+  // grad_x = the gradient of sum(grad_y * conv(x, weight)) for x.
+  virtual void conv2d_backward_data(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& weight,
+                                    const Tensor& grad_x) const = 0;
+  // grad_weight = the gradient of sum(grad_y * conv(x, weight)) for weight.
+  virtual void conv2d_backward_weight(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& x,
+                                      const Tensor& grad_weight) const = 0;
+
+ protected:
+  ~ConvKernels() = default;
+};
+
+}  // namespace kernels
+
+namespace cpu { const kernels::ConvKernels& conv_kernels(); }
+namespace cuda { const kernels::ConvKernels& conv_kernels(); }
+
+namespace kernels {
+inline const ConvKernels& conv(Device device) {
+  return for_device(device, cpu::conv_kernels, NC_CUDA_KERNELS(conv_kernels), "conv");
+}
+}  // namespace kernels
+
+}  // namespace normcore

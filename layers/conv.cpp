@@ -1,0 +1,63 @@
+// Conv2d: conv2d with the layer's hyper-parameters; conv2d records the backward.
+#include <cmath>
+
+#include "normcore/conv.h"
+#include "normcore/nn.h"
+#include "normcore/ops.h"
+
+namespace normcore {
+namespace nn {
+
+namespace {
+
+// Uniform on [-bound, bound).
+Tensor uniform(const Shape& shape, double bound, Generator* gen) {
+  return sub(mul(rand(shape, DType::F32, gen), 2.0 * bound), bound);
+}
+
+int64_t checked_channels(const char* name, int64_t n, int64_t groups) {
+  NC_CHECK(groups >= 1, ValueError, "Conv2d: groups must be >= 1, got ", groups);
+  NC_CHECK(n >= 1, ValueError, "Conv2d: ", name, " must be positive, got ", n);
+  NC_CHECK(n % groups == 0, ValueError, "Conv2d: ", name, " = ", n, " must be divisible by groups = ", groups);
+  return n;
+}
+
+Size2 checked_pair(const char* name, Size2 v, int64_t min) {
+  NC_CHECK(v.h >= min && v.w >= min, ValueError, "Conv2d: ", name, " must be >= ", min, ", got (", v.h, ", ", v.w,
+           ")");
+  return v;
+}
+
+}  // namespace
+
+Conv2d::Conv2d(int64_t in, int64_t out, Size2 kernel, Size2 stride_, Size2 padding_, Size2 dilation_,
+               int64_t groups_, bool with_bias, Generator* gen)
+    : in_channels(checked_channels("in_channels", in, groups_)),
+      out_channels(checked_channels("out_channels", out, groups_)),
+      kernel_size(checked_pair("kernel_size", kernel, 1)),
+      stride(checked_pair("stride", stride_, 1)),
+      padding(checked_pair("padding", padding_, 0)),
+      dilation(checked_pair("dilation", dilation_, 1)),
+      groups(groups_) {
+  // PyTorch's kaiming_uniform_(a = sqrt(5)) reduces to 1/sqrt(fan_in) for the weight, and
+  // the bias uses the same bound.
+  const int64_t fan_in = in / groups * kernel.h * kernel.w;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  weight = register_parameter("weight", uniform({out, in / groups, kernel.h, kernel.w}, bound, gen));
+  if (with_bias) bias = register_parameter("bias", uniform({out}, bound, gen));
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  const char* op = "Conv2d";
+  NC_CHECK(x.defined(), ValueError, op, ": input is an undefined tensor");
+  NC_CHECK((x.dim() == 4 || x.dim() == 3) && x.size(-3) == in_channels, ShapeError, op, ": input must be [N, ",
+           in_channels, ", H, W] or [", in_channels, ", H, W] (in_channels), got ", describe(x));
+  NC_CHECK(x.dtype() == weight.dtype(), DTypeError, op, ": input is ", describe(x), " but weight is ",
+           describe(weight), " (convert the input, or the module with to(dtype))");
+  NC_CHECK(x.device() == weight.device(), DeviceError, op, ": input is on ", x.device(), " but weight is on ",
+           weight.device(), " (move the module with to(device))");
+  return conv2d(x, weight, bias, stride, padding, dilation, groups);
+}
+
+}  // namespace nn
+}  // namespace normcore
