@@ -1,7 +1,9 @@
-// Conformance runner: reads a case (metadata op, attrs, dtype, tolerances; inputs, grad_out,
-// expected out and grad.<input>), runs the op forward and backward on the requested device
-// through the public functional ops, and compares in float64. Ops are one row each in
-// op_table(); adding an op is one row. Every problem with a case becomes its failure reason.
+// Conformance runner: reads a case (metadata op, attrs, dtype, tolerances, no_grad; inputs,
+// grad_out, expected out, grad.<input> and after.<buffer>), runs the op forward and backward
+// on the requested device through the public functional ops, and compares in float64. Ops
+// are one row each in op_table(); adding an op is one row. Every problem with a case becomes
+// its failure reason: a case whose op has no row, or that holds a tensor the runner would
+// not compare, fails.
 #include "normcore/conformance.h"
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normcore/autograd.h"
+#include "normcore/conv.h"
 #include "normcore/error.h"
 #include "normcore/fused.h"
 #include "normcore/norms.h"
@@ -71,6 +74,29 @@ std::vector<int64_t> attr_integer_list(const json& attrs, const char* key) {
   return out;
 }
 
+bool attr_bool(const json& attrs, const char* key, std::optional<bool> fallback = std::nullopt) {
+  if (!attrs.contains(key)) {
+    NC_CHECK(fallback.has_value(), ValueError, "attribute '", key, "' is missing");
+    return *fallback;
+  }
+  NC_CHECK(attrs[key].is_boolean(), ValueError, "attribute '", key, "' must be true or false, got ",
+           attrs[key].dump());
+  return attrs[key].get<bool>();
+}
+
+// An [h, w] pair, or one integer for both. Missing or null: fallback (Size2() when none is
+// given, which the pooling ops read as "the kernel size").
+Size2 attr_pair(const json& attrs, const char* key, std::optional<Size2> fallback = std::nullopt) {
+  if (!attrs.contains(key) || attrs[key].is_null()) {
+    NC_CHECK(fallback.has_value(), ValueError, "attribute '", key, "' is missing");
+    return *fallback;
+  }
+  if (attrs[key].is_number_integer()) return Size2(attrs[key].get<int64_t>());
+  const std::vector<int64_t> v = attr_integer_list(attrs, key);
+  NC_CHECK(v.size() == 2, ValueError, "attribute '", key, "' must be [h, w], got ", attrs[key].dump());
+  return Size2(v[0], v[1]);
+}
+
 // ---- the ops ----
 // [*, in] x, [out, in] weight, [out] bias (optional) -> [*, out]
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -119,6 +145,50 @@ const std::vector<OpSpec>& op_table() {
                                          optional_input(in, "group_norm.weight"), optional_input(in, "group_norm.bias"),
                                          in.at("bias"), attr_integer(a, "num_groups"), attr_number(a, "eps", 1e-5));
        }},
+      {"conv2d", {"x", "weight"}, {"bias"}, {"stride", "padding", "dilation", "groups"},
+       [](const Inputs& in, const json& a) {
+         return conv2d(in.at("x"), in.at("weight"), optional_input(in, "bias"), attr_pair(a, "stride", Size2(1)),
+                       attr_pair(a, "padding", Size2(0)), attr_pair(a, "dilation", Size2(1)),
+                       attr_integer(a, "groups", 1));
+       }},
+      {"max_pool2d", {"x"}, {}, {"kernel_size", "stride", "padding", "dilation", "ceil_mode"},
+       [](const Inputs& in, const json& a) {
+         return max_pool2d(in.at("x"), attr_pair(a, "kernel_size"), attr_pair(a, "stride", Size2()),
+                           attr_pair(a, "padding", Size2(0)), attr_pair(a, "dilation", Size2(1)),
+                           attr_bool(a, "ceil_mode", false));
+       }},
+      {"avg_pool2d", {"x"}, {}, {"kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"},
+       [](const Inputs& in, const json& a) {
+         return avg_pool2d(in.at("x"), attr_pair(a, "kernel_size"), attr_pair(a, "stride", Size2()),
+                           attr_pair(a, "padding", Size2(0)), attr_bool(a, "ceil_mode", false),
+                           attr_bool(a, "count_include_pad", true));
+       }},
+      {"adaptive_avg_pool2d", {"x"}, {}, {"output_size"},
+       [](const Inputs& in, const json& a) { return adaptive_avg_pool2d(in.at("x"), attr_pair(a, "output_size")); }},
+      // running_mean and running_var are buffers: updated in place in training (the case's
+      // after.<name> tensors hold their expected values).
+      {"batch_norm", {"x", "running_mean", "running_var"}, {"weight", "bias"}, {"training", "momentum", "eps"},
+       [](const Inputs& in, const json& a) {
+         return batch_norm(in.at("x"), in.at("running_mean"), in.at("running_var"), optional_input(in, "weight"),
+                           optional_input(in, "bias"), attr_bool(a, "training"), attr_number(a, "momentum", 0.1),
+                           attr_number(a, "eps", 1e-5));
+       }},
+      {"gelu", {"x"}, {}, {"approximate"},
+       [](const Inputs& in, const json& a) {
+         std::string approximate = "none";
+         if (a.contains("approximate")) {
+           NC_CHECK(a["approximate"].is_string(), ValueError, "attribute 'approximate' must be a string, got ",
+                    a["approximate"].dump());
+           approximate = a["approximate"].get<std::string>();
+         }
+         NC_CHECK(approximate == "none" || approximate == "tanh", ValueError,
+                  "attribute 'approximate' must be \"none\" or \"tanh\", got \"", approximate, "\"");
+         return gelu(in.at("x"), approximate == "tanh");
+       }},
+      {"softmax", {"x"}, {}, {"dim"},
+       [](const Inputs& in, const json& a) { return softmax(in.at("x"), attr_integer(a, "dim")); }},
+      {"log_softmax", {"x"}, {}, {"dim"},
+       [](const Inputs& in, const json& a) { return log_softmax(in.at("x"), attr_integer(a, "dim")); }},
   };
   return table;
 }
@@ -236,7 +306,31 @@ class GradEnabled {
 };
 
 bool is_expected_name(const std::string& name) {
-  return name == "out" || name == "grad_out" || name.rfind("grad.", 0) == 0;
+  return name == "out" || name == "grad_out" || name.rfind("grad.", 0) == 0 || name.rfind("after.", 0) == 0;
+}
+
+// The metadata's "no_grad": a JSON list of input names (absent: none).
+std::set<std::string> parse_no_grad(const safetensors::File& file) {
+  auto it = file.metadata.find("no_grad");
+  std::set<std::string> names;
+  if (it == file.metadata.end()) return names;
+  json list;
+  try {
+    list = json::parse(it->second);
+  } catch (const json::exception& e) {
+    throw ValueError(detail::cat_str("metadata 'no_grad' is not valid JSON (", e.what(), ")"));
+  }
+  NC_CHECK(list.is_array(), ValueError, "metadata 'no_grad' must be a JSON list of input names, got ", list.dump());
+  for (const json& name : list) {
+    NC_CHECK(name.is_string(), ValueError, "metadata 'no_grad' must be a JSON list of input names, got ",
+             list.dump());
+    names.insert(name.get<std::string>());
+  }
+  return names;
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 // Fills result (op, dtype, tensors, pass, reason); throws on anything that stops the run.
@@ -253,33 +347,53 @@ void run_case_impl(const std::string& path, Device device, CaseResult& result) {
   auto spec = std::find_if(table.begin(), table.end(), [&](const OpSpec& s) { return s.name == result.op; });
   NC_CHECK(spec != table.end(), ValueError, "unknown op '", result.op, "'");
   const json attrs = parse_attrs(file, *spec);
+  const std::set<std::string> no_grad = parse_no_grad(file);
 
-  // Every tensor must be an input the op takes, grad_out, out or the gradient of an input.
+  // Every tensor must be an input the op takes, grad_out, out, the gradient of an input or
+  // the after-value of a no_grad input.
   std::vector<std::string> input_names;
   for (const auto& entry : file.tensors) {
     const std::string& name = entry.first;
     if (is_expected_name(name)) continue;
-    bool known = std::count(spec->required_inputs.begin(), spec->required_inputs.end(), name) > 0 ||
-                 std::count(spec->optional_inputs.begin(), spec->optional_inputs.end(), name) > 0;
+    bool known = contains(spec->required_inputs, name) || contains(spec->optional_inputs, name);
     NC_CHECK(known, ValueError, "unexpected tensor '", name, "' for op ", spec->name);
     input_names.push_back(name);
   }
+  for (const std::string& name : no_grad)
+    NC_CHECK(contains(input_names, name), ValueError, "metadata 'no_grad' names '", name,
+             "', which is not an input of the case");
   for (const std::string& name : spec->required_inputs)
     NC_CHECK(file.contains(name), ValueError, "missing tensor '", name, "'");
   NC_CHECK(file.contains("grad_out"), ValueError, "missing tensor 'grad_out'");
   NC_CHECK(file.contains("out"), ValueError, "missing tensor 'out'");
-  for (const std::string& name : input_names)
-    NC_CHECK(file.contains("grad." + name), ValueError, "missing tensor 'grad.", name, "'");
+  for (const std::string& name : input_names) {
+    if (!no_grad.count(name)) NC_CHECK(file.contains("grad." + name), ValueError, "missing tensor 'grad.", name, "'");
+  }
   for (const auto& entry : file.tensors) {
     const std::string& name = entry.first;
-    if (name.rfind("grad.", 0) != 0) continue;
-    bool known = std::count(input_names.begin(), input_names.end(), name.substr(5)) > 0;
-    NC_CHECK(known, ValueError, "unexpected tensor '", name, "': the case has no input '", name.substr(5), "'");
+    if (name.rfind("grad.", 0) == 0) {
+      const std::string input = name.substr(5);
+      NC_CHECK(contains(input_names, input), ValueError, "unexpected tensor '", name, "': the case has no input '",
+               input, "'");
+      NC_CHECK(!no_grad.count(input), ValueError, "unexpected tensor '", name, "': input '", input,
+               "' is in no_grad");
+    } else if (name.rfind("after.", 0) == 0) {
+      const std::string input = name.substr(6);
+      NC_CHECK(contains(input_names, input) && no_grad.count(input), ValueError, "unexpected tensor '", name,
+               "': after.<name> is for inputs in no_grad, and '", input, "' is not one");
+    }
   }
 
   Inputs inputs;
   for (const std::string& name : input_names) {
     const Tensor& stored = file.at(name);
+    if (no_grad.count(name)) {
+      NC_CHECK(stored.dtype() == dtype || stored.dtype() == DType::I64, DTypeError, "input '", name, "' is ",
+               dtype_name(stored.dtype()), " but a no_grad input must be the case dtype ", dtype_name(dtype),
+               " or i64");
+      inputs[name] = stored.to(device).detach().clone();  // a buffer the op may write to
+      continue;
+    }
     NC_CHECK(stored.dtype() == dtype, DTypeError, "input '", name, "' is ", dtype_name(stored.dtype()),
              " but the case dtype is ", dtype_name(dtype));
     Tensor input = stored.to(device).detach();
@@ -296,6 +410,18 @@ void run_case_impl(const std::string& path, Device device, CaseResult& result) {
 
   out.backward(file.at("grad_out").to(device));
   for (const std::string& name : input_names) {
+    if (no_grad.count(name)) {
+      // A no_grad input must get no gradient, and ends as its after-value, or, without one,
+      // exactly as it was.
+      NC_CHECK(!inputs[name].grad().defined(), ValueError, "input '", name, "' is in no_grad but received a gradient");
+      const bool has_after = file.contains("after." + name);
+      note.clear();
+      result.tensors.push_back(compare("after." + name, inputs[name],
+                                       has_after ? file.at("after." + name) : file.at(name), has_after ? rtol : 0,
+                                       has_after ? atol : 0, &note));
+      if (!note.empty()) notes.push_back(note);
+      continue;
+    }
     // An input that did not reach the output has a zero gradient.
     Tensor grad = inputs[name].grad();
     if (!grad.defined()) grad = zeros_like(inputs[name]);

@@ -1,6 +1,7 @@
 // Conformance: every case in tests/data/conformance must pass on the CPU and (when there is
 // one) on the GPU; and the runner must fail, with a reason, a case whose expected output is
-// wrong, one with an unknown op and one with a missing tensor, rather than skip them.
+// wrong, one with an unknown op, one with a missing tensor, a buffer whose after-value
+// differs and a no_grad list that does not fit, rather than skip them.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -44,10 +45,12 @@ class ConformanceBadCase : public ::testing::Test {
   }
   void TearDown() override { fs::remove(path_); }
 
-  // Writes the layer_norm_rows case after edit(tensors, metadata) and runs it on the CPU.
+  // Writes a case (layer_norm_rows by default) after edit(tensors, metadata) and runs it on
+  // the CPU.
   nc::conformance::CaseResult run_edited(
-      const std::function<void(st::TensorList&, std::map<std::string, std::string>&)>& edit) {
-    st::File file = st::load(kCaseDir + "/layer_norm_rows.safetensors");
+      const std::function<void(st::TensorList&, std::map<std::string, std::string>&)>& edit,
+      const std::string& name = "layer_norm_rows") {
+    st::File file = st::load(kCaseDir + "/" + name + ".safetensors");
     edit(file.tensors, file.metadata);
     st::save(path_, file.tensors, file.metadata);
     return nc::conformance::run_case(path_, nc::Device::cpu());
@@ -118,6 +121,89 @@ TEST_F(ConformanceBadCase, BadAttrsFail) {
   });
   EXPECT_FALSE(r.pass);
   EXPECT_NE(r.reason.find("normalized_shape"), std::string::npos) << r.reason;
+}
+
+// A no_grad buffer updated in place is compared with its after-value.
+TEST_F(ConformanceBadCase, BufferAfterValueIsCompared) {
+  const auto good = run_edited([](st::TensorList&, std::map<std::string, std::string>&) {}, "batch_norm_train");
+  ASSERT_TRUE(good.pass) << good.reason;
+  std::vector<std::string> names;
+  for (const auto& t : good.tensors) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"after.running_mean", "after.running_var", "grad.bias", "grad.weight",
+                                             "grad.x", "out"}));
+  const auto r = run_edited(
+      [](st::TensorList& tensors, std::map<std::string, std::string>&) {
+        for (auto& t : tensors)
+          if (t.first == "after.running_var") t.second = nc::add(t.second, 0.25);
+      },
+      "batch_norm_train");
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.reason.find("after.running_var"), std::string::npos) << r.reason;
+}
+
+// Without an after-value, a no_grad buffer must come out unchanged: running statistics in
+// evaluation mode. A case claiming an update that does not happen fails.
+TEST_F(ConformanceBadCase, BufferWithoutAfterValueMustStayUnchanged) {
+  const auto good = run_edited([](st::TensorList&, std::map<std::string, std::string>&) {}, "batch_norm_eval");
+  ASSERT_TRUE(good.pass) << good.reason;
+  EXPECT_EQ(good.tensors.size(), 6u);
+  const auto r = run_edited(
+      [](st::TensorList&, std::map<std::string, std::string>& metadata) {
+        metadata["attrs"] = "{\"training\": true, \"momentum\": 0.1, \"eps\": 1e-05}";
+      },
+      "batch_norm_eval");
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.reason.find("after.running_mean"), std::string::npos) << r.reason;
+}
+
+// An input listed in no_grad takes no gradient: a grad.<input> for it is refused, and a
+// buffer missing from no_grad needs one.
+TEST_F(ConformanceBadCase, NoGradIsEnforced) {
+  auto r = run_edited(
+      [](st::TensorList& tensors, std::map<std::string, std::string>&) {
+        nc::Tensor mean;
+        for (auto& t : tensors)
+          if (t.first == "running_mean") mean = t.second;
+        tensors.emplace_back("grad.running_mean", nc::zeros_like(mean));
+      },
+      "batch_norm_eval");
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.reason.find("'grad.running_mean'"), std::string::npos) << r.reason;
+  r = run_edited(
+      [](st::TensorList&, std::map<std::string, std::string>& metadata) { metadata["no_grad"] = "[\"running_var\"]"; },
+      "batch_norm_eval");
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.reason.find("missing tensor 'grad.running_mean'"), std::string::npos) << r.reason;
+  r = run_edited(
+      [](st::TensorList&, std::map<std::string, std::string>& metadata) { metadata["no_grad"] = "[\"gamma\"]"; },
+      "batch_norm_eval");
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.reason.find("not an input"), std::string::npos) << r.reason;
+}
+
+// An integer input outside no_grad is refused: it cannot take a gradient.
+TEST_F(ConformanceBadCase, IntegerInputNeedsNoGrad) {
+  const auto r = run_edited([](st::TensorList& tensors, std::map<std::string, std::string>&) {
+    for (auto& t : tensors)
+      if (t.first == "weight") t.second = t.second.to(nc::DType::I64);
+  });
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.reason.find("input 'weight' is i64"), std::string::npos) << r.reason;
+}
+
+// The ops of the second set that normcore does not have yet fail as unknown, never pass.
+TEST(Conformance, OpsNotImplementedFailAsUnknown) {
+  for (const std::string op : {"rms_norm", "scaled_dot_product_attention", "cross_entropy", "embedding"}) {
+    st::File file = st::load(kCaseDir + "/layer_norm_rows.safetensors");
+    file.metadata["op"] = op;
+    const std::string path = (fs::temp_directory_path() / ("normcore_unknown_" + op + ".safetensors")).string();
+    st::save(path, file.tensors, file.metadata);
+    const auto r = nc::conformance::run_case(path, nc::Device::cpu());
+    fs::remove(path);
+    EXPECT_FALSE(r.pass) << op;
+    EXPECT_NE(r.reason.find("unknown op '" + op + "'"), std::string::npos) << r.reason;
+  }
 }
 
 TEST(Conformance, MissingFileFailsWithReason) {
