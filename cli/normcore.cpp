@@ -45,7 +45,7 @@ struct OptionSpec {
 
 const std::vector<OptionSpec> kTrainOptions = {
     {"data", kDefaultData, "folder with the Fashion-MNIST .gz files"},
-    {"model", "mlp-layernorm", "mlp, mlp-layernorm, mlp-groupnorm, mlp-l1norm or mlp-frobnorm"},
+    {"model", "mlp-layernorm", "mlp, mlp-layernorm, mlp-groupnorm, mlp-l1norm, mlp-frobnorm, cnn-gn or cnn-bn"},
     {"epochs", "12", "passes over the training set"},
     {"batch-size", "128", "samples per step"},
     {"lr", "0.001", "peak learning rate"},

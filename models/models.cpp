@@ -52,6 +52,34 @@ std::shared_ptr<nn::Module> make_mlp(const std::string& norm, Generator* gen) {
   return net;
 }
 
+// A CNN: two stages of [Conv2d(3x3, padding 1) -> norm -> ReLU] x 2 -> MaxPool2d(2)
+// (32 then 64 channels: 28x28 -> 14x14 -> 7x7), then Flatten, Dropout(0.3),
+// Linear(64 * 7 * 7, 256), ReLU, Dropout(0.3), Linear(256, 10). norm is "groupnorm"
+// (GroupNorm with 8 groups) or "batchnorm" (BatchNorm2d); the convolutions have no bias
+// since the norm's shift follows. The indices are those of PyTorch's nn.Sequential of the
+// same layers.
+std::shared_ptr<nn::Module> make_cnn(const std::string& norm, Generator* gen) {
+  auto net = std::make_shared<nn::Sequential>();
+  int64_t in = 1;
+  for (int64_t channels : {32, 64}) {
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      net->push_back(std::make_shared<nn::Conv2d>(in, channels, 3, 1, 1, 1, 1, false, gen));
+      if (norm == "groupnorm") net->push_back(std::make_shared<nn::GroupNorm>(8, channels));
+      else net->push_back(std::make_shared<nn::BatchNorm2d>(channels));
+      net->push_back(std::make_shared<nn::ReLU>());
+      in = channels;
+    }
+    net->push_back(std::make_shared<nn::MaxPool2d>(2));
+  }
+  net->push_back(std::make_shared<nn::Flatten>());
+  net->push_back(std::make_shared<nn::Dropout>(0.3, gen));
+  net->push_back(std::make_shared<nn::Linear>(in * 7 * 7, 256, true, gen));
+  net->push_back(std::make_shared<nn::ReLU>());
+  net->push_back(std::make_shared<nn::Dropout>(0.3, gen));
+  net->push_back(std::make_shared<nn::Linear>(256, 10, true, gen));
+  return net;
+}
+
 // Splits "prefix.rest" entries off a list.
 nn::NamedTensors take_prefixed(const safetensors::TensorList& all, const std::string& prefix) {
   nn::NamedTensors out;
@@ -77,13 +105,15 @@ bool parse_whole(const std::string& text, T* value) {
 }  // namespace
 
 std::vector<std::string> classifier_names() {
-  return {"mlp", "mlp-layernorm", "mlp-groupnorm", "mlp-l1norm", "mlp-frobnorm"};
+  return {"mlp", "mlp-layernorm", "mlp-groupnorm", "mlp-l1norm", "mlp-frobnorm", "cnn-gn", "cnn-bn"};
 }
 
 std::shared_ptr<nn::Module> make_classifier(const std::string& name, Generator* gen) {
   if (name == "mlp") return make_mlp("", gen);
   for (const char* norm : {"layernorm", "groupnorm", "l1norm", "frobnorm"})
     if (name == std::string("mlp-") + norm) return make_mlp(norm, gen);
+  if (name == "cnn-gn") return make_cnn("groupnorm", gen);
+  if (name == "cnn-bn") return make_cnn("batchnorm", gen);
   std::string known;
   for (const std::string& n : classifier_names()) known += (known.empty() ? "" : ", ") + n;
   throw ValueError("make_classifier: unknown model '" + name + "' (known: " + known + ")");

@@ -2,7 +2,7 @@
 # End-to-end checks of the normcore program and the embedding example on the CPU, with a
 # small slice of Fashion-MNIST: training learns, the same seed gives the same run, a
 # resumed run matches an uninterrupted one, anomaly mode changes nothing in a healthy run,
-# eval/predict/embed read the checkpoint, and bad input gives an error message and a
+# eval/predict/embed read the checkpoint, the CNNs train and resume, and bad input gives an error message and a
 # non-zero exit status.
 #   cli_test.sh NORMCORE_BINARY EMBED_BINARY DATA_DIR IMAGE_DIR WORK_DIR
 set -euo pipefail
@@ -41,6 +41,27 @@ cat predict.log
 [ "$(wc -l < predict.log)" -eq "$(ls "$images" | wc -l)" ] || fail "predict did not label every image"
 grep -q "trouser.pgm: Trouser" predict.log || fail "a trouser was not recognised"
 "$embed" a.safetensors "$images"/t10k-2-trouser.pgm | grep -q "Trouser" || fail "the embedding example failed"
+
+# The CNNs train on the CPU as well (a short run); a cnn-bn checkpoint carries BatchNorm's
+# running statistics, so resuming, eval, predict and the embedding example agree with it.
+cnn=(--data "$data" --device cpu --limit 1000 --batch-size 50 --warmup 5 --lr 0.002)
+"$normcore" train "${cnn[@]}" --model cnn-bn --epochs 2 --seed 3 --out cnn.safetensors > cnn.log
+cat cnn.log
+grep -q "model cnn-bn" cnn.log || fail "train did not build cnn-bn"
+cnn_accuracy=$(summary 2 cnn.log | sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/')
+awk -v a="$cnn_accuracy" 'BEGIN { exit !(a > 60) }' || fail "cnn-bn test accuracy $cnn_accuracy% after 2 short epochs"
+"$normcore" train "${cnn[@]}" --model cnn-bn --epochs 2 --stop-after 1 --seed 3 --out cnn-r.safetensors > cnn1.log
+"$normcore" train "${cnn[@]}" --epochs 2 --resume cnn-r.safetensors --out cnn-r.safetensors > cnn2.log
+[ "$(summary 2 cnn.log)" = "$(summary 2 cnn2.log)" ] || fail "resuming cnn-bn changed the run: $(summary 2 cnn.log) vs $(summary 2 cnn2.log)"
+"$normcore" eval --checkpoint cnn.safetensors --data "$data" --device cpu > cnn-eval.log
+grep -q "test accuracy $cnn_accuracy%" cnn-eval.log || fail "eval of cnn-bn disagrees with train: $(head -1 cnn-eval.log)"
+"$normcore" predict --checkpoint cnn.safetensors --device cpu "$images"/*.pgm > cnn-predict.log
+[ "$(wc -l < cnn-predict.log)" -eq "$(ls "$images"/*.pgm | wc -l)" ] || fail "predict with cnn-bn did not label every image"
+"$embed" cnn.safetensors "$images"/t10k-2-trouser.pgm | grep -q "Trouser" || fail "the embedding example failed with cnn-bn"
+"$normcore" train "${cnn[@]}" --model cnn-gn --epochs 1 --seed 3 --out cnn-gn.safetensors > cnn-gn.log
+cat cnn-gn.log
+gn_accuracy=$(summary 1 cnn-gn.log | sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/')
+awk -v a="$gn_accuracy" 'BEGIN { exit !(a > 50) }' || fail "cnn-gn test accuracy $gn_accuracy% after 1 short epoch"
 
 # Bad input: a message naming the problem and a non-zero status, never a crash.
 expect_error() {

@@ -66,3 +66,27 @@ TEST(Interop, MisnamedPyTorchEntriesAreReportedByName) {
     EXPECT_NE(message.find(original), std::string::npos) << message;  // now missing
   }
 }
+
+// tests/data/pytorch_cnn.safetensors: PyTorch's nn.Sequential of the cnn-bn layers after one
+// epoch of training (real BatchNorm running statistics), weights rounded to f16, with 8 test
+// images and PyTorch's logits for them in evaluation mode (tests/data/make_pytorch_cnn.py).
+TEST(Interop, PyTorchCnnLoadsAndReproducesItsLogits) {
+  nc::safetensors::File file = nc::safetensors::load(std::string(NORMCORE_TEST_DATA_DIR) + "/pytorch_cnn.safetensors");
+  auto model = nc::models::make_classifier("cnn-bn");
+  model->load_state_dict(model_entries(file));  // strict: every name, running statistics included
+  model->eval();
+  nc::autograd::NoGradGuard no_grad;
+  nc::Tensor logits = (*model)(file.at("io.x"));
+  std::vector<float> got = logits.to_vector<float>(), want = file.at("io.logits").to_vector<float>();
+  ASSERT_EQ(got.size(), 80u);
+  ASSERT_EQ(want.size(), 80u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::fabs(want[i])) << i;
+  // The running statistics were trained, not the initial zeros and ones.
+  EXPECT_GT(nc::max(nc::abs(file.at("1.running_mean").to(nc::DType::F32))).item<double>(), 1e-3);
+  EXPECT_EQ(file.at("1.num_batches_tracked").dtype(), nc::DType::I64);
+  EXPECT_EQ(file.at("1.num_batches_tracked").dim(), 0);
+  // cnn-gn has the same names but for the norms' buffers.
+  nc::nn::NamedTensors gn = nc::models::make_classifier("cnn-gn")->state_dict();
+  nc::nn::NamedTensors bn = model->state_dict();
+  EXPECT_EQ(bn.size() - gn.size(), 3u * 4u);  // running_mean, running_var, num_batches_tracked per norm
+}

@@ -24,6 +24,11 @@ std::vector<std::string> classifier_names();
 //          Dropout(0.2), Linear(256, 10).
 //   "mlp-layernorm", "mlp-groupnorm" (16 groups), "mlp-l1norm", "mlp-frobnorm": the same
 //          with LayerNorm, GroupNorm, L1Norm or FrobeniusNorm after each hidden Linear.
+//   "cnn-gn": [Conv2d(3x3, padding 1, no bias), GroupNorm(8), ReLU] x 2, MaxPool2d(2),
+//          the same with 64 channels, MaxPool2d(2), Flatten, Dropout(0.3),
+//          Linear(3136, 256), ReLU, Dropout(0.3), Linear(256, 10) (32 then 64 channels).
+//   "cnn-bn": the same with BatchNorm2d in place of GroupNorm.
+// The CNNs need [B, 1, 28, 28] images.
 // Throws ValueError naming the known models for an unknown name.
 std::shared_ptr<nn::Module> make_classifier(const std::string& name, Generator* gen = nullptr);
 
