@@ -7,8 +7,9 @@
 # memcheck, racecheck and synccheck over CUDA tests and the conformance cases; SANITIZER_TOOLS
 # picks tools, SANITIZER_SECONDS bounds each test run),
 # conformance (the PyTorch-made cases on cpu and cuda), train (a default training run with
-# eval and predict), kernelbench (the five benchmark models), mlp (the MLP epoch benchmark
-# beside PyTorch), norms (the normalization benchmark), gemm (the Linear + GroupNorm + min
+# eval and predict), cnn (cnn-gn and cnn-bn trained with the defaults, eval, predict),
+# cnnbench (bench/conv and one CNN epoch beside PyTorch eager and torch.compile),
+# kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch), norms (the normalization benchmark), gemm (the Linear + GroupNorm + min
 # + bias model against its GEMM, beside PyTorch), compare (the benchmarks of the baseline
 # build staged by BASELINE=DIR bash bench/gpu_stage.sh and of this one, alternating: those of
 # bench/norms, bench/gemm_gn_min and, with the data staged, bench/mlp_epoch that the baseline
@@ -79,6 +80,34 @@ for section in "${sections[@]}"; do
         echo "-- $(basename "$program")"
         "$program" --device cuda
         echo "exit $?"
+      done
+      ;;
+    cnn)
+      # Both CNNs with `normcore train`'s defaults, each to its test accuracy, then eval and
+      # predict of one checkpoint.
+      for model in cnn-gn cnn-bn; do
+        echo "== normcore train --model $model (defaults) on cuda"
+        start=$(date +%s)
+        "$run/normcore" train --model $model --data "$data" --device cuda --out "$out/$model.safetensors" \
+          > "$out/$model.log" 2>&1
+        echo "exit $? after $(( $(date +%s) - start )) s"; grep -vE "step [0-9]+/" "$out/$model.log" | tail -14
+      done
+      "$run/normcore" eval --checkpoint "$out/cnn-bn.safetensors" --data "$data" --device cuda | head -1
+      "$run/normcore" predict --checkpoint "$out/cnn-gn.safetensors" --device cuda tests/data/images/*.pgm
+      echo "== weights both ways: PyTorch's cnn-bn for tests/data, normcore's checkpoints into PyTorch"
+      python3 tests/data/make_pytorch_cnn.py make "$out/pytorch_cnn.safetensors" "$data"
+      python3 tests/data/make_pytorch_cnn.py load "$out/cnn-bn.safetensors" "$data" cnn-bn
+      python3 tests/data/make_pytorch_cnn.py load "$out/cnn-gn.safetensors" "$data" cnn-gn
+      ;;
+    cnnbench)
+      echo "== benchmark: conv2d, BatchNorm and GroupNorm on ResNet-like shapes, normcore then PyTorch"
+      "$run/conv"
+      python3 bench/conv_torch.py
+      echo "== benchmark: one CNN epoch, normcore then PyTorch eager and torch.compile"
+      for model in cnn-gn cnn-bn; do
+        "$run/mlp_epoch" --model $model --device cuda --epochs 2 --data "$data" 2>&1 | grep -v "^ *step"
+        python3 bench/mlp_epoch_torch.py --model $model --device cuda --epochs 2 --data "$data"
+        python3 bench/mlp_epoch_torch.py --model $model --compile --device cuda --epochs 2 --data "$data" 2>&1 | tail -2
       done
       ;;
     mlp)

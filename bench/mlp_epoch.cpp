@@ -1,7 +1,8 @@
-// Benchmark: one training epoch of normcore's plain Fashion-MNIST classifier (the "mlp"
-// model with `normcore train`'s default options), then its test accuracy. Prints a table
-// line and a JSON line; bench/mlp_epoch_torch.py runs the same model in PyTorch.
-//   mlp_epoch [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B]
+// Benchmark: one training epoch of a Fashion-MNIST classifier (the plain "mlp" by default,
+// or any model of `normcore train`, e.g. cnn-gn, with its default optimizer, smoothing and
+// clipping), then its test accuracy. Prints a table line and a JSON line;
+// bench/mlp_epoch_torch.py runs the same model in PyTorch.
+//   mlp_epoch [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -26,15 +27,17 @@ void wait_for(nc::Device device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string device_spec = "auto", data = "/usr/share/datasets/fashion-mnist";
+  std::string device_spec = "auto", data = "/usr/share/datasets/fashion-mnist", model_name = "mlp";
   int64_t epochs = 1, batch_size = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--device")) device_spec = argv[i + 1];
     else if (!std::strcmp(argv[i], "--epochs")) epochs = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--data")) data = argv[i + 1];
     else if (!std::strcmp(argv[i], "--batch-size")) batch_size = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--model")) model_name = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -43,7 +46,7 @@ int main(int argc, char** argv) {
   nc::data::Dataset test = nc::data::load_fashion_mnist(data, false);
 
   nc::Generator gen(0);
-  auto model = nc::models::make_classifier("mlp", &gen);
+  auto model = nc::models::make_classifier(model_name, &gen);
   model->to(device);
   nc::optim::AdamW optimizer(model->parameters(), {1e-3, 0.9, 0.999, 1e-8, 1e-4});
   nc::data::DataLoaderOptions options;
@@ -76,11 +79,11 @@ int main(int argc, char** argv) {
 
   double accuracy = nc::models::evaluate(*model, test, device).accuracy;
   double rate = static_cast<double>(train.labels.size(0)) / best;
-  std::printf("normcore mlp epoch on %s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",
-              device.str().c_str(), best, rate, 100 * accuracy, static_cast<long long>(epochs));
-  std::printf("{\"impl\": \"normcore\", \"device\": \"%s\", \"batch_size\": %lld, \"epoch_s\": %.4f, "
-              "\"samples_per_s\": %.0f, \"test_accuracy\": %.4f, \"epochs\": %lld}\n",
-              device.str().c_str(), static_cast<long long>(batch_size), best, rate, accuracy,
+  std::printf("normcore %s epoch on %s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",
+              model_name.c_str(), device.str().c_str(), best, rate, 100 * accuracy, static_cast<long long>(epochs));
+  std::printf("{\"impl\": \"normcore\", \"model\": \"%s\", \"device\": \"%s\", \"batch_size\": %lld, "
+              "\"epoch_s\": %.4f, \"samples_per_s\": %.0f, \"test_accuracy\": %.4f, \"epochs\": %lld}\n",
+              model_name.c_str(), device.str().c_str(), static_cast<long long>(batch_size), best, rate, accuracy,
               static_cast<long long>(epochs));
   return 0;
 }

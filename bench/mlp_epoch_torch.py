@@ -1,7 +1,9 @@
-# PyTorch peer of bench/mlp_epoch.cpp: the same model, initialisation scheme, optimizer,
-# loss, clipping, batch size and data normalisation, timed the same way (best epoch after
-# a 20-step warm-up), then test accuracy. Reads the Fashion-MNIST .gz files directly.
-#   python3 bench/mlp_epoch_torch.py [--device cpu|cuda] [--epochs N] [--data DIR]
+# PyTorch peer of bench/mlp_epoch.cpp: the same model (mlp, cnn-gn or cnn-bn), initialisation
+# scheme, optimizer, loss, clipping, batch size and data normalisation, timed the same way
+# (best epoch after a 20-step warm-up), then test accuracy. Reads the Fashion-MNIST .gz files
+# directly. --compile runs the model through torch.compile. TF32 is off, as in normcore's
+# default.
+#   python3 bench/mlp_epoch_torch.py [--model NAME] [--compile] [--device cpu|cuda] [--epochs N] [--data DIR]
 import argparse, gzip, json, os, struct, time
 
 import torch
@@ -17,8 +19,27 @@ def read_idx(path):
     return torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
 
 
+def make_model(name):
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Dropout(0.2), nn.Linear(512, 256),
+                             nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10))
+    # normcore's cnn-gn / cnn-bn (models/models.cpp), layer for layer.
+    layers, c_in = [], 1
+    for c in (32, 64):
+        for _ in range(2):
+            layers += [nn.Conv2d(c_in, c, 3, padding=1, bias=False),
+                       nn.GroupNorm(8, c) if name == "cnn-gn" else nn.BatchNorm2d(c), nn.ReLU()]
+            c_in = c
+        layers.append(nn.MaxPool2d(2))
+    layers += [nn.Flatten(), nn.Dropout(0.3), nn.Linear(64 * 7 * 7, 256), nn.ReLU(), nn.Dropout(0.3),
+               nn.Linear(256, 10)]
+    return nn.Sequential(*layers)
+
+
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--model", default="mlp", choices=["mlp", "cnn-gn", "cnn-bn"])
+    p.add_argument("--compile", action="store_true", help="run the model through torch.compile")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=128)
@@ -36,8 +57,10 @@ def main():
 
     xtr, ytr = load("train")
     xte, yte = load("t10k")
-    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Dropout(0.2), nn.Linear(512, 256),
-                          nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10)).to(dev)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = make_model(a.model).to(dev)
+    train_model = torch.compile(model) if a.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
 
     def batches(n=None):
@@ -50,7 +73,7 @@ def main():
             yield xtr[idx].to(dev, non_blocking=True), ytr[idx].to(dev, non_blocking=True)
 
     def step(x, y):
-        loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
+        loss = F.cross_entropy(train_model(x), y, label_smoothing=0.1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
@@ -76,9 +99,10 @@ def main():
         correct = sum((model(xte[s:s + 1000].to(dev)).argmax(1).cpu() == yte[s:s + 1000]).sum().item()
                       for s in range(0, len(yte), 1000))
     acc = correct / len(yte)
-    print(f"pytorch {torch.__version__} mlp epoch on {dev}: {best:.3f} s ({len(ytr) / best:.0f} samples/s), "
+    impl = "pytorch-compile" if a.compile else "pytorch"
+    print(f"{impl} {torch.__version__} {a.model} epoch on {dev}: {best:.3f} s ({len(ytr) / best:.0f} samples/s), "
           f"test accuracy {100 * acc:.2f}% after {a.epochs} epoch(s) (threads {torch.get_num_threads()})")
-    print(json.dumps(dict(impl="pytorch", version=torch.__version__, device=str(dev), batch_size=a.batch_size,
+    print(json.dumps(dict(impl=impl, model=a.model, version=torch.__version__, device=str(dev), batch_size=a.batch_size,
                           epoch_s=round(best, 4), samples_per_s=round(len(ytr) / best), test_accuracy=acc,
                           epochs=a.epochs)))
 
