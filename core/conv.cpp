@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <string>
-#include <utility>
 
 #include "autograd/graph.h"
 #include "core/internal.h"
@@ -24,7 +23,7 @@ namespace {
 std::atomic<bool> g_cudnn_benchmark{false};
 
 // kernels::last_conv_algorithm, per direction.
-thread_local std::string t_conv_algorithm[3];
+thread_local const std::string* t_conv_algorithm[3] = {nullptr, nullptr, nullptr};
 
 void check_pair(const char* op, const char* name, Size2 v, int64_t min) {
   NC_CHECK(v.h >= min && v.w >= min, ValueError, op, ": ", name, " must be >= ", min, ", got (", v.h, ", ", v.w,
@@ -52,11 +51,14 @@ const char* kernels::conv_direction_name(ConvDirection d) {
   return "";
 }
 
-void kernels::record_conv_algorithm(ConvDirection d, std::string what) {
-  t_conv_algorithm[static_cast<int>(d)] = std::move(what);
+void kernels::record_conv_algorithm(ConvDirection d, const std::string* what) {
+  t_conv_algorithm[static_cast<int>(d)] = what;
 }
 
-std::string kernels::last_conv_algorithm(ConvDirection d) { return t_conv_algorithm[static_cast<int>(d)]; }
+std::string kernels::last_conv_algorithm(ConvDirection d) {
+  const std::string* what = t_conv_algorithm[static_cast<int>(d)];
+  return what != nullptr ? *what : std::string();
+}
 
 void cuda::set_cudnn_benchmark(bool benchmark) { g_cudnn_benchmark.store(benchmark); }
 

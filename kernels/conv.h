@@ -28,9 +28,10 @@ const char* conv_direction_name(ConvDirection d);
 
 // Which cuDNN algorithm the last CUDA convolution of direction d on this thread ran, as the
 // CUDA kernels recorded it ("cuDNN graph engine 12", "cuDNN convolution algorithm 1"), or ""
-// before any: for tests and benchmark reports (the CPU kernels record nothing). Defined in
-// core/conv.cpp.
-void record_conv_algorithm(ConvDirection d, std::string what);
+// before any: for tests and benchmark reports (the CPU kernels record nothing). The kernels
+// record a pointer to their plan's description, which lives as long as the process, so a
+// call costs no formatting. Defined in core/conv.cpp.
+void record_conv_algorithm(ConvDirection d, const std::string* what);
 std::string last_conv_algorithm(ConvDirection d);
 
 class ConvKernels {

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -110,6 +111,7 @@ struct Plan {
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnMathType_t requested_math = CUDNN_DEFAULT_MATH;
   Choice choice[3];
+  std::string ran[3];  // what runs each direction, for kernels::last_conv_algorithm
   std::mutex mutex;  // guards the choices and the conv descriptor's math type
 };
 
@@ -175,16 +177,6 @@ std::vector<Candidate> usable(const Perf* perf, int count, cudnnMathType_t reque
     out.push_back({static_cast<int>(perf[i].algo), math, perf[i].memory});
   }
   return out;
-}
-
-// Device memory for a workspace, or an undefined tensor when it cannot be had.
-Tensor try_workspace(size_t bytes, int device) {
-  if (bytes == 0) return Tensor();
-  try {
-    return empty({static_cast<int64_t>(bytes)}, TensorOptions(DType::U8, Device::cuda(device)));
-  } catch (const OutOfMemoryError&) {
-    return Tensor();
-  }
 }
 
 // The largest workspace among candidates that the allocator gives (for a timed search).
@@ -384,7 +376,8 @@ void convolve(ConvDirection d, const Conv2dGeometry& g, const Tensor& a, const T
                                               : Tensor();
     graph->run(handle, a.data_ptr(), b.data_ptr(), out.data_ptr(),
                workspace.defined() ? workspace.data_ptr() : nullptr);
-    kernels::record_conv_algorithm(d, detail::cat_str("cuDNN graph engine ", graph->engine()));
+    if (p.ran[i].empty()) p.ran[i] = detail::cat_str("cuDNN graph engine ", graph->engine());
+    kernels::record_conv_algorithm(d, &p.ran[i]);
     return;
   }
   Choice& choice = p.choice[i];
@@ -396,7 +389,8 @@ void convolve(ConvDirection d, const Conv2dGeometry& g, const Tensor& a, const T
   }
   run(d, handle, p, choice, a.data_ptr(), b.data_ptr(), out.data_ptr(),
       workspace.defined() ? workspace.data_ptr() : nullptr, dtype);
-  kernels::record_conv_algorithm(d, detail::cat_str("cuDNN convolution algorithm ", choice.algo));
+  if (p.ran[i].empty()) p.ran[i] = detail::cat_str("cuDNN convolution algorithm ", choice.algo);
+  kernels::record_conv_algorithm(d, &p.ran[i]);
 }
 
 class CudaConv final : public kernels::ConvKernels {

@@ -53,6 +53,7 @@ class Builder {
     if (ok()) status_ = cudnnBackendFinalize(d);
   }
   bool ok() const { return status_ == CUDNN_STATUS_SUCCESS; }
+  cudnnStatus_t status() const { return status_; }
 
  private:
   std::vector<std::shared_ptr<void>>* keep_;
@@ -240,47 +241,24 @@ cudnnBackendDescriptor_t execution_plan(cudnnHandle_t handle, cudnnBackendDescri
   return plan;
 }
 
-// Device memory for a workspace, or an undefined tensor when the allocator cannot give it.
-Tensor try_workspace(size_t bytes, int device) {
-  if (bytes == 0) return Tensor();
-  try {
-    return empty({static_cast<int64_t>(bytes)}, TensorOptions(DType::U8, Device::cuda(device)));
-  } catch (const OutOfMemoryError&) {
-    return Tensor();
-  }
-}
-
-// Fills the tensor ids and data pointers of a run of direction d.
-void bind(ConvDirection d, const void* a, const void* b, void* out, int64_t (&ids)[3], void* (&pointers)[3]) {
-  switch (d) {
-    case ConvDirection::Forward:
-      ids[0] = kX, ids[1] = kW, ids[2] = kY;
-      pointers[0] = const_cast<void*>(a), pointers[1] = const_cast<void*>(b), pointers[2] = out;
-      break;
-    case ConvDirection::BackwardData:
-      ids[0] = kY, ids[1] = kW, ids[2] = kX;
-      pointers[0] = const_cast<void*>(a), pointers[1] = const_cast<void*>(b), pointers[2] = out;
-      break;
-    case ConvDirection::BackwardFilter:
-      ids[0] = kY, ids[1] = kX, ids[2] = kW;
-      pointers[0] = const_cast<void*>(a), pointers[1] = const_cast<void*>(b), pointers[2] = out;
-      break;
-  }
-}
-
+// Runs plan on a, b and out (their tensor ids by direction: a is x or grad_y, b the weight
+// or x, out the direction's output) through a variant pack made for this call.
 cudnnStatus_t execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, ConvDirection d, const void* a,
                       const void* b, void* out, void* workspace) {
-  int64_t ids[3];
-  void* pointers[3];
-  bind(d, a, b, out, ids, pointers);
-  std::vector<std::shared_ptr<void>> keep;
-  Builder builder(&keep);
-  cudnnBackendDescriptor_t pack = builder.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  int64_t ids[3] = {kX, kW, kY};
+  if (d == ConvDirection::BackwardData) ids[0] = kY, ids[1] = kW, ids[2] = kX;
+  if (d == ConvDirection::BackwardFilter) ids[0] = kY, ids[1] = kX, ids[2] = kW;
+  void* pointers[3] = {const_cast<void*>(a), const_cast<void*>(b), out};
+  cudnnBackendDescriptor_t pack = nullptr;
+  cudnnStatus_t status = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+  if (status != CUDNN_STATUS_SUCCESS) return status;
+  const std::shared_ptr<void> owned = own(pack);
+  Builder builder(nullptr);
   builder.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids);
   builder.set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
   builder.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
   builder.finalize(pack);
-  if (!builder.ok()) return CUDNN_STATUS_BAD_PARAM;
+  if (!builder.ok()) return builder.status();
   return cudnnBackendExecute(handle, plan, pack);
 }
 
@@ -290,6 +268,15 @@ float time_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, ConvDirecti
 }
 
 }  // namespace
+
+Tensor try_workspace(size_t bytes, int device) {
+  if (bytes == 0) return Tensor();
+  try {
+    return empty({static_cast<int64_t>(bytes)}, TensorOptions(DType::U8, Device::cuda(device)));
+  } catch (const OutOfMemoryError&) {
+    return Tensor();
+  }
+}
 
 float time_runs(int device, const std::function<bool()>& run) {
   constexpr int kWarm = 2, kTimed = 5;

@@ -31,6 +31,10 @@ struct ConvEngineRules {
   bool tf32 = false;
 };
 
+// Device memory for a workspace of `bytes`, or an undefined tensor when the caching
+// allocator cannot give it (or bytes is 0).
+Tensor try_workspace(size_t bytes, int device);
+
 // Milliseconds of one call of run on device's current stream: the median of five timed
 // calls after two untimed; negative when run returns false (a run that fails). The timed
 // searches of both cuDNN APIs are compared on this one measure.
