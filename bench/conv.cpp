@@ -2,7 +2,8 @@
 // activations, forward and forward+backward, on the GPU. Convolutions report ms and the
 // fraction of the H100's dense peak for their dtype (FLOP floor); BatchNorm and GroupNorm
 // report ms and the fraction of the device-copy bandwidth on their floor bytes (2 passes
-// over x forward, 5 forward+backward), measured in the same run. CUDA-event medians after a
+// over x forward, 5 forward+backward), measured in the same run, and the time of one copy
+// of x (the forward's floor bytes in one kernel of the same size). CUDA-event medians after a
 // warm-up; one JSON line per case. bench/conv_torch.py times the same cases in PyTorch.
 //   conv [--filter SUBSTRING] [--reps N] [--benchmark]
 #include <cstdio>
@@ -117,7 +118,8 @@ int main(int argc, char** argv) {
   }
   nc::cuda::set_allow_tf32(false);
 
-  std::printf("\n%-34s %-5s %9s %6s %10s %6s\n", "case", "dtype", "fwd ms", "copy", "fwd+bwd ms", "copy");
+  std::printf("\n%-34s %-5s %9s %6s %10s %6s %9s\n", "case", "dtype", "fwd ms", "copy", "fwd+bwd ms", "copy",
+              "x copy ms");
   for (const ConvCase& s : shapes) {
     for (const char* op : {"batchnorm", "groupnorm_g32"}) {
       for (DType dtype : {DType::F32, DType::BF16}) {
@@ -146,12 +148,17 @@ int main(int argc, char** argv) {
             reps);
         const double fwd_frac = 2 * bytes / (fwd_ms * 1e-3) / 1e9 / copy_gbps;
         const double fwd_bwd_frac = 5 * bytes / (fwd_bwd_ms * 1e-3) / 1e9 / copy_gbps;
-        std::printf("%-34s %-5s %9.4f %5.0f%% %10.4f %5.0f%%\n", name.c_str(), nc::dtype_name(dtype), fwd_ms,
-                    100 * fwd_frac, fwd_bwd_ms, 100 * fwd_bwd_frac);
+        // A copy of x alone moves the forward's floor bytes: what one kernel of this size
+        // reaches, launch and ramp included.
+        Tensor copy = nc::empty_like(x);
+        const double copy_ms = median_ms([&] { copy.copy_(x); }, reps);
+        std::printf("%-34s %-5s %9.4f %5.0f%% %10.4f %5.0f%% %9.4f\n", name.c_str(), nc::dtype_name(dtype), fwd_ms,
+                    100 * fwd_frac, fwd_bwd_ms, 100 * fwd_bwd_frac, copy_ms);
         std::printf("{\"case\": \"%s\", \"dtype\": \"%s\", \"impl\": \"normcore\", \"fwd_ms\": %.4f, "
                     "\"fwd_bwd_ms\": %.4f, \"fwd_copy_fraction\": %.4f, \"fwd_bwd_copy_fraction\": %.4f, "
-                    "\"copy_GBps\": %.1f}\n",
-                    name.c_str(), nc::dtype_name(dtype), fwd_ms, fwd_bwd_ms, fwd_frac, fwd_bwd_frac, copy_gbps);
+                    "\"copy_GBps\": %.1f, \"same_size_copy_ms\": %.4f}\n",
+                    name.c_str(), nc::dtype_name(dtype), fwd_ms, fwd_bwd_ms, fwd_frac, fwd_bwd_frac, copy_gbps,
+                    copy_ms);
       }
     }
   }
