@@ -74,7 +74,7 @@ struct AffineRow {
   int element_bytes;
   bool data_aligned, params_aligned;
   cuda::AffinePath forward;
-  int forward_team_or_vector;  // the team of Rows, the vector of Columns, else 0
+  int forward_team_or_vector;  // the team of Rows, the vector of Columns and SharedGroups, else 0
   cuda::AffinePath backward;
   int backward_team_or_vector;
 };
@@ -101,7 +101,15 @@ const std::vector<AffineRow> kAffineRows = {
     {"group norm of one group over [N, C] is layer norm", cuda::group_layout(32, 1, 768, 1), 4, true, true,
      cuda::AffinePath::Rows, 256, cuda::AffinePath::Rows, 256},
     {"group norm f32 32x320x64x64 g32: 160 KB groups", cuda::group_layout(32, 32, 320, 4096), 4, true, true,
-     cuda::AffinePath::SharedGroups, 0, cuda::AffinePath::Pipeline, 0},
+     cuda::AffinePath::SharedGroups, 4, cuda::AffinePath::Pipeline, 0},
+    {"group norm bf16 32x320x64x64 g32: 80 KB groups, x and dy fit", cuda::group_layout(32, 32, 320, 4096), 2, true,
+     true, cuda::AffinePath::SharedGroups, 8, cuda::AffinePath::SharedGroups, 8},
+    {"group norm f32 64x64x56x56 g32: 25 KB groups", cuda::group_layout(64, 32, 64, 3136), 4, true, true,
+     cuda::AffinePath::SharedGroups, 4, cuda::AffinePath::SharedGroups, 4},
+    {"group norm bf16 64x256x14x14 g32: planes of 196, 8-byte loads", cuda::group_layout(64, 32, 256, 196), 2, true,
+     true, cuda::AffinePath::SharedGroups, 4, cuda::AffinePath::SharedGroups, 4},
+    {"group norm f32, planes of odd length", cuda::group_layout(8, 4, 64, 49), 4, true, true,
+     cuda::AffinePath::Elementwise, 0, cuda::AffinePath::Elementwise, 0},
     {"group norm 112x64x512x512 g8: 8 MB groups", cuda::group_layout(112, 8, 64, 262144), 4, true, true,
      cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
     {"group norm f32, groups just over shared memory", cuda::group_layout(2, 1, 1, 58113), 4, true, true,
@@ -117,7 +125,12 @@ const std::vector<AffineRow> kAffineRows = {
 };
 
 int team_or_vector(const cuda::AffinePlan& plan) {
-  return plan.path == cuda::AffinePath::Rows ? plan.team : plan.path == cuda::AffinePath::Columns ? plan.vector : 0;
+  switch (plan.path) {
+    case cuda::AffinePath::Rows: return plan.team;
+    case cuda::AffinePath::Columns:
+    case cuda::AffinePath::SharedGroups: return plan.vector;
+    default: return 0;
+  }
 }
 
 TEST(NormPlans, AffinePathForEachLayout) {
@@ -128,7 +141,7 @@ TEST(NormPlans, AffinePathForEachLayout) {
     EXPECT_STREQ(path_name(forward.path), path_name(row.forward));
     EXPECT_EQ(team_or_vector(forward), row.forward_team_or_vector);
     const cuda::AffinePlan backward =
-        cuda::plan_affine_backward(row.layout, row.element_bytes, row.data_aligned, row.params_aligned);
+        cuda::plan_affine_backward(row.layout, row.element_bytes, row.data_aligned, row.params_aligned, kH100);
     EXPECT_STREQ(path_name(backward.path), path_name(row.backward));
     EXPECT_EQ(team_or_vector(backward), row.backward_team_or_vector);
   }
@@ -139,6 +152,42 @@ TEST(NormPlans, SharedGroupsFollowTheDevicesSharedMemory) {
   EXPECT_EQ(cuda::plan_affine_forward(groups, 4, true, true, kH100).path, cuda::AffinePath::SharedGroups);
   EXPECT_EQ(cuda::plan_affine_forward(groups, 4, true, true, {108, 166912}).path, cuda::AffinePath::Pipeline);
   EXPECT_EQ(cuda::plan_affine_forward(groups, 2, true, true, {108, 166912}).path, cuda::AffinePath::SharedGroups);
+}
+
+// Batch norm: planes of 32 or more take the per-channel reductions and a sweep, with the
+// widest load that divides a plane; shorter planes the columns, sliced to fill the device.
+TEST(NormPlans, BatchNormPathForEachLayout) {
+  using P = cuda::BatchNormPath;
+  struct Row {
+    const char* what;
+    cuda::BatchLayout layout;
+    int max_vector;
+    P path;
+    int vector;
+    int64_t column_tiles, slices;
+  };
+  const std::vector<Row> rows = {
+      {"f32 64x64x56x56: 16-byte loads", {64, 64, 3136}, 4, P::Planes, 4, 0, 1},
+      {"bf16 64x256x14x14: planes of 196 take 8-byte loads", {64, 256, 196}, 8, P::Planes, 4, 0, 1},
+      {"planes of 49: one element per load", {8, 16, 49}, 8, P::Planes, 1, 0, 1},
+      {"misaligned data: one element per load", {8, 16, 64}, 1, P::Planes, 1, 0, 1},
+      {"[N, C] of 4096 x 96 f32: one tile across, 128 slices of 32 rows", {4096, 96, 1}, 4, P::Columns, 4, 1, 128},
+      {"[N, C] of 64 x 48: one slice", {64, 48, 1}, 4, P::Columns, 4, 1, 1},
+      {"empty batch", {0, 96, 64}, 4, P::Empty, 1, 0, 1},
+      {"no channels", {3, 0, 5}, 4, P::Empty, 1, 0, 1},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.what);
+    const cuda::BatchNormPlan plan = cuda::plan_batch_norm(row.layout, row.max_vector, kH100);
+    EXPECT_EQ(static_cast<int>(plan.path), static_cast<int>(row.path));
+    EXPECT_EQ(plan.vector, row.vector);
+    EXPECT_EQ(plan.column_tiles, row.column_tiles);
+    EXPECT_EQ(plan.slices, row.slices);
+    if (plan.path == P::Columns) {
+      EXPECT_GE(plan.slices * plan.rows_per_slice, row.layout.batch);
+      EXPECT_GE(plan.column_tiles * plan.column_threads * plan.vector, row.layout.channels * row.layout.spatial);
+    }
+  }
 }
 
 TEST(NormPlans, NormPathForEachShape) {

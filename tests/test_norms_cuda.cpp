@@ -5,8 +5,9 @@
 // along the last dim and along an inner dim, large means, zero rows and empty tensors.
 // Layer-norm rows of up to 16384 elements that start 16-byte aligned are kept in
 // registers; longer or unaligned ones take the chunked reduction and a column pass. Group
-// norm groups of 16384 elements or more that fit in shared memory are normalized there
-// (the 100x100 case only in 16 bits); longer ones (L1 rows, Frobenius tensors) with
+// norm groups of 1024 elements or more that fit in shared memory (backward: x and dy) are
+// normalized there (the 100x100 case only forward in 16 bits; planes of odd length only
+// in 4- and 8-byte types); longer ones (L1 rows, Frobenius tensors) with
 // planes of 1024 or more take the pipelined kernel, mostly with unaligned chunks here.
 // Groups over 2 MB (per input; 16-bit forward groups here stay under it) are streamed
 // twice.
@@ -149,6 +150,10 @@ std::vector<CudaCase> cases() {
       {"group_norm image", {2, 8, 33, 31}, {8}, group_norm_with(2)},
       {"group_norm rows in chunks", {1, 8, 1000}, {8}, group_norm_with(1)},
       {"group_norm groups in shared memory", {3, 8, 64, 64}, {8}, group_norm_with(2)},
+      {"group_norm ResNet groups in shared memory", {4, 64, 56, 56}, {64}, group_norm_with(32)},
+      {"group_norm planes of 196, more groups than resident blocks", {72, 256, 14, 14}, {256}, group_norm_with(32)},
+      {"group_norm shared groups, large mean", {3, 6, 1000}, {6}, group_norm_with(3), 1e4},
+      {"group_norm shared groups, no affine", {2, 6, 32, 32}, {}, group_norm_with(3)},
       {"group_norm groups in shared memory in 16 bits", {2, 6, 100, 100}, {6}, group_norm_with(1)},
       {"group_norm long groups", {2, 4, 100000}, {4}, group_norm_with(2)},
       {"group_norm long groups of short planes", {2, 16, 50, 41}, {16}, group_norm_with(2)},

@@ -26,15 +26,48 @@ constexpr int vec_width() {
 
 inline bool is_aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// The integer type of a vector's width: a Vec moves through it, so that it takes one load or
+// store instruction wherever the address comes from (through the Vec type itself the
+// compiler has split stores to computed addresses into one per element).
+template <int Bytes>
+struct RawBits;
+template <>
+struct RawBits<1> {
+  using type = unsigned char;
+};
+template <>
+struct RawBits<2> {
+  using type = unsigned short;
+};
+template <>
+struct RawBits<4> {
+  using type = unsigned;
+};
+template <>
+struct RawBits<8> {
+  using type = uint2;
+};
+template <>
+struct RawBits<16> {
+  using type = uint4;
+};
+
 // Vector j of V elements from p.
 template <class T, int V>
 __device__ __forceinline__ Vec<T, V> load_vec(const T* p, int64_t j) {
-  return reinterpret_cast<const Vec<T, V>*>(p)[j];
+  using Raw = typename RawBits<sizeof(Vec<T, V>)>::type;
+  const Raw raw = reinterpret_cast<const Raw*>(p)[j];
+  Vec<T, V> out;
+  memcpy(&out, &raw, sizeof(out));
+  return out;
 }
 
 template <class T, int V>
 __device__ __forceinline__ void store_vec(T* p, int64_t j, const Vec<T, V>& value) {
-  reinterpret_cast<Vec<T, V>*>(p)[j] = value;
+  using Raw = typename RawBits<sizeof(Vec<T, V>)>::type;
+  Raw raw;
+  memcpy(&raw, &value, sizeof(raw));
+  reinterpret_cast<Raw*>(p)[j] = raw;
 }
 
 // Data read for the last time: marked evict-first, leaving L2 to data that is read again.
@@ -68,6 +101,24 @@ __device__ __forceinline__ void store_streaming(T* p, int64_t v, const Vec<T, V>
   uint4 raw;
   memcpy(&raw, &value, 16);
   __stcs(reinterpret_cast<uint4*>(p) + v, raw);
+}
+
+// A 4-, 8- or 16-byte copy from device to shared memory that does not pass through registers
+// (cp.async); copies_landed() waits for all of the thread's.
+template <int Bytes>
+__device__ __forceinline__ void copy_async(void* shared, const void* global) {
+  static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(address), "l"(global), "n"(Bytes));
+  }
+}
+
+__device__ __forceinline__ void copies_landed() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
 }  // namespace cuda

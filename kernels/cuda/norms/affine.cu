@@ -174,58 +174,180 @@ struct GradApply {
 };
 
 // ---------------------------------------------------------------- groups in shared memory
-// Group norm over groups of 16384 elements or more that fit in one block's shared memory
-// (about 227 KB: 58K f32 or 116K bf16 elements): one block of 1024 threads per group reads
-// it once into shared memory, takes two-pass statistics there and writes y, so x crosses
-// device memory once with no cross-block synchronization.
-constexpr int kGroupThreads = 1024;
+// Group norm over groups of kSharedGroupMinRow elements or more that fit in one block's
+// shared memory (about 227 KB; backward holds x and dy): a block per group (blocks of 256
+// threads, 1024 for groups of 16384 elements or more; several blocks per SM overlap one
+// group's loads with another's stores) copies the group in once (cp.async), reduces there
+// and writes its output, so x (and dy) cross device memory once, with no cross-block
+// synchronization. spatial is a multiple of V, so a vector lies within one channel. The
+// forward's threads own their vectors (norms.cuh); the backward reduces plane by plane, so
+// its threads read each other's and a barrier follows the copies.
 
-template <class T>
-__global__ void __launch_bounds__(kGroupThreads) group_norm_smem_forward(
-    int64_t rows, int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial, const T* __restrict__ x,
-    const T* __restrict__ weight, const T* __restrict__ bias, compute_t<T> eps, T* __restrict__ y,
-    compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
+// A result vector that is not read again soon: 16-byte vectors are written evict-first.
+template <class T, int V>
+__device__ __forceinline__ void store_result(T* p, int64_t j, const Vec<T, V>& value) {
+  if constexpr (sizeof(Vec<T, V>) == 16) {
+    store_streaming<T, V>(p, j, value);
+  } else {
+    store_vec<T, V>(p, j, value);
+  }
+}
+
+// The group's V-element vectors copied into tile.
+template <int kBlock, int V, class T>
+__device__ __forceinline__ void copy_group(const T* src, int64_t vecs, Vec<T, V>* tile) {
+  for (int64_t j = threadIdx.x; j < vecs; j += kBlock) copy_async<sizeof(Vec<T, V>)>(tile + j, src + j * V);
+}
+
+// Normalizes row `row` from its tile, given the sum of the thread's own values of it.
+template <class T, int V, int kBlock>
+__device__ __forceinline__ void normalize_group(const Ownership<kBlock>& own, const Vec<T, V>* tile, int64_t row,
+                                                int64_t row_len, compute_t<T> sum, int64_t groups,
+                                                int64_t group_channels, int64_t spatial, const T* weight,
+                                                const T* bias, compute_t<T> eps, T* y, compute_t<T>* mean_out,
+                                                compute_t<T>* rstd_out) {
   using A = compute_t<T>;
-  constexpr int V = 16 / sizeof(T);
+  const A inv_len = A(1) / static_cast<A>(row_len);
+  const A mean = team_reduce<kBlock>(sum, Plus{}) * inv_len;
+  A squares = 0;
+  for (int64_t k = 0; k < own.count; ++k) {
+    const Vec<T, V> v = tile_at(tile, own.vector(k));
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const A d = convert<A>(v.v[e]) - mean;
+      squares += d * d;
+    }
+  }
+  const A rstd = A(1) / sqrt(team_reduce<kBlock>(squares, Plus{}) * inv_len + eps);
+  if (threadIdx.x == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+  const int64_t first_channel = (row % groups) * group_channels;
+  T* yr = y + row * row_len;
+  for (int64_t k = 0; k < own.count; ++k) {
+    const int64_t j = own.vector(k), channel = first_channel + j * V / spatial;
+    const A scale = weight ? rstd * convert<A>(weight[channel]) : rstd;
+    const A shift = bias ? convert<A>(bias[channel]) : A(0);
+    const Vec<T, V> v = tile_at(tile, j);
+    Vec<T, V> out;
+#pragma unroll
+    for (int e = 0; e < V; ++e) out.v[e] = convert<T>((convert<A>(v.v[e]) - mean) * scale + shift);
+    store_result(yr, j, out);
+  }
+}
+
+// buffers = 1: each group is copied in stages and summed as it lands. buffers = 2 (groups
+// small enough for two tiles): the next group's copies are issued before the current one is
+// reduced, so a block always has a group in flight. Either way a thread's copies overwrite
+// only vectors it has itself finished with.
+template <class T, int V, int kBlock>
+__global__ void __launch_bounds__(kBlock) group_norm_shared_forward(
+    int64_t rows, int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial, int buffers,
+    const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias, compute_t<T> eps,
+    T* __restrict__ y, compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
+  using A = compute_t<T>;
   extern __shared__ __align__(16) unsigned char group_tile[];
-  Vec<T, V>* tile = reinterpret_cast<Vec<T, V>*>(group_tile);
+  auto* tiles = reinterpret_cast<Vec<T, V>*>(group_tile);
   const int64_t vecs = row_len / V;
+  const Ownership<kBlock> own(vecs);
+  auto sum_of = [&](const Vec<T, V>* tile, int64_t j) {
+    const Vec<T, V> v = tile_at(tile, j);
+    A s = 0;
+#pragma unroll
+    for (int e = 0; e < V; ++e) s += convert<A>(v.v[e]);
+    return s;
+  };
+  if (buffers == 1) {
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+      A sum = 0;
+      copy_and_land(
+          own, [&](int64_t j) { return row * row_len + j * V; }, x, tiles, static_cast<const T*>(nullptr),
+          static_cast<Vec<T, V>*>(nullptr), [&](int64_t j) { sum += sum_of(tiles, j); });
+      normalize_group(own, tiles, row, row_len, sum, groups, group_channels, spatial, weight, bias, eps, y, mean_out,
+                      rstd_out);
+    }
+    return;
+  }
+  auto issue = [&](int64_t row, Vec<T, V>* tile) {
+    for (int64_t k = 0; k < own.count; ++k) {
+      const int64_t j = own.vector(k);
+      copy_async<sizeof(Vec<T, V>)>(tile + j, x + row * row_len + j * V);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  if (blockIdx.x < rows) issue(blockIdx.x, tiles);
+  int64_t turn = 0;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, ++turn) {
+    Vec<T, V>* tile = tiles + (turn % 2) * vecs;
+    const int64_t next = row + gridDim.x;
+    if (next < rows) {
+      issue(next, tiles + ((turn + 1) % 2) * vecs);
+      wait_copies(1);
+    } else {
+      wait_copies(0);
+    }
+    A sum = 0;
+    for (int64_t k = 0; k < own.count; ++k) sum += sum_of(tile, own.vector(k));
+    normalize_group(own, tile, row, row_len, sum, groups, group_channels, spatial, weight, bias, eps, y, mean_out,
+                    rstd_out);
+  }
+}
+
+// Backward: per plane, {sum(dy), sum(dy * (x - mean))} reduced by the block in channel order
+// and stored in plane_sums (the parameter gradients' terms); the group's coefficients from
+// them; then grad_x = rstd * (w * dy - mean(w * dy) - xhat * mean(w * dy * xhat)).
+template <class T, int V, int kBlock>
+__global__ void __launch_bounds__(kBlock) group_norm_shared_backward(
+    int64_t rows, int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial,
+    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
+    const compute_t<T>* __restrict__ mean, const compute_t<T>* __restrict__ rstd, T* __restrict__ grad_x,
+    Sums<compute_t<T>, 2>* __restrict__ plane_sums) {
+  using A = compute_t<T>;
+  extern __shared__ __align__(16) unsigned char group_tile[];
+  const int64_t vecs = row_len / V, plane_vecs = spatial / V;
+  auto* x_tile = reinterpret_cast<Vec<T, V>*>(group_tile);
+  Vec<T, V>* dy_tile = x_tile + vecs;
   const A inv_len = A(1) / static_cast<A>(row_len);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* xr = x + row * row_len;
-    Sums<A, 1> sum{{A(0)}};
-    for (int64_t j = threadIdx.x; j < vecs; j += kGroupThreads) {
-      const Vec<T, V> v = load_last_use<T, V>(xr, j);
-      tile[j] = v;
-#pragma unroll
-      for (int e = 0; e < V; ++e) sum.v[0] += convert<A>(v.v[e]);
-    }
-    const A mean = team_reduce<kGroupThreads>(sum, Merge{}).v[0] * inv_len;
-    Sums<A, 1> sq{{A(0)}};
-    for (int64_t j = threadIdx.x; j < vecs; j += kGroupThreads) {
-      const Vec<T, V> v = tile[j];
-#pragma unroll
-      for (int e = 0; e < V; ++e) sq.v[0] += (convert<A>(v.v[e]) - mean) * (convert<A>(v.v[e]) - mean);
-    }
-    const A rstd = A(1) / sqrt(team_reduce<kGroupThreads>(sq, Merge{}).v[0] * inv_len + eps);
-    if (threadIdx.x == 0) {
-      mean_out[row] = mean;
-      rstd_out[row] = rstd;
-    }
+    copy_group<kBlock>(x + row * row_len, vecs, x_tile);
+    copy_group<kBlock>(grad_y + row * row_len, vecs, dy_tile);
+    copies_landed();
+    __syncthreads();
+    const A m = mean[row], r = rstd[row];
     const int64_t first_channel = (row % groups) * group_channels;
-    T* yr = y + row * row_len;
-    for (int64_t j = threadIdx.x; j < vecs; j += kGroupThreads) {
-      // spatial is a multiple of V, so a vector lies within one channel.
-      const int64_t channel = first_channel + j * V / spatial;
-      const A scale = weight ? rstd * convert<A>(weight[channel]) : rstd;
-      const A shift = bias ? convert<A>(bias[channel]) : A(0);
-      const Vec<T, V> v = tile[j];
+    A sum_g = 0, sum_g_xc = 0;  // sum(w * dy), sum(w * dy * (x - mean)) over the group
+    for (int64_t c = 0; c < group_channels; ++c) {
+      Sums<A, 2> s = Sums<A, 2>::identity();
+      for (int64_t j = c * plane_vecs + threadIdx.x; j < (c + 1) * plane_vecs; j += kBlock) {
+        const Vec<T, V> xv = tile_at(x_tile, j), dv = tile_at(dy_tile, j);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const A d = convert<A>(dv.v[e]);
+          s.v[0] += d;
+          s.v[1] += d * (convert<A>(xv.v[e]) - m);
+        }
+      }
+      s = team_reduce<kBlock>(s, Merge{});
+      if (threadIdx.x == 0) plane_sums[row * group_channels + c] = s;
+      const A w = weight ? convert<A>(weight[first_channel + c]) : A(1);
+      sum_g += w * s.v[0];
+      sum_g_xc += w * s.v[1];
+    }
+    const A mean_g = sum_g * inv_len, slope = sum_g_xc * r * r * inv_len;
+    T* gx = grad_x + row * row_len;
+    for (int64_t j = threadIdx.x; j < vecs; j += kBlock) {
+      const A w = weight ? convert<A>(weight[first_channel + j / plane_vecs]) : A(1);
+      const Vec<T, V> xv = tile_at(x_tile, j), dv = tile_at(dy_tile, j);
       Vec<T, V> out;
 #pragma unroll
-      for (int e = 0; e < V; ++e) out.v[e] = convert<T>((convert<A>(v.v[e]) - mean) * scale + shift);
-      store_streaming<T, V>(yr, j, out);
+      for (int e = 0; e < V; ++e) {
+        const A d = convert<A>(dv.v[e]), xc = convert<A>(xv.v[e]) - m;
+        out.v[e] = convert<T>(r * (w * d - mean_g - xc * slope));
+      }
+      store_result(gx, j, out);
     }
-    __syncthreads();  // the next group overwrites the tile
+    __syncthreads();  // the next group overwrites the tiles
   }
 }
 
@@ -248,6 +370,42 @@ template <class T, class F>
 void with_vector(int vector, F&& f) {
   if (vector == 1) return f(std::integral_constant<int, 1>{});
   return f(std::integral_constant<int, 16 / static_cast<int>(sizeof(T))>{});
+}
+
+// Calls f(std::integral_constant<int, V>{}, std::integral_constant<int, threads>{}) for a
+// SharedGroups plan: V elements of 4, 8 or 16 bytes, blocks of 256 or 1024 threads.
+template <class T, class F>
+void with_shared_group(const AffinePlan& plan, F&& f) {
+  auto with_block = [&](auto vec) {
+    if (plan.team == 1024) return f(vec, std::integral_constant<int, 1024>{});
+    return f(vec, std::integral_constant<int, 256>{});
+  };
+  const int bytes = plan.vector * static_cast<int>(sizeof(T));
+  if constexpr (sizeof(T) <= 4) {
+    if (bytes == 4) return with_block(std::integral_constant<int, 4 / sizeof(T)>{});
+  }
+  if (bytes == 8) return with_block(std::integral_constant<int, 8 / sizeof(T)>{});
+  return with_block(std::integral_constant<int, 16 / sizeof(T)>{});
+}
+
+// grad_weight[c] = sum over samples of rstd * sum(dy * (x - mean)) over the plane, grad_bias[c]
+// = sum(dy), from per-plane sums, in sample order.
+template <class T, class A>
+void param_grads_from_planes(const Launcher& launch, const GroupLayout& l, const Sums<A, 2>* plane_sums,
+                             const A* rstd, T* grad_weight, T* grad_bias) {
+  if (!grad_weight && !grad_bias) return;
+  const int64_t batch = l.batch, groups = l.groups, group_channels = l.group_channels, channels = l.channels();
+  for_each_index(launch, channels, [=] __device__(int64_t c) {
+    const int64_t group = c / group_channels;
+    A sum_w = 0, sum_b = 0;
+    for (int64_t n = 0; n < batch; ++n) {
+      const Sums<A, 2>& s = plane_sums[n * channels + c];
+      sum_w += s.v[1] * rstd[n * groups + group];
+      sum_b += s.v[0];
+    }
+    if (grad_weight) grad_weight[c] = convert<T>(sum_w);
+    if (grad_bias) grad_bias[c] = convert<T>(sum_b);
+  });
 }
 
 // Row statistics (mean, rstd) through the chunked reduction.
@@ -296,14 +454,20 @@ void affine_forward(const char* op, const Tensor& x_t, const Tensor& weight_t, c
         launch(layer_norm_columns_forward<T, V>, g.grid, kThreads, 0, rows, row_len, g.rows_per_slice, x, weight, bias,
                mean, rstd, y);
       });
-    case AffinePath::SharedGroups: {
-      const auto bytes = static_cast<size_t>(row_len) * sizeof(T);
-      auto kernel = group_norm_smem_forward<T>;
-      launch.allow_shared_memory(kernel, bytes);
-      launch(kernel, launch.resident_grid(kernel, kGroupThreads, bytes, rows), kGroupThreads, bytes, rows, row_len,
-             l.groups, l.group_channels, l.spatial, x, weight, bias, eps_a, y, mean, rstd);
-      return;
-    }
+    case AffinePath::SharedGroups:
+      return with_shared_group<T>(plan, [&](auto vec, auto block) {
+        constexpr int V = decltype(vec)::value, threads = decltype(block)::value;
+        // Two tiles where an SM still holds as many blocks as its threads allow (2048).
+        const auto row_bytes = static_cast<size_t>(row_len) * sizeof(T);
+        const size_t blocks_per_sm = 2048 / threads;
+        const int buffers =
+            blocks_per_sm * (2 * row_bytes + 1024) <= static_cast<size_t>(launch.shared_memory_per_block()) ? 2 : 1;
+        const size_t bytes = row_bytes * buffers;
+        auto kernel = group_norm_shared_forward<T, V, threads>;
+        launch.allow_shared_memory(kernel, bytes);
+        launch(kernel, launch.resident_grid(kernel, threads, bytes, rows), threads, bytes, rows, row_len, l.groups,
+               l.group_channels, l.spatial, buffers, x, weight, bias, eps_a, y, mean, rstd);
+      });
     case AffinePath::Pipeline: {
       const PipelineShape s = plan_pipeline(rows, row_len, l.spatial == 1 ? row_len : l.spatial, sizeof(T), 1);
       const DeviceBuffer partials = launch.buffer(static_cast<size_t>(s.items) * sizeof(Welford<A>));
@@ -396,18 +560,7 @@ void plane_coefficients(const Launcher& launch, const GroupLayout& l, const T* g
     coef[2 * row] = sum_g * inv_len;
     coef[2 * row + 1] = sum_g_xc * rstd[row] * inv_len;
   });
-  if (!grad_weight && !grad_bias) return;
-  for_each_index(launch, channels, [=] __device__(int64_t c) {
-    const int64_t group = c / group_channels;
-    A sum_w = 0, sum_b = 0;
-    for (int64_t n = 0; n < batch; ++n) {
-      const Sums<A, 2>& s = plane_sums[n * channels + c];
-      sum_w += s.v[1] * rstd[n * groups + group];
-      sum_b += s.v[0];
-    }
-    if (grad_weight) grad_weight[c] = convert<T>(sum_w);
-    if (grad_bias) grad_bias[c] = convert<T>(sum_b);
-  });
+  param_grads_from_planes(launch, l, plane_buffer.as<const Sums<A, 2>>(), rstd, grad_weight, grad_bias);
 }
 
 template <class T>
@@ -427,8 +580,9 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
   const int64_t rows = l.rows(), row_len = l.row_len(), channels = l.channels();
   const int64_t batch = l.batch, groups = l.groups, group_channels = l.group_channels, spatial = l.spatial;
   const A inv_len = row_len > 0 ? A(1) / static_cast<A>(row_len) : A(0);
-  const AffinePlan plan = plan_affine_backward(
-      l, sizeof(T), is_aligned(grad_y, 16) && is_aligned(x, 16) && is_aligned(grad_x, 16), aligned_or_null(weight));
+  const AffinePlan plan =
+      plan_affine_backward(l, sizeof(T), is_aligned(grad_y, 16) && is_aligned(x, 16) && is_aligned(grad_x, 16),
+                           aligned_or_null(weight), launch.limits());
   // coef[row] = {mean(w * dy), mean(w * dy * xhat)}, for the paths that keep them in memory.
   auto coefficients = [&] { return launch.buffer(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 2 * sizeof(A)); };
   switch (plan.path) {
@@ -497,7 +651,18 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
           if (grad_bias) grad_bias[c] = convert<T>(sum_b);
         });
       }
-    case AffinePath::SharedGroups:  // a forward path only
+    case AffinePath::SharedGroups: {
+      const DeviceBuffer plane_buffer = launch.buffer(static_cast<size_t>(batch * channels) * sizeof(Sums<A, 2>));
+      with_shared_group<T>(plan, [&](auto vec, auto block) {
+        constexpr int V = decltype(vec)::value, threads = decltype(block)::value;
+        const auto bytes = static_cast<size_t>(row_len) * sizeof(T) * 2;
+        auto kernel = group_norm_shared_backward<T, V, threads>;
+        launch.allow_shared_memory(kernel, bytes);
+        launch(kernel, launch.resident_grid(kernel, threads, bytes, rows), threads, bytes, rows, row_len, groups,
+               group_channels, spatial, grad_y, x, weight, mean, rstd, grad_x, plane_buffer.as<Sums<A, 2>>());
+      });
+      return param_grads_from_planes(launch, l, plane_buffer.as<const Sums<A, 2>>(), rstd, grad_weight, grad_bias);
+    }
     case AffinePath::Elementwise: {
       const DeviceBuffer coef = coefficients();
       if (spatial == 1) {

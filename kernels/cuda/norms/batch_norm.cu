@@ -1,6 +1,6 @@
 // Batch norm on CUDA (contract: kernels/norms.h). x [batch, channels, spatial]: a channel's
 // statistics run over its `batch` planes of `spatial` contiguous elements, channels * spatial
-// apart. plan_batch_norm picks the layout of the passes:
+// apart. plan_batch_norm (plan.h) picks the layout of the passes:
 //   Planes   planes of kBatchNormMinPlane elements or more: the reduction runs blocks per
 //            channel (one wave of the device in all), each over a contiguous range of the
 //            channel's vectors (a vector lies within one plane); the element pass sweeps the
@@ -16,6 +16,8 @@
 //             in training, w * rstd * dy in evaluation; grad_weight = sum(dy * (x - mean)) *
 //             rstd, grad_bias = sum(dy).
 // Welford/Chan statistics stay exact when |mean| >> std. Accumulation in A = compute_t<T>.
+// A single kernel per direction that keeps a channel in a cluster's shared memory was
+// measured slower than these passes (docs/PERFORMANCE.md) and is not used.
 #include <algorithm>
 #include <initializer_list>
 #include <optional>
@@ -28,38 +30,15 @@ namespace cuda {
 namespace {
 
 // ---------------------------------------------------------------- plan
-struct BatchLayout {
-  int64_t batch, channels, spatial;
-  int64_t count() const { return batch * spatial; }  // values per channel
-};
-
-constexpr int64_t kBatchNormMinPlane = 32;    // shorter planes take the column layout
+// The plan is plan.h's plan_batch_norm; these are what its launchers add.
+constexpr int kUnroll = kBatchNormUnroll;
 constexpr int64_t kPlaneMinBlockVecs = 1024;  // a Planes block reads at least this many vectors
-constexpr int64_t kColumnMinSliceRows = 16;   // so that a slice's partials are a fraction of its data
-constexpr int kUnroll = 4;                    // vectors (Planes) or rows (Columns) in flight per thread
-
-enum class BatchNormPath { Empty, Planes, Columns };
-
-struct BatchNormPlan {
-  BatchNormPath path = BatchNormPath::Empty;
-  int vector = 1;  // elements per load: a power of two, at most 16 bytes
-  // Columns: blocks of column_threads vectors (a power of two) by kThreads / column_threads
-  // rows, column_tiles of them across a sample and `slices` of rows_per_slice samples.
-  int column_threads = 1;
-  int64_t column_tiles = 0, slices = 1, rows_per_slice = 0;
-};
+static_assert(kThreads == 256, "plan_batch_norm plans blocks of 256 threads");
 
 // The Planes reduction's blocks: `splits` per channel of per_block vectors each.
 struct PlaneSplit {
   int64_t splits, per_block;
 };
-
-// The widest power of two up to max_vector that divides len.
-int widest_dividing(int64_t len, int max_vector) {
-  int v = max_vector;
-  while (v > 1 && len % v != 0) v /= 2;
-  return v;
-}
 
 // The widest load (a power of two of elements, at most 16 bytes) that every pointer is
 // aligned to; null pointers (absent operands) do not count.
@@ -69,32 +48,6 @@ int aligned_vector(int element_bytes, std::initializer_list<const void*> pointer
     while (v > 1 && p != nullptr && !is_aligned(p, static_cast<size_t>(v) * element_bytes)) v /= 2;
   }
   return v;
-}
-
-// The loads' width, and for Columns enough blocks of kThreads for one full wave of the device
-// but no slice with fewer than kColumnMinSliceRows samples (or kUnroll rows per thread).
-BatchNormPlan plan_batch_norm(const BatchLayout& l, int max_vector, const DeviceLimits& device) {
-  BatchNormPlan plan;
-  if (l.count() == 0 || l.channels == 0) return plan;
-  if (l.spatial >= kBatchNormMinPlane) {
-    plan.path = BatchNormPath::Planes;
-    plan.vector = widest_dividing(l.spatial, max_vector);
-    return plan;
-  }
-  const int64_t target_blocks = 8 * static_cast<int64_t>(device.multiprocessors);
-  plan.path = BatchNormPath::Columns;
-  const int64_t columns = l.channels * l.spatial;
-  plan.vector = widest_dividing(columns, max_vector);
-  const int64_t column_vecs = columns / plan.vector;
-  while (plan.column_threads < kThreads && plan.column_threads < column_vecs) plan.column_threads *= 2;
-  const int64_t row_threads = kThreads / plan.column_threads;
-  plan.column_tiles = ceil_div(column_vecs, plan.column_threads);
-  const int64_t min_slice_rows = std::max<int64_t>(kColumnMinSliceRows, row_threads * kUnroll);
-  const int64_t max_slices = std::min<int64_t>(65535, std::max<int64_t>(1, l.batch / min_slice_rows));
-  const int64_t slices = std::clamp<int64_t>(ceil_div(target_blocks, plan.column_tiles), 1, max_slices);
-  plan.rows_per_slice = ceil_div(l.batch, slices);
-  plan.slices = ceil_div(l.batch, plan.rows_per_slice);
-  return plan;
 }
 
 // As many blocks as the device holds at once (`resident`), whole splits per channel, none of

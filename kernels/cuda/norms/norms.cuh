@@ -70,6 +70,64 @@ __device__ __forceinline__ A load(const T* p, int64_t i) {
   return convert<A>(p[i]);
 }
 
+// ---------------------------------------------------------------- tiles in shared memory
+// The kernels that keep a group in shared memory (SharedGroups): each thread owns the tile's
+// vectors threadIdx.x + k * kBlock and is the only one to copy, read and write them, so no
+// barrier separates the passes. The copies (cp.async)
+// are issued in kLandingStages groups and the first pass folds each group in as it lands,
+// overlapping the reads with arithmetic.
+constexpr int kLandingStages = 4;
+
+// Vector j of a tile, in one shared-memory load.
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> tile_at(const Vec<T, V>* tile, int64_t j) {
+  return load_vec<T, V>(reinterpret_cast<const T*>(tile), j);
+}
+
+// Waits until at most `pending` (0 to 3) of the thread's copy groups are in flight.
+__device__ __forceinline__ void wait_copies(int pending) {
+  switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+  }
+}
+static_assert(kLandingStages <= 4, "wait_copies waits on up to 3 pending groups");
+
+// The thread's vectors of a tile of n: vector(k) for k < count, landing stage s holding
+// k in [first(s), first(s + 1)).
+template <int kBlock>
+struct Ownership {
+  int64_t count;
+  __device__ __forceinline__ explicit Ownership(int64_t n) {
+    const int64_t mine = n - static_cast<int64_t>(threadIdx.x);
+    count = mine > 0 ? (mine + kBlock - 1) / kBlock : 0;
+  }
+  __device__ __forceinline__ int64_t vector(int64_t k) const { return threadIdx.x + k * kBlock; }
+  __device__ __forceinline__ int64_t first(int stage) const { return count * stage / kLandingStages; }
+};
+
+// Copies the thread's vectors j of x (and of dy when given), from element offset(j), into
+// their tiles, a commit group per landing stage; then, stage by stage as each lands,
+// land(j) for its vectors.
+template <int kBlock, class T, int V, class Offset, class Land>
+__device__ __forceinline__ void copy_and_land(const Ownership<kBlock>& own, const Offset& offset, const T* x,
+                                              Vec<T, V>* x_tile, const T* dy, Vec<T, V>* dy_tile, Land&& land) {
+  for (int stage = 0; stage < kLandingStages; ++stage) {
+    for (int64_t k = own.first(stage); k < own.first(stage + 1); ++k) {
+      const int64_t j = own.vector(k), o = offset(j);
+      copy_async<sizeof(Vec<T, V>)>(x_tile + j, x + o);
+      if (dy) copy_async<sizeof(Vec<T, V>)>(dy_tile + j, dy + o);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  for (int stage = 0; stage < kLandingStages; ++stage) {
+    wait_copies(kLandingStages - 1 - stage);
+    for (int64_t k = own.first(stage); k < own.first(stage + 1); ++k) land(own.vector(k));
+  }
+}
+
 // A phase that needs no per-chunk context.
 struct NoContext {};
 

@@ -2,6 +2,7 @@
 // recorded in docs/PERFORMANCE.md.
 #include "kernels/cuda/norms/plan.h"
 
+#include <algorithm>
 #include <initializer_list>
 
 namespace normcore {
@@ -28,14 +29,21 @@ int column_vector(int64_t row_len, int element_bytes, bool aligned) {
 
 namespace {
 
-// A group in one block's shared memory (less what reductions and the driver keep): one
-// block of 1024 threads per group reads it once, so x crosses device memory once.
-bool fits_shared_groups(const GroupLayout& l, int element_bytes, bool data_aligned, const DeviceLimits& device) {
-  const int64_t vector = 16 / element_bytes;
-  if (l.rows() == 0 || l.spatial == 1 || l.spatial % vector != 0 || l.row_len() < kPipelineMinRow || !data_aligned) {
-    return false;
-  }
-  return l.row_len() * element_bytes <= device.shared_memory_per_block - 1024;
+// A group in one block's shared memory (less what reductions and the driver keep), x's
+// (backward: x's and dy's): the load's elements (4 to 16 bytes, dividing the planes so that a
+// vector lies in one channel), or 0 when it does not fit.
+int shared_group_vector(const GroupLayout& l, int element_bytes, bool data_aligned, int inputs,
+                        const DeviceLimits& device) {
+  if (l.rows() == 0 || l.spatial == 1 || l.row_len() < kSharedGroupMinRow || !data_aligned) return 0;
+  int vector = 16 / element_bytes;
+  while (vector * element_bytes > 4 && l.spatial % vector != 0) vector /= 2;
+  if (l.spatial % vector != 0) return 0;
+  if (l.row_len() * element_bytes * inputs > device.shared_memory_per_block - 1024) return 0;
+  return vector;
+}
+
+AffinePlan shared_groups(const GroupLayout& l, int vector) {
+  return {AffinePath::SharedGroups, l.row_len() >= kPipelineMinRow ? 1024 : 256, vector};
 }
 
 }  // namespace
@@ -47,19 +55,65 @@ AffinePlan plan_affine_forward(const GroupLayout& l, int element_bytes, bool dat
     if (const int team = row_team(l.row_len(), element_bytes, aligned)) return {AffinePath::Rows, team, 0};
     return {AffinePath::Columns, 0, column_vector(l.row_len(), element_bytes, aligned)};
   }
-  if (fits_shared_groups(l, element_bytes, data_aligned, device)) return {AffinePath::SharedGroups};
+  if (const int vector = shared_group_vector(l, element_bytes, data_aligned, 1, device)) {
+    return shared_groups(l, vector);
+  }
   if (takes_pipeline(l)) return {AffinePath::Pipeline};
   return {AffinePath::Elementwise};
 }
 
-AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool data_aligned, bool params_aligned) {
+AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool data_aligned, bool params_aligned,
+                                const DeviceLimits& device) {
   if (l.is_rows()) {
     const bool aligned = data_aligned && params_aligned;
     if (const int team = row_team(l.row_len(), element_bytes, aligned)) return {AffinePath::Rows, team, 0};
     return {AffinePath::Columns, 0, column_vector(l.row_len(), element_bytes, aligned)};
   }
+  if (const int vector = shared_group_vector(l, element_bytes, data_aligned, 2, device)) {
+    return shared_groups(l, vector);
+  }
   if (takes_pipeline(l)) return {AffinePath::Pipeline};
   return {AffinePath::Elementwise};
+}
+
+namespace {
+
+// The widest power of two up to max_vector that divides len.
+int widest_dividing(int64_t len, int max_vector) {
+  int v = max_vector;
+  while (v > 1 && len % v != 0) v /= 2;
+  return v;
+}
+
+int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+BatchNormPlan plan_batch_norm(const BatchLayout& l, int max_vector, const DeviceLimits& device) {
+  BatchNormPlan plan;
+  if (l.count() == 0 || l.channels == 0) return plan;
+  if (l.spatial >= kBatchNormMinPlane) {
+    plan.path = BatchNormPath::Planes;
+    plan.vector = widest_dividing(l.spatial, max_vector);
+    return plan;
+  }
+  // Columns: enough blocks of 256 threads for one full wave of the device, but no slice with
+  // fewer than kColumnMinSliceRows samples (or kBatchNormUnroll rows per thread).
+  constexpr int64_t threads = 256;
+  const int64_t target_blocks = 8 * static_cast<int64_t>(device.multiprocessors);
+  plan.path = BatchNormPath::Columns;
+  const int64_t columns = l.channels * l.spatial;
+  plan.vector = widest_dividing(columns, max_vector);
+  const int64_t column_vecs = columns / plan.vector;
+  while (plan.column_threads < threads && plan.column_threads < column_vecs) plan.column_threads *= 2;
+  const int64_t row_threads = threads / plan.column_threads;
+  plan.column_tiles = ceil_div64(column_vecs, plan.column_threads);
+  const int64_t min_slice_rows = std::max<int64_t>(kColumnMinSliceRows, row_threads * kBatchNormUnroll);
+  const int64_t max_slices = std::min<int64_t>(65535, std::max<int64_t>(1, l.batch / min_slice_rows));
+  const int64_t slices = std::clamp<int64_t>(ceil_div64(target_blocks, plan.column_tiles), 1, max_slices);
+  plan.rows_per_slice = ceil_div64(l.batch, slices);
+  plan.slices = ceil_div64(l.batch, plan.rows_per_slice);
+  return plan;
 }
 
 NormPath plan_l1_forward(int64_t size, int64_t inner, int element_bytes) {

@@ -42,22 +42,56 @@ int column_vector(int64_t row_len, int element_bytes, bool aligned);
 enum class AffinePath {
   Rows,           // layer layout: a team holds each row in registers (team)
   Columns,        // layer layout: chunked statistics, then a pass along columns (vector)
-  SharedGroups,   // forward, groups of long planes that fit in shared memory: one block per group
+  SharedGroups,   // groups (backward: and their gradients) that fit in shared memory: a block per group
   Pipeline,       // long rows or groups of long planes: the pipelined pass
   Elementwise,    // the rest: chunked statistics (or plane sums), then an element-wise pass
 };
 
 struct AffinePlan {
   AffinePath path;
-  int team = 0;    // Rows
-  int vector = 0;  // Columns
+  int team = 0;    // Rows: threads per row; SharedGroups: per block
+  int vector = 0;  // Columns, SharedGroups: elements per load
 };
+
+// Groups of at least this many elements may take SharedGroups; shorter ones are cheaper as
+// chunked statistics and an element-wise pass.
+constexpr int64_t kSharedGroupMinRow = 1024;
 
 // data_aligned: x and y (backward: x, dy and dx) start 16-byte aligned; params_aligned:
 // weight and bias do (or are absent).
 AffinePlan plan_affine_forward(const GroupLayout& l, int element_bytes, bool data_aligned, bool params_aligned,
                                const DeviceLimits& device);
-AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool data_aligned, bool params_aligned);
+AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool data_aligned, bool params_aligned,
+                                const DeviceLimits& device);
+
+// ---------------------------------------------------------------- batch norm
+// x [batch, channels, spatial]: a channel's statistics run over its `batch` planes of
+// `spatial` contiguous elements, channels * spatial apart.
+struct BatchLayout {
+  int64_t batch, channels, spatial;
+  int64_t count() const { return batch * spatial; }  // values per channel
+};
+
+constexpr int64_t kBatchNormMinPlane = 32;    // shorter planes take the column layout
+constexpr int64_t kColumnMinSliceRows = 16;   // so that a slice's partials are a fraction of its data
+constexpr int kBatchNormUnroll = 4;           // vectors (Planes) or rows (Columns) in flight per thread
+enum class BatchNormPath {
+  Empty,
+  Planes,   // planes of kBatchNormMinPlane or more: per-channel block reductions, then a sweep
+  Columns,  // shorter planes (BatchNorm1d's [N, C]): threads across a sample's columns
+};
+
+struct BatchNormPlan {
+  BatchNormPath path = BatchNormPath::Empty;
+  int vector = 1;  // elements per load: a power of two, at most 16 bytes
+  // Columns: blocks of column_threads vectors (a power of two) by kThreads / column_threads
+  // rows, column_tiles of them across a sample and `slices` of rows_per_slice samples.
+  int column_threads = 1;
+  int64_t column_tiles = 0, slices = 1, rows_per_slice = 0;
+};
+
+// max_vector: the widest load every pointer allows.
+BatchNormPlan plan_batch_norm(const BatchLayout& l, int max_vector, const DeviceLimits& device);
 
 // ---------------------------------------------------------------- L1 and Frobenius
 enum class NormPath {
