@@ -25,6 +25,8 @@
 #include "normcore/conv.h"
 #include "normcore/error.h"
 #include "normcore/fused.h"
+#include "normcore/losses.h"
+#include "normcore/nn.h"
 #include "normcore/norms.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
@@ -95,6 +97,19 @@ Size2 attr_pair(const json& attrs, const char* key, std::optional<Size2> fallbac
   const std::vector<int64_t> v = attr_integer_list(attrs, key);
   NC_CHECK(v.size() == 2, ValueError, "attribute '", key, "' must be [h, w], got ", attrs[key].dump());
   return Size2(v[0], v[1]);
+}
+
+// "mean" (the default), "sum" or "none".
+nn::Reduction attr_reduction(const json& attrs, const char* key) {
+  if (!attrs.contains(key)) return nn::Reduction::Mean;
+  const json& value = attrs[key];
+  NC_CHECK(value.is_string(), ValueError, "attribute '", key, "' must be a string, got ", value.dump());
+  const std::string name = value.get<std::string>();
+  if (name == "mean") return nn::Reduction::Mean;
+  if (name == "sum") return nn::Reduction::Sum;
+  NC_CHECK(name == "none", ValueError, "attribute '", key, "' must be \"mean\", \"sum\" or \"none\", got \"", name,
+           "\"");
+  return nn::Reduction::None;
 }
 
 // ---- the ops ----
@@ -189,6 +204,22 @@ const std::vector<OpSpec>& op_table() {
        [](const Inputs& in, const json& a) { return softmax(in.at("x"), attr_integer(a, "dim")); }},
       {"log_softmax", {"x"}, {}, {"dim"},
        [](const Inputs& in, const json& a) { return log_softmax(in.at("x"), attr_integer(a, "dim")); }},
+      {"cross_entropy", {"x", "target"}, {}, {"reduction", "label_smoothing", "ignore_index"},
+       [](const Inputs& in, const json& a) {
+         const Tensor& target = in.at("target");
+         // normcore's cross_entropy has no ignore_index: a case whose targets use it fails.
+         const int64_t ignore_index = attr_integer(a, "ignore_index", -100);
+         NC_CHECK(target.numel() == 0 || !any(eq(target, Scalar(ignore_index))).item<bool>(), ValueError,
+                  "target holds ignore_index ", ignore_index, ", which normcore's cross_entropy does not support");
+         return nn::cross_entropy(in.at("x"), target, attr_reduction(a, "reduction"),
+                                  attr_number(a, "label_smoothing", 0.0));
+       }},
+      {"embedding", {"weight", "indices"}, {}, {"padding_idx"},
+       [](const Inputs& in, const json& a) {
+         std::optional<int64_t> padding_idx;
+         if (a.contains("padding_idx") && !a["padding_idx"].is_null()) padding_idx = attr_integer(a, "padding_idx");
+         return nn::embedding(in.at("weight"), in.at("indices"), padding_idx);
+       }},
   };
   return table;
 }

@@ -1,5 +1,5 @@
-// Embedding: rows of weight picked by index with index_select (whose backward adds each
-// row's gradient back, summing repeats), then shaped [*index, embedding_dim].
+// embedding and the Embedding layer: rows of weight picked by index with index_select (whose
+// backward adds each row's gradient back, summing repeats), then shaped [*index, dim].
 #include "normcore/nn.h"
 #include "normcore/ops.h"
 
@@ -20,24 +20,41 @@ Embedding::Embedding(int64_t num, int64_t dim, Generator* gen)
   weight = register_parameter("weight", randn({num, dim}, DType::F32, gen));
 }
 
-Tensor Embedding::forward(const Tensor& index) {
-  const char* op = "Embedding";
+Tensor embedding(const Tensor& weight, const Tensor& index, std::optional<int64_t> padding_idx) {
+  const char* op = "embedding";
+  NC_CHECK(weight.defined(), ValueError, op, ": weight is an undefined tensor");
   NC_CHECK(index.defined(), ValueError, op, ": index is an undefined tensor");
+  NC_CHECK(weight.dim() == 2, ShapeError, op, ": weight must be [num_embeddings, embedding_dim], got ",
+           describe(weight));
+  NC_CHECK(is_floating(weight.dtype()), DTypeError, op, ": weight must be floating, got ", describe(weight));
   NC_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32, DTypeError, op,
            ": index must be i32 or i64, got ", describe(index));
   NC_CHECK(index.device() == weight.device(), DeviceError, op, ": index is on ", index.device(),
            " but weight is on ", weight.device());
+  const int64_t num = weight.size(0);
   if (index.numel() > 0) {
     // index_select would also accept negative indices (counting from the end); PyTorch's
     // embedding does not.
     int64_t lo = min(index).item<int64_t>(), hi = max(index).item<int64_t>();
-    NC_CHECK(lo >= 0 && hi < num_embeddings, IndexError, op, ": index ", lo < 0 ? lo : hi,
-             " is out of range for ", num_embeddings, " embeddings");
+    NC_CHECK(lo >= 0 && hi < num, IndexError, op, ": index ", lo < 0 ? lo : hi, " is out of range for ", num,
+             " embeddings");
   }
   Shape shape = index.shape();
-  shape.push_back(embedding_dim);
-  return index_select(weight, 0, index.reshape({index.numel()})).view(shape);
+  shape.push_back(weight.size(1));
+  const Tensor flat = index.reshape({index.numel()});
+  Tensor rows = index_select(weight, 0, flat);
+  if (padding_idx) {
+    const int64_t p = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
+    NC_CHECK(p >= 0 && p < num, IndexError, op, ": padding_idx ", *padding_idx, " is out of range for ", num,
+             " embeddings");
+    // The padding row's values come through a detached weight, so no gradient reaches it.
+    const Tensor padding = eq(flat, Scalar(p)).unsqueeze(1);
+    rows = where(padding, index_select(weight.detach(), 0, flat), rows);
+  }
+  return rows.view(shape);
 }
+
+Tensor Embedding::forward(const Tensor& index) { return embedding(weight, index); }
 
 }  // namespace nn
 }  // namespace normcore

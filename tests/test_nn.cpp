@@ -380,7 +380,7 @@ TEST(Nn, InvalidArgumentsThrow) {
       {"embedding_index_range", [&] { (*embedding)(i64({3, 10}, {2})); }, "IndexError", "index 10"},
       {"embedding_names_size", [&] { (*embedding)(i64({3, 10}, {2})); }, "IndexError", "10 embeddings"},
       {"embedding_negative", [&] { (*embedding)(i64({-1}, {1})); }, "IndexError", "index -1"},
-      {"embedding_float_index", [&] { (*embedding)(f32({1}, {1})); }, "DTypeError", "Embedding"},
+      {"embedding_float_index", [&] { (*embedding)(f32({1}, {1})); }, "DTypeError", "embedding: index"},
       {"flatten_dims", [] { nn::Flatten(2, 1)(nc::ones({2, 3, 4})); }, "IndexError", "flatten"},
       {"sequential_index", [] { nn::Sequential()[0]; }, "IndexError", "Sequential"},
       {"base_forward", [&] { plain(nc::ones({1})); }, "Error", "forward"},
@@ -601,6 +601,23 @@ TEST(Nn, EmbeddingLooksUpRows) {
   nn::Embedding big(1000, 16, &gen);
   EXPECT_NEAR(nc::mean(big.weight).item<float>(), 0.0f, 0.03f);
   EXPECT_NEAR(std::sqrt(nc::var(big.weight).item<float>()), 1.0f, 0.03f);
+}
+
+// F.embedding's padding_idx: the row is looked up as usual but gets no gradient; a negative
+// padding_idx counts from the end.
+TEST(Nn, EmbeddingPaddingRowGetsNoGradient) {
+  for (int64_t padding_idx : {int64_t{1}, int64_t{-3}}) {
+    SCOPED_TRACE(padding_idx);
+    Tensor weight = nc::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2}).requires_grad_();
+    Tensor y = nn::embedding(weight, i64({1, 3, 1, 0}, {4}), padding_idx);
+    EXPECT_TRUE(y.to_vector<float>() == (std::vector<float>{2, 3, 6, 7, 2, 3, 0, 1}));
+    nc::sum(y * 2).backward();
+    expect_near(weight.grad(), {2, 2, 0, 0, 0, 0, 2, 2}, 0);
+  }
+  Tensor weight = nc::zeros({4, 2});
+  EXPECT_THROW(nn::embedding(weight, i64({0}, {1}), 4), nc::IndexError);
+  EXPECT_THROW(nn::embedding(weight, i64({0}, {1}), -5), nc::IndexError);
+  EXPECT_THROW(nn::embedding(nc::zeros({4}), i64({0}, {1})), nc::ShapeError);
 }
 
 // ---------------------------------------------------------------- state and conversion

@@ -270,6 +270,15 @@ struct ConformanceCase {
 
 // Layouts and values read from the files with Python's json and struct modules.
 const std::vector<ConformanceCase> kConformanceCases = {
+    {"cross_entropy_mean", "cross_entropy", "F32",
+     "x:F32[6,10] target:I64[6] grad_out:F32[] out:F32[] grad.x:F32[6,10]",
+     {{"x", 0, 0x3e0d1732}, {"x", 59, 0xbf18ac60}, {"grad.x", 30, 0xba395320}}},
+    {"cross_entropy_smoothing", "cross_entropy", "F32",
+     "x:F32[8,5] target:I64[8] grad_out:F32[] out:F32[] grad.x:F32[8,5]",
+     {{"x", 0, 0x3fd1b1ca}, {"x", 39, 0xc0be97a9}, {"grad.x", 20, 0x3c17fd41}}},
+    {"embedding_basic", "embedding", "F32",
+     "weight:F32[20,8] indices:I64[3,5] grad_out:F32[3,5,8] out:F32[3,5,8] grad.weight:F32[20,8]",
+     {{"weight", 0, 0x3f83f8ad}, {"weight", 159, 0xbfab98ba}, {"grad.weight", 80, 0xbf4a3672}}},
     {"frobenius_norm_1d", "frobenius_norm", "F32", "x:F32[7] grad_out:F32[7] out:F32[7] grad.x:F32[7]",
      {{"x", 0, 0x3f4a628f}, {"x", 5, 0x3f1fc9a6}, {"grad.x", 6, 0x3ecfde74}}},
     {"frobenius_norm_3d", "frobenius_norm", "F32",

@@ -175,6 +175,12 @@ class Sequential : public Module {
   std::vector<std::shared_ptr<Module>> layers_;
 };
 
+// PyTorch's F.embedding: rows of weight [num, dim] picked by index (i32/i64, any shape,
+// values in [0, num)) -> [*index.shape, dim]; repeated rows sum their gradients. The
+// padding_idx row (negative counts from the end) is looked up like any other but gets no
+// gradient.
+Tensor embedding(const Tensor& weight, const Tensor& index, std::optional<int64_t> padding_idx = std::nullopt);
+
 // A lookup table: index (i32/i64, any shape, values in [0, num_embeddings)) ->
 // [*index.shape, embedding_dim]. weight [num_embeddings, embedding_dim] starts N(0, 1).
 class Embedding : public Module {
