@@ -116,8 +116,11 @@ __device__ __forceinline__ void copy_async(void* shared, const void* global) {
   }
 }
 
+// Closes the thread's copies issued since the last call into one group, to wait on as a unit.
+__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
 __device__ __forceinline__ void copies_landed() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  commit_copies();
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 

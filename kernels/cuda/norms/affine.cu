@@ -261,20 +261,15 @@ __global__ void __launch_bounds__(kBlock) group_norm_shared_forward(
   if (buffers == 1) {
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
       A sum = 0;
-      copy_and_land(
-          own, [&](int64_t j) { return row * row_len + j * V; }, x, tiles, static_cast<const T*>(nullptr),
-          static_cast<Vec<T, V>*>(nullptr), [&](int64_t j) { sum += sum_of(tiles, j); });
+      copy_and_land(own, x + row * row_len, tiles, [&](int64_t j) { sum += sum_of(tiles, j); });
       normalize_group(own, tiles, row, row_len, sum, groups, group_channels, spatial, weight, bias, eps, y, mean_out,
                       rstd_out);
     }
     return;
   }
   auto issue = [&](int64_t row, Vec<T, V>* tile) {
-    for (int64_t k = 0; k < own.count; ++k) {
-      const int64_t j = own.vector(k);
-      copy_async<sizeof(Vec<T, V>)>(tile + j, x + row * row_len + j * V);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    copy_group<kBlock>(x + row * row_len, vecs, tile);  // the thread's own vectors
+    commit_copies();
   };
   if (blockIdx.x < rows) issue(blockIdx.x, tiles);
   int64_t turn = 0;

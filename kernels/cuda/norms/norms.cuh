@@ -73,9 +73,8 @@ __device__ __forceinline__ A load(const T* p, int64_t i) {
 // ---------------------------------------------------------------- tiles in shared memory
 // The kernels that keep a group in shared memory (SharedGroups): each thread owns the tile's
 // vectors threadIdx.x + k * kBlock and is the only one to copy, read and write them, so no
-// barrier separates the passes. The copies (cp.async)
-// are issued in kLandingStages groups and the first pass folds each group in as it lands,
-// overlapping the reads with arithmetic.
+// barrier separates the passes. The copies (cp.async) are issued in kLandingStages groups and
+// the first pass folds each group in as it lands, overlapping the reads with arithmetic.
 constexpr int kLandingStages = 4;
 
 // Vector j of a tile, in one shared-memory load.
@@ -108,19 +107,17 @@ struct Ownership {
   __device__ __forceinline__ int64_t first(int stage) const { return count * stage / kLandingStages; }
 };
 
-// Copies the thread's vectors j of x (and of dy when given), from element offset(j), into
-// their tiles, a commit group per landing stage; then, stage by stage as each lands,
-// land(j) for its vectors.
-template <int kBlock, class T, int V, class Offset, class Land>
-__device__ __forceinline__ void copy_and_land(const Ownership<kBlock>& own, const Offset& offset, const T* x,
-                                              Vec<T, V>* x_tile, const T* dy, Vec<T, V>* dy_tile, Land&& land) {
+// Copies the thread's vectors of src (a group of own's size) into tile, a commit group per
+// landing stage; then, stage by stage as each lands, land(j) for its vectors j.
+template <int kBlock, class T, int V, class Land>
+__device__ __forceinline__ void copy_and_land(const Ownership<kBlock>& own, const T* src, Vec<T, V>* tile,
+                                              Land&& land) {
   for (int stage = 0; stage < kLandingStages; ++stage) {
     for (int64_t k = own.first(stage); k < own.first(stage + 1); ++k) {
-      const int64_t j = own.vector(k), o = offset(j);
-      copy_async<sizeof(Vec<T, V>)>(x_tile + j, x + o);
-      if (dy) copy_async<sizeof(Vec<T, V>)>(dy_tile + j, dy + o);
+      const int64_t j = own.vector(k);
+      copy_async<sizeof(Vec<T, V>)>(tile + j, src + j * V);
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    commit_copies();
   }
   for (int stage = 0; stage < kLandingStages; ++stage) {
     wait_copies(kLandingStages - 1 - stage);
