@@ -23,14 +23,14 @@ namespace {
 
 using bench::median_ms;
 
-enum class Op { LayerNorm, GroupNorm, L1Norm, Frobenius };
+enum class Op { LayerNorm, RMSNorm, GroupNorm, L1Norm, Frobenius };
 
 struct Case {
   std::string name;
   Op op;
   nc::Shape shape;
   DType dtype;
-  int64_t param_dims = 0;  // layer norm: trailing dims normalized; group norm: groups
+  int64_t param_dims = 0;  // layer and RMS norm: trailing dims normalized; group norm: groups
   // Floor traffic in whole-tensor passes (reads + writes of x-sized tensors), as the
   // anchors count them; parameter traffic is added on top.
   int fwd_passes = 2;
@@ -55,12 +55,12 @@ Timing run_case(const Case& c) {
   Tensor x = nc::randn(c.shape, nc::TensorOptions(c.dtype, gpu), &gen);
   Tensor weight, bias;
   std::vector<int64_t> normalized;
-  if (c.op == Op::LayerNorm) {
+  if (c.op == Op::LayerNorm || c.op == Op::RMSNorm) {
     for (int64_t d = static_cast<int64_t>(c.shape.size()) - c.param_dims; d < static_cast<int64_t>(c.shape.size()); ++d) {
       normalized.push_back(c.shape[d]);
     }
     weight = nc::ones(normalized, nc::TensorOptions(c.dtype, gpu));
-    bias = nc::zeros(normalized, nc::TensorOptions(c.dtype, gpu));
+    if (c.op == Op::LayerNorm) bias = nc::zeros(normalized, nc::TensorOptions(c.dtype, gpu));
   } else if (c.op == Op::GroupNorm) {
     weight = nc::ones({c.shape[1]}, nc::TensorOptions(c.dtype, gpu));
     bias = nc::zeros({c.shape[1]}, nc::TensorOptions(c.dtype, gpu));
@@ -68,6 +68,7 @@ Timing run_case(const Case& c) {
   auto forward = [&](const Tensor& in, const Tensor& w, const Tensor& b) {
     switch (c.op) {
       case Op::LayerNorm: return nc::layer_norm(in, normalized, w, b);
+      case Op::RMSNorm: return nc::rms_norm(in, normalized, w);
       case Op::GroupNorm: return nc::group_norm(in, c.param_dims, w, b);
       case Op::L1Norm: return nc::l1_norm(in, 1);
       case Op::Frobenius: return nc::frobenius_norm(in);
@@ -77,10 +78,12 @@ Timing run_case(const Case& c) {
   Timing t;
   const double element = static_cast<double>(nc::dtype_size(c.dtype));
   const double tensor_bytes = static_cast<double>(numel(c.shape)) * element;
-  const double param_bytes = weight.defined() ? 2.0 * static_cast<double>(weight.numel()) * element : 0.0;
+  const double params = (weight.defined() ? 1.0 : 0.0) + (bias.defined() ? 1.0 : 0.0);
+  const double param_bytes = weight.defined() ? params * static_cast<double>(weight.numel()) * element : 0.0;
   t.fwd_bytes = c.fwd_passes * tensor_bytes + param_bytes;
-  // backward: weight read, grad_weight and grad_bias written.
-  t.fwd_bwd_bytes = c.fwd_bwd_passes * tensor_bytes + param_bytes + 1.5 * param_bytes;
+  // backward: weight read, a gradient written per parameter.
+  const double weight_bytes = weight.defined() ? static_cast<double>(weight.numel()) * element : 0.0;
+  t.fwd_bwd_bytes = c.fwd_bwd_passes * tensor_bytes + param_bytes + (1 + params) * weight_bytes;
   t.fwd_ms = median_ms([&] { forward(x, weight, bias); }, c.reps);
 
   Tensor xg = x.detach().requires_grad_();
@@ -90,7 +93,8 @@ Timing run_case(const Case& c) {
   t.fwd_bwd_ms = median_ms(
       [&] {
         xg.zero_grad();
-        if (wg.defined()) wg.zero_grad(), bg.zero_grad();
+        if (wg.defined()) wg.zero_grad();
+        if (bg.defined()) bg.zero_grad();
         forward(xg, wg, bg).backward(grad);
       },
       c.reps);
@@ -158,6 +162,12 @@ int main(int argc, char** argv) {
                        dtype, 1});
     }
     cases.push_back({"groupnorm_" + tag + "_32x320x64x64_g32", Op::GroupNorm, {32, 320, 64, 64}, dtype, 32});
+    // Transformer activations: tokens x hidden.
+    for (int64_t hidden : {1024, 4096, 8192}) {
+      const std::string shape = "_16384x" + std::to_string(hidden);
+      cases.push_back({"rmsnorm_" + tag + shape, Op::RMSNorm, {16384, hidden}, dtype, 1});
+      cases.push_back({"layernorm_" + tag + shape, Op::LayerNorm, {16384, hidden}, dtype, 1});
+    }
   }
   if (sweep) {
     const int64_t elements = int64_t{1} << 26;  // 256 MB of f32

@@ -134,6 +134,11 @@ const std::vector<OpSpec>& op_table() {
          return layer_norm(in.at("x"), attr_integer_list(a, "normalized_shape"), optional_input(in, "weight"),
                            optional_input(in, "bias"), attr_number(a, "eps", 1e-5));
        }},
+      {"rms_norm", {"x"}, {"weight"}, {"normalized_shape", "eps"},
+       [](const Inputs& in, const json& a) {
+         return rms_norm(in.at("x"), attr_integer_list(a, "normalized_shape"), optional_input(in, "weight"),
+                         attr_number(a, "eps", 1e-6));
+       }},
       {"group_norm", {"x"}, {"weight", "bias"}, {"num_groups", "eps"},
        [](const Inputs& in, const json& a) {
          return group_norm(in.at("x"), attr_integer(a, "num_groups"), optional_input(in, "weight"),
@@ -206,13 +211,8 @@ const std::vector<OpSpec>& op_table() {
        [](const Inputs& in, const json& a) { return log_softmax(in.at("x"), attr_integer(a, "dim")); }},
       {"cross_entropy", {"x", "target"}, {}, {"reduction", "label_smoothing", "ignore_index"},
        [](const Inputs& in, const json& a) {
-         const Tensor& target = in.at("target");
-         // normcore's cross_entropy has no ignore_index: a case whose targets use it fails.
-         const int64_t ignore_index = attr_integer(a, "ignore_index", -100);
-         NC_CHECK(target.numel() == 0 || !any(eq(target, Scalar(ignore_index))).item<bool>(), ValueError,
-                  "target holds ignore_index ", ignore_index, ", which normcore's cross_entropy does not support");
-         return nn::cross_entropy(in.at("x"), target, attr_reduction(a, "reduction"),
-                                  attr_number(a, "label_smoothing", 0.0));
+         return nn::cross_entropy(in.at("x"), in.at("target"), attr_reduction(a, "reduction"),
+                                  attr_number(a, "label_smoothing", 0.0), attr_integer(a, "ignore_index", -100));
        }},
       {"embedding", {"weight", "indices"}, {}, {"padding_idx"},
        [](const Inputs& in, const json& a) {

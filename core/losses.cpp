@@ -2,6 +2,8 @@
 // forward runs with recording off and one node holds the closed-form gradient, which is
 // both cheaper and exact where a composition would not be (the kink of |x| at x = 0).
 // nll_loss, mse_loss and l1_loss compose recorded ops.
+#include <optional>
+
 #include "autograd/graph.h"
 #include "core/internal.h"
 #include "normcore/losses.h"
@@ -53,11 +55,14 @@ struct ClassRows {
   Tensor target;     // [M] i64
   Shape loss_shape;  // the per-element loss shape (target's shape)
   int64_t classes = 0;
+  bool maybe_ignored = false;  // ignore_index lies within the targets' range
 };
 
 // Checks input ([C], [N, C] or [N, C, d1, ...], floating) against target (i64, input's
-// shape without the class dim, values in [0, C)) and lays both out as rows.
-ClassRows class_rows(const char* op, const char* input_name, const Tensor& input, const Tensor& target) {
+// shape without the class dim, values in [0, C) or, when given, ignore_index) and lays both
+// out as rows.
+ClassRows class_rows(const char* op, const char* input_name, const Tensor& input, const Tensor& target,
+                     std::optional<int64_t> ignore_index = std::nullopt) {
   check_defined(op, input_name, input);
   check_defined(op, "target", target);
   check_same_device(op, input_name, input, "target", target);
@@ -78,6 +83,12 @@ ClassRows class_rows(const char* op, const char* input_name, const Tensor& input
   int64_t rows = target.numel();
   if (rows > 0) {
     int64_t lo = min(target).item<int64_t>(), hi = max(target).item<int64_t>();
+    out.maybe_ignored = ignore_index && *ignore_index >= lo && *ignore_index <= hi;
+    if (out.maybe_ignored) {  // the range of the others, with ignored positions as class 0
+      const Tensor checked = where(eq(target, Scalar(*ignore_index)), Scalar(int64_t{0}), target);
+      lo = min(checked).item<int64_t>();
+      hi = max(checked).item<int64_t>();
+    }
     int64_t bad = lo < 0 ? lo : hi;
     NC_CHECK(lo >= 0 && hi < out.classes, IndexError, op, ": target value ", bad, " is out of range for ",
              out.classes, " classes (", input_name, " is ", describe(input), ")");
@@ -112,34 +123,56 @@ void check_elementwise_pair(const char* op, const char* input_name, const Tensor
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing,
+                     int64_t ignore_index) {
   const OpScope op("cross_entropy");
   NC_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, op,
            ": label_smoothing must be in [0, 1], got ", label_smoothing);
-  Tensor loss, log_probs, rows_target;
+  Tensor loss, log_probs, rows_target, kept;
   int64_t classes = 0;
   {
     autograd::NoGradGuard no_grad;
-    ClassRows cr = class_rows(op, "logits", logits, target);
+    ClassRows cr = class_rows(op, "logits", logits, target, ignore_index);
     classes = cr.classes;
     rows_target = cr.target;
+    if (cr.maybe_ignored) {
+      // Rows whose target is ignore_index: kept = 0, and class 0 stands in for the target.
+      kept = ne(cr.target, Scalar(ignore_index)).to(compute_dtype(logits.dtype()));
+      rows_target = where(eq(cr.target, Scalar(ignore_index)), Scalar(int64_t{0}), cr.target);
+    }
     log_probs = log_softmax(cr.rows.to(compute_dtype(logits.dtype())), 1);
-    Tensor picked = gather(log_probs, 1, cr.target.unsqueeze(1)).reshape({cr.target.numel()});
+    Tensor picked = gather(log_probs, 1, rows_target.unsqueeze(1)).reshape({rows_target.numel()});
     Tensor per_row = mul(picked, -(1.0 - label_smoothing));
     if (label_smoothing > 0 && classes > 0)
       per_row = sub(per_row, mul(sum(log_probs, {1}), label_smoothing / static_cast<double>(classes)));
-    loss = reduce(per_row.reshape(cr.loss_shape), reduction).to(logits.dtype());
+    if (kept.defined()) {
+      // The mean is over the rows that count (NaN when none does, as in PyTorch).
+      per_row = mul(per_row, kept).reshape(cr.loss_shape);
+      loss = reduction == Reduction::Mean ? div(sum(per_row), sum(kept)) : reduce(per_row, reduction);
+    } else {
+      loss = reduce(per_row.reshape(cr.loss_shape), reduction);
+    }
+    loss = loss.to(logits.dtype());
   }
   if (!autograd::needs_grad(logits)) return loss;
   autograd::record(op, loss, {logits}, [lps = autograd::saved(log_probs), ts = autograd::saved(rows_target),
-                                        classes, reduction, label_smoothing, shape = logits.shape(),
-                                        dtype = logits.dtype()](const Tensor& grad) {
+                                        ks = autograd::saved(kept), classes, reduction, label_smoothing,
+                                        shape = logits.shape(), dtype = logits.dtype()](const Tensor& grad) {
     // (softmax - q) * g_row, with q = (1 - s) onehot + s / C: subtract s / C everywhere,
-    // then 1 - s more at each row's target class.
+    // then 1 - s more at each row's target class; ignored rows get none.
     const Tensor& lp = lps.get();
     const Tensor& t = ts.get();
+    const Tensor& k = ks.get();
     int64_t rows = t.numel();
-    Tensor g_row = spread_grad(grad.to(lp.dtype()), reduction, {rows}).reshape({rows, 1});
+    Tensor g_row;
+    if (k.defined()) {
+      Tensor g = grad.to(lp.dtype());
+      if (reduction == Reduction::Mean) g = div(g, sum(k));
+      g_row = mul(spread_grad(g, reduction == Reduction::Mean ? Reduction::Sum : reduction, {rows}), k);
+    } else {
+      g_row = spread_grad(grad.to(lp.dtype()), reduction, {rows});
+    }
+    g_row = g_row.reshape({rows, 1});
     double uniform = classes > 0 ? label_smoothing / static_cast<double>(classes) : 0.0;
     Tensor grad_rows = mul(sub(exp(lp), uniform), g_row);
     grad_rows = scatter_add(grad_rows, 1, t.unsqueeze(1), mul(g_row, -(1.0 - label_smoothing)));

@@ -55,21 +55,32 @@ void finish_running_update(Tensor running, const Tensor& written) {
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
-  const OpScope op("layer_norm");
-  check_input(op, x, eps);
+// x as [rows, row_len] rows of the trailing normalized_shape dims (layer_norm, rms_norm).
+struct Rows {
+  int64_t rows, row_len;
+};
+
+Rows check_normalized_shape(const char* op, const Tensor& x, const std::vector<int64_t>& normalized_shape) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   NC_CHECK(k >= 1, ShapeError, op, ": normalized_shape must have at least one dim, got [] (x is ", describe(x), ")");
   bool trailing = k <= x.dim();
   for (int64_t i = 0; trailing && i < k; ++i) trailing = x.size(x.dim() - k + i) == normalized_shape[i];
   NC_CHECK(trailing, ShapeError, op, ": normalized_shape ", normalized_shape, " must match the trailing dims of x ",
            describe(x));
+  const int64_t row_len = checked_numel(normalized_shape, op);
+  const int64_t rows = row_len > 0 ? x.numel() / row_len : checked_numel(Shape(x.shape().begin(), x.shape().end() - k), op);
+  return {rows, row_len};
+}
+
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  const OpScope op("layer_norm");
+  check_input(op, x, eps);
+  const Rows layout = check_normalized_shape(op, x, normalized_shape);
+  const int64_t rows = layout.rows, row_len = layout.row_len;
   check_param(op, "weight", weight, x, normalized_shape);
   check_param(op, "bias", bias, x, normalized_shape);
 
-  const int64_t row_len = checked_numel(normalized_shape, op);
-  const int64_t rows = row_len > 0 ? x.numel() / row_len : checked_numel(Shape(x.shape().begin(), x.shape().end() - k), op);
   Tensor xc, w, b;
   {
     autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them
@@ -91,6 +102,35 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
                      kernels::norms(x.device()).layer_norm_backward(grad_like(grad, x), x, w, mean, rstd, rows, row_len,
                                                                     grad_x, grad_weight, grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
+                   });
+  return out;
+}
+
+Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight, double eps) {
+  const OpScope op("rms_norm");
+  check_input(op, x, eps);
+  const Rows layout = check_normalized_shape(op, x, normalized_shape);
+  const int64_t rows = layout.rows, row_len = layout.row_len;
+  check_param(op, "weight", weight, x, normalized_shape);
+
+  Tensor xc, w;
+  {
+    autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them
+    xc = x.contiguous();
+    w = weight.defined() ? weight.contiguous() : weight;
+  }
+  Tensor out = new_like(x), rstd = stats_like({rows}, x);
+  kernels::norms(x.device()).rms_norm_forward(xc, w, rows, row_len, eps, out, rstd);
+  if (!autograd::needs_grad(x, weight)) return out;
+  autograd::record(op, out, {x, weight},
+                   [xs = autograd::saved(xc), ws = autograd::saved(w), rstd, rows, row_len](const Tensor& grad) {
+                     const Tensor& x = xs.get();
+                     const Tensor& w = ws.get();
+                     Tensor grad_x = new_like(x);
+                     Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
+                     kernels::norms(x.device()).rms_norm_backward(grad_like(grad, x), x, w, rstd, rows, row_len,
+                                                                  grad_x, grad_weight);
+                     return std::vector<Tensor>{grad_x, grad_weight};
                    });
   return out;
 }

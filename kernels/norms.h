@@ -1,4 +1,4 @@
-// The normalization kernels: layer, group, batch, L1 and Frobenius norm, forward and backward
+// The normalization kernels: layer, RMS, group, batch, L1 and Frobenius norm, forward and backward
 // (core/norms.cpp checks arguments and ties them to autograd, feeding backward the
 // statistics the forward saved). Every tensor contiguous; x, y, grad_y, grad_x, weight, bias,
 // grad_weight, grad_bias and batch norm's running statistics share x's floating dtype; the
@@ -47,6 +47,15 @@ class NormKernels {
   virtual void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd, int64_t rows, int64_t row_len, const Tensor& grad_x,
                                    const Tensor& grad_weight, const Tensor& grad_bias) const = 0;
+  // rms_norm: layer norm's layout without centering or bias: x [rows, row_len]; rstd [rows];
+  // weight [row_len]; y = x * rstd * weight, rstd = 1 / sqrt(mean(x * x) + eps). Backward:
+  // grad_x = rstd * (w * dy - xhat * mean(w * dy * xhat)) with xhat = x * rstd,
+  // grad_weight = sum(dy * xhat) over rows.
+  virtual void rms_norm_forward(const Tensor& x, const Tensor& weight, int64_t rows, int64_t row_len, double eps,
+                                const Tensor& y, const Tensor& rstd) const = 0;
+  virtual void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                 int64_t rows, int64_t row_len, const Tensor& grad_x,
+                                 const Tensor& grad_weight) const = 0;
   // group_norm: x [batch, channels, spatial], channels = groups * (channels / groups);
   // mean, rstd [batch * groups]; weight, bias [channels].
   virtual void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch,

@@ -1,5 +1,5 @@
-// Normalization layers: each holds its hyper-parameters and (for LayerNorm, GroupNorm and
-// BatchNorm) its affine parameters, and calls the functional op of normcore/norms.h, which
+// Normalization layers: each holds its hyper-parameters and (for LayerNorm, RMSNorm, GroupNorm
+// and BatchNorm) its affine parameters, and calls the functional op of normcore/norms.h, which
 // checks the input against them and records the backward. BatchNorm also keeps its running
 // statistics as buffers, which the op updates in training.
 #include <algorithm>
@@ -35,6 +35,17 @@ LayerNorm::LayerNorm(std::vector<int64_t> shape, double eps, bool elementwise_af
 }
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, normalized_shape, weight, bias, eps); }
+
+RMSNorm::RMSNorm(std::vector<int64_t> shape, double eps, bool elementwise_affine)
+    : normalized_shape(std::move(shape)), eps(eps) {
+  check_eps("RMSNorm", eps);
+  for (int64_t size : normalized_shape) {
+    NC_CHECK(size >= 0, ValueError, "RMSNorm: normalized_shape must have non-negative sizes, got ", normalized_shape);
+  }
+  if (elementwise_affine) weight = register_parameter("weight", ones(normalized_shape));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, normalized_shape, weight, eps); }
 
 GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps, bool affine)
     : num_groups(groups), num_channels(channels), eps(eps) {

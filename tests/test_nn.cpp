@@ -147,6 +147,10 @@ std::vector<GradCase> loss_cases() {
       {"cross_entropy_per_position_none",
        [t3](V v) { return nn::cross_entropy(v[0], t3, nn::Reduction::None); }, {leaf({2, 4, 3}, 16)}},
       {"cross_entropy_single_sample", [t0](V v) { return nn::cross_entropy(v[0], t0); }, {leaf({5}, 17)}},
+      {"cross_entropy_ignore_index", [](V v) { return nn::cross_entropy(v[0], i64({2, -100, 1}, {3}), nn::Reduction::Mean, 0.1); },
+       {leaf({3, 4}, 27)}},
+      {"cross_entropy_ignore_index_class_none",
+       [t2](V v) { return nn::cross_entropy(v[0], t2, nn::Reduction::None, 0.0, 0); }, {leaf({3, 4}, 28)}},
       {"nll_loss_mean", [t2](V v) { return nn::nll_loss(nc::log_softmax(v[0], 1), t2); }, {leaf({3, 4}, 18)}},
       {"nll_loss_none", [t2](V v) { return nn::nll_loss(v[0], t2, nn::Reduction::None); }, {leaf({3, 4}, 19)}},
       {"nll_loss_per_position_sum", [t3](V v) { return nn::nll_loss(v[0], t3, nn::Reduction::Sum); },
@@ -232,6 +236,26 @@ TEST(Loss, CrossEntropyGradientIsSoftmaxMinusSmoothedTarget) {
               1e-8);
   Tensor loss = nn::cross_entropy(logits, i64({2, 1}, {2}));
   EXPECT_EQ(loss.grad_fn_name(), "cross_entropy");
+}
+
+// Targets equal to ignore_index add nothing; Mean divides by the others (PyTorch's rule).
+TEST(Loss, CrossEntropyIgnoreIndex) {
+  Tensor logits = f64({1, 2, 3, 1, 0, -1, 5, 5, 5}, {3, 3}).requires_grad_();
+  // Row 0 (target 2): 0.407605964; row 1 ignored; row 2 (target 0): log 3 = 1.098612289.
+  Tensor target = i64({2, -100, 0}, {3});
+  expect_near(nn::cross_entropy(logits, target), {(0.407605964 + 1.098612289) / 2}, 1e-8);
+  expect_near(nn::cross_entropy(logits, target, nn::Reduction::Sum), {0.407605964 + 1.098612289}, 1e-8);
+  expect_near(nn::cross_entropy(logits, target, nn::Reduction::None), {0.407605964, 0.0, 1.098612289}, 1e-8);
+  // Another ignore_index, inside the class range: class 0 is skipped, -100 is out of range.
+  expect_near(nn::cross_entropy(logits, i64({2, 1, 0}, {3}), nn::Reduction::None, 0.0, 0),
+              {0.407605964, 1.407605964, 0.0}, 1e-8);
+  EXPECT_THROW(nn::cross_entropy(logits, target, nn::Reduction::Mean, 0.0, 0), nc::IndexError);
+  nn::cross_entropy(logits, target).backward();
+  const std::vector<double> g = logits.grad().to_vector<double>();
+  for (int c = 3; c < 6; ++c) EXPECT_EQ(g[c], 0.0) << "the ignored row gets no gradient";
+  EXPECT_NEAR(g[0], 0.090030573 / 2, 1e-8);  // softmax / 2 kept rows
+  // Every target ignored: the mean is 0 / 0.
+  EXPECT_TRUE(std::isnan(nn::cross_entropy(logits, i64({-100, -100, -100}, {3})).item<double>()));
 }
 
 TEST(Loss, CrossEntropyPerPositionMatchesRows) {

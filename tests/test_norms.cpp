@@ -52,6 +52,21 @@ std::vector<double> reference_group_norm(const std::vector<double>& x, int64_t b
   return y;
 }
 
+// RMS norm in double over rows of row_len: x / sqrt(mean(x^2) + eps) * weight.
+std::vector<double> reference_rms_norm(const std::vector<double>& x, int64_t row_len,
+                                       const std::vector<double>& weight, double eps) {
+  std::vector<double> y(x.size());
+  for (size_t r = 0; r * row_len < x.size(); ++r) {
+    double squares = 0;
+    for (int64_t i = 0; i < row_len; ++i) squares += x[r * row_len + i] * x[r * row_len + i];
+    const double rstd = 1 / std::sqrt(squares / static_cast<double>(row_len) + eps);
+    for (int64_t i = 0; i < row_len; ++i) {
+      y[r * row_len + i] = x[r * row_len + i] * rstd * (weight.empty() ? 1.0 : weight[i]);
+    }
+  }
+  return y;
+}
+
 std::vector<double> reference_l1_norm(const std::vector<double>& x, int64_t outer, int64_t size, int64_t inner,
                                       double eps) {
   std::vector<double> y(x.size());
@@ -111,6 +126,32 @@ TEST(NormLayerNorm, MatchesReference) {
       expect_close(values(y), expected, tolerance(dtype), what);
     }
   }
+}
+
+TEST(NormRMSNorm, MatchesReference) {
+  const std::vector<LayerCase> cases = {
+      {{4, 1}, {1}, true}, {{3, 7}, {7}, true}, {{2, 3, 65}, {65}, false}, {{2, 1000}, {1000}, true},
+      {{2, 5, 3}, {5, 3}, true}, {{7}, {7}, false},
+  };
+  for (const LayerCase& c : cases) {
+    for (DType dtype : kFloatDTypes) {
+      const std::string what = nc::shape_str(c.shape) + " " + nc::dtype_name(dtype);
+      Tensor x = random(c.shape, 4, dtype) + 3.0;  // a mean far from 0: nothing is centered
+      Tensor weight = c.affine ? random(c.normalized_shape, 5, dtype) : Tensor();
+      Tensor y = nc::rms_norm(x, c.normalized_shape, weight, 1e-6);
+      ASSERT_EQ(y.shape(), c.shape) << what;
+      ASSERT_EQ(y.dtype(), dtype) << what;
+      auto expected = reference_rms_norm(values(x), numel(c.normalized_shape),
+                                         c.affine ? values(weight) : std::vector<double>(), 1e-6);
+      expect_close(values(y), expected, tolerance(dtype), what);
+    }
+  }
+  // A zero row: rstd = 1 / sqrt(eps), y = 0, and a finite gradient.
+  Tensor zero = nc::zeros({2, 8}, DType::F64).requires_grad_();
+  Tensor y = nc::rms_norm(zero, {8}, Tensor(), 1e-6);
+  EXPECT_EQ(values(y), std::vector<double>(16, 0.0));
+  y.backward(nc::ones_like(y));
+  for (double g : values(zero.grad())) EXPECT_DOUBLE_EQ(g, 1e3);  // rstd = 1 / sqrt(1e-6)
 }
 
 struct GroupCase {
@@ -261,6 +302,12 @@ TEST(NormGradcheck, EveryOpWithAndWithoutParameters) {
        {leaf({4, 5}, 24), leaf({5}, 25)}},
       {"layer_norm row_len 1", [](const std::vector<Tensor>& in) { return nc::layer_norm(in[0], {1}, in[1], in[2]); },
        {leaf({3, 1}, 26), leaf({1}, 27), leaf({1}, 28)}},
+      {"rms_norm", [](const std::vector<Tensor>& in) { return nc::rms_norm(in[0], {7}, Tensor()); },
+       {leaf({3, 7}, 90)}},
+      {"rms_norm weight, 2 dims", [](const std::vector<Tensor>& in) { return nc::rms_norm(in[0], {3, 4}, in[1]); },
+       {leaf({2, 3, 4}, 91), leaf({3, 4}, 92)}},
+      {"rms_norm row_len 1", [](const std::vector<Tensor>& in) { return nc::rms_norm(in[0], {1}, in[1]); },
+       {leaf({3, 1}, 93), leaf({1}, 94)}},
       {"group_norm", [](const std::vector<Tensor>& in) { return nc::group_norm(in[0], 2, Tensor(), Tensor()); },
        {leaf({2, 4, 3}, 30)}},
       {"group_norm affine 4-D", [](const std::vector<Tensor>& in) { return nc::group_norm(in[0], 3, in[1], in[2]); },
@@ -293,6 +340,7 @@ TEST(NormAutograd, RecordsOneNamedNode) {
   Tensor x = leaf({2, 4}, 70);
   EXPECT_EQ(nc::layer_norm(x, {4}, Tensor(), Tensor()).grad_fn_name(), "layer_norm");
   EXPECT_EQ(nc::group_norm(x, 2, Tensor(), Tensor()).grad_fn_name(), "group_norm");
+  EXPECT_EQ(nc::rms_norm(x, {4}, Tensor()).grad_fn_name(), "rms_norm");
   EXPECT_EQ(nc::l1_norm(x).grad_fn_name(), "l1_norm");
   EXPECT_EQ(nc::frobenius_norm(x).grad_fn_name(), "frobenius_norm");
   EXPECT_FALSE(nc::layer_norm(x.detach(), {4}, Tensor(), Tensor()).requires_grad());
@@ -330,6 +378,15 @@ TEST(NormErrors, NameOpArgumentAndShapes) {
       bad<nc::DTypeError>("integer x", [&] { nc::layer_norm(nc::zeros({2, 3}, DType::I64), {3}, none, none); },
                           {"layer_norm", "x", "i64"}),
       bad<nc::ValueError>("layer_norm eps", [&] { nc::layer_norm(x, {3}, none, none, 0.0); }, {"layer_norm", "eps"}),
+      bad<nc::ShapeError>("rms_norm normalized_shape", [&] { nc::rms_norm(x, {6}, none); },
+                          {"rms_norm", "normalized_shape", "[6]", "[2, 6, 3]"}),
+      bad<nc::ShapeError>("rms_norm weight shape", [&] { nc::rms_norm(x, {6, 3}, nc::ones({3})); },
+                          {"rms_norm", "weight", "[6, 3]", "[3]"}),
+      bad<nc::DTypeError>("rms_norm weight dtype", [&] { nc::rms_norm(x, {3}, nc::ones({3}, DType::BF16)); },
+                          {"rms_norm", "weight", "bf16"}),
+      bad<nc::DTypeError>("rms_norm integer x", [&] { nc::rms_norm(nc::zeros({2, 3}, DType::I32), {3}, none); },
+                          {"rms_norm", "x", "i32"}),
+      bad<nc::ValueError>("rms_norm eps", [&] { nc::rms_norm(x, {3}, none, 0.0); }, {"rms_norm", "eps"}),
       bad<nc::ShapeError>("group_norm channels", [&] { nc::group_norm(x, 4, none, none); },
                           {"group_norm", "num_groups = 4", "C = 6", "[2, 6, 3]"}),
       bad<nc::ValueError>("group_norm zero groups", [&] { nc::group_norm(x, 0, none, none); },
@@ -377,6 +434,13 @@ TEST(NormLayers, ParametersAndForward) {
   EXPECT_EQ(values(layer.bias), std::vector<double>(12, 0.0));
   EXPECT_EQ(parameter_names(nc::nn::LayerNorm({3}, 1e-5, true, false)), (Names{"weight"}));
   EXPECT_TRUE(parameter_names(nc::nn::LayerNorm({3}, 1e-5, false)).empty());
+  nc::nn::RMSNorm rms({4, 3});
+  EXPECT_EQ(parameter_names(rms), (Names{"weight"}));
+  EXPECT_EQ(values(rms.weight), std::vector<double>(12, 1.0));
+  EXPECT_EQ(rms.eps, 1e-6);
+  EXPECT_TRUE(parameter_names(nc::nn::RMSNorm({3}, 1e-6, false)).empty());
+  EXPECT_THROW(nc::nn::RMSNorm({3}, 0.0), nc::ValueError);
+  EXPECT_THROW(nc::nn::RMSNorm({-1}), nc::ValueError);
   nc::nn::GroupNorm group(2, 6);
   EXPECT_EQ(parameter_names(group), (Names{"weight", "bias"}));
   EXPECT_EQ(group.weight.shape(), (nc::Shape{6}));
@@ -393,6 +457,10 @@ TEST(NormLayers, ParametersAndForward) {
   nc::sum(nc::mul(y, y)).backward();
   EXPECT_EQ(layer.weight.grad().shape(), (nc::Shape{4, 3}));
   EXPECT_EQ(layer.bias.grad().shape(), (nc::Shape{4, 3}));
+  Tensor rms_y = rms(x);
+  expect_close(values(rms_y), reference_rms_norm(values(x), 12, {}, 1e-6), 1e-5, "RMSNorm");
+  nc::sum(nc::mul(rms_y, rms_y)).backward();
+  EXPECT_EQ(rms.weight.grad().shape(), (nc::Shape{4, 3}));
   Tensor images = random({2, 6, 5}, 81, DType::F32);
   expect_close(values(group(images)), reference_group_norm(values(images), 2, 2, 6, 5, {}, {}, 1e-5), 1e-5,
                "GroupNorm");

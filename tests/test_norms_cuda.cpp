@@ -35,6 +35,7 @@ struct CudaCase {
   NormOp op;
   double offset = 0;      // added to x: a large mean (f64 and f32 only)
   bool zero_rows = false; // zero the first half of x
+  bool has_bias = true;   // with param_shape: the op takes a bias beside its weight
 };
 
 Tensor random(const nc::Shape& shape, uint64_t seed, DType dtype) {
@@ -85,14 +86,14 @@ void run_case(const CudaCase& c, DType dtype) {
   Tensor weight, bias;
   if (!c.param_shape.empty()) {
     weight = random(c.param_shape, 12, dtype);
-    bias = random(c.param_shape, 13, dtype);
+    if (c.has_bias) bias = random(c.param_shape, 13, dtype);
   }
   Tensor grad = random(c.x_shape, 14, dtype);
 
   std::vector<Tensor> cpu_in = {x.clone().requires_grad_()};
   if (weight.defined()) {
     cpu_in.push_back(weight.clone().requires_grad_());
-    cpu_in.push_back(bias.clone().requires_grad_());
+    if (bias.defined()) cpu_in.push_back(bias.clone().requires_grad_());
   }
   std::vector<Tensor> gpu_in;
   for (const Tensor& t : cpu_in) gpu_in.push_back(t.detach().to(nc::Device::cuda()).requires_grad_());
@@ -109,13 +110,19 @@ void run_case(const CudaCase& c, DType dtype) {
   if (x.numel() == 0) return;
   cpu_y.backward(grad);
   gpu_y.backward(grad.to(nc::Device::cuda()));
-  const char* names[] = {"grad_x", "grad_weight", "grad_bias"};
+  const char* names[] = {"grad_x", "grad_weight", "grad_bias"};  // as pushed: bias only with weight
   for (size_t i = 0; i < cpu_in.size(); ++i) expect_close(gpu_in[i].grad(), cpu_in[i].grad(), 4 * tol, names[i]);
 }
 
 NormOp layer_norm_over(std::vector<int64_t> normalized_shape) {
   return [normalized_shape](const Tensor& x, const Tensor& w, const Tensor& b) {
     return nc::layer_norm(x, normalized_shape, w, b);
+  };
+}
+
+NormOp rms_norm_over(std::vector<int64_t> normalized_shape) {
+  return [normalized_shape](const Tensor& x, const Tensor& w, const Tensor&) {
+    return nc::rms_norm(x, normalized_shape, w);
   };
 }
 
@@ -145,6 +152,18 @@ std::vector<CudaCase> cases() {
       {"layer_norm large mean", {4, 3000}, {3000}, layer_norm_over({3000}), 1e4},
       {"layer_norm zero rows", {6, 70}, {70}, layer_norm_over({70}), 0, true},
       {"layer_norm empty", {0, 16}, {16}, layer_norm_over({16})},
+      {"rms_norm row of 1", {5, 1}, {1}, rms_norm_over({1}), 0, false, false},
+      {"rms_norm warp rows", {37, 100}, {100}, rms_norm_over({100}), 0, false, false},
+      {"rms_norm warp rows, no weight", {37, 1000}, {}, rms_norm_over({1000})},
+      {"rms_norm block rows", {9, 4096}, {4096}, rms_norm_over({4096}), 0, false, false},
+      {"rms_norm many rows", {3000, 48}, {48}, rms_norm_over({48}), 0, false, false},
+      {"rms_norm rows in chunks", {3, 20000}, {20000}, rms_norm_over({20000}), 0, false, false},
+      {"rms_norm many unaligned rows", {700, 33}, {33}, rms_norm_over({33}), 0, false, false},
+      {"rms_norm chunked rows", {2, 3, 65535}, {3, 65535}, rms_norm_over({3, 65535}), 0, false, false},
+      {"rms_norm one long row", {1, 1 << 20}, {1 << 20}, rms_norm_over({1 << 20}), 0, false, false},
+      {"rms_norm large mean", {4, 3000}, {3000}, rms_norm_over({3000}), 1e4, false, false},
+      {"rms_norm zero rows", {6, 70}, {70}, rms_norm_over({70}), 0, true, false},
+      {"rms_norm empty", {0, 16}, {16}, rms_norm_over({16}), 0, false, false},
       {"group_norm [N, C]", {64, 24}, {24}, group_norm_with(6)},
       {"group_norm small planes", {3, 12, 3}, {12}, group_norm_with(4)},
       {"group_norm image", {2, 8, 33, 31}, {8}, group_norm_with(2)},
@@ -210,7 +229,9 @@ TEST(NormCuda, ParameterGradientsAreDeterministic) {
     Tensor gw = nc::ones({8}, gpu).requires_grad_();
     Tensor gb = nc::zeros({8}, gpu).requires_grad_();
     nc::group_norm(images, 2, gw, gb).backward(image_grad);
-    return std::vector<Tensor>{w.grad(), b.grad(), gw.grad(), gb.grad()};
+    Tensor rw = nc::ones({96}, gpu).requires_grad_();
+    nc::rms_norm(x, {96}, rw).backward(grad);
+    return std::vector<Tensor>{w.grad(), b.grad(), gw.grad(), gb.grad(), rw.grad()};
   };
   std::vector<Tensor> first = grads(), second = grads();
   for (size_t i = 0; i < first.size(); ++i) {

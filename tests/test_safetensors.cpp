@@ -368,6 +368,13 @@ const std::vector<ConformanceCase> kConformanceCases = {
     {"max_pool2d_3x3_s2_p1", "max_pool2d", "F32",
      "x:F32[1,2,7,7] grad_out:F32[1,2,4,4] out:F32[1,2,4,4] grad.x:F32[1,2,7,7]",
      {{"x", 0, 0xbf3109cd}, {"x", 50, 0x3ed2c5de}, {"grad.x", 97, 0x00000000}}},
+    {"rms_norm_bf16", "rms_norm", "BF16",
+     "x:BF16[4,16,256] weight:BF16[256] grad_out:BF16[4,16,256] out:BF16[4,16,256] grad.x:BF16[4,16,256] "
+     "grad.weight:BF16[256]",
+     {}},
+    {"rms_norm_rows", "rms_norm", "F32",
+     "x:F32[8,64] weight:F32[64] grad_out:F32[8,64] out:F32[8,64] grad.x:F32[8,64] grad.weight:F32[64]",
+     {{"x", 0, 0x4030beff}, {"x", 511, 0xbfa6f7a9}, {"grad.x", 256, 0x3de4627e}}},
     {"softmax_last", "softmax", "F32",
      "x:F32[5,17] grad_out:F32[5,17] out:F32[5,17] grad.x:F32[5,17]",
      {{"x", 0, 0x3fcb116c}, {"x", 43, 0xbfc888cb}, {"grad.x", 84, 0x3d3a3568}}},

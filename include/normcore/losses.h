@@ -16,10 +16,12 @@ enum class Reduction { Mean, Sum, None };
 // is (softmax(logits) - q) * grad, with q = (1 - label_smoothing) * onehot(target) +
 // label_smoothing / C (PyTorch's smoothing). Shapes: logits [N, C] with target [N];
 // logits [C] with a 0-dim target; logits [N, C, d1, ...] with target [N, d1, ...].
-// target is i64 with values in [0, C) (IndexError names the first bad value otherwise);
+// target is i64 with values in [0, C) or ignore_index (IndexError names the first bad value
+// otherwise); a target equal to ignore_index adds no loss and no gradient, and Mean divides by
+// the number of the other targets (NaN when there are none, as in PyTorch).
 // label_smoothing in [0, 1]. f16/bf16 logits are computed in f32.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
-                     double label_smoothing = 0.0);
+                     double label_smoothing = 0.0, int64_t ignore_index = -100);
 
 // Negative log likelihood: -log_probs[i, target[i]]. Same shapes and target rules as
 // cross_entropy (log_probs take the place of logits).

@@ -207,6 +207,19 @@ class LayerNorm : public Module {
   Tensor bias;    // normalized_shape; undefined without elementwise_affine or bias
 };
 
+// rms_norm over the trailing normalized_shape dims: [*, normalized_shape] -> same. weight
+// (ones) has shape normalized_shape. PyTorch's nn.RMSNorm leaves eps unset (the dtype's
+// epsilon); here it is a number, 1e-6 by default, as most transformer code sets it.
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(std::vector<int64_t> normalized_shape, double eps = 1e-6, bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) override;
+
+  const std::vector<int64_t> normalized_shape;
+  const double eps;
+  Tensor weight;  // normalized_shape; undefined without elementwise_affine
+};
+
 // group_norm: [N, num_channels, *] -> same; weight (ones) and bias (zeros) [num_channels].
 class GroupNorm : public Module {
  public:

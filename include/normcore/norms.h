@@ -1,5 +1,5 @@
-// Normalization ops (functional forms of the LayerNorm, GroupNorm, L1Norm and FrobeniusNorm
-// layers). Each is one recorded op with its own forward and backward (not a composition of
+// Normalization ops (functional forms of the LayerNorm, RMSNorm, GroupNorm, L1Norm,
+// FrobeniusNorm and BatchNorm layers). Each is one recorded op with its own forward and backward (not a composition of
 // generic ops): forward saves what backward needs (mean and rstd, or the norm), backward
 // gives grad_x, grad_weight and grad_bias, reducing parameter gradients deterministically.
 // Floating dtypes; f16/bf16 compute in f32. Statistics are two-pass or Welford/Chan
@@ -18,6 +18,12 @@ namespace normcore {
 // [*, normalized_shape] -> same shape.
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps = 1e-5);
+
+// PyTorch's F.rms_norm: y = x / sqrt(mean(x * x over the trailing normalized_shape dims) + eps)
+// * weight; weight is optional (undefined) with shape normalized_shape. The saved statistic
+// is rstd. [*, normalized_shape] -> same shape.
+Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
+                double eps = 1e-6);
 
 // PyTorch's F.group_norm: x [N, C, *] (rank >= 2), C divisible by num_groups; statistics per
 // sample and group over C / num_groups channels and all trailing dims; weight and bias [C],

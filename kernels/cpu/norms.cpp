@@ -5,8 +5,9 @@
 // accuracy. Backward folds the weight into per-row coefficients:
 //   grad_x = rstd * (w_c * dy - mean(w * dy) - xhat * mean(w * dy * xhat)).
 // Batch norm takes the same two-pass statistics per channel, over the channel's batch
-// planes. The loops run in a fixed order on one thread, so parameter gradients are
-// deterministic.
+// planes. RMS norm is layer norm without centering: the same templates with no mean (taken
+// as 0, and mean(w * dy) dropped from grad_x). The loops run in a fixed order on one thread,
+// so parameter gradients are deterministic.
 #include <cmath>
 #include <vector>
 
@@ -25,14 +26,16 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
   const T* weight = data_or_null<const T>(weight_t);
   const T* bias = data_or_null<const T>(bias_t);
   T* y = data_as<T>(y_t);
-  double* mean_out = data_as<double>(mean_t);
+  double* mean_out = data_or_null<double>(mean_t);  // none: RMS norm, no centering
   double* rstd_out = data_as<double>(rstd_t);
   const int64_t row_len = l.row_len();
   for (int64_t r = 0; r < l.rows(); ++r) {
     const T* xr = x + r * row_len;
     T* yr = y + r * row_len;
     double sum = 0;
-    for (int64_t i = 0; i < row_len; ++i) sum += convert<double>(xr[i]);
+    if (mean_out) {
+      for (int64_t i = 0; i < row_len; ++i) sum += convert<double>(xr[i]);
+    }
     double mean = row_len > 0 ? sum / static_cast<double>(row_len) : 0.0;
     double sq = 0;
     for (int64_t i = 0; i < row_len; ++i) {
@@ -41,7 +44,7 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
     }
     double var = row_len > 0 ? sq / static_cast<double>(row_len) : 0.0;
     double rstd = 1.0 / std::sqrt(var + eps);
-    mean_out[r] = mean;
+    if (mean_out) mean_out[r] = mean;
     rstd_out[r] = rstd;
     const int64_t first_channel = (r % l.groups) * l.group_channels;
     for (int64_t c = 0; c < l.group_channels; ++c) {
@@ -62,7 +65,7 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
   const T* grad_y = data_as<const T>(grad_y_t);
   const T* x = data_as<const T>(x_t);
   const T* weight = data_or_null<const T>(weight_t);
-  const double* mean_in = data_as<const double>(mean_t);
+  const double* mean_in = data_or_null<const double>(mean_t);  // none: RMS norm
   const double* rstd_in = data_as<const double>(rstd_t);
   const int64_t row_len = l.row_len();
   const int64_t channels = l.groups * l.group_channels;
@@ -76,7 +79,7 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
   for (int64_t r = 0; r < l.rows(); ++r) {
     const T* xr = x + r * row_len;
     const T* dyr = grad_y + r * row_len;
-    const double mean = mean_in[r], rstd = rstd_in[r];
+    const double mean = mean_in ? mean_in[r] : 0.0, rstd = rstd_in[r];
     const int64_t first_channel = (r % l.groups) * l.group_channels;
     double sum_g = 0, sum_g_xc = 0;  // sum(w * dy), sum(w * dy * (x - mean)) over the row
     for (int64_t c = 0; c < l.group_channels; ++c) {
@@ -96,7 +99,7 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
       dy_xhat_sum[first_channel + c] += dy_xc * rstd;
     }
     const double inv_len = 1.0 / static_cast<double>(row_len);
-    const double mean_g = sum_g * inv_len;
+    const double mean_g = mean_in ? sum_g * inv_len : 0.0;
     const double mean_g_xhat = sum_g_xc * rstd * inv_len;
     T* gxr = grad_x + r * row_len;
     for (int64_t c = 0; c < l.group_channels; ++c) {
@@ -138,7 +141,7 @@ void batch_norm_forward_typed(const Tensor& x_t, const Tensor& weight_t, const T
   T* running_mean = data_or_null<T>(running_mean_t);
   T* running_var = data_or_null<T>(running_var_t);
   T* y = data_as<T>(y_t);
-  double* mean_out = data_as<double>(mean_t);
+  double* mean_out = data_or_null<double>(mean_t);  // none: RMS norm, no centering
   double* rstd_out = data_as<double>(rstd_t);
   const double count = static_cast<double>(p.count());
   for (int64_t c = 0; c < p.channels; ++c) {
@@ -187,7 +190,7 @@ void batch_norm_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const 
   const T* grad_y = data_as<const T>(grad_y_t);
   const T* x = data_as<const T>(x_t);
   const T* weight = data_or_null<const T>(weight_t);
-  const double* mean_in = data_as<const double>(mean_t);
+  const double* mean_in = data_or_null<const double>(mean_t);  // none: RMS norm
   const double* rstd_in = data_as<const double>(rstd_t);
   T* grad_x = data_as<T>(grad_x_t);
   T* grad_weight = data_or_null<T>(grad_weight_t);
@@ -328,6 +331,23 @@ class CpuNorms final : public kernels::NormKernels {
     visit_float(x.dtype(), "layer_norm backward", [&](auto tag) {
       affine_norm_backward<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd, kernels::layer_layout(rows, row_len),
                                                          grad_x, grad_weight, grad_bias);
+    });
+  }
+
+  void rms_norm_forward(const Tensor& x, const Tensor& weight, int64_t rows, int64_t row_len, double eps,
+                        const Tensor& y, const Tensor& rstd) const override {
+    visit_float(x.dtype(), "rms_norm", [&](auto tag) {
+      affine_norm_forward<typename decltype(tag)::type>(x, weight, Tensor(), kernels::layer_layout(rows, row_len), eps,
+                                                        y, Tensor(), rstd);
+    });
+  }
+
+  void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd, int64_t rows,
+                         int64_t row_len, const Tensor& grad_x, const Tensor& grad_weight) const override {
+    visit_float(x.dtype(), "rms_norm backward", [&](auto tag) {
+      affine_norm_backward<typename decltype(tag)::type>(grad_y, x, weight, Tensor(), rstd,
+                                                         kernels::layer_layout(rows, row_len), grad_x, grad_weight,
+                                                         Tensor());
     });
   }
 

@@ -6,7 +6,9 @@
 //   backward: grad_x = rstd * (w * dy - mean(w * dy) - xhat * mean(w * dy * xhat)) per row,
 //             grad_weight = sum(dy * xhat), grad_bias = sum(dy) per channel.
 // Statistics are two-pass or Welford, so they stay accurate when |mean| >> std. Parameter
-// gradients are reduced in a fixed order: deterministic for a given device.
+// gradients are reduced in a fixed order: deterministic for a given device. RMS norm is layer
+// norm's layout with no mean (a null pointer): mean 0, rstd = 1 / sqrt(mean(x * x) + eps)
+// (Welford's variance plus its squared mean), and no mean(w * dy) term backward.
 #include "kernels/cuda/norms/affine_rows.cuh"
 #include "kernels/cuda/norms/norms.cuh"
 
@@ -28,7 +30,7 @@ struct AffineApply {
   __device__ __forceinline__ void operator()(Index e) const {
     Index row, channel;
     place.locate(e, row, channel);
-    A v = (load<T, A>(x, e) - mean[row]) * rstd[row];
+    A v = (load<T, A>(x, e) - (mean ? mean[row] : A(0))) * rstd[row];
     if (weight) v *= load<T, A>(weight, channel);
     if (bias) v += load<T, A>(bias, channel);
     y[e] = convert<T>(v);
@@ -50,7 +52,7 @@ struct AffineGradInput {
     Index row, channel;
     place.locate(e, row, channel);
     const A r = rstd[row];
-    const A xhat = (load<T, A>(x, e) - mean[row]) * r;
+    const A xhat = (load<T, A>(x, e) - (mean ? mean[row] : A(0))) * r;
     const A w = weight ? load<T, A>(weight, channel) : A(1);
     grad_x[e] = convert<T>(r * (w * load<T, A>(grad_y, e) - coef[2 * row] - xhat * coef[2 * row + 1]));
   }
@@ -64,6 +66,18 @@ struct StatsReduce {
   __device__ A operator()(NoContext, int64_t, A x, A) const { return x; }
 };
 
+// The row's {mean, rstd} from its Welford state; with no mean stored (RMS norm) the mean is 0
+// and rstd comes from mean(x * x) = var + mean^2.
+template <class A>
+__device__ __forceinline__ RowInfo<A, 2> finish_statistics(int64_t row, const Welford<A>& w, A eps, A* mean, A* rstd) {
+  const A var = w.count > A(0) ? w.m2 / w.count : A(0);
+  const A center = mean ? w.mean : A(0);
+  const A r = A(1) / sqrt(mean ? var + eps : var + w.mean * w.mean + eps);
+  if (mean) mean[row] = center;
+  rstd[row] = r;
+  return {{center, r}};
+}
+
 // Stores mean and rstd for backward; the row info is {mean, rstd}.
 template <class A>
 struct StatsFinish {
@@ -71,11 +85,7 @@ struct StatsFinish {
   A* rstd;
   A eps;
   __device__ RowInfo<A, 2> operator()(int64_t row, const Welford<A>& w) const {
-    const A var = w.count > A(0) ? w.m2 / w.count : A(0);
-    const A r = A(1) / sqrt(var + eps);
-    mean[row] = w.mean;
-    rstd[row] = r;
-    return {{w.mean, r}};
+    return finish_statistics(row, w, eps, mean, rstd);
   }
 };
 
@@ -119,7 +129,7 @@ struct GradReduce {
     int64_t first_channel;
   };
   __device__ Context context(int64_t row, int64_t begin) const {
-    Context c{mean[row], A(1), (row % groups) * group_channels};
+    Context c{mean ? mean[row] : A(0), A(1), (row % groups) * group_channels};
     if (spatial > 1 && weight) c.w = load<T, A>(weight, c.first_channel + begin / spatial);
     return c;
   }
@@ -146,7 +156,7 @@ struct GradFinish {
   A inv_len;
   __device__ RowInfo<A, 4> operator()(int64_t row, const Sums<A, N>& s) const {
     const A r = rstd[row];
-    return {{mean[row], r, s.v[0] * inv_len, s.v[1] * r * inv_len}};
+    return {{mean ? mean[row] : A(0), r, mean ? s.v[0] * inv_len : A(0), s.v[1] * r * inv_len}};
   }
 };
 
@@ -409,11 +419,7 @@ void row_statistics(const Launcher& launch, const GroupLayout& l, const T* x, A 
   const int64_t row_len = l.row_len();
   reduce_rows<Welford<A>>(
       launch, l.rows(), row_len, [=] __device__(int64_t row, int64_t i) { return load<T, A>(x, row * row_len + i); },
-      [=] __device__(int64_t row, const Welford<A>& w) {
-        const A var = w.count > A(0) ? w.m2 / w.count : A(0);
-        mean[row] = w.mean;
-        rstd[row] = A(1) / sqrt(var + eps);
-      });
+      [=] __device__(int64_t row, const Welford<A>& w) { finish_statistics(row, w, eps, mean, rstd); });
 }
 
 template <class T>
@@ -425,7 +431,7 @@ void affine_forward(const char* op, const Tensor& x_t, const Tensor& weight_t, c
   const T* weight = data_or_null<const T>(weight_t);
   const T* bias = data_or_null<const T>(bias_t);
   T* y = data_as<T>(y_t);
-  A* mean = data_as<A>(mean_t);
+  A* mean = data_or_null<A>(mean_t);  // none: RMS norm
   A* rstd = data_as<A>(rstd_t);
   const int64_t rows = l.rows(), row_len = l.row_len();
   const A eps_a = static_cast<A>(eps);
@@ -517,10 +523,10 @@ void row_coefficients(const Launcher& launch, const GroupLayout& l, const T* gra
         const int64_t e = row * row_len + i;
         const A w = weight ? load<T, A>(weight, (row % groups) * group_channels + i) : A(1);
         const A g = w * load<T, A>(grad_y, e);
-        return Sums<A, 2>{{g, g * (load<T, A>(x, e) - mean[row])}};
+        return Sums<A, 2>{{g, g * (load<T, A>(x, e) - (mean ? mean[row] : A(0)))}};
       },
       [=] __device__(int64_t row, const Sums<A, 2>& s) {
-        coef[2 * row] = s.v[0] * inv_len;
+        coef[2 * row] = mean ? s.v[0] * inv_len : A(0);
         coef[2 * row + 1] = s.v[1] * rstd[row] * inv_len;
       });
 }
@@ -567,7 +573,7 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
   const T* grad_y = data_as<const T>(grad_y_t);
   const T* x = data_as<const T>(x_t);
   const T* weight = data_or_null<const T>(weight_t);
-  const A* mean = data_as<const A>(mean_t);
+  const A* mean = data_or_null<const A>(mean_t);  // none: RMS norm
   const A* rstd = data_as<const A>(rstd_t);
   T* grad_x = data_as<T>(grad_x_t);
   T* grad_weight = data_or_null<T>(grad_weight_t);
@@ -694,6 +700,23 @@ void CudaNorms::layer_norm_backward(const Tensor& grad_y, const Tensor& x, const
   visit_float(x.dtype(), "layer_norm backward", [&](auto tag) {
     affine_backward<typename decltype(tag)::type>("layer_norm backward", grad_y, x, weight, mean, rstd,
                                                   layer_layout(rows, row_len), grad_x, grad_weight, grad_bias);
+  });
+}
+
+void CudaNorms::rms_norm_forward(const Tensor& x, const Tensor& weight, int64_t rows, int64_t row_len, double eps,
+                                 const Tensor& y, const Tensor& rstd) const {
+  visit_float(x.dtype(), "rms_norm", [&](auto tag) {
+    affine_forward<typename decltype(tag)::type>("rms_norm", x, weight, Tensor(), layer_layout(rows, row_len), eps, y,
+                                                 Tensor(), rstd);
+  });
+}
+
+void CudaNorms::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                  int64_t rows, int64_t row_len, const Tensor& grad_x,
+                                  const Tensor& grad_weight) const {
+  visit_float(x.dtype(), "rms_norm backward", [&](auto tag) {
+    affine_backward<typename decltype(tag)::type>("rms_norm backward", grad_y, x, weight, Tensor(), rstd,
+                                                  layer_layout(rows, row_len), grad_x, grad_weight, Tensor());
   });
 }
 

@@ -1,7 +1,8 @@
 // The kernels of layer norm's layout (rows of row_len elements, one channel per column):
 // rows kept in registers, and for rows too long for that, passes along columns. Also the
 // column reduction of the parameter gradients, for every layout with one channel per column
-// (layer norm, group norm over [N, C]). Launched by affine.cu.
+// (layer norm, group norm over [N, C]). Launched by affine.cu. RMS norm runs the same kernels
+// with no mean (a null mean pointer): no centering, and no mean(w * dy) term backward.
 #pragma once
 
 #include "kernels/cuda/norms/norms.cuh"
@@ -72,12 +73,15 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
     } else {
       load_row(slice, first);
     }
-    Sums<A, 1> s{{A(0)}};
+    A mean = 0;
+    if (mean_out) {  // the same for the whole block, so the team's barriers stay matched
+      Sums<A, 1> s{{A(0)}};
 #pragma unroll
-    for (int k = 0; k < kRowVecs; ++k)
+      for (int k = 0; k < kRowVecs; ++k)
 #pragma unroll
-      for (int e = 0; e < V; ++e) s.v[0] += slice.v[k][e];
-    const A mean = team_reduce<kTeam>(s, Merge{}).v[0] * inv_len;
+        for (int e = 0; e < V; ++e) s.v[0] += slice.v[k][e];
+      mean = team_reduce<kTeam>(s, Merge{}).v[0] * inv_len;
+    }
     Sums<A, 1> sq{{A(0)}};
 #pragma unroll
     for (int k = 0; k < kRowVecs; ++k) {
@@ -89,7 +93,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
     const A rstd = A(1) / sqrt(team_reduce<kTeam>(sq, Merge{}).v[0] * inv_len + eps);
     if (!active) continue;
     if (lane == 0) {
-      mean_out[row] = mean;
+      if (mean_out) mean_out[row] = mean;
       rstd_out[row] = rstd;
     }
 #pragma unroll
@@ -130,7 +134,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
     RowSlice<T, V> xs, gs;
     xs.load(x + offset, active ? vecs : 0, lane, kTeam);
     gs.load(grad_y + offset, active ? vecs : 0, lane, kTeam);
-    const A mean = active ? mean_in[row] : A(0), rstd = active ? rstd_in[row] : A(0);
+    const A mean = active && mean_in ? mean_in[row] : A(0), rstd = active ? rstd_in[row] : A(0);
     // g = w * dy, kept in gs; sums of g and g * xhat.
     Sums<A, 2> s{{A(0), A(0)}};
 #pragma unroll
@@ -149,7 +153,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
     }
     s = team_reduce<kTeam>(s, Merge{});
     if (!active) continue;
-    const A mean_g = s.v[0] * inv_len, mean_g_xhat = s.v[1] * inv_len;
+    const A mean_g = mean_in ? s.v[0] * inv_len : A(0), mean_g_xhat = s.v[1] * inv_len;
 #pragma unroll
     for (int k = 0; k < kRowVecs; ++k) {
       const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
@@ -183,7 +187,7 @@ __global__ void layer_norm_columns_forward(int64_t rows, int64_t row_len, int64_
   if (bias) b = load_vec<T, V>(bias, j);
   for (int64_t r = r0; r < r1; ++r) {
     const Vec<T, V> in = load_vec<T, V>(x + r * row_len, j);
-    const A m = mean[r], s = rstd[r];
+    const A m = mean ? mean[r] : A(0), s = rstd[r];
     Vec<T, V> out;
 #pragma unroll
     for (int e = 0; e < V; ++e) {
@@ -218,7 +222,7 @@ __global__ void layer_norm_columns_backward(int64_t rows, int64_t row_len, int64
   for (int64_t r = r0; r < r1; ++r) {
     const Vec<T, V> xv = load_vec<T, V>(x + r * row_len, j);
     const Vec<T, V> gv = load_vec<T, V>(grad_y + r * row_len, j);
-    const A m = mean[r], s = rstd[r], c0 = coef[2 * r], c1 = coef[2 * r + 1];
+    const A m = mean ? mean[r] : A(0), s = rstd[r], c0 = coef[2 * r], c1 = coef[2 * r + 1];
     Vec<T, V> out;
 #pragma unroll
     for (int e = 0; e < V; ++e) {
@@ -278,7 +282,7 @@ __global__ void column_grads_kernel(const T* grad_y, const T* x, const A* mean, 
     for (int64_t n = begin + ty; n < end; n += kColumnRows) {
       const int64_t row = n * groups + group;
       const A dy = load<T, A>(grad_y, n * channels + column);
-      sum_w += dy * (load<T, A>(x, n * channels + column) - mean[row]) * rstd[row];
+      sum_w += dy * (load<T, A>(x, n * channels + column) - (mean ? mean[row] : A(0))) * rstd[row];
       sum_b += dy;
     }
   }

@@ -24,6 +24,10 @@ class CudaNorms final : public kernels::NormKernels {
   void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                            const Tensor& rstd, int64_t rows, int64_t row_len, const Tensor& grad_x,
                            const Tensor& grad_weight, const Tensor& grad_bias) const override;
+  void rms_norm_forward(const Tensor& x, const Tensor& weight, int64_t rows, int64_t row_len, double eps,
+                        const Tensor& y, const Tensor& rstd) const override;
+  void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                         int64_t rows, int64_t row_len, const Tensor& grad_x, const Tensor& grad_weight) const override;
   void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch, int64_t groups,
                           int64_t channels, int64_t spatial, double eps, const Tensor& y, const Tensor& mean,
                           const Tensor& rstd) const override;
