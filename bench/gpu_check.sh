@@ -9,8 +9,10 @@
 # conformance (the PyTorch-made cases on cpu and cuda), train (a default training run with
 # eval and predict), cnn (cnn-gn and cnn-bn trained with the defaults, eval, predict),
 # cnnbench (bench/conv and one CNN epoch beside PyTorch eager and torch.compile),
-# kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch), norms (the normalization benchmark), gemm (the Linear + GroupNorm + min
-# + bias model against its GEMM, beside PyTorch), compare (the benchmarks of the baseline
+# kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch),
+# norms (the normalization benchmark), transformer (bench/attention and the transformer-shape
+# norms beside PyTorch's back ends), gemm (the Linear + GroupNorm + min + bias model against
+# its GEMM, beside PyTorch), compare (the benchmarks of the baseline
 # build staged by BASELINE=DIR bash bench/gpu_stage.sh and of this one, alternating: those of
 # bench/norms, bench/gemm_gn_min and, with the data staged, bench/mlp_epoch that the baseline
 # has; COMPARE_ROUNDS rounds of mlp_epoch, default 3). Logs go to $OUT (or /tmp/normcore-gpu).
@@ -118,6 +120,13 @@ for section in "${sections[@]}"; do
     norms)
       echo "== benchmark: the normalization kernels"
       "$run/norms" --json "$out/norms.json"
+      ;;
+    transformer)
+      echo "== benchmark: attention and the transformer norms, normcore then PyTorch"
+      "$run/attention" --json "$out/attention.json"
+      "$run/norms" --no-sweep --filter 16384 --json "$out/norms-transformer.json"
+      python3 bench/transformer_torch.py > "$out/transformer_torch.log" 2>&1
+      grep -v '^{' "$out/transformer_torch.log"
       ;;
     gemm)
       echo "== benchmark: Linear + GroupNorm + min + bias against its GEMM, normcore then PyTorch"

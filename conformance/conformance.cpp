@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "normcore/attention.h"
 #include "normcore/autograd.h"
 #include "normcore/conv.h"
 #include "normcore/error.h"
@@ -192,6 +193,13 @@ const std::vector<OpSpec>& op_table() {
          return batch_norm(in.at("x"), in.at("running_mean"), in.at("running_var"), optional_input(in, "weight"),
                            optional_input(in, "bias"), attr_bool(a, "training"), attr_number(a, "momentum", 0.1),
                            attr_number(a, "eps", 1e-5));
+       }},
+      {"scaled_dot_product_attention", {"q", "k", "v"}, {}, {"is_causal", "scale"},
+       [](const Inputs& in, const json& a) {
+         std::optional<double> scale;
+         if (a.contains("scale") && !a["scale"].is_null()) scale = attr_number(a, "scale", 0.0);
+         return scaled_dot_product_attention(in.at("q"), in.at("k"), in.at("v"), attr_bool(a, "is_causal", false),
+                                             scale);
        }},
       {"gelu", {"x"}, {}, {"approximate"},
        [](const Inputs& in, const json& a) {

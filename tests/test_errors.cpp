@@ -724,6 +724,42 @@ TEST(Errors, NormErrors) {
   });
 }
 
+TEST(Errors, AttentionErrors) {
+  const Tensor undefined;
+  const Tensor q = nc::zeros({1, 2, 3, 4}), k = nc::zeros({1, 2, 5, 4}), v = nc::zeros({1, 2, 5, 6});
+  auto sdpa = [](const Tensor& q, const Tensor& k, const Tensor& v, double scale = 0.5) {
+    nc::scaled_dot_product_attention(q, k, v, false, scale);
+  };
+  run_table({
+      bad<nc::ValueError>("sdpa(undefined k)", [&] { sdpa(q, undefined, v); }, {"scaled_dot_product_attention", "'k'"}),
+      bad<nc::ShapeError>("sdpa 3-D q", [&] { sdpa(nc::zeros({2, 3, 4}), k, v); },
+                          {"scaled_dot_product_attention", "q", "4-D", "[2, 3, 4]"}),
+      bad<nc::ShapeError>("sdpa heads of v", [&] { sdpa(q, k, nc::zeros({1, 3, 5, 6})); },
+                          {"scaled_dot_product_attention", "v", "[1, 2, ...]", "[1, 3, 5, 6]"}),
+      bad<nc::ShapeError>("sdpa head dim of k", [&] { sdpa(q, nc::zeros({1, 2, 5, 3}), v); },
+                          {"scaled_dot_product_attention", "head dim D", "[1, 2, 3, 4]", "[1, 2, 5, 3]"}),
+      bad<nc::ShapeError>("sdpa key count of v", [&] { sdpa(q, k, nc::zeros({1, 2, 4, 6})); },
+                          {"scaled_dot_product_attention", "key count S", "[1, 2, 5, 4]", "[1, 2, 4, 6]"}),
+      bad<nc::ShapeError>("sdpa D = 0", [&] { sdpa(nc::zeros({1, 2, 3, 0}), nc::zeros({1, 2, 5, 0}), v); },
+                          {"scaled_dot_product_attention", "at least 1"}),
+      bad<nc::DTypeError>("sdpa of int", [&] { sdpa(q.to(DType::I32), k, v); },
+                          {"scaled_dot_product_attention", "q", "floating", "i32"}),
+      bad<nc::DTypeError>("sdpa v dtype", [&] { sdpa(q, k, v.to(DType::BF16)); },
+                          {"scaled_dot_product_attention", "v", "bf16", "f32 [1, 2, 3, 4]"}),
+      bad<nc::ValueError>("sdpa NaN scale", [&] { sdpa(q, k, v, NAN); }, {"scaled_dot_product_attention", "scale"}),
+  });
+  if (!nc::cuda_is_available()) return;
+  const nc::Device gpu = nc::Device::cuda();
+  run_table({
+      bad<nc::DeviceError>("sdpa k on another device", [&] { sdpa(q, k.to(gpu), v); },
+                           {"scaled_dot_product_attention", "cuda:0", "cpu"}),
+      bad<nc::ShapeError>("sdpa head dim over the CUDA limit",
+                          [&] { sdpa(nc::zeros({1, 1, 2, 256}, gpu), nc::zeros({1, 1, 2, 256}, gpu),
+                                     nc::zeros({1, 1, 2, 256}, gpu)); },
+                          {"scaled_dot_product_attention", "head dims up to 128", "D = 256"}),
+  });
+}
+
 TEST(Errors, FusedOpErrors) {
   // x [2, 3], weight [4, 3] -> OUT = 4; bias [1, 4, 1, 1]; two groups.
   const Tensor undefined;

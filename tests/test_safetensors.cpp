@@ -375,6 +375,18 @@ const std::vector<ConformanceCase> kConformanceCases = {
     {"rms_norm_rows", "rms_norm", "F32",
      "x:F32[8,64] weight:F32[64] grad_out:F32[8,64] out:F32[8,64] grad.x:F32[8,64] grad.weight:F32[64]",
      {{"x", 0, 0x4030beff}, {"x", 511, 0xbfa6f7a9}, {"grad.x", 256, 0x3de4627e}}},
+    {"sdpa_basic", "scaled_dot_product_attention", "F32",
+     "q:F32[2,2,8,16] k:F32[2,2,8,16] v:F32[2,2,8,16] grad_out:F32[2,2,8,16] out:F32[2,2,8,16] "
+     "grad.q:F32[2,2,8,16] grad.k:F32[2,2,8,16] grad.v:F32[2,2,8,16]",
+     {{"q", 0, 0xbfa90ba9}, {"q", 511, 0x3f8d2829}, {"grad.q", 256, 0x3e97ffd1}}},
+    {"sdpa_causal", "scaled_dot_product_attention", "F32",
+     "q:F32[1,4,16,32] k:F32[1,4,16,32] v:F32[1,4,16,32] grad_out:F32[1,4,16,32] out:F32[1,4,16,32] "
+     "grad.q:F32[1,4,16,32] grad.k:F32[1,4,16,32] grad.v:F32[1,4,16,32]",
+     {{"q", 0, 0x3f81b5b9}, {"q", 2047, 0x401189a0}, {"grad.q", 1200, 0xbec332f2}}},
+    {"sdpa_causal_bf16", "scaled_dot_product_attention", "BF16",
+     "q:BF16[2,2,64,64] k:BF16[2,2,64,64] v:BF16[2,2,64,64] grad_out:BF16[2,2,64,64] out:BF16[2,2,64,64] "
+     "grad.q:BF16[2,2,64,64] grad.k:BF16[2,2,64,64] grad.v:BF16[2,2,64,64]",
+     {}},
     {"softmax_last", "softmax", "F32",
      "x:F32[5,17] grad_out:F32[5,17] out:F32[5,17] grad.x:F32[5,17]",
      {{"x", 0, 0x3fcb116c}, {"x", 43, 0xbfc888cb}, {"grad.x", 84, 0x3d3a3568}}},

@@ -1,6 +1,7 @@
 // The whole public API of normcore in one include.
 #pragma once
 
+#include "normcore/attention.h"
 #include "normcore/cuda.h"
 #include "normcore/data.h"
 #include "normcore/device.h"

@@ -1,0 +1,98 @@
+// Benchmark: scaled_dot_product_attention on the GPU, forward and forward+backward, bf16 and
+// f16, causal and not, at the transformer shapes of the performance targets. Times are
+// CUDA-event medians after a warm-up; each case reports ms and TFLOP/s on the attention's
+// matrix products (forward 4 * B * H * L * S * D, backward 2.5 times that, causal halved) and
+// the fraction of the dense bf16 tensor-core peak given with --peak (TFLOP/s). One JSON line
+// per case with --json.
+//   attention [--filter SUBSTRING] [--reps N] [--peak TFLOPS] [--json FILE]
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cuda_timing.h"
+#include "normcore/normcore.h"
+
+namespace nc = normcore;
+using nc::DType;
+using nc::Tensor;
+
+namespace {
+
+struct Case {
+  int64_t batch, heads, L, D;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string filter, json_path;
+  int reps = 20;
+  double peak = 989;  // H100 SXM dense bf16
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "usage: attention [--filter SUBSTRING] [--reps N] [--peak TFLOPS] [--json FILE]\n");
+      return 2;
+    }
+    const std::string value = argv[++i];
+    if (arg == "--filter") filter = value;
+    else if (arg == "--reps") reps = std::atoi(value.c_str());
+    else if (arg == "--peak") peak = std::atof(value.c_str());
+    else if (arg == "--json") json_path = value;
+    else {
+      std::fprintf(stderr, "attention: unknown option %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (!nc::cuda_is_available()) {
+    std::fprintf(stderr, "attention: needs a CUDA device\n");
+    return 1;
+  }
+  FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
+  const nc::Device gpu = nc::Device::cuda(0);
+  const std::vector<Case> cases = {{8, 16, 2048, 64}, {4, 32, 4096, 128}, {16, 12, 1024, 64}};
+  std::printf("%-34s %9s %7s %6s %11s %7s %6s\n", "case", "fwd ms", "TFLOP/s", "peak", "fwd+bwd ms", "TFLOP/s",
+              "peak");
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      for (bool causal : {false, true}) {
+        const std::string name = "sdpa_" + std::string(nc::dtype_name(dtype)) + "_" + std::to_string(c.batch) + "x" +
+                                 std::to_string(c.heads) + "x" + std::to_string(c.L) + "x" + std::to_string(c.D) +
+                                 (causal ? "_causal" : "");
+        if (!filter.empty() && name.find(filter) == std::string::npos) continue;
+        nc::Generator gen(1);
+        const nc::Shape shape{c.batch, c.heads, c.L, c.D};
+        const nc::TensorOptions options(dtype, gpu);
+        Tensor q = nc::randn(shape, options, &gen), k = nc::randn(shape, options, &gen);
+        Tensor v = nc::randn(shape, options, &gen), grad = nc::randn(shape, options, &gen);
+        const double fwd_ms = bench::median_ms([&] { nc::scaled_dot_product_attention(q, k, v, causal); }, reps);
+        Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
+        const double fwd_bwd_ms = bench::median_ms(
+            [&] {
+              qg.zero_grad();
+              kg.zero_grad();
+              vg.zero_grad();
+              nc::scaled_dot_product_attention(qg, kg, vg, causal).backward(grad);
+            },
+            reps);
+        const double fwd_flops = 4.0 * static_cast<double>(c.batch * c.heads) * static_cast<double>(c.L) *
+                                 static_cast<double>(c.L) * static_cast<double>(c.D) * (causal ? 0.5 : 1.0);
+        const double fwd_tflops = fwd_flops / (fwd_ms * 1e-3) / 1e12;
+        const double fwd_bwd_tflops = 3.5 * fwd_flops / (fwd_bwd_ms * 1e-3) / 1e12;
+        std::printf("%-34s %9.3f %7.1f %5.0f%% %11.3f %7.1f %5.0f%%\n", name.c_str(), fwd_ms, fwd_tflops,
+                    100 * fwd_tflops / peak, fwd_bwd_ms, fwd_bwd_tflops, 100 * fwd_bwd_tflops / peak);
+        std::fflush(stdout);
+        if (json) {
+          std::fprintf(json,
+                       "{\"case\": \"%s\", \"impl\": \"normcore\", \"fwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f, "
+                       "\"fwd_tflops\": %.1f, \"fwd_bwd_tflops\": %.1f}\n",
+                       name.c_str(), fwd_ms, fwd_bwd_ms, fwd_tflops, fwd_bwd_tflops);
+        }
+        nc::cuda::empty_cache();
+      }
+    }
+  }
+  if (json) std::fclose(json);
+  return 0;
+}

@@ -1,0 +1,89 @@
+// scaled_dot_product_attention (normcore/attention.h): checks the arguments, runs the
+// attention kernels of the device (kernels/attention.h) on q, k and v as they are (any
+// strides but the last dim's) and records one node whose backward is the backward kernel,
+// fed the output and the log-sum-exp the forward saved.
+#include "normcore/attention.h"
+
+#include <cmath>
+
+#include "autograd/graph.h"
+#include "core/internal.h"
+#include "kernels/attention.h"
+
+namespace normcore {
+
+using namespace detail;
+
+namespace {
+
+void check_operand(const char* op, const char* name, const Tensor& t, const Tensor& q) {
+  check_defined(op, name, t);
+  NC_CHECK(t.dim() == 4, ShapeError, op, ": ", name, " must be 4-D [B, H, ", name[0] == 'q' ? "L" : "S",
+           ", ", name[0] == 'v' ? "Dv" : "D", "], got ", describe(t));
+  NC_CHECK(is_floating(t.dtype()), DTypeError, op, ": ", name, " must be a floating tensor, got ", describe(t));
+  if (&t == &q) return;
+  NC_CHECK(t.dtype() == q.dtype(), DTypeError, op, ": ", name, " is ", describe(t), " but q is ", describe(q),
+           " (they must share a dtype)");
+  check_same_device(op, "q", q, name, t);
+  NC_CHECK(t.size(0) == q.size(0) && t.size(1) == q.size(1), ShapeError, op, ": ", name,
+           " must have q's batch and head dims [", q.size(0), ", ", q.size(1), ", ...], got ", describe(t),
+           " (q is ", describe(q), ")");
+}
+
+// t itself when its last dim is contiguous (or of size 1), else a copy that is.
+Tensor unit_last_stride(const Tensor& t) {
+  if (t.size(3) <= 1 || t.stride(3) == 1) return t;
+  return t.contiguous();
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                    std::optional<double> scale) {
+  const OpScope op("scaled_dot_product_attention");
+  check_operand(op, "q", q, q);
+  check_operand(op, "k", k, q);
+  check_operand(op, "v", v, q);
+  const kernels::AttentionShape shape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  NC_CHECK(k.size(3) == shape.D, ShapeError, op, ": q and k must share the head dim D, got q ", describe(q),
+           " and k ", describe(k));
+  NC_CHECK(v.size(2) == shape.S, ShapeError, op, ": k and v must share the key count S, got k ", describe(k),
+           " and v ", describe(v));
+  NC_CHECK(shape.D >= 1, ShapeError, op, ": the head dim D must be at least 1, got q ", describe(q));
+  const kernels::AttentionKernels& kernels = kernels::attention(q.device());
+  const int64_t max_dim = kernels.max_head_dim();
+  NC_CHECK(shape.D <= max_dim && shape.Dv <= max_dim, ShapeError, op, ": head dims up to ", max_dim, " run on ",
+           q.device(), ", got D = ", shape.D, " (q ", describe(q), ") and Dv = ", shape.Dv, " (v ", describe(v), ")");
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(shape.D));
+  NC_CHECK(std::isfinite(s), ValueError, op, ": scale must be finite, got ", s);
+
+  Tensor qs, ks, vs;
+  {
+    autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them
+    qs = unit_last_stride(q);
+    ks = unit_last_stride(k);
+    vs = unit_last_stride(v);
+  }
+  Tensor out = new_tensor({shape.batch, shape.heads, shape.L, shape.Dv}, q.dtype(), q.device());
+  Tensor lse = new_tensor({shape.batch, shape.heads, shape.L},
+                          kernels::attention_stats_dtype(q.device(), q.dtype()), q.device());
+  kernels.attention_forward(qs, ks, vs, shape, is_causal, s, out, lse);
+  if (!autograd::needs_grad(q, k, v)) return out;
+  autograd::record(op, out, {q, k, v},
+                   [qs = autograd::saved(qs), ks = autograd::saved(ks), vs = autograd::saved(vs),
+                    os = autograd::saved(out), lse, shape, is_causal, s](const Tensor& grad) {
+                     const Tensor& q = qs.get();
+                     const Tensor& k = ks.get();
+                     const Tensor& v = vs.get();
+                     Tensor grad_q = new_tensor(q.shape(), q.dtype(), q.device());
+                     Tensor grad_k = new_tensor(k.shape(), k.dtype(), k.device());
+                     Tensor grad_v = new_tensor(v.shape(), v.dtype(), v.device());
+                     kernels::attention(q.device())
+                         .attention_backward(grad.to(q.dtype()).contiguous(), q, k, v, os.get(), lse, shape,
+                                             is_causal, s, grad_q, grad_k, grad_v);
+                     return std::vector<Tensor>{grad_q, grad_k, grad_v};
+                   });
+  return out;
+}
+
+}  // namespace normcore

@@ -1,0 +1,20 @@
+// Attention: PyTorch's F.scaled_dot_product_attention, one recorded op with its own fused
+// kernels (the CUDA ones never write the L x S score matrix to device memory; they keep
+// each query row's log-sum-exp for backward). Floating dtypes; f16/bf16 compute in f32.
+#pragma once
+
+#include <optional>
+
+#include "normcore/tensor.h"
+
+namespace normcore {
+
+// softmax(q @ k^T * scale + mask) @ v for q [B, H, L, D], k [B, H, S, D], v [B, H, S, Dv]
+// -> [B, H, L, Dv]. scale defaults to 1 / sqrt(D). is_causal masks key j for query i when
+// j > i (PyTorch's top-left alignment; with L > S every query keeps key 0). q, k and v may
+// be views with any strides (the last dim is made contiguous when it is not); they share a
+// floating dtype and a device. D and Dv are at most 128 on CUDA. Gradients flow to q, k, v.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
+}  // namespace normcore

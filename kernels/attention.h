@@ -1,0 +1,61 @@
+// The attention kernels: scaled dot-product attention, forward and backward (core/attention.cpp
+// checks arguments, makes the strides fit and ties them to autograd).
+//
+// Layout: q [B, H, L, D], k [B, H, S, D], v [B, H, S, Dv] with any strides on the first three
+// dims and stride 1 on the last; out, grad_out, grad_q, grad_k, grad_v contiguous, of the
+// shapes of out [B, H, L, Dv], q, k and v. Every tensor shares q's floating dtype but lse
+// [B, H, L], contiguous, of attention_stats_dtype. f16/bf16 compute in f32.
+//
+// scores[i, j] = scale * dot(q[i], k[j]), with j > i masked (-inf) when causal (the top-left
+// alignment of PyTorch's is_causal; with L > S every row keeps j = 0);
+// lse[i] = log(sum_j exp(scores[i, j])), p[i, j] = exp(scores[i, j] - lse[i]);
+// out[i] = sum_j p[i, j] v[j]. S == 0 gives out = 0 and lse = -inf.
+// Backward, with dp[i, j] = dot(grad_out[i], v[j]) and delta[i] = dot(grad_out[i], out[i]):
+// ds = p * (dp - delta); grad_q = scale * ds k, grad_k = scale * ds^T q, grad_v = p^T grad_out.
+// Every output is written (=); sums run in a fixed order, so results are deterministic.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/backend.h"
+
+namespace normcore {
+namespace kernels {
+
+// The dtype of the saved log-sum-exp: the CPU reference keeps double; CUDA float, or double
+// for f64 inputs.
+inline DType attention_stats_dtype(Device device, DType dtype) {
+  return device.is_cpu() || dtype == DType::F64 ? DType::F64 : DType::F32;
+}
+
+struct AttentionShape {
+  int64_t batch, heads, L, S, D, Dv;
+};
+
+class AttentionKernels {
+ public:
+  // The head dims (D, Dv) this backend runs, at most (core refuses larger ones with an error).
+  virtual int64_t max_head_dim() const = 0;
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
+                                 bool causal, double scale, const Tensor& out, const Tensor& lse) const = 0;
+  virtual void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, const AttentionShape& shape, bool causal,
+                                  double scale, const Tensor& grad_q, const Tensor& grad_k,
+                                  const Tensor& grad_v) const = 0;
+
+ protected:
+  ~AttentionKernels() = default;
+};
+
+}  // namespace kernels
+
+namespace cpu { const kernels::AttentionKernels& attention_kernels(); }
+namespace cuda { const kernels::AttentionKernels& attention_kernels(); }
+
+namespace kernels {
+inline const AttentionKernels& attention(Device device) {
+  return for_device(device, cpu::attention_kernels, NC_CUDA_KERNELS(attention_kernels), "attention");
+}
+}  // namespace kernels
+
+}  // namespace normcore

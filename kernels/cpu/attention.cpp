@@ -1,0 +1,146 @@
+// CPU reference of the attention kernels (contracts in kernels/attention.h): per (batch,
+// head, query row), the row of scores in double, its max and log-sum-exp, then the weighted
+// sum of v. Backward recomputes each row's probabilities from the saved log-sum-exp, as the
+// CUDA kernels do, and sums over rows and keys in a fixed order on one thread.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/cpu/loops.h"
+
+namespace normcore {
+namespace cpu {
+
+namespace {
+
+// Element (b, h, row, d) of a [B, H, rows, dim] tensor with unit last stride.
+template <class T>
+struct Heads {
+  const T* data;
+  int64_t batch_stride, head_stride, row_stride;
+  Heads(const Tensor& t)
+      : data(data_as<const T>(t)), batch_stride(t.stride(0)), head_stride(t.stride(1)), row_stride(t.stride(2)) {}
+  const T* row(int64_t b, int64_t h, int64_t i) const { return data + b * batch_stride + h * head_stride + i * row_stride; }
+};
+
+template <class T>
+double dot(const T* a, const T* b, int64_t n) {
+  double sum = 0;
+  for (int64_t d = 0; d < n; ++d) sum += convert<double>(a[d]) * convert<double>(b[d]);
+  return sum;
+}
+
+// The keys query i attends to: [0, keys).
+inline int64_t visible_keys(int64_t i, const kernels::AttentionShape& s, bool causal) {
+  return causal ? std::min(i + 1, s.S) : s.S;
+}
+
+template <class T>
+void forward(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kernels::AttentionShape& s, bool causal,
+             double scale, const Tensor& out_t, const Tensor& lse_t) {
+  const Heads<T> q(q_t), k(k_t), v(v_t);
+  T* out = data_as<T>(out_t);
+  double* lse = data_as<double>(lse_t);
+  std::vector<double> scores(static_cast<size_t>(s.S)), acc(static_cast<size_t>(s.Dv));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      for (int64_t i = 0; i < s.L; ++i) {
+        const int64_t keys = visible_keys(i, s, causal);
+        const T* qi = q.row(b, h, i);
+        double max = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < keys; ++j) {
+          scores[j] = scale * dot(qi, k.row(b, h, j), s.D);
+          max = std::max(max, scores[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < keys; ++j) sum += std::exp(scores[j] - max);
+        const double row_lse = keys > 0 ? max + std::log(sum) : -std::numeric_limits<double>::infinity();
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t j = 0; j < keys; ++j) {
+          const double p = std::exp(scores[j] - row_lse);
+          const T* vj = v.row(b, h, j);
+          for (int64_t d = 0; d < s.Dv; ++d) acc[d] += p * convert<double>(vj[d]);
+        }
+        const int64_t row = (b * s.heads + h) * s.L + i;
+        lse[row] = row_lse;
+        for (int64_t d = 0; d < s.Dv; ++d) out[row * s.Dv + d] = convert<T>(acc[d]);
+      }
+    }
+  }
+}
+
+template <class T>
+void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& out_t,
+              const Tensor& lse_t, const kernels::AttentionShape& s, bool causal, double scale,
+              const Tensor& grad_q_t, const Tensor& grad_k_t, const Tensor& grad_v_t) {
+  const Heads<T> q(q_t), k(k_t), v(v_t);
+  const T* grad_out = data_as<const T>(grad_out_t);
+  const T* out = data_as<const T>(out_t);
+  const double* lse = data_as<const double>(lse_t);
+  // Accumulated in double per (batch, head), written once at the end.
+  std::vector<double> gq(static_cast<size_t>(s.L * s.D)), gk(static_cast<size_t>(s.S * s.D)),
+      gv(static_cast<size_t>(s.S * s.Dv));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      std::fill(gq.begin(), gq.end(), 0.0);
+      std::fill(gk.begin(), gk.end(), 0.0);
+      std::fill(gv.begin(), gv.end(), 0.0);
+      const int64_t head = b * s.heads + h;
+      for (int64_t i = 0; i < s.L; ++i) {
+        const int64_t row = head * s.L + i;
+        const T* qi = q.row(b, h, i);
+        const T* doi = grad_out + row * s.Dv;
+        const double delta = dot(doi, out + row * s.Dv, s.Dv);
+        for (int64_t j = 0; j < visible_keys(i, s, causal); ++j) {
+          const T* kj = k.row(b, h, j);
+          const T* vj = v.row(b, h, j);
+          const double p = std::exp(scale * dot(qi, kj, s.D) - lse[row]);
+          const double ds = p * (dot(doi, vj, s.Dv) - delta);
+          for (int64_t d = 0; d < s.Dv; ++d) gv[j * s.Dv + d] += p * convert<double>(doi[d]);
+          for (int64_t d = 0; d < s.D; ++d) {
+            gq[i * s.D + d] += scale * ds * convert<double>(kj[d]);
+            gk[j * s.D + d] += scale * ds * convert<double>(qi[d]);
+          }
+        }
+      }
+      T* grad_q = data_as<T>(grad_q_t) + head * s.L * s.D;
+      T* grad_k = data_as<T>(grad_k_t) + head * s.S * s.D;
+      T* grad_v = data_as<T>(grad_v_t) + head * s.S * s.Dv;
+      for (size_t e = 0; e < gq.size(); ++e) grad_q[e] = convert<T>(gq[e]);
+      for (size_t e = 0; e < gk.size(); ++e) grad_k[e] = convert<T>(gk[e]);
+      for (size_t e = 0; e < gv.size(); ++e) grad_v[e] = convert<T>(gv[e]);
+    }
+  }
+}
+
+class CpuAttention final : public kernels::AttentionKernels {
+ public:
+  int64_t max_head_dim() const override { return std::numeric_limits<int64_t>::max(); }
+
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionShape& shape,
+                         bool causal, double scale, const Tensor& out, const Tensor& lse) const override {
+    visit_float(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
+      forward<typename decltype(tag)::type>(q, k, v, shape, causal, scale, out, lse);
+    });
+  }
+
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, const kernels::AttentionShape& shape, bool causal, double scale,
+                          const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override {
+    visit_float(q.dtype(), "scaled_dot_product_attention backward", [&](auto tag) {
+      backward<typename decltype(tag)::type>(grad_out, q, k, v, out, lse, shape, causal, scale, grad_q, grad_k,
+                                             grad_v);
+    });
+  }
+};
+
+}  // namespace
+
+const kernels::AttentionKernels& attention_kernels() {
+  static const CpuAttention kernels;
+  return kernels;
+}
+
+}  // namespace cpu
+}  // namespace normcore

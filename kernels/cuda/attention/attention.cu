@@ -1,0 +1,184 @@
+// CUDA scaled dot-product attention (contract: kernels/attention.h) with the kernels of
+// attention/flash.cuh. plan_attention picks the path: f16/bf16 on tensor cores, head dims
+// padded to 32, 64 or 128; f32/f64 on the SIMT kernels. Forward: one kernel writing out and
+// lse. Backward: delta = rowsum(grad_out * out), then grad_k and grad_v over key tiles, then
+// grad_q over query tiles; every gradient is written (=) once, so results are deterministic.
+#include "kernels/attention.h"
+#include "kernels/cuda/attention/flash.cuh"
+#include "kernels/cuda/loops.cuh"
+
+namespace normcore {
+namespace cuda {
+namespace {
+
+using flash::AttentionParams;
+
+constexpr int64_t kMaxHeadDim = 128;
+
+enum class AttentionPath {
+  TensorCores,  // f16, bf16: mma.sync kernels for head_dim columns
+  Simt,         // f32, f64
+};
+
+struct AttentionPlan {
+  AttentionPath path;
+  int head_dim = 0;  // TensorCores: max(D, Dv) rounded up to 32, 64 or 128
+};
+
+AttentionPlan plan_attention(DType dtype, int64_t D, int64_t Dv) {
+  if (dtype != DType::F16 && dtype != DType::BF16) return {AttentionPath::Simt};
+  const int64_t width = std::max(D, Dv);
+  return {AttentionPath::TensorCores, width <= 32 ? 32 : width <= 64 ? 64 : 128};
+}
+
+flash::RowStrides row_strides(const Tensor& t) {
+  const Shape& st = t.strides();
+  return {st[0], st[1], st[2]};
+}
+
+// The parameters common to both directions; C is the stats type.
+template <class T, class C>
+AttentionParams<T, C> make_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                  const Tensor& lse, const kernels::AttentionShape& shape, bool causal,
+                                  double scale) {
+  AttentionParams<T, C> p;
+  p.q = data_as<const T>(q);
+  p.k = data_as<const T>(k);
+  p.v = data_as<const T>(v);
+  p.q_stride = row_strides(q);
+  p.k_stride = row_strides(k);
+  p.v_stride = row_strides(v);
+  p.out = data_as<T>(out);
+  p.lse = data_as<C>(lse);
+  p.batch = static_cast<int>(shape.batch);
+  p.heads = static_cast<int>(shape.heads);
+  p.L = static_cast<int>(shape.L);
+  p.S = static_cast<int>(shape.S);
+  p.D = static_cast<int>(shape.D);
+  p.Dv = static_cast<int>(shape.Dv);
+  p.scale = scale;
+  p.causal = causal;
+  // 16-byte tile rows: every row start a multiple of 8 two-byte elements from an aligned base.
+  auto rows_aligned = [](const void* base, const flash::RowStrides& s) {
+    return is_aligned(base, 16) && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
+  };
+  p.vectorized = sizeof(T) == 2 && p.D % 8 == 0 && p.Dv % 8 == 0 && rows_aligned(p.q, p.q_stride) &&
+                 rows_aligned(p.k, p.k_stride) && rows_aligned(p.v, p.v_stride) && is_aligned(p.out, 16);
+  return p;
+}
+
+// ---------------------------------------------------------------- tensor cores
+template <class T, int HD>
+void tc_forward(const Launcher& launch, const AttentionParams<T, float>& p) {
+  using Config = flash::ForwardConfig<HD>;
+  const int64_t grid = flash::tile_blocks(int64_t{p.batch} * p.heads, p.L, Config::kBlockM);
+  if (grid == 0) return;
+  const auto kernel = flash::tc_forward_kernel<T, Config>;
+  launch.allow_shared_memory(kernel, Config::kSharedBytes);
+  launch(kernel, static_cast<unsigned>(grid), Config::kThreads, Config::kSharedBytes, p);
+}
+
+template <class T, int HD>
+void tc_backward(const Launcher& launch, const AttentionParams<T, float>& p) {
+  using KV = flash::BackwardKVConfig<HD>;
+  using Q = flash::BackwardQConfig<HD>;
+  const int64_t batch_heads = int64_t{p.batch} * p.heads;
+  const int64_t kv_grid = flash::tile_blocks(batch_heads, p.S, KV::kBlockN);
+  const int64_t q_grid = flash::tile_blocks(batch_heads, p.L, Q::kBlockM);
+  if (kv_grid > 0) {
+    const auto kernel = flash::tc_backward_kv_kernel<T, KV>;
+    launch.allow_shared_memory(kernel, KV::kSharedBytes);
+    launch(kernel, static_cast<unsigned>(kv_grid), KV::kThreads, KV::kSharedBytes, p);
+  }
+  if (q_grid > 0) {
+    const auto kernel = flash::tc_backward_q_kernel<T, Q>;
+    launch.allow_shared_memory(kernel, Q::kSharedBytes);
+    launch(kernel, static_cast<unsigned>(q_grid), Q::kThreads, Q::kSharedBytes, p);
+  }
+}
+
+// Calls run(std::integral_constant<int, head_dim>{}).
+template <class Run>
+void with_head_dim(int head_dim, Run run) {
+  switch (head_dim) {
+    case 32: return run(std::integral_constant<int, 32>{});
+    case 64: return run(std::integral_constant<int, 64>{});
+    default: return run(std::integral_constant<int, 128>{});
+  }
+}
+
+// ---------------------------------------------------------------- SIMT
+// A SIMT kernel over `rows` rows of one side (kSimtRows per block).
+template <class T>
+void simt_run(const Launcher& launch, void (*kernel)(AttentionParams<T, T>), int64_t rows,
+              const AttentionParams<T, T>& p) {
+  const int64_t grid = flash::tile_blocks(int64_t{p.batch} * p.heads, rows, flash::kSimtRows);
+  if (grid == 0) return;
+  const size_t smem = flash::simt_shared_bytes<T>(p.D, p.Dv);
+  launch.allow_shared_memory(kernel, smem);
+  launch(kernel, static_cast<unsigned>(grid), flash::kSimtThreads, smem, p);
+}
+
+class CudaAttention final : public kernels::AttentionKernels {
+ public:
+  int64_t max_head_dim() const override { return kMaxHeadDim; }
+
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionShape& shape,
+                         bool causal, double scale, const Tensor& out, const Tensor& lse) const override {
+    const char* op = "scaled_dot_product_attention";
+    const Launcher launch(op, q);
+    const AttentionPlan plan = plan_attention(q.dtype(), shape.D, shape.Dv);
+    visit_float(q.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      const auto p = make_params<T, C>(q, k, v, out, lse, shape, causal, scale);
+      if constexpr (is_reduced_float_v<T>) {
+        with_head_dim(plan.head_dim, [&](auto hd) { tc_forward<T, decltype(hd)::value>(launch, p); });
+      } else {
+        simt_run<T>(launch, flash::simt_forward_kernel<T>, p.L, p);
+      }
+    });
+  }
+
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const kernels::AttentionShape& shape, bool causal,
+                          double scale, const Tensor& grad_q, const Tensor& grad_k,
+                          const Tensor& grad_v) const override {
+    const char* op = "scaled_dot_product_attention backward";
+    const Launcher launch(op, q);
+    const AttentionPlan plan = plan_attention(q.dtype(), shape.D, shape.Dv);
+    visit_float(q.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      auto p = make_params<T, C>(q, k, v, out, lse, shape, causal, scale);
+      p.grad_out = data_as<const T>(grad_out);
+      p.grad_q = data_as<T>(grad_q);
+      p.grad_k = data_as<T>(grad_k);
+      p.grad_v = data_as<T>(grad_v);
+      p.vectorized = p.vectorized && is_aligned(p.grad_out, 16);
+      const int64_t rows = shape.batch * shape.heads * shape.L;
+      const DeviceBuffer delta = launch.buffer(sizeof(C) * static_cast<size_t>(rows));
+      p.delta = delta.as<C>();
+      if (rows > 0) {
+        launch(flash::delta_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, flash::kDeltaRowsPerBlock)),
+               flash::kDeltaRowsPerBlock * flash::kWarp, 0, p.grad_out, p.out, rows, p.Dv, p.delta);
+      }
+      if constexpr (is_reduced_float_v<T>) {
+        with_head_dim(plan.head_dim, [&](auto hd) { tc_backward<T, decltype(hd)::value>(launch, p); });
+      } else {
+        simt_run<T>(launch, flash::simt_backward_kv_kernel<T>, p.S, p);
+        simt_run<T>(launch, flash::simt_backward_q_kernel<T>, p.L, p);
+      }
+    });
+  }
+};
+
+}  // namespace
+
+const kernels::AttentionKernels& attention_kernels() {
+  static const CudaAttention kernels;
+  return kernels;
+}
+
+}  // namespace cuda
+}  // namespace normcore

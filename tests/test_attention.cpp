@@ -1,0 +1,234 @@
+// scaled_dot_product_attention (normcore/attention.h): the CPU kernels against the same math
+// composed of matmul, masked_fill and softmax (the value and every gradient, through
+// autograd), float64 gradchecks and argument errors; then the CUDA kernels against the CPU
+// in f64, f32, f16 and bf16 at shapes that reach every path: head dims 32, 64, 128 and odd
+// ones, lengths that are not multiples of a tile, L != S, causal, q, k and v as strided
+// views of one packed qkv buffer, one query, no keys.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "normcore/normcore.h"
+
+namespace nc = normcore;
+using nc::DType;
+using nc::Tensor;
+
+namespace {
+
+Tensor random(const nc::Shape& shape, uint64_t seed, DType dtype = DType::F64) {
+  nc::Generator gen(seed);
+  return nc::randn(shape, DType::F64, &gen).to(dtype);
+}
+
+std::vector<double> values(const Tensor& t) {
+  return t.to(nc::Device::cpu()).to(DType::F64).contiguous().to_vector<double>();
+}
+
+// softmax(q k^T * scale, masked j > i when causal) v with generic ops.
+Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  Tensor scores = nc::matmul(q, k.transpose(2, 3)) * scale;
+  if (causal) {
+    const int64_t L = q.size(2), S = k.size(2);
+    Tensor rows = nc::arange(L, DType::I64).view({L, 1});
+    Tensor columns = nc::arange(S, DType::I64).view({1, S});
+    scores = nc::masked_fill(scores, nc::gt(columns, rows), -std::numeric_limits<double>::infinity());
+  }
+  return nc::matmul(nc::softmax(scores, -1), v);
+}
+
+void expect_close(const Tensor& got, const Tensor& expected, double tol, const std::string& what) {
+  ASSERT_EQ(got.shape(), expected.shape()) << what;
+  const std::vector<double> g = values(got), e = values(expected);
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(g[i])) << what << " at " << i;
+    ASSERT_NEAR(g[i], e[i], tol * (1 + std::fabs(e[i]))) << what << " at " << i << " of " << g.size();
+  }
+}
+
+struct Case {
+  std::string name;
+  int64_t batch, heads, L, S, D, Dv;
+  bool causal;
+  bool packed = false;  // q, k, v as views of one [B, L, 3, H, D] buffer (needs L == S, D == Dv)
+};
+
+// q, k, v for a case in dtype on device, each a leaf that requires grad (the packed buffer's
+// views share one leaf, returned as the fourth tensor).
+std::vector<Tensor> inputs(const Case& c, DType dtype, nc::Device device, uint64_t seed) {
+  if (c.packed) {
+    Tensor qkv = random({c.batch, c.L, 3, c.heads, c.D}, seed, dtype).to(device).requires_grad_();
+    auto part = [&](int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
+    return {part(0), part(1), part(2), qkv};
+  }
+  return {random({c.batch, c.heads, c.L, c.D}, seed, dtype).to(device).requires_grad_(),
+          random({c.batch, c.heads, c.S, c.D}, seed + 1, dtype).to(device).requires_grad_(),
+          random({c.batch, c.heads, c.S, c.Dv}, seed + 2, dtype).to(device).requires_grad_()};
+}
+
+// The leaves whose gradients a case checks.
+std::vector<Tensor> leaves(const Case& c, const std::vector<Tensor>& in) {
+  return c.packed ? std::vector<Tensor>{in[3]} : std::vector<Tensor>{in[0], in[1], in[2]};
+}
+
+TEST(Attention, CpuMatchesComposedOps) {
+  const std::vector<Case> cases = {
+      {"basic", 2, 3, 5, 5, 4, 4, false},       {"causal", 2, 2, 6, 6, 3, 3, true},
+      {"L < S", 1, 2, 3, 7, 5, 2, false},       {"L < S causal", 1, 2, 3, 7, 5, 2, true},
+      {"L > S causal", 1, 1, 7, 3, 4, 6, true}, {"one query", 3, 1, 1, 9, 8, 8, true},
+      {"packed qkv", 2, 2, 5, 5, 4, 4, true, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const double scale = 1 / std::sqrt(static_cast<double>(c.D));
+    std::vector<Tensor> a = inputs(c, DType::F64, nc::Device::cpu(), 1);
+    std::vector<Tensor> b = inputs(c, DType::F64, nc::Device::cpu(), 1);
+    Tensor fused = nc::scaled_dot_product_attention(a[0], a[1], a[2], c.causal);
+    Tensor composed = composed_attention(b[0], b[1], b[2], c.causal, scale);
+    EXPECT_EQ(fused.grad_fn_name(), "scaled_dot_product_attention");
+    expect_close(fused, composed, 1e-12, "out");
+    Tensor grad = random(fused.shape(), 9);
+    fused.backward(grad);
+    composed.backward(grad);
+    const std::vector<Tensor> la = leaves(c, a), lb = leaves(c, b);
+    for (size_t i = 0; i < la.size(); ++i) expect_close(la[i].grad(), lb[i].grad(), 1e-12, "grad " + std::to_string(i));
+  }
+}
+
+TEST(Attention, ScaleAndDtypes) {
+  Tensor q = random({1, 2, 4, 8}, 3), k = random({1, 2, 6, 8}, 4), v = random({1, 2, 6, 3}, 5);
+  expect_close(nc::scaled_dot_product_attention(q, k, v, false, 0.7), composed_attention(q, k, v, false, 0.7), 1e-12,
+               "scale 0.7");
+  for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
+    Tensor out = nc::scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), true);
+    EXPECT_EQ(out.dtype(), dtype);
+    expect_close(out, composed_attention(q.to(dtype).to(DType::F64), k.to(dtype).to(DType::F64),
+                                         v.to(dtype).to(DType::F64), true, 1 / std::sqrt(8.0)),
+                 dtype == DType::F32 ? 1e-6 : 1e-2, nc::dtype_name(dtype));
+  }
+}
+
+TEST(Attention, NoKeysGivesZeros) {
+  Tensor q = random({2, 1, 3, 4}, 6).requires_grad_();
+  Tensor k = random({2, 1, 0, 4}, 7).requires_grad_(), v = random({2, 1, 0, 5}, 8).requires_grad_();
+  Tensor out = nc::scaled_dot_product_attention(q, k, v);
+  EXPECT_EQ(out.shape(), (nc::Shape{2, 1, 3, 5}));
+  EXPECT_EQ(values(out), std::vector<double>(30, 0.0));
+  out.backward(nc::ones_like(out));
+  EXPECT_EQ(values(q.grad()), std::vector<double>(24, 0.0));
+}
+
+TEST(Attention, Gradcheck) {
+  for (bool causal : {false, true}) {
+    auto fn = [causal](const std::vector<Tensor>& in) {
+      return nc::scaled_dot_product_attention(in[0], in[1], in[2], causal);
+    };
+    std::string report;
+    EXPECT_TRUE(nc::gradcheck(fn,
+                              {random({2, 2, 4, 3}, 10).requires_grad_(), random({2, 2, 5, 3}, 11).requires_grad_(),
+                               random({2, 2, 5, 2}, 12).requires_grad_()},
+                              {}, &report))
+        << "causal " << causal << ": " << report;
+  }
+}
+
+TEST(Attention, ErrorsNameTheArgument) {
+  Tensor q = nc::zeros({1, 2, 3, 4}), k = nc::zeros({1, 2, 5, 4}), v = nc::zeros({1, 2, 5, 6});
+  auto expect_message = [](const std::function<void()>& call, const std::vector<std::string>& fragments) {
+    try {
+      call();
+      ADD_FAILURE() << "no error for " << fragments[0];
+    } catch (const nc::Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("scaled_dot_product_attention"), std::string::npos) << message;
+      for (const std::string& f : fragments) EXPECT_NE(message.find(f), std::string::npos) << f << " in " << message;
+    }
+  };
+  expect_message([&] { nc::scaled_dot_product_attention(nc::zeros({2, 3, 4}), k, v); }, {"q", "4-D", "[2, 3, 4]"});
+  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({1, 2, 5, 3}), v); }, {"head dim", "[1, 2, 5, 3]"});
+  expect_message([&] { nc::scaled_dot_product_attention(q, k, nc::zeros({1, 2, 4, 6})); }, {"key count", "[1, 2, 4, 6]"});
+  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({1, 3, 5, 4}), v); }, {"k", "[1, 3, 5, 4]"});
+  expect_message([&] { nc::scaled_dot_product_attention(q, k.to(DType::F64), v); }, {"k", "f64", "share a dtype"});
+  expect_message([&] { nc::scaled_dot_product_attention(q.to(DType::I64), k, v); }, {"q", "floating", "i64"});
+  expect_message([&] { nc::scaled_dot_product_attention(q, k, v, false, std::nan("")); }, {"scale"});
+  EXPECT_THROW(nc::scaled_dot_product_attention(Tensor(), k, v), nc::Error);
+}
+
+// ---- CUDA against the CPU ----
+
+double cuda_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::F64: return 1e-10;
+    case DType::F32: return 1e-4;
+    case DType::F16: return 1e-2;
+    default: return 4e-2;
+  }
+}
+
+void run_cuda_case(const Case& c, DType dtype) {
+  SCOPED_TRACE(c.name + " " + nc::dtype_name(dtype));
+  std::vector<Tensor> cpu = inputs(c, dtype, nc::Device::cpu(), 20);
+  std::vector<Tensor> gpu = inputs(c, dtype, nc::Device::cuda(), 20);
+  Tensor cpu_out = nc::scaled_dot_product_attention(cpu[0], cpu[1], cpu[2], c.causal);
+  Tensor gpu_out = nc::scaled_dot_product_attention(gpu[0], gpu[1], gpu[2], c.causal);
+  ASSERT_TRUE(gpu_out.device().is_cuda());
+  const double tol = cuda_tolerance(dtype);
+  expect_close(gpu_out, cpu_out, tol, "out");
+  Tensor grad = random(cpu_out.shape(), 21, dtype);
+  cpu_out.backward(grad);
+  gpu_out.backward(grad.to(nc::Device::cuda()));
+  const std::vector<Tensor> lc = leaves(c, cpu), lg = leaves(c, gpu);
+  // Gradients sum over a whole row or column of keys: a few times the value tolerance.
+  for (size_t i = 0; i < lc.size(); ++i) expect_close(lg[i].grad(), lc[i].grad(), 4 * tol, "grad " + std::to_string(i));
+}
+
+TEST(AttentionCuda, MatchesCpuOnEveryPath) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<Case> cases = {
+      {"D 64, one tile", 2, 2, 64, 64, 64, 64, false},
+      {"D 64 causal, tails", 1, 3, 130, 130, 64, 64, true},
+      {"D 32, L < S", 2, 1, 17, 257, 32, 32, false},
+      {"D 128 causal, L < S", 1, 2, 64, 130, 128, 128, true},
+      {"D 128 causal, L > S", 1, 2, 257, 64, 128, 128, true},
+      {"odd dims", 2, 2, 33, 47, 40, 24, false},
+      {"odd dims causal", 1, 2, 47, 47, 40, 24, true},
+      {"one query", 3, 2, 1, 100, 64, 64, false},
+      {"one key", 1, 2, 9, 1, 64, 64, false},
+      {"packed qkv", 2, 3, 77, 77, 64, 64, true, true},
+      {"packed qkv D 128", 1, 2, 200, 200, 128, 128, false, true},
+  };
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::F64, DType::F32, DType::F16, DType::BF16}) run_cuda_case(c, dtype);
+  }
+}
+
+TEST(AttentionCuda, NoKeysAndEmpty) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const nc::Device gpu = nc::Device::cuda();
+  Tensor out = nc::scaled_dot_product_attention(nc::ones({1, 2, 3, 64}, gpu), nc::ones({1, 2, 0, 64}, gpu),
+                                                nc::ones({1, 2, 0, 64}, gpu));
+  EXPECT_EQ(values(out), std::vector<double>(384, 0.0));
+  EXPECT_EQ(nc::scaled_dot_product_attention(nc::ones({0, 2, 3, 64}, gpu), nc::ones({0, 2, 5, 64}, gpu),
+                                             nc::ones({0, 2, 5, 64}, gpu))
+                .shape(),
+            (nc::Shape{0, 2, 3, 64}));
+  EXPECT_THROW(nc::scaled_dot_product_attention(nc::ones({1, 1, 2, 160}, gpu), nc::ones({1, 1, 2, 160}, gpu),
+                                                nc::ones({1, 1, 2, 160}, gpu)),
+               nc::ShapeError);
+}
+
+// No atomics in the backward: two runs give the same bits.
+TEST(AttentionCuda, BackwardIsDeterministic) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const Case c{"deterministic", 2, 4, 300, 300, 64, 64, true};
+  std::vector<Tensor> a = inputs(c, DType::BF16, nc::Device::cuda(), 30), b = inputs(c, DType::BF16, nc::Device::cuda(), 30);
+  Tensor grad = random({2, 4, 300, 64}, 31, DType::BF16).to(nc::Device::cuda());
+  nc::scaled_dot_product_attention(a[0], a[1], a[2], true).backward(grad);
+  nc::scaled_dot_product_attention(b[0], b[1], b[2], true).backward(grad);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(values(a[i].grad()), values(b[i].grad())) << "grad " << i;
+}
+
+}  // namespace
