@@ -1,8 +1,11 @@
-// The normcore command-line program: train, evaluate and use Fashion-MNIST classifiers, and
-// check the ops against reference cases.
+// The normcore command-line program: train, evaluate and use Fashion-MNIST classifiers,
+// train a byte-level GPT on the fortunes corpus and write text with it, and check the ops
+// against reference cases.
 //   normcore train [options]            train, print test accuracy per epoch, save a checkpoint
 //   normcore eval --checkpoint F        test accuracy and confusion matrix
 //   normcore predict --checkpoint F IMAGE...   label 28x28 PGM/PNG images
+//   normcore train-lm [options]         train a GPT, print validation loss, save a checkpoint
+//   normcore generate --checkpoint F --prompt TEXT   continue a text, streaming it
 //   normcore conformance DIR [--device cpu|cuda|all]   run every case in DIR; exit 0 when all pass
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include "normcore/normcore.h"
 #include "normcore/conformance.h"
 #include "normcore/data.h"
+#include "normcore/gpt.h"
 #include "normcore/models.h"
 #include "normcore/optim.h"
 
@@ -71,6 +75,40 @@ const std::vector<OptionSpec> kPredictOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to use"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
 };
+const std::vector<OptionSpec> kTrainLmOptions = {
+    {"data", nc::models::kFortunesDir, "fortunes folder (its files without a '.') or one fortune file"},
+    {"layers", "6", "transformer blocks"},
+    {"heads", "6", "attention heads"},
+    {"embed", "384", "embedding width (divisible by heads)"},
+    {"context", "256", "bytes of context"},
+    {"norm", "layernorm", "layernorm or rmsnorm"},
+    {"dropout", "0.1", "dropout on the embeddings and the residual branches"},
+    {"batch-size", "64", "windows per step"},
+    {"steps", "3000", "optimizer steps"},
+    {"lr", "0.001", "peak learning rate"},
+    {"min-lr", "0.0001", "learning rate at the end of the cosine schedule"},
+    {"warmup", "100", "warm-up steps of the cosine schedule"},
+    {"weight-decay", "0.1", "AdamW weight decay of the matrices and embeddings (not biases or norms)"},
+    {"clip", "1.0", "clip the gradient norm to this (0: off)"},
+    {"eval-interval", "250", "steps between validation losses and checkpoints"},
+    {"eval-batches", "8", "validation batches (of batch-size windows, evenly spaced)"},
+    {"sample", "300", "bytes of text to print at the end"},
+    {"tf32", "off", "on: TF32 tensor cores for f32 matmuls on CUDA"},
+    {"seed", "0", "seed of initialization, batches and dropout"},
+    {"device", "auto", "auto, cpu or cuda[:N]"},
+    {"out", "normcore-gpt.safetensors", "checkpoint written at every evaluation"},
+    {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
+    {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
+};
+const std::vector<OptionSpec> kGenerateOptions = {
+    {"checkpoint", "normcore-gpt.safetensors", "GPT checkpoint (from train-lm)"},
+    {"prompt", "", "text to continue (empty: start a new fortune)"},
+    {"tokens", "300", "bytes to generate; past the context the model sees the last context bytes"},
+    {"temperature", "0.8", "sampling temperature (0: greedy)"},
+    {"top-k", "0", "sample among the k most likely bytes (0: all)"},
+    {"seed", "0", "seed of the sampling: the same seed gives the same text"},
+    {"device", "auto", "auto, cpu or cuda[:N]"},
+};
 const std::vector<OptionSpec> kConformanceOptions = {
     {"device", "all", "cpu, cuda[:N], or all (the CPU, then cuda:0 when there is one)"},
 };
@@ -81,6 +119,8 @@ void usage(std::ostream& os) {
         "  train     train a Fashion-MNIST classifier\n"
         "  eval      print a checkpoint's test accuracy and confusion matrix\n"
         "  predict   classify 28x28 PGM or PNG images with a checkpoint\n"
+        "  train-lm  train a byte-level GPT on the fortunes corpus\n"
+        "  generate  continue a prompt with a GPT checkpoint\n"
         "  conformance  run the reference cases in a folder against every device\n\n"
         "'normcore <command> --help' lists a command's options.\n";
 }
@@ -151,29 +191,29 @@ nc::Device pick_device(const std::string& spec) {
 }
 
 // ---------------------------------------------------------------- progress
-// A one-line progress bar on a terminal; a line every tenth of the epoch otherwise.
+// A one-line progress bar on a terminal; a line every tenth of the way otherwise. label
+// names the run ("epoch 2/12"), done counts up from first to total, and the rate counts
+// unit ("samples") per second since construction.
 class Progress {
  public:
-  Progress(int64_t epoch, int64_t epochs, int64_t total)
-      : epoch_(epoch), epochs_(epochs), total_(total), tty_(isatty(STDOUT_FILENO)),
-        start_(std::chrono::steady_clock::now()) {}
+  Progress(std::string label, int64_t total, const char* unit, int64_t first = 0)
+      : label_(std::move(label)), unit_(unit), total_(std::max<int64_t>(total, 1)), printed_tenths_(first * 10 / total_),
+        tty_(isatty(STDOUT_FILENO)), start_(std::chrono::steady_clock::now()) {}
 
-  void update(int64_t done, int64_t samples, double loss) {
+  void update(int64_t done, int64_t amount, double loss) {
     double seconds = elapsed();
-    double rate = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
+    double rate = seconds > 0 ? static_cast<double>(amount) / seconds : 0;
     if (tty_) {
       const int width = 30;
-      int filled = static_cast<int>(width * done / std::max<int64_t>(total_, 1));
-      std::printf("\repoch %lld/%lld [%s%s] %lld/%lld loss %.4f %.0f samples/s ", static_cast<long long>(epoch_),
-                  static_cast<long long>(epochs_), std::string(filled, '=').c_str(),
+      int filled = static_cast<int>(width * done / total_);
+      std::printf("\r%s [%s%s] %lld/%lld loss %.4f %.0f %s/s ", label_.c_str(), std::string(filled, '=').c_str(),
                   std::string(width - filled, ' ').c_str(), static_cast<long long>(done),
-                  static_cast<long long>(total_), loss, rate);
+                  static_cast<long long>(total_), loss, rate, unit_);
       std::fflush(stdout);
     } else if (done == total_ || done * 10 / total_ > printed_tenths_) {
       printed_tenths_ = done * 10 / total_;
-      std::printf("epoch %lld/%lld step %lld/%lld loss %.4f %.0f samples/s\n", static_cast<long long>(epoch_),
-                  static_cast<long long>(epochs_), static_cast<long long>(done), static_cast<long long>(total_),
-                  loss, rate);
+      std::printf("%s step %lld/%lld loss %.4f %.0f %s/s\n", label_.c_str(), static_cast<long long>(done),
+                  static_cast<long long>(total_), loss, rate, unit_);
       std::fflush(stdout);
     }
   }
@@ -185,8 +225,10 @@ class Progress {
   }
 
  private:
-  int64_t epoch_, epochs_, total_;
-  int64_t printed_tenths_ = 0;  // tenths of the epoch already reported (plain output)
+  std::string label_;
+  const char* unit_;
+  int64_t total_;
+  int64_t printed_tenths_;  // tenths already reported (plain output)
   bool tty_;
   std::chrono::steady_clock::time_point start_;
 };
@@ -285,7 +327,8 @@ int train(const Args& args) {
   const int64_t last_epoch = stop_after > 0 ? std::min(epochs, stop_after) : epochs;
   for (int64_t epoch = first_epoch; epoch < last_epoch; ++epoch) {
     loader.begin_epoch(static_cast<uint64_t>(epoch));
-    Progress progress(epoch + 1, epochs, loader.num_batches());
+    Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), loader.num_batches(),
+                      "samples");
     double loss_sum = 0;
     int64_t loss_count = 0, samples = 0;
     for (nc::data::Batch batch; loader.next(batch);) {
@@ -337,6 +380,195 @@ int eval(const Args& args) {
     for (size_t j = 0; j < names.size(); ++j) std::printf("%6lld", static_cast<long long>(e.confusion[i][j]));
     std::printf("\n");
   }
+  return 0;
+}
+
+// ---------------------------------------------------------------- language model
+// AdamW over the matrices and embeddings (with weight decay) and, apart, the biases and
+// norm weights (without), as GPT-2 trains; one cosine schedule each. Checkpoints hold both
+// under "decay." and "no_decay.".
+struct LmOptimizer {
+  std::unique_ptr<nc::optim::AdamW> decay, no_decay;
+  std::unique_ptr<nc::optim::CosineLR> decay_schedule, no_decay_schedule;
+  std::vector<nc::Tensor> params;
+
+  LmOptimizer(const nc::nn::Module& model, double lr, double weight_decay, int64_t warmup, int64_t steps,
+              double min_lr) {
+    std::vector<nc::Tensor> matrices, others;
+    for (const nc::Tensor& p : model.parameters()) (p.dim() >= 2 ? matrices : others).push_back(p);
+    params = model.parameters();
+    decay = std::make_unique<nc::optim::AdamW>(matrices, nc::optim::AdamWOptions{lr, 0.9, 0.95, 1e-8, weight_decay});
+    no_decay = std::make_unique<nc::optim::AdamW>(others, nc::optim::AdamWOptions{lr, 0.9, 0.95, 1e-8, 0.0});
+    decay_schedule = std::make_unique<nc::optim::CosineLR>(*decay, warmup, steps, min_lr);
+    no_decay_schedule = std::make_unique<nc::optim::CosineLR>(*no_decay, warmup, steps, min_lr);
+  }
+  void step() {
+    decay->step();
+    no_decay->step();
+    decay_schedule->step();
+    no_decay_schedule->step();
+  }
+  void zero_grad() {
+    decay->zero_grad();
+    no_decay->zero_grad();
+  }
+  static nc::nn::NamedTensors join(const nc::nn::NamedTensors& a, const nc::nn::NamedTensors& b) {
+    nc::nn::NamedTensors out;
+    for (const auto& [k, v] : a) out.emplace_back("decay." + k, v);
+    for (const auto& [k, v] : b) out.emplace_back("no_decay." + k, v);
+    return out;
+  }
+  static nc::nn::NamedTensors part(const nc::nn::NamedTensors& all, const std::string& prefix) {
+    nc::nn::NamedTensors out;
+    for (const auto& [k, v] : all)
+      if (k.compare(0, prefix.size(), prefix) == 0) out.emplace_back(k.substr(prefix.size()), v);
+    return out;
+  }
+  nc::nn::NamedTensors state_dict() const { return join(decay->state_dict(), no_decay->state_dict()); }
+  nc::nn::NamedTensors schedule_state_dict() const {
+    return join(decay_schedule->state_dict(), no_decay_schedule->state_dict());
+  }
+  void load(const nc::nn::NamedTensors& optimizer_state, const nc::nn::NamedTensors& schedule_state) {
+    decay->load_state_dict(part(optimizer_state, "decay."));
+    no_decay->load_state_dict(part(optimizer_state, "no_decay."));
+    decay_schedule->load_state_dict(part(schedule_state, "decay."));
+    no_decay_schedule->load_state_dict(part(schedule_state, "no_decay."));
+  }
+};
+
+bool on_off(const Args& args, const std::string& name) {
+  const std::string& v = args.options.at(name);
+  NC_CHECK(v == "on" || v == "off", ValueError, "option --", name, " must be on or off, got '", v, "'");
+  return v == "on";
+}
+
+int train_lm(const Args& args) {
+  nc::Device device = pick_device(args.options.at("device"));
+  if (const bool tf32 = on_off(args, "tf32"); device.is_cuda()) nc::cuda::set_allow_tf32(tf32);
+  const int64_t steps = integer(args, "steps", 1), batch_size = integer(args, "batch-size", 1);
+  const int64_t eval_interval = integer(args, "eval-interval", 1), eval_windows = integer(args, "eval-batches", 1) * batch_size;
+  const double lr = number(args, "lr"), min_lr = number(args, "min-lr"), clip = number(args, "clip");
+  const std::string out = args.options.at("out"), resume = args.options.at("resume");
+  uint64_t seed = static_cast<uint64_t>(integer(args, "seed", 0));
+
+  const nc::models::TextCorpus corpus = nc::models::load_fortunes(args.options.at("data"));
+  nc::Generator gen(seed);
+  std::shared_ptr<nc::models::GPT> model;
+  nc::models::GPTCheckpoint checkpoint;
+  int64_t first_step = 0;
+  if (!resume.empty()) {
+    checkpoint = nc::models::load_gpt_checkpoint(resume, device, &gen);
+    model = checkpoint.model;
+    first_step = checkpoint.step;
+    // The checkpoint's seed and generator position: the resumed run draws the batches and
+    // dropout masks that an uninterrupted one would.
+    auto saved_seed = checkpoint.metadata.find("option.seed");
+    auto offset = checkpoint.metadata.find("option.rng.offset");
+    NC_CHECK(saved_seed != checkpoint.metadata.end() && offset != checkpoint.metadata.end(), IOError, "--resume ",
+             resume, ": the checkpoint has no random-generator state");
+    seed = std::stoull(saved_seed->second);
+    gen.manual_seed(seed);
+    gen.set_offset(std::stoull(offset->second));
+  } else {
+    nc::models::GPTConfig config;
+    config.layers = integer(args, "layers", 1);
+    config.heads = integer(args, "heads", 1);
+    config.embed = integer(args, "embed", 1);
+    config.context = integer(args, "context", 1);
+    config.norm = args.options.at("norm");
+    config.dropout = number(args, "dropout");
+    model = std::make_shared<nc::models::GPT>(config, &gen);
+    model->to(device);
+  }
+  model->train();
+  const nc::models::GPTConfig& config = model->config;
+  const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
+  LmOptimizer optimizer(*model, lr, number(args, "weight-decay"), warmup, steps, min_lr);
+  if (!resume.empty()) optimizer.load(checkpoint.optimizer_state, checkpoint.schedule_state);
+
+  std::map<std::string, std::string> saved_options;
+  for (const auto& [k, v] : args.options)
+    if (k != "resume" && k != "help" && k != "stop-after") saved_options[k] = v;
+  saved_options["seed"] = std::to_string(seed);
+
+  std::printf("normcore train-lm: GPT %lld layers, %lld heads, embed %lld, context %lld, %s, dropout %g "
+              "(%lld parameters) on %s\n",
+              static_cast<long long>(config.layers), static_cast<long long>(config.heads),
+              static_cast<long long>(config.embed), static_cast<long long>(config.context), config.norm.c_str(),
+              config.dropout, static_cast<long long>(model->parameter_count()), device.str().c_str());
+  std::printf("data: %zu files, %lld train fortunes (%zu bytes), %lld validation fortunes (%zu bytes); "
+              "batch %lld x %lld bytes, %lld steps, lr %g%s\n",
+              corpus.files.size(), static_cast<long long>(corpus.train_fortunes), corpus.train.size(),
+              static_cast<long long>(corpus.validation_fortunes), corpus.validation.size(),
+              static_cast<long long>(batch_size), static_cast<long long>(config.context),
+              static_cast<long long>(steps), lr,
+              first_step ? (", resuming after step " + std::to_string(first_step)).c_str() : "");
+  std::fflush(stdout);
+
+  const int64_t stop_after = integer(args, "stop-after", 0);
+  const int64_t last_step = stop_after > 0 ? std::min(steps, stop_after) : steps;
+  for (int64_t step = first_step; step < last_step;) {
+    const int64_t interval_end = std::min(last_step, (step / eval_interval + 1) * eval_interval);
+    Progress progress("train", steps, "tokens", step);
+    double loss_sum = 0;
+    int64_t loss_count = 0, tokens = 0;
+    for (; step < interval_end; ++step) {
+      const nc::models::TextBatch batch =
+          nc::models::random_windows(corpus.train, batch_size, config.context, gen, device);
+      nc::Tensor loss = nc::models::lm_loss(*model, batch.inputs, batch.targets);
+      optimizer.zero_grad();
+      loss.backward();
+      if (clip > 0) nc::optim::clip_grad_norm(optimizer.params, clip);
+      optimizer.step();
+      tokens += batch.inputs.numel();
+      // Reading the loss waits for the device: every tenth step, for the display only.
+      if (step % 10 == 0 || step + 1 == interval_end) {
+        loss_sum += loss.item<double>();
+        ++loss_count;
+        progress.update(step + 1, tokens, loss_sum / static_cast<double>(loss_count));
+      }
+    }
+    progress.finish();
+    const double seconds = progress.elapsed();
+    const double validation = nc::models::evaluate_lm(*model, corpus.validation, eval_windows, batch_size, device);
+    std::printf("step %lld/%lld: train loss %.4f, validation loss %.4f (%.1f s, %.0f tokens/s)\n",
+                static_cast<long long>(step), static_cast<long long>(steps),
+                loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), validation, seconds,
+                static_cast<double>(tokens) / seconds);
+    std::fflush(stdout);
+    if (!out.empty()) {
+      saved_options["rng.offset"] = std::to_string(gen.offset());
+      nc::models::save_gpt_checkpoint(out, *model, step, optimizer.state_dict(), optimizer.schedule_state_dict(),
+                                      saved_options);
+    }
+  }
+  if (!out.empty()) std::printf("checkpoint: %s\n", out.c_str());
+  const int64_t sample = integer(args, "sample", 0);
+  if (last_step == steps && sample > 0) {
+    std::printf("sample (temperature 0.8, seed %llu):\n", static_cast<unsigned long long>(seed));
+    nc::models::GenerateOptions options;
+    options.seed = seed;
+    std::printf("%s\n", nc::models::generate_text(*model, "", sample, options).c_str());
+  }
+  return 0;
+}
+
+int generate(const Args& args) {
+  nc::Device device = pick_device(args.options.at("device"));
+  nc::models::GenerateOptions options;
+  options.temperature = number(args, "temperature");
+  options.top_k = integer(args, "top-k", 0);
+  options.seed = static_cast<uint64_t>(integer(args, "seed", 0));
+  const int64_t tokens = integer(args, "tokens", 0);
+  nc::models::TextGenerator generator(args.options.at("checkpoint"), device);
+  const std::string& prompt = args.options.at("prompt");
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::fflush(stdout);
+  generator.generate(prompt, tokens, options, [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  });
+  std::printf("\n");
   return 0;
 }
 
@@ -401,6 +633,8 @@ int main(int argc, char** argv) {
   const std::vector<OptionSpec>* specs = command == "train"     ? &kTrainOptions
                                          : command == "eval"    ? &kEvalOptions
                                          : command == "predict" ? &kPredictOptions
+                                         : command == "train-lm" ? &kTrainLmOptions
+                                         : command == "generate" ? &kGenerateOptions
                                          : command == "conformance" ? &kConformanceOptions
                                                                 : nullptr;
   if (!specs) {
@@ -417,6 +651,8 @@ int main(int argc, char** argv) {
     if (command == "train") return train(args);
     if (command == "eval") return eval(args);
     if (command == "conformance") return conformance(args);
+    if (command == "train-lm") return train_lm(args);
+    if (command == "generate") return generate(args);
     return predict(args);
   } catch (const nc::ValueError& e) {
     std::cerr << "normcore " << command << ": " << e.what() << "\n";

@@ -13,6 +13,7 @@
 #include "normcore/autograd.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
+#include "models/checkpoint_text.h"
 #ifdef NORMCORE_HAS_PNG
 #include <png.h>
 #endif
@@ -78,28 +79,6 @@ std::shared_ptr<nn::Module> make_cnn(const std::string& norm, Generator* gen) {
   net->push_back(std::make_shared<nn::Dropout>(0.3, gen));
   net->push_back(std::make_shared<nn::Linear>(256, 10, true, gen));
   return net;
-}
-
-// Splits "prefix.rest" entries off a list.
-nn::NamedTensors take_prefixed(const safetensors::TensorList& all, const std::string& prefix) {
-  nn::NamedTensors out;
-  for (const auto& [name, t] : all)
-    if (name.compare(0, prefix.size(), prefix) == 0) out.emplace_back(name.substr(prefix.size()), t);
-  return out;
-}
-
-// text as a whole number (std::stoll) or double (std::stod): false when it is empty, out of
-// range or followed by anything else. Metadata comes from files anyone may have written.
-template <class T>
-bool parse_whole(const std::string& text, T* value) {
-  size_t used = 0;
-  try {
-    if constexpr (std::is_same_v<T, double>) *value = std::stod(text, &used);
-    else *value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    return false;
-  }
-  return used > 0 && used == text.size();
 }
 
 }  // namespace

@@ -5,11 +5,72 @@
 # eval/predict/embed read the checkpoint, the CNNs train and resume, and bad input gives an error message and a
 # non-zero exit status.
 #   cli_test.sh NORMCORE_BINARY EMBED_BINARY DATA_DIR IMAGE_DIR WORK_DIR
+# With "lm" first, the language-model commands instead, on the fortunes corpus with a tiny
+# GPT: train-lm learns, repeats itself for a seed and resumes exactly; generate gives the
+# same text for a seed, as the text-generation example does; bad input is refused.
+#   cli_test.sh lm NORMCORE_BINARY GENERATE_BINARY FORTUNES_DIR WORK_DIR
 set -euo pipefail
+fail() { echo "FAIL: $*"; exit 1; }
+expect_error() {
+  local pattern=$1; shift
+  if "$@" > err.log 2>&1; then fail "no error from: $*"; fi
+  grep -q -- "$pattern" err.log || fail "error for '$*' does not mention '$pattern': $(cat err.log)"
+}
+
+if [ "${1:-}" = lm ]; then
+  normcore=$2 generate=$3 data=$4 work=$5
+  not_gpt=$(cd "$(dirname "$0")" && pwd)/data/conformance/linear.safetensors
+  mkdir -p "$work"
+  cd "$work"
+  lm=(--data "$data" --device cpu --layers 2 --heads 2 --embed 32 --context 32 --batch-size 16 --warmup 5
+      --lr 0.003 --eval-interval 20 --eval-batches 2 --sample 40)
+  # The validation line of a step without its timing, e.g. "step 40/40: train loss 2.9, validation loss 3.0".
+  lm_summary() { grep -E "^step $1/[0-9]+: " "$2" | sed -E 's/ \(.*//'; }
+
+  "$normcore" train-lm "${lm[@]}" --steps 40 --seed 1 --out lm-a.safetensors > lm-a.log
+  "$normcore" train-lm "${lm[@]}" --steps 40 --seed 1 --out lm-b.safetensors > lm-b.log
+  cat lm-a.log
+  [ -n "$(lm_summary 40 lm-a.log)" ] || fail "train-lm printed no validation loss at step 40"
+  [ "$(lm_summary 40 lm-a.log)" = "$(lm_summary 40 lm-b.log)" ] || fail "the same seed gave different train-lm runs"
+  loss20=$(lm_summary 20 lm-a.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')
+  loss40=$(lm_summary 40 lm-a.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')
+  awk -v a="$loss20" -v b="$loss40" 'BEGIN { exit !(b < a && b < 3.7) }' ||
+    fail "validation loss did not fall below 3.7: $loss20 at step 20, $loss40 at step 40"
+  grep -q "^sample" lm-a.log || fail "train-lm printed no sample"
+
+  "$normcore" train-lm "${lm[@]}" --steps 40 --stop-after 20 --seed 1 --out lm-c.safetensors > lm-c1.log
+  grep -q "^step 40/" lm-c1.log && fail "--stop-after 20 ran past step 20"
+  "$normcore" train-lm "${lm[@]}" --steps 40 --resume lm-c.safetensors --out lm-c.safetensors > lm-c2.log
+  grep -q "resuming after step 20" lm-c2.log || fail "train-lm did not say where it resumed"
+  [ "$(lm_summary 40 lm-a.log)" = "$(lm_summary 40 lm-c2.log)" ] ||
+    fail "resuming changed the run: $(lm_summary 40 lm-a.log) vs $(lm_summary 40 lm-c2.log)"
+
+  gen=(--checkpoint lm-a.safetensors --device cpu --prompt "The " --seed 3)
+  "$normcore" generate "${gen[@]}" --tokens 30 > gen1.txt
+  "$normcore" generate "${gen[@]}" --tokens 30 > gen2.txt
+  cat gen1.txt
+  cmp -s gen1.txt gen2.txt || fail "generate gave different text for the same seed"
+  [ "$(head -c 4 gen1.txt)" = "The " ] || fail "generate did not start with the prompt"
+  [ "$(wc -c < gen1.txt)" -eq 35 ] || fail "generate wrote $(wc -c < gen1.txt) bytes, expected 4 + 30 + newline"
+  "$generate" lm-a.safetensors "The " 30 3 cpu > example.txt || fail "the text-generation example failed"
+  cmp -s gen1.txt example.txt || fail "the example and generate disagree: $(cat example.txt)"
+  # Past the context (32 bytes) the window slides.
+  "$normcore" generate "${gen[@]}" --tokens 80 --temperature 0 > long.txt
+  [ "$(wc -c < long.txt)" -eq 85 ] || fail "a generation past the context wrote $(wc -c < long.txt) bytes"
+
+  expect_error "not a normcore GPT checkpoint" "$normcore" generate --checkpoint "$not_gpt" --device cpu
+  expect_error "temperature must be" "$normcore" generate "${gen[@]}" --temperature -1
+  expect_error "norm must be" "$normcore" train-lm "${lm[@]}" --steps 2 --norm batchnorm
+  expect_error "not divisible by heads" "$normcore" train-lm "${lm[@]}" --steps 2 --embed 30 --heads 4
+  expect_error "does not exist" "$normcore" train-lm "${lm[@]}" --steps 2 --data /nonexistent
+  expect_error "must be on or off" "$normcore" train-lm "${lm[@]}" --steps 2 --tf32 maybe
+  echo "cli_test lm: all checks passed"
+  exit 0
+fi
+
 normcore=$1 embed=$2 data=$3 images=$4 work=$5
 mkdir -p "$work"
 cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
 common=(--data "$data" --device cpu --limit 3000 --batch-size 100 --warmup 10)
 
 # The summary line of an epoch without its timing, e.g. "epoch 2/2: train loss 0.91, test accuracy 71.3%".
@@ -100,11 +161,6 @@ if [ "$quick" != 1 ]; then
 fi
 
 # Bad input: a message naming the problem and a non-zero status, never a crash.
-expect_error() {
-  local pattern=$1; shift
-  if "$@" > err.log 2>&1; then fail "no error from: $*"; fi
-  grep -q -- "$pattern" err.log || fail "error for '$*' does not mention '$pattern': $(cat err.log)"
-}
 expect_error "unknown option --bogus" "$normcore" train --bogus 1
 expect_error "expects a number" "$normcore" train --lr fast
 expect_error "unknown optimizer" "$normcore" train "${common[@]}" --optimizer nope

@@ -353,5 +353,85 @@ class BatchNorm2d : public BatchNorm {
                        bool affine = true, bool track_running_stats = true);
 };
 
+// ---- transformers ----
+
+// The keys and values one attention layer has seen, for incremental decoding: k and v
+// [B, H, max_len, D], of which positions [0, length) are filled. Made by
+// CausalSelfAttention::make_cache; forward(x, cache) fills it.
+struct KVCache {
+  Tensor k;
+  Tensor v;
+  int64_t length = 0;
+  int64_t max_len() const { return k.defined() ? k.size(2) : 0; }
+};
+
+// Multi-head causal self-attention with one fused projection: x [B, T, C] -> "qkv"
+// Linear(C, 3C) -> q, k, v [B, H, T, D] (views of it, D = C / H) -> causal
+// scaled_dot_product_attention -> [B, T, C] -> "proj" Linear(C, C) -> dropout. Attention
+// weights are not dropped (scaled_dot_product_attention has no dropout); dropout applies
+// to the output, a residual branch, in training. Masks come from gen.
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t embed_dim, int64_t heads, bool bias = true, double dropout = 0.0,
+                      Generator* gen = nullptr);
+  // x [B, T, C] -> [B, T, C]; position t attends to positions 0..t.
+  Tensor forward(const Tensor& x) override;
+  // Incremental decoding, in eval mode (Error in training): x [B, T, C] holds positions
+  // cache.length .. cache.length + T - 1; their keys and values are written into the cache
+  // and each attends to every cached position up to its own. T tokens on an empty cache
+  // (a prefill), then one at a time; a multi-token step on a non-empty cache, or more
+  // positions than max_len, is an Error. Gives what forward() gives for those positions.
+  Tensor forward(const Tensor& x, KVCache& cache);
+  // An empty cache for batch sequences of up to max_len positions, zeros of the weights'
+  // dtype on their device.
+  KVCache make_cache(int64_t batch, int64_t max_len) const;
+
+  const int64_t embed_dim;
+  const int64_t heads;
+  const int64_t head_dim;
+  const double dropout;
+  std::shared_ptr<Linear> qkv;   // [3C, C]: q, k, v stacked along the output features
+  std::shared_ptr<Linear> proj;  // [C, C]
+
+ private:
+  // q, k, v [B, H, T, D] as views of the qkv projection of x [B, T, C].
+  std::vector<Tensor> project(const Tensor& x);
+  // y [B, H, T, D] -> proj(y as [B, T, C]) -> dropout.
+  Tensor output(const Tensor& y);
+  Generator* gen_;
+};
+
+// The transformer's feed-forward block: "fc" Linear(C, 4C) -> GELU (tanh approximation, as
+// GPT-2) -> "proj" Linear(4C, C) -> dropout (training only). [*, C] -> [*, C].
+class MLP : public Module {
+ public:
+  MLP(int64_t embed_dim, bool bias = true, double dropout = 0.0, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+
+  const double dropout;
+  std::shared_ptr<Linear> fc;
+  std::shared_ptr<Linear> proj;
+
+ private:
+  Generator* gen_;
+};
+
+// A pre-norm transformer block: x + attn(norm1(x)), then x + mlp(norm2(x)). norm is
+// "layernorm" (LayerNorm, with a bias when bias is set) or "rmsnorm" (RMSNorm, eps 1e-6);
+// children "norm1", "attn", "norm2", "mlp". [B, T, C] -> [B, T, C].
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(int64_t embed_dim, int64_t heads, const std::string& norm = "layernorm", bool bias = true,
+                   double dropout = 0.0, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  // With the attention's KV cache (CausalSelfAttention::forward(x, cache)'s rules).
+  Tensor forward(const Tensor& x, KVCache& cache);
+
+  std::shared_ptr<Module> norm1;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<Module> norm2;
+  std::shared_ptr<MLP> mlp;
+};
+
 }  // namespace nn
 }  // namespace normcore

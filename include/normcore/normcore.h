@@ -8,6 +8,7 @@
 #include "normcore/dtype.h"
 #include "normcore/error.h"
 #include "normcore/fused.h"
+#include "normcore/gpt.h"
 #include "normcore/ops.h"
 #include "normcore/optim.h"
 #include "normcore/autograd.h"

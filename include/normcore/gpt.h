@@ -1,0 +1,171 @@
+// A decoder-only transformer language model over bytes (GPT-2's layout: learned positions,
+// pre-norm blocks, an output head tied to the token embedding), incremental decoding with
+// a KV cache, the text it learns from (the Debian fortunes corpus), its checkpoints, and a
+// streaming text generator for applications. Tokens are bytes: vocab_size 256, i64 ids.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "normcore/nn.h"
+#include "normcore/random.h"
+
+namespace normcore {
+namespace models {
+
+struct GPTConfig {
+  int64_t vocab_size = 256;
+  int64_t context = 256;  // the most positions a sequence may have
+  int64_t layers = 6;
+  int64_t heads = 6;
+  int64_t embed = 384;  // divisible by heads
+  double dropout = 0.0;  // on the residual branches and after the embeddings, in training
+  std::string norm = "layernorm";  // or "rmsnorm"
+  bool bias = true;                // Linear and LayerNorm biases
+};
+
+// Every block's KV cache for incremental decoding (GPT::make_cache, GPT::forward(tokens, cache)).
+struct GPTCache {
+  std::vector<nn::KVCache> layers;
+  // Positions filled so far (the same in every layer).
+  int64_t length() const { return layers.empty() ? 0 : layers.front().length; }
+  // Forgets every position; the tensors are kept for reuse.
+  void clear();
+};
+
+// tokens [B, T] (i64 or i32, values in [0, vocab_size)) -> logits [B, T, vocab_size].
+// Children and state_dict keys, in order: "tok_emb" [V, C], "pos_emb" [context, C],
+// "blocks.<i>." (nn::TransformerBlock), "norm_f". The head is tok_emb's weight
+// (logits = x @ tok_emb.weight^T): there is no separate head parameter, so the keys are
+// those of a PyTorch module that computes F.linear(x, self.tok_emb.weight).
+// GPT-2's initialization, drawn from gen: N(0, 0.02) for embeddings and Linear weights,
+// N(0, 0.02 / sqrt(2 * layers)) for the projections into the residual stream
+// ("attn.proj", "mlp.proj"), zero biases, unit norm weights. Dropout masks come from gen
+// too (gen, when given, must outlive the model; the default generator otherwise).
+class GPT : public nn::Module {
+ public:
+  explicit GPT(const GPTConfig& config, Generator* gen = nullptr);
+  // T <= context (ShapeError naming the context otherwise).
+  Tensor forward(const Tensor& tokens) override;
+  // Decoding in eval mode: tokens [B, T] are positions cache.length() onwards; T tokens
+  // on an empty cache, then one per call (nn::CausalSelfAttention::forward(x, cache)).
+  // Gives what forward() gives for those positions of the whole sequence.
+  Tensor forward(const Tensor& tokens, GPTCache& cache);
+  // An empty cache for batch sequences of up to context positions, on the model's device.
+  GPTCache make_cache(int64_t batch) const;
+  int64_t parameter_count() const;
+
+  const GPTConfig config;
+  std::shared_ptr<nn::Embedding> tok_emb;
+  std::shared_ptr<nn::Embedding> pos_emb;
+  std::vector<std::shared_ptr<nn::TransformerBlock>> blocks;
+  std::shared_ptr<nn::Module> norm_f;
+
+ private:
+  // Embeddings of tokens at positions start.. -> blocks (with cache when given) -> logits.
+  Tensor run(const Tensor& tokens, int64_t start, GPTCache* cache);
+  Generator* gen_;
+};
+
+// Mean next-byte cross entropy of the model on inputs [B, T] against targets [B, T] (i64).
+Tensor lm_loss(GPT& model, const Tensor& inputs, const Tensor& targets);
+
+// ---------------------------------------------------------------- text
+// Debian's fortunes package installs its corpus here.
+inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
+
+// The fortune files of path, sorted by name: path itself when it is a file; for a folder,
+// the regular files (not symbolic links) whose names have no '.', which leaves out the
+// strfile indexes (*.dat) and the *.u8 links of Debian's package. IOError when there is none.
+std::vector<std::string> fortune_files(const std::string& path);
+
+// The fortunes of a file's text: runs of lines separated by lines that are exactly "%".
+// Each keeps its lines with their '\n'; fortunes of white space only are dropped.
+std::vector<std::string> split_fortunes(const std::string& text);
+
+// The corpus as two byte streams. The fortunes of fortune_files(path), in file order and
+// then in order within each file, are numbered from 0; every tenth (numbers 9, 19, 29, ...)
+// goes to validation, the rest to train. Each stream is its fortunes, each followed by the
+// line "%\n", as in the files.
+struct TextCorpus {
+  std::vector<std::string> files;
+  std::string train;
+  std::string validation;
+  int64_t train_fortunes = 0;
+  int64_t validation_fortunes = 0;
+};
+TextCorpus load_fortunes(const std::string& path = kFortunesDir);
+
+// Windows of context + 1 bytes of a stream: inputs the first context bytes, targets the
+// last context, both i64 [B, context] on device.
+struct TextBatch {
+  Tensor inputs;
+  Tensor targets;
+};
+// batch windows starting at offsets uniform on [0, size - context - 1], drawn from gen
+// (one randint of batch values, so a generator's seed and offset fix the batch).
+TextBatch random_windows(const std::string& stream, int64_t batch, int64_t context, Generator& gen, Device device);
+// count windows at evenly spaced offsets from the first to the last possible one: the same
+// windows every time.
+TextBatch spaced_windows(const std::string& stream, int64_t count, int64_t context, Device device);
+
+// The mean loss over `windows` spaced_windows of the stream, in batches of batch, in eval
+// mode with recording off; the model's training flag is restored.
+double evaluate_lm(GPT& model, const std::string& stream, int64_t windows, int64_t batch, Device device);
+
+// ---------------------------------------------------------------- checkpoints
+// One safetensors file: "model.<key>", optionally "optim." and "schedule." tensors, and
+// metadata: format "normcore-gpt", the config ("config.layers", ...), the step count and
+// the given options as "option.<name>".
+struct GPTCheckpoint {
+  std::shared_ptr<GPT> model;  // rebuilt and loaded on the requested device
+  int64_t step = 0;
+  nn::NamedTensors optimizer_state;  // prefixes removed; empty when none was saved
+  nn::NamedTensors schedule_state;
+  std::map<std::string, std::string> metadata;
+};
+// Writes atomically (a temporary file renamed over path).
+void save_gpt_checkpoint(const std::string& path, const GPT& model, int64_t step,
+                         const nn::NamedTensors& optimizer_state, const nn::NamedTensors& schedule_state,
+                         const std::map<std::string, std::string>& options);
+// IOError naming what is wrong for a file that is not a GPT checkpoint. The model is built
+// with gen (the default generator when null), which its initialization, replaced by the
+// saved weights, advances; its dropout draws from gen afterwards.
+GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device = Device::cpu(), Generator* gen = nullptr);
+
+// ---------------------------------------------------------------- generation
+struct GenerateOptions {
+  double temperature = 0.8;  // 0: greedy (the most likely byte)
+  int64_t top_k = 0;         // sample among the k most likely bytes (0: all)
+  uint64_t seed = 0;         // the same seed gives the same text on a device
+};
+
+// Continues prompt by `tokens` bytes, one KV-cache step per byte, handing each byte to
+// on_text as it is chosen (when given), and returns the continuation. An empty prompt
+// starts from "%\n", the line before every fortune. The model always conditions on the
+// last `context` bytes: a longer prompt is cut to its last context bytes, and once the
+// cache is full each new byte re-runs the last context bytes as a fresh prefill (a sliding
+// window, exactly what a full forward of that window gives). Runs in eval mode with
+// recording off; the model's training flag is restored.
+std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens, const GenerateOptions& options,
+                          const std::function<void(const std::string&)>& on_text = {});
+
+// Loads a GPT checkpoint once and writes text with it.
+class TextGenerator {
+ public:
+  explicit TextGenerator(const std::string& checkpoint, Device device = Device::cpu());
+  // generate_text with the loaded model.
+  std::string generate(const std::string& prompt, int64_t tokens, const GenerateOptions& options = {},
+                       const std::function<void(const std::string&)>& on_text = {});
+  const GPT& model() const { return *model_; }
+
+ private:
+  std::shared_ptr<GPT> model_;
+};
+
+}  // namespace models
+}  // namespace normcore

@@ -1,0 +1,273 @@
+// The GPT language model (normcore/gpt.h): the module, its loss, its checkpoints and
+// text generation with the KV cache. Generation samples on the host from the last
+// position's logits (256 values a step), so a seed gives the same bytes on every run.
+#include "normcore/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "normcore/autograd.h"
+#include "normcore/losses.h"
+#include "normcore/ops.h"
+#include "normcore/safetensors.h"
+#include "models/checkpoint_text.h"
+
+namespace normcore {
+namespace models {
+
+namespace {
+
+constexpr const char* kFormat = "normcore-gpt";
+
+GPTConfig checked(const GPTConfig& c) {
+  NC_CHECK(c.vocab_size > 0 && c.context > 0 && c.layers > 0 && c.heads > 0 && c.embed > 0, ValueError,
+           "GPT: vocab_size, context, layers, heads and embed must be positive, got ", c.vocab_size, ", ", c.context,
+           ", ", c.layers, ", ", c.heads, ", ", c.embed);
+  NC_CHECK(c.embed % c.heads == 0, ValueError, "GPT: embed ", c.embed, " is not divisible by heads ", c.heads);
+  NC_CHECK(c.dropout >= 0 && c.dropout < 1, ValueError, "GPT: dropout must be in [0, 1), got ", c.dropout);
+  NC_CHECK(c.norm == "layernorm" || c.norm == "rmsnorm", ValueError,
+           "GPT: norm must be 'layernorm' or 'rmsnorm', got '", c.norm, "'");
+  return c;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// GPT-2's initialization over the parameters in state_dict order (see gpt.h).
+void init_gpt2(nn::Module& model, int64_t layers, Generator* gen) {
+  autograd::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layers));
+  for (auto& [name, p] : model.named_parameters()) {
+    if (name.find("norm") != std::string::npos) continue;  // norms keep ones and zeros
+    if (ends_with(name, ".bias")) {
+      p.zero_();
+      continue;
+    }
+    const bool residual = ends_with(name, "attn.proj.weight") || ends_with(name, "mlp.proj.weight");
+    p.copy_(mul(randn(p.shape(), TensorOptions(p.dtype(), p.device()), gen), residual ? residual_std : 0.02));
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- model
+void GPTCache::clear() {
+  for (nn::KVCache& layer : layers) layer.length = 0;
+}
+
+GPT::GPT(const GPTConfig& config, Generator* gen) : config(checked(config)), gen_(gen) {
+  tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(config.vocab_size, config.embed, gen));
+  pos_emb = register_module("pos_emb", std::make_shared<nn::Embedding>(config.context, config.embed, gen));
+  auto stack = register_module("blocks", std::make_shared<nn::Sequential>());
+  for (int64_t i = 0; i < config.layers; ++i) {
+    blocks.push_back(std::make_shared<nn::TransformerBlock>(config.embed, config.heads, config.norm, config.bias,
+                                                            config.dropout, gen));
+    stack->push_back(blocks.back());
+  }
+  if (config.norm == "layernorm")
+    norm_f = register_module("norm_f", std::make_shared<nn::LayerNorm>(std::vector<int64_t>{config.embed}, 1e-5,
+                                                                       true, config.bias));
+  else
+    norm_f = register_module("norm_f", std::make_shared<nn::RMSNorm>(std::vector<int64_t>{config.embed}, 1e-6));
+  init_gpt2(*this, config.layers, gen);
+}
+
+Tensor GPT::run(const Tensor& tokens, int64_t start, GPTCache* cache) {
+  const char* op = "GPT";
+  NC_CHECK(tokens.defined(), ValueError, op, ": tokens is an undefined tensor");
+  NC_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1, ShapeError, op, ": tokens must be [B, T] with T >= 1, got ",
+           describe(tokens));
+  NC_CHECK(start + tokens.size(1) <= config.context, ShapeError, op, ": ", start + tokens.size(1),
+           " positions exceed the model's context of ", config.context, " (tokens ", describe(tokens),
+           start ? " after " + std::to_string(start) + " cached" : std::string(), ")");
+  const Device device = tok_emb->weight.device();
+  const Tensor positions = arange(start, start + tokens.size(1), 1, TensorOptions(DType::I64, device));
+  // [B, T, C] + [T, C]
+  Tensor x = nn::dropout(add((*tok_emb)(tokens), (*pos_emb)(positions)), config.dropout, is_training(), gen_);
+  for (size_t i = 0; i < blocks.size(); ++i) x = cache ? blocks[i]->forward(x, cache->layers[i]) : (*blocks[i])(x);
+  return matmul((*norm_f)(x), tok_emb->weight.t());
+}
+
+Tensor GPT::forward(const Tensor& tokens) { return run(tokens, 0, nullptr); }
+
+Tensor GPT::forward(const Tensor& tokens, GPTCache& cache) {
+  NC_CHECK(cache.layers.size() == blocks.size(), ValueError, "GPT: the cache has ", cache.layers.size(),
+           " layers, the model ", blocks.size(), " (make it with make_cache)");
+  return run(tokens, cache.length(), &cache);
+}
+
+GPTCache GPT::make_cache(int64_t batch) const {
+  GPTCache cache;
+  for (const auto& block : blocks) cache.layers.push_back(block->attn->make_cache(batch, config.context));
+  return cache;
+}
+
+int64_t GPT::parameter_count() const {
+  int64_t count = 0;
+  for (const Tensor& p : parameters()) count += p.numel();
+  return count;
+}
+
+Tensor lm_loss(GPT& model, const Tensor& inputs, const Tensor& targets) {
+  const Tensor logits = model(inputs);
+  NC_CHECK(targets.defined() && targets.shape() == inputs.shape(), ShapeError, "lm_loss: targets must have the "
+           "inputs' shape ", describe(inputs), ", got ", targets.defined() ? describe(targets) : "undefined");
+  return nn::cross_entropy(logits.reshape({-1, model.config.vocab_size}), targets.reshape({-1}));
+}
+
+// ---------------------------------------------------------------- checkpoints
+void save_gpt_checkpoint(const std::string& path, const GPT& model, int64_t step,
+                         const nn::NamedTensors& optimizer_state, const nn::NamedTensors& schedule_state,
+                         const std::map<std::string, std::string>& options) {
+  safetensors::TensorList tensors;
+  for (const auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
+  for (const auto& [name, t] : optimizer_state) tensors.emplace_back("optim." + name, t);
+  for (const auto& [name, t] : schedule_state) tensors.emplace_back("schedule." + name, t);
+  std::map<std::string, std::string> metadata;
+  for (const auto& [k, v] : options) metadata["option." + k] = v;
+  const GPTConfig& c = model.config;
+  metadata["format"] = kFormat;
+  metadata["step"] = std::to_string(step);
+  metadata["config.vocab_size"] = std::to_string(c.vocab_size);
+  metadata["config.context"] = std::to_string(c.context);
+  metadata["config.layers"] = std::to_string(c.layers);
+  metadata["config.heads"] = std::to_string(c.heads);
+  metadata["config.embed"] = std::to_string(c.embed);
+  metadata["config.dropout"] = detail::cat_str(c.dropout);
+  metadata["config.norm"] = c.norm;
+  metadata["config.bias"] = c.bias ? "1" : "0";
+  safetensors::save(path, tensors, metadata);
+}
+
+GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Generator* gen) {
+  safetensors::File file = safetensors::load(path);
+  auto meta = [&](const std::string& key) -> const std::string& {
+    auto it = file.metadata.find(key);
+    NC_CHECK(it != file.metadata.end(), IOError, "load_gpt_checkpoint: ", path,
+             " is not a normcore GPT checkpoint (its metadata has no '", key, "')");
+    return it->second;
+  };
+  NC_CHECK(meta("format") == kFormat, IOError, "load_gpt_checkpoint: ", path, " has format '", meta("format"),
+           "', expected '", kFormat, "'");
+  auto whole = [&](const std::string& key, int64_t min) {
+    int64_t value = 0;
+    NC_CHECK(parse_whole(meta(key), &value) && value >= min, IOError, "load_gpt_checkpoint: ", path, " has a malformed ",
+             key, " '", meta(key), "'");
+    return value;
+  };
+  GPTConfig c;
+  c.vocab_size = whole("config.vocab_size", 1);
+  c.context = whole("config.context", 1);
+  c.layers = whole("config.layers", 1);
+  c.heads = whole("config.heads", 1);
+  c.embed = whole("config.embed", 1);
+  NC_CHECK(parse_whole(meta("config.dropout"), &c.dropout), IOError, "load_gpt_checkpoint: ", path,
+           " has a malformed config.dropout '", meta("config.dropout"), "'");
+  c.norm = meta("config.norm");
+  c.bias = meta("config.bias") == "1";
+  GPTCheckpoint out;
+  out.step = whole("step", 0);
+  // Building draws an initialization from gen that the saved weights replace (a caller
+  // restoring a generator's state does so after loading, as train-lm does).
+  out.model = std::make_shared<GPT>(c, gen);
+  out.model->load_state_dict(take_prefixed(file.tensors, "model."));
+  out.model->to(device);
+  out.optimizer_state = take_prefixed(file.tensors, "optim.");
+  out.schedule_state = take_prefixed(file.tensors, "schedule.");
+  out.metadata = file.metadata;
+  return out;
+}
+
+// ---------------------------------------------------------------- generation
+namespace {
+
+// The next byte from the last position's logits: the most likely (temperature 0), or a
+// draw from softmax(logits / temperature) over the top_k most likely, with u uniform on [0, 1).
+int64_t choose(const std::vector<float>& logits, const GenerateOptions& options, double u) {
+  const auto most_likely = std::max_element(logits.begin(), logits.end());
+  if (options.temperature <= 0) return most_likely - logits.begin();
+  float cutoff = -INFINITY;
+  if (options.top_k > 0 && options.top_k < static_cast<int64_t>(logits.size())) {
+    std::vector<float> sorted = logits;
+    std::nth_element(sorted.begin(), sorted.begin() + (options.top_k - 1), sorted.end(), std::greater<float>());
+    cutoff = sorted[options.top_k - 1];
+  }
+  std::vector<double> weights(logits.size(), 0.0);
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] < cutoff) continue;
+    weights[i] = std::exp((static_cast<double>(logits[i]) - *most_likely) / options.temperature);
+    total += weights[i];
+  }
+  double target = u * total;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] == 0) continue;
+    target -= weights[i];
+    if (target < 0) return static_cast<int64_t>(i);
+  }
+  return most_likely - logits.begin();  // rounding left u * total past the last weight
+}
+
+// Logits of the last position of [1, T, V] as floats on the host.
+std::vector<float> last_logits(const Tensor& logits) {
+  return logits.select(0, 0).select(0, logits.size(1) - 1).to(Device::cpu(), DType::F32).to_vector<float>();
+}
+
+}  // namespace
+
+std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens, const GenerateOptions& options,
+                          const std::function<void(const std::string&)>& on_text) {
+  NC_CHECK(tokens >= 0, ValueError, "generate_text: tokens must be >= 0, got ", tokens);
+  NC_CHECK(std::isfinite(options.temperature) && options.temperature >= 0, ValueError,
+           "generate_text: temperature must be finite and >= 0, got ", options.temperature);
+  NC_CHECK(options.top_k >= 0, ValueError, "generate_text: top_k must be >= 0, got ", options.top_k);
+  NC_CHECK(model.config.vocab_size <= 256, ValueError, "generate_text: the model's vocabulary has ",
+           model.config.vocab_size, " tokens; text generation writes bytes (at most 256)");
+  const int64_t context = model.config.context;
+  const Device device = model.tok_emb->weight.device();
+  std::vector<int64_t> history;
+  for (unsigned char c : prompt.empty() ? std::string("%\n") : prompt) history.push_back(c);
+
+  const bool was_training = model.is_training();
+  model.eval();
+  autograd::NoGradGuard no_grad;
+  Generator gen(options.seed);
+  GPTCache cache = model.make_cache(1);
+  // A fresh prefill of the last `context` bytes of history.
+  auto prefill = [&]() {
+    cache.clear();
+    const int64_t n = std::min<int64_t>(context, static_cast<int64_t>(history.size()));
+    const std::vector<int64_t> window(history.end() - n, history.end());
+    return model.forward(from_vector(window, {1, n}, device), cache);
+  };
+  Tensor logits = prefill();
+  std::string text;
+  for (int64_t i = 0; i < tokens; ++i) {
+    const double u = options.temperature > 0 ? rand({1}, DType::F64, &gen).item<double>() : 0.0;
+    const int64_t next = choose(last_logits(logits), options, u);
+    history.push_back(next);
+    const std::string piece(1, static_cast<char>(next));
+    text += piece;
+    if (on_text) on_text(piece);
+    if (i + 1 == tokens) break;
+    if (cache.length() < context) logits = model.forward(from_vector(std::vector<int64_t>{next}, {1, 1}, device), cache);
+    else logits = prefill();
+  }
+  model.train(was_training);
+  return text;
+}
+
+TextGenerator::TextGenerator(const std::string& checkpoint, Device device)
+    : model_(load_gpt_checkpoint(checkpoint, device).model) {
+  model_->eval();
+}
+
+std::string TextGenerator::generate(const std::string& prompt, int64_t tokens, const GenerateOptions& options,
+                                    const std::function<void(const std::string&)>& on_text) {
+  return generate_text(*model_, prompt, tokens, options, on_text);
+}
+
+}  // namespace models
+}  // namespace normcore
