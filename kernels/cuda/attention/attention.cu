@@ -1,6 +1,7 @@
 // CUDA scaled dot-product attention (contract: kernels/attention.h) with the kernels of
 // attention/flash.cuh. plan_attention picks the path: f16/bf16 on tensor cores, head dims
-// padded to 32, 64 or 128; f32/f64 on the SIMT kernels. Forward: one kernel writing out and
+// padded to 32, 64 or 128; f32 on the register-tiled SIMT kernels, padded the same way; f64 on
+// the row-per-warp SIMT kernels. Forward: one kernel writing out and
 // lse. Backward: delta = rowsum(grad_out * out), then grad_k and grad_v over key tiles, then
 // grad_q over query tiles; every gradient is written (=) once, so results are deterministic.
 #include "kernels/attention.h"
@@ -17,18 +18,20 @@ constexpr int64_t kMaxHeadDim = 128;
 
 enum class AttentionPath {
   TensorCores,  // f16, bf16: mma.sync kernels for head_dim columns
-  Simt,         // f32, f64
+  TiledSimt,    // f32: 64-row tiles, head_dim columns
+  RowSimt,      // f64: one warp per row
 };
 
 struct AttentionPlan {
   AttentionPath path;
-  int head_dim = 0;  // TensorCores: max(D, Dv) rounded up to 32, 64 or 128
+  int head_dim = 0;  // TensorCores, TiledSimt: max(D, Dv) rounded up to 32, 64 or 128
 };
 
 AttentionPlan plan_attention(DType dtype, int64_t D, int64_t Dv) {
-  if (dtype != DType::F16 && dtype != DType::BF16) return {AttentionPath::Simt};
+  if (dtype == DType::F64) return {AttentionPath::RowSimt};
   const int64_t width = std::max(D, Dv);
-  return {AttentionPath::TensorCores, width <= 32 ? 32 : width <= 64 ? 64 : 128};
+  const int head_dim = width <= 32 ? 32 : width <= 64 ? 64 : 128;
+  return {dtype == DType::F32 ? AttentionPath::TiledSimt : AttentionPath::TensorCores, head_dim};
 }
 
 flash::RowStrides row_strides(const Tensor& t) {
@@ -108,7 +111,16 @@ void with_head_dim(int head_dim, Run run) {
 }
 
 // ---------------------------------------------------------------- SIMT
-// A SIMT kernel over `rows` rows of one side (kSimtRows per block).
+// A tiled kernel (f32) over `rows` rows of one side, 64 per block.
+void tiled_run(const Launcher& launch, void (*kernel)(AttentionParams<float, float>), size_t smem, int64_t rows,
+               const AttentionParams<float, float>& p) {
+  const int64_t grid = flash::tile_blocks(int64_t{p.batch} * p.heads, rows, flash::kTiledRows);
+  if (grid == 0) return;
+  launch.allow_shared_memory(kernel, smem);
+  launch(kernel, static_cast<unsigned>(grid), flash::kTiledThreads, smem, p);
+}
+
+// A row-per-warp kernel (f64) over `rows` rows of one side (kSimtRows per block).
 template <class T>
 void simt_run(const Launcher& launch, void (*kernel)(AttentionParams<T, T>), int64_t rows,
               const AttentionParams<T, T>& p) {
@@ -134,6 +146,11 @@ class CudaAttention final : public kernels::AttentionKernels {
       const auto p = make_params<T, C>(q, k, v, out, lse, shape, causal, scale);
       if constexpr (is_reduced_float_v<T>) {
         with_head_dim(plan.head_dim, [&](auto hd) { tc_forward<T, decltype(hd)::value>(launch, p); });
+      } else if constexpr (std::is_same_v<T, float>) {
+        with_head_dim(plan.head_dim, [&](auto hd) {
+          constexpr int HD = decltype(hd)::value;
+          tiled_run(launch, flash::tiled_forward_kernel<HD>, flash::tiled_forward_shared_bytes<HD>(), p.L, p);
+        });
       } else {
         simt_run<T>(launch, flash::simt_forward_kernel<T>, p.L, p);
       }
@@ -165,6 +182,12 @@ class CudaAttention final : public kernels::AttentionKernels {
       }
       if constexpr (is_reduced_float_v<T>) {
         with_head_dim(plan.head_dim, [&](auto hd) { tc_backward<T, decltype(hd)::value>(launch, p); });
+      } else if constexpr (std::is_same_v<T, float>) {
+        with_head_dim(plan.head_dim, [&](auto hd) {
+          constexpr int HD = decltype(hd)::value;
+          tiled_run(launch, flash::tiled_backward_kv_kernel<HD>, flash::tiled_backward_kv_shared_bytes<HD>(), p.S, p);
+          tiled_run(launch, flash::tiled_backward_q_kernel<HD>, flash::tiled_backward_q_shared_bytes<HD>(), p.L, p);
+        });
       } else {
         simt_run<T>(launch, flash::simt_backward_kv_kernel<T>, p.S, p);
         simt_run<T>(launch, flash::simt_backward_q_kernel<T>, p.L, p);

@@ -1,7 +1,8 @@
 // The kernels of scaled dot-product attention (contract: kernels/attention.h) over raw
 // pointers and AttentionParams, so that a standalone program can test them. f16/bf16 run on
 // tensor cores (mma.sync m16n8k16, fp32 accumulate) with head dims padded to 32, 64 or 128;
-// f32/f64 on SIMT kernels. No L x S matrix reaches device memory (online softmax forward,
+// f32 on register-tiled SIMT kernels (exact f32 FMA, no TF32), f64 on row-per-warp SIMT
+// kernels. No L x S matrix reaches device memory (online softmax forward,
 // recomputed p backward), and every gradient is written once by one block: deterministic.
 #pragma once
 
@@ -76,6 +77,11 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+// 4 bytes from global to shared memory, or 4 zero bytes when !valid (src is not read).
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
@@ -690,7 +696,381 @@ __global__ void __launch_bounds__(Config::kThreads) tc_backward_q_kernel(const A
   }
 }
 
-// ---------------------------------------------------------------- SIMT kernels (f32, f64)
+// ---------------------------------------------------------------- register-tiled SIMT kernels (f32)
+// Exact f32 FMA math laid out like a SIMT GEMM: a block of 16 x 16 threads owns a tile of 64
+// rows (queries forward and for grad_q, keys for grad_k/grad_v) and streams the other side
+// through shared memory in tiles of 64 rows. Thread (ty, tx) computes the 4 x 4 scores of rows
+// ty + 16 r and columns tx + 16 c (so the 16 threads sharing a row are 16 lanes of one warp,
+// and the softmax reduces by shuffles), puts them in shared memory, and accumulates rows
+// ty + 16 r of the 64 x HD product in registers, HD / 16 columns each (tiled_col). Head dims
+// are padded to HD = 32, 64 or 128 with zero columns; the fixed order of every sum keeps the
+// results deterministic.
+//
+// The forward's warps are 2 x 16 threads (ty x tx), so that a row's 16 threads reduce within
+// the warp; the backward needs no row reductions and takes 4 x 8, whose warps read half as
+// many distinct 16-byte words of shared memory per product step (one wavefront per load).
+constexpr int kTiledRows = 64;                           // rows of every tile
+constexpr int kTiledThreads = 256;                       // 16 x 16
+constexpr int kTiledPad = 4;                             // floats; see tiled_dot_rows
+constexpr int kTiledScoreStride = kTiledRows + kTiledPad;  // a 64 x 64 tile of scores
+// Two blocks per SM (at most 128 registers a thread): one block's tile loads overlap the
+// other's products, as the tiles are not double-buffered.
+constexpr int kTiledMinBlocks = 2;
+
+// Row stride of a [64][HD] tile: the 4-float pad makes 8 lanes reading 16 bytes of 8
+// consecutive rows hit 8 different groups of 4 banks.
+template <int HD>
+constexpr int kTiledStride = HD + kTiledPad;
+
+// Shared memory of each kernel: tiles of [64][HD] operands, 64 x 64 score tiles and 64-float
+// rows of per-query statistics.
+template <int HD>
+constexpr size_t tiled_shared_bytes(int operand_tiles, int score_tiles, int stat_rows) {
+  return sizeof(float) * (size_t{kTiledRows} * (operand_tiles * kTiledStride<HD> + score_tiles * kTiledScoreStride) +
+                          size_t{kTiledRows} * stat_rows);
+}
+template <int HD>
+constexpr size_t tiled_forward_shared_bytes() {
+  return tiled_shared_bytes<HD>(3, 1, 0);  // Q, K, V; P
+}
+template <int HD>
+constexpr size_t tiled_backward_kv_shared_bytes() {
+  return tiled_shared_bytes<HD>(4, 2, 2);  // K, V, Q, dO; P^T, dS^T; lse, delta
+}
+template <int HD>
+constexpr size_t tiled_backward_q_shared_bytes() {
+  return tiled_shared_bytes<HD>(4, 1, 0);  // Q, dO, K, V; dS
+}
+
+// The column of a thread's c-th accumulator of a row: groups of 4 consecutive columns
+// (2 for HD = 32), the 16 threads of a row side by side, so that a row of the right-hand tile
+// is read as one conflict-free run of 16-byte (8-byte) loads.
+// Thread (ty, tx) of the backward kernels: 4 x 8 threads a warp (see above).
+__device__ __forceinline__ int tiled_backward_ty() { return threadIdx.x / kWarp / 2 * 4 + threadIdx.x % kWarp / 8; }
+__device__ __forceinline__ int tiled_backward_tx() { return threadIdx.x / kWarp % 2 * 8 + threadIdx.x % 8; }
+
+template <int HD>
+__device__ __forceinline__ int tiled_col(int c, int tx) {
+  constexpr int kGroup = HD / 16 < 4 ? HD / 16 : 4;
+  return c / kGroup * 16 * kGroup + tx * kGroup + c % kGroup;
+}
+
+// Rows [0, rows) and columns [0, cols) of a [64][HD] tile from global memory (rows `stride`
+// apart); the rest of the tile is zero, so padded columns and tail rows add nothing. 4-byte
+// cp.async (any alignment), so that whole tiles are in flight at once without holding
+// registers; the caller waits (cp_async_wait_all) before its __syncthreads.
+template <int HD>
+__device__ __forceinline__ void tiled_load(float* tile, const float* src, int64_t stride, int rows, int cols) {
+#pragma unroll 8
+  for (int idx = threadIdx.x; idx < kTiledRows * HD; idx += kTiledThreads) {
+    const int r = idx / HD, c = idx % HD;
+    const bool valid = r < rows && c < cols;
+    cp_async_4(smem_address(tile + r * kTiledStride<HD> + c), valid ? src + r * stride + c : src, valid);
+  }
+  cp_async_commit();
+}
+
+// acc[r][c] += dot(a[ty + 16 r], b[tx + 16 c]) over the HD columns of two [64][HD] tiles.
+template <int HD>
+__device__ __forceinline__ void tiled_dot_rows(float (&acc)[4][4], const float* a, const float* b, int ty, int tx) {
+  constexpr int SP = kTiledStride<HD>;
+#pragma unroll 2
+  for (int k = 0; k < HD; k += 4) {
+    float4 av[4], bv[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) av[r] = *reinterpret_cast<const float4*>(a + (ty + 16 * r) * SP + k);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) bv[c] = *reinterpret_cast<const float4*>(b + (tx + 16 * c) * SP + k);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        acc[r][c] = fmaf(av[r].x, bv[c].x, acc[r][c]);
+        acc[r][c] = fmaf(av[r].y, bv[c].y, acc[r][c]);
+        acc[r][c] = fmaf(av[r].z, bv[c].z, acc[r][c]);
+        acc[r][c] = fmaf(av[r].w, bv[c].w, acc[r][c]);
+      }
+  }
+}
+
+// acc[r][c] += sum_j scores[ty + 16 r][j] b[j][tiled_col(c)] over a 64 x 64 score tile and
+// the 64 rows of a [64][HD] tile.
+template <int HD>
+__device__ __forceinline__ void tiled_scores_times(float (&acc)[4][HD / 16], const float* scores, const float* b,
+                                                   int ty, int tx) {
+  constexpr int SP = kTiledStride<HD>, kCols = HD / 16;
+#pragma unroll 2
+  for (int j = 0; j < kTiledRows; j += 4) {
+    float4 sv[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) sv[r] = *reinterpret_cast<const float4*>(scores + (ty + 16 * r) * kTiledScoreStride + j);
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const float* b_row = b + (j + jj) * SP;
+      float bv[kCols];
+      if constexpr (kCols == 2) {
+        const float2 x = *reinterpret_cast<const float2*>(b_row + tiled_col<HD>(0, tx));
+        bv[0] = x.x;
+        bv[1] = x.y;
+      } else {
+#pragma unroll
+        for (int g = 0; g < kCols; g += 4) {
+          const float4 x = *reinterpret_cast<const float4*>(b_row + tiled_col<HD>(g, tx));
+          bv[g] = x.x;
+          bv[g + 1] = x.y;
+          bv[g + 2] = x.z;
+          bv[g + 3] = x.w;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float s = jj == 0 ? sv[r].x : jj == 1 ? sv[r].y : jj == 2 ? sv[r].z : sv[r].w;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) acc[r][c] = fmaf(s, bv[c], acc[r][c]);
+      }
+    }
+  }
+}
+
+// Rows ty + 16 r below `rows` and columns below `cols` of the accumulators, times `factor`,
+// into a contiguous [.., row_len] output starting at dst.
+template <int HD>
+__device__ __forceinline__ void tiled_store(float* dst, int64_t row_len, int rows, int cols,
+                                            const float (&acc)[4][HD / 16], float factor, int ty, int tx) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = ty + 16 * r;
+    if (row >= rows) continue;
+#pragma unroll
+    for (int c = 0; c < HD / 16; ++c) {
+      const int col = tiled_col<HD>(c, tx);
+      if (col < cols) dst[row * row_len + col] = acc[r][c] * factor;
+    }
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_forward_kernel(const AttentionParams<float, float> p) {
+  constexpr int SP = kTiledStride<HD>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* q_s = reinterpret_cast<float*>(smem);
+  float* k_s = q_s + kTiledRows * SP;
+  float* v_s = k_s + kTiledRows * SP;
+  float* p_s = v_s + kTiledRows * SP;  // [64][kTiledScoreStride]
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+  const int m_tiles = (p.L + kTiledRows - 1) / kTiledRows;
+  const int64_t bh = blockIdx.x / m_tiles;
+  // Longest causal rows first, so the short blocks fill the tail of the grid.
+  const int m0 = (m_tiles - 1 - static_cast<int>(blockIdx.x - bh * m_tiles)) * kTiledRows;
+  const int rows = min(kTiledRows, p.L - m0);
+  const float* k = head_rows(p.k, p.k_stride, bh, p.heads);
+  const float* v = head_rows(p.v, p.v_stride, bh, p.heads);
+  int n_tiles = (p.S + kTiledRows - 1) / kTiledRows;
+  if (p.causal) n_tiles = min(n_tiles, (m0 + rows - 1) / kTiledRows + 1);
+  tiled_load<HD>(q_s, head_rows(p.q, p.q_stride, bh, p.heads) + m0 * p.q_stride.row, p.q_stride.row, rows, p.D);
+
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+  float o[4][HD / 16] = {};
+  float row_max[4], row_sum[4];  // max of the scores times scale_log2; this thread's part of the sum
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.0f;
+  }
+
+  for (int n = 0; n < n_tiles; ++n) {
+    const int n0 = n * kTiledRows, keys = min(kTiledRows, p.S - n0);
+    __syncthreads();  // every thread is done with the previous K, V and P
+    tiled_load<HD>(k_s, k + n0 * p.k_stride.row, p.k_stride.row, keys, p.D);
+    tiled_load<HD>(v_s, v + n0 * p.v_stride.row, p.v_stride.row, keys, p.Dv);
+    cp_async_wait_all();
+    __syncthreads();
+
+    float s[4][4] = {};
+    tiled_dot_rows<HD>(s, q_s, k_s, ty, tx);
+    // Scaled scores, -inf past S and (causal) above the diagonal.
+    const bool masked = keys < kTiledRows || (p.causal && n0 + kTiledRows - 1 > m0);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = m0 + ty + 16 * r, j = n0 + tx + 16 * c;
+        s[r][c] = masked && (j >= p.S || (p.causal && j > i)) ? -INFINITY : s[r][c] * scale_log2;
+      }
+    // Online softmax: rescale what was summed so far to the new row maximum.
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      float tile_max = fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3]));
+#pragma unroll
+      for (int offset = 8; offset > 0; offset /= 2)
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, offset));
+      const float new_max = fmaxf(row_max[r], tile_max);
+      const float base = new_max == -INFINITY ? 0.0f : new_max;  // a row masked so far stays 0
+      const float alpha = exp2_approx(row_max[r] - base);
+      row_max[r] = new_max;
+      row_sum[r] *= alpha;
+#pragma unroll
+      for (int c = 0; c < HD / 16; ++c) o[r][c] *= alpha;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float prob = exp2_approx(s[r][c] - base);
+        row_sum[r] += prob;
+        p_s[(ty + 16 * r) * kTiledScoreStride + tx + 16 * c] = prob;
+      }
+    }
+    __syncthreads();  // P is in
+    tiled_scores_times<HD>(o, p_s, v_s, ty, tx);
+  }
+  cp_async_wait_all();  // Q, when there was no key tile
+
+  float inv[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    float sum = row_sum[r];
+#pragma unroll
+    for (int offset = 8; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+    inv[r] = sum > 0 ? 1.0f / sum : 0.0f;
+    const int row = ty + 16 * r;
+    if (tx == 0 && row < rows) p.lse[bh * p.L + m0 + row] = sum > 0 ? row_max[r] * kLn2 + logf(sum) : -INFINITY;
+#pragma unroll
+    for (int c = 0; c < HD / 16; ++c) o[r][c] *= inv[r];
+  }
+  tiled_store<HD>(p.out + (bh * p.L + m0) * p.Dv, p.Dv, rows, p.Dv, o, 1.0f, ty, tx);
+}
+
+// grad_k and grad_v of a tile of 64 keys (rows ty + 16 r of the score tiles are keys, columns
+// queries), over the query tiles that see them: P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
+// dV += P^T dO, dK += dS^T Q.
+template <int HD>
+__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward_kv_kernel(const AttentionParams<float, float> p) {
+  constexpr int SP = kTiledStride<HD>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* k_s = reinterpret_cast<float*>(smem);
+  float* v_s = k_s + kTiledRows * SP;
+  float* q_s = v_s + kTiledRows * SP;
+  float* do_s = q_s + kTiledRows * SP;
+  float* pt_s = do_s + kTiledRows * SP;         // [64][kTiledScoreStride]
+  float* dst_s = pt_s + kTiledRows * kTiledScoreStride;
+  float* lse_s = dst_s + kTiledRows * kTiledScoreStride;  // [64]
+  float* delta_s = lse_s + kTiledRows;                    // [64]
+  const int tx = tiled_backward_tx(), ty = tiled_backward_ty();
+
+  const int n_tiles = (p.S + kTiledRows - 1) / kTiledRows;
+  const int64_t bh = blockIdx.x / n_tiles;
+  const int n0 = static_cast<int>(blockIdx.x - bh * n_tiles) * kTiledRows;  // causal: longest first
+  const int keys = min(kTiledRows, p.S - n0);
+  const float* q = head_rows(p.q, p.q_stride, bh, p.heads);
+  const float* grad_out = p.grad_out + bh * p.L * p.Dv;
+  tiled_load<HD>(k_s, head_rows(p.k, p.k_stride, bh, p.heads) + n0 * p.k_stride.row, p.k_stride.row, keys, p.D);
+  tiled_load<HD>(v_s, head_rows(p.v, p.v_stride, bh, p.heads) + n0 * p.v_stride.row, p.v_stride.row, keys, p.Dv);
+
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+  float dk[4][HD / 16] = {}, dv[4][HD / 16] = {};
+  const int m_tiles = (p.L + kTiledRows - 1) / kTiledRows;
+  for (int m = p.causal ? n0 / kTiledRows : 0; m < m_tiles; ++m) {
+    const int m0 = m * kTiledRows, rows = min(kTiledRows, p.L - m0);
+    __syncthreads();  // every thread is done with the previous query tile
+    tiled_load<HD>(q_s, q + m0 * p.q_stride.row, p.q_stride.row, rows, p.D);
+    tiled_load<HD>(do_s, grad_out + m0 * p.Dv, p.Dv, rows, p.Dv);
+    if (threadIdx.x < kTiledRows) {
+      const int row = threadIdx.x;
+      const int64_t at = bh * p.L + m0 + (row < rows ? row : 0);
+      cp_async_4(smem_address(lse_s + row), p.lse + at, row < rows);
+      cp_async_4(smem_address(delta_s + row), p.delta + at, row < rows);
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+
+    float s[4][4] = {}, dp[4][4] = {};
+    tiled_dot_rows<HD>(s, k_s, q_s, ty, tx);
+    tiled_dot_rows<HD>(dp, v_s, do_s, ty, tx);
+    const bool masked = rows < kTiledRows || (p.causal && n0 + kTiledRows - 1 > m0);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = tx + 16 * c, i = m0 + col, j = n0 + ty + 16 * r;
+        const float prob =
+            masked && (i >= p.L || (p.causal && j > i)) ? 0.0f : exp2_approx(s[r][c] * scale_log2 - lse_s[col] * kLog2e);
+        pt_s[(ty + 16 * r) * kTiledScoreStride + col] = prob;
+        dst_s[(ty + 16 * r) * kTiledScoreStride + col] = prob * (dp[r][c] - delta_s[col]);
+      }
+    __syncthreads();  // P^T and dS^T are in
+    tiled_scores_times<HD>(dv, pt_s, do_s, ty, tx);
+    tiled_scores_times<HD>(dk, dst_s, q_s, ty, tx);
+  }
+  cp_async_wait_all();  // K and V, when there was no query tile
+  tiled_store<HD>(p.grad_k + (bh * p.S + n0) * p.D, p.D, keys, p.D, dk, static_cast<float>(p.scale), ty, tx);
+  tiled_store<HD>(p.grad_v + (bh * p.S + n0) * p.Dv, p.Dv, keys, p.Dv, dv, 1.0f, ty, tx);
+}
+
+// grad_q of a tile of 64 queries over the key tiles they see: dS = P (dO V^T - delta),
+// dQ += dS K.
+template <int HD>
+__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward_q_kernel(const AttentionParams<float, float> p) {
+  constexpr int SP = kTiledStride<HD>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* q_s = reinterpret_cast<float*>(smem);
+  float* do_s = q_s + kTiledRows * SP;
+  float* k_s = do_s + kTiledRows * SP;
+  float* v_s = k_s + kTiledRows * SP;
+  float* ds_s = v_s + kTiledRows * SP;  // [64][kTiledScoreStride]
+  const int tx = tiled_backward_tx(), ty = tiled_backward_ty();
+
+  const int m_tiles = (p.L + kTiledRows - 1) / kTiledRows;
+  const int64_t bh = blockIdx.x / m_tiles;
+  const int m0 = (m_tiles - 1 - static_cast<int>(blockIdx.x - bh * m_tiles)) * kTiledRows;
+  const int rows = min(kTiledRows, p.L - m0);
+  const float* k = head_rows(p.k, p.k_stride, bh, p.heads);
+  const float* v = head_rows(p.v, p.v_stride, bh, p.heads);
+  int n_tiles = (p.S + kTiledRows - 1) / kTiledRows;
+  if (p.causal) n_tiles = min(n_tiles, (m0 + rows - 1) / kTiledRows + 1);
+  tiled_load<HD>(q_s, head_rows(p.q, p.q_stride, bh, p.heads) + m0 * p.q_stride.row, p.q_stride.row, rows, p.D);
+  tiled_load<HD>(do_s, p.grad_out + (bh * p.L + m0) * p.Dv, p.Dv, rows, p.Dv);
+
+  const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
+  float lse2[4], delta[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = ty + 16 * r;
+    lse2[r] = row < rows ? p.lse[bh * p.L + m0 + row] * kLog2e : 0.0f;
+    delta[r] = row < rows ? p.delta[bh * p.L + m0 + row] : 0.0f;
+  }
+  float dq[4][HD / 16] = {};
+
+  for (int n = 0; n < n_tiles; ++n) {
+    const int n0 = n * kTiledRows, keys = min(kTiledRows, p.S - n0);
+    __syncthreads();  // every thread is done with the previous K, V and dS
+    tiled_load<HD>(k_s, k + n0 * p.k_stride.row, p.k_stride.row, keys, p.D);
+    tiled_load<HD>(v_s, v + n0 * p.v_stride.row, p.v_stride.row, keys, p.Dv);
+    cp_async_wait_all();
+    __syncthreads();
+
+    float s[4][4] = {}, dp[4][4] = {};
+    tiled_dot_rows<HD>(s, q_s, k_s, ty, tx);
+    tiled_dot_rows<HD>(dp, do_s, v_s, ty, tx);
+    const bool masked = keys < kTiledRows || (p.causal && n0 + kTiledRows - 1 > m0);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = m0 + ty + 16 * r, j = n0 + tx + 16 * c;
+        const float prob =
+            masked && (j >= p.S || (p.causal && j > i)) ? 0.0f : exp2_approx(s[r][c] * scale_log2 - lse2[r]);
+        ds_s[(ty + 16 * r) * kTiledScoreStride + tx + 16 * c] = prob * (dp[r][c] - delta[r]);
+      }
+    __syncthreads();  // dS is in
+    tiled_scores_times<HD>(dq, ds_s, k_s, ty, tx);
+  }
+  cp_async_wait_all();  // Q and dO, when there was no key tile
+  tiled_store<HD>(p.grad_q + (bh * p.L + m0) * p.D, p.D, rows, p.D, dq, static_cast<float>(p.scale), ty, tx);
+}
+
+// ---------------------------------------------------------------- row-per-warp SIMT kernels (f64)
+// f64 runs here: the 64-row tiles of the kernels above would not fit shared memory in f64 at
+// HD = 128 (the kernel lab also times these in f32, as the baseline of the tiled kernels).
 // One warp per row (a query row forward and for grad_q, a key row for grad_k/grad_v),
 // kSimtRows rows per block; the other side streams through shared memory in chunks of 32
 // rows, one per lane for the dot products, then every lane sums over the chunk for its
