@@ -90,3 +90,34 @@ TEST(Interop, PyTorchCnnLoadsAndReproducesItsLogits) {
   nc::nn::NamedTensors bn = model->state_dict();
   EXPECT_EQ(bn.size() - gn.size(), 3u * 4u);  // running_mean, running_var, num_batches_tracked per norm
 }
+
+// tests/data/pytorch_gpt.safetensors: the state_dict of bench/gpt_train_torch.py's GPT (2
+// layers, 2 heads, embed 32, context 16, LayerNorm), tokens and PyTorch's logits in eval
+// mode (tests/data/make_pytorch_gpt.py). PyTorch's weights load into models::GPT by name and
+// give its logits; normcore's state_dict has exactly PyTorch's names and shapes, so a
+// normcore checkpoint's model loads into the PyTorch module the same way.
+TEST(Interop, PyTorchGptLoadsAndReproducesItsLogits) {
+  nc::safetensors::File file = nc::safetensors::load(std::string(NORMCORE_TEST_DATA_DIR) + "/pytorch_gpt.safetensors");
+  nc::models::GPTConfig config;
+  config.context = 16;
+  config.layers = 2;
+  config.heads = 2;
+  config.embed = 32;
+  nc::models::GPT model(config);
+  const nc::nn::NamedTensors theirs = model_entries(file);
+  const nc::nn::NamedTensors ours = model.state_dict();
+  ASSERT_EQ(ours.size(), theirs.size());
+  for (const auto& [name, t] : ours) {
+    auto it = std::find_if(theirs.begin(), theirs.end(), [&](const auto& e) { return e.first == name; });
+    ASSERT_NE(it, theirs.end()) << name << " is not in PyTorch's state_dict";
+    EXPECT_EQ(it->second.shape(), t.shape()) << name;
+  }
+  model.load_state_dict(theirs);  // strict
+  model.eval();
+  nc::autograd::NoGradGuard no_grad;
+  nc::Tensor logits = model(file.at("io.tokens"));
+  std::vector<float> got = logits.to_vector<float>(), want = file.at("io.logits").to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(got.size(), 2u * 16 * 256);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::fabs(want[i])) << i;
+}
