@@ -66,7 +66,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   Tensor out = new_tensor({shape.batch, shape.heads, shape.L, shape.Dv}, q.dtype(), q.device());
   Tensor lse = new_tensor({shape.batch, shape.heads, shape.L},
-                          kernels::attention_stats_dtype(q.device(), q.dtype()), q.device());
+                          kernels::stats_dtype(q.device(), q.dtype()), q.device());
   kernels.attention_forward(qs, ks, vs, shape, is_causal, s, out, lse);
   if (!autograd::needs_grad(q, k, v)) return out;
   autograd::record(op, out, {q, k, v},

@@ -49,8 +49,8 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
   }
   const Device device = y.device();
   Tensor out = new_tensor({1, channels, rows, 1}, y.dtype(), device);
-  Tensor mean = new_tensor({rows * groups}, kernels::norm_stats_dtype(device, y.dtype()), device);
-  Tensor rstd = new_tensor({rows * groups}, kernels::norm_stats_dtype(device, y.dtype()), device);
+  Tensor mean = new_tensor({rows * groups}, kernels::stats_dtype(device, y.dtype()), device);
+  Tensor rstd = new_tensor({rows * groups}, kernels::stats_dtype(device, y.dtype()), device);
   Tensor argmin = new_tensor({rows}, DType::I64, device);
   if (rows > 0) {
     kernels::fused(device).group_norm_min_bias_forward(yc, lb, w, gb, bc, rows, channels, groups, eps, out, mean, rstd,

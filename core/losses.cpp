@@ -137,8 +137,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
     rows_target = cr.target;
     if (cr.maybe_ignored) {
       // Rows whose target is ignore_index: kept = 0, and class 0 stands in for the target.
-      kept = ne(cr.target, Scalar(ignore_index)).to(compute_dtype(logits.dtype()));
-      rows_target = where(eq(cr.target, Scalar(ignore_index)), Scalar(int64_t{0}), cr.target);
+      const Tensor keep = ne(cr.target, Scalar(ignore_index));
+      kept = keep.to(compute_dtype(logits.dtype()));
+      rows_target = where(keep, cr.target, Scalar(int64_t{0}));
     }
     log_probs = log_softmax(cr.rows.to(compute_dtype(logits.dtype())), 1);
     Tensor picked = gather(log_probs, 1, rows_target.unsqueeze(1)).reshape({rows_target.numel()});

@@ -18,7 +18,7 @@ namespace {
 
 // Statistics tensors in the backend's accumulation dtype, on x's device.
 Tensor stats_like(const Shape& shape, const Tensor& x) {
-  return new_tensor(shape, kernels::norm_stats_dtype(x.device(), x.dtype()), x.device());
+  return new_tensor(shape, kernels::stats_dtype(x.device(), x.dtype()), x.device());
 }
 
 void check_input(const char* op, const Tensor& x, double eps) {

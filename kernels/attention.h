@@ -4,7 +4,7 @@
 // Layout: q [B, H, L, D], k [B, H, S, D], v [B, H, S, Dv] with any strides on the first three
 // dims and stride 1 on the last; out, grad_out, grad_q, grad_k, grad_v contiguous, of the
 // shapes of out [B, H, L, Dv], q, k and v. Every tensor shares q's floating dtype but lse
-// [B, H, L], contiguous, of attention_stats_dtype. f16/bf16 compute in f32.
+// [B, H, L], contiguous, of stats_dtype (kernels/backend.h). f16/bf16 compute in f32.
 //
 // scores[i, j] = scale * dot(q[i], k[j]), with j > i masked (-inf) when causal (the top-left
 // alignment of PyTorch's is_causal; with L > S every row keeps j = 0);
@@ -21,12 +21,6 @@
 
 namespace normcore {
 namespace kernels {
-
-// The dtype of the saved log-sum-exp: the CPU reference keeps double; CUDA float, or double
-// for f64 inputs.
-inline DType attention_stats_dtype(Device device, DType dtype) {
-  return device.is_cpu() || dtype == DType::F64 ? DType::F64 : DType::F32;
-}
 
 struct AttentionShape {
   int64_t batch, heads, L, S, D, Dv;

@@ -38,6 +38,13 @@ T* data_or_null(const Tensor& t) {
 
 namespace kernels {
 
+// The dtype of the statistics a forward kernel saves for its backward (a norm's mean and
+// rstd, attention's log-sum-exp): the accumulation type of the backend (the CPU reference
+// keeps double; CUDA float, or double for f64 inputs).
+inline DType stats_dtype(Device device, DType dtype) {
+  return device.is_cpu() || dtype == DType::F64 ? DType::F64 : DType::F32;
+}
+
 // The implementation of Family for device's backend.
 template <class Family>
 const Family& for_device(Device device, const Family& (*cpu)(), std::add_pointer_t<const Family&()> cuda,

@@ -1,6 +1,6 @@
 // Fused kernels of composite ops (normcore/fused.h; core/fused.cpp runs the GEMM and ties
 // these to autograd). Every tensor contiguous; argmin is i64; every other tensor shares y's
-// floating dtype but the statistics (mean, rstd), which have norm_stats_dtype (kernels/norms.h).
+// floating dtype but the statistics (mean, rstd), which have stats_dtype (kernels/backend.h).
 // Sums run in a fixed order and outputs are written (=): results are deterministic.
 #pragma once
 

@@ -2,7 +2,7 @@
 // (core/norms.cpp checks arguments and ties them to autograd, feeding backward the
 // statistics the forward saved). Every tensor contiguous; x, y, grad_y, grad_x, weight, bias,
 // grad_weight, grad_bias and batch norm's running statistics share x's floating dtype; the
-// saved statistics (mean, rstd, norm) have dtype norm_stats_dtype(device, dtype). Undefined
+// saved statistics (mean, rstd, norm) have dtype stats_dtype(device, dtype). Undefined
 // weight/bias mean none; grad_x is always computed, undefined grad_weight/grad_bias are not.
 // Parameter gradients are deterministic.
 #pragma once
@@ -13,12 +13,6 @@
 
 namespace normcore {
 namespace kernels {
-
-// The dtype of the saved statistics: the accumulation type of the backend (the CPU
-// reference keeps double; CUDA float, or double for f64 x).
-inline DType norm_stats_dtype(Device device, DType dtype) {
-  return device.is_cpu() || dtype == DType::F64 ? DType::F64 : DType::F32;
-}
 
 // Layer norm and group norm share one layout: x [batch, groups * group_channels, spatial]
 // has rows = batch * groups of row_len = group_channels * spatial elements. Layer norm is
