@@ -8,6 +8,7 @@
 
 #include "autograd/graph.h"
 #include "base/op_scope.h"
+#include "normcore/autocast.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -227,6 +228,9 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
     grad = grad.detach().to(dtype());
   }
   autograd::NoGradGuard no_grad;
+  // The backward formulas compute in the dtypes the forward recorded, whatever the caller's
+  // autocast state.
+  autocast::Guard no_autocast(autocast::dtype(), false);
   AutogradMeta* root_meta = meta_of(*this);
   if (!root_meta->grad_fn) {
     accumulate(*root_meta, grad);

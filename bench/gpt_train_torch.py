@@ -4,8 +4,9 @@
 # draws), AdamW (betas 0.9/0.95, weight decay on matrices and embeddings only) with the same
 # warm-up + cosine schedule, clipping and step count, and the same validation windows. Prints
 # the validation loss at the same intervals and the training tokens/s of each interval (the
-# evaluation is not timed). --compile runs the model through torch.compile. TF32 is off
-# unless --tf32, as in normcore. No network is needed; the corpus is read from --data (a
+# evaluation is not timed). --compile runs the model through torch.compile. --precision as
+# normcore's: fp32 (TF32 off, the default), tf32, bf16 or fp16 (torch.autocast around the
+# forward and loss; fp16 with a GradScaler). No network is needed; the corpus is read from --data (a
 # folder of fortune files or one file; copy /usr/share/games/fortunes to the GPU machine).
 #   python3 bench/gpt_train_torch.py --data DIR [--compile] [--steps N] [--device cuda|cpu] [...]
 import argparse, math, os, time
@@ -162,10 +163,11 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--compile", action="store_true")
-    p.add_argument("--tf32", action="store_true")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
     a = p.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = a.tf32
-    torch.backends.cudnn.allow_tf32 = a.tf32
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+    lower = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
     torch.manual_seed(a.seed)
     device = torch.device(a.device)
 
@@ -179,7 +181,8 @@ def main():
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     run = torch.compile(model) if a.compile else model
-    print(f"torch {torch.__version__} {'compiled' if a.compile else 'eager'}: GPT {a.layers} layers, {a.heads} heads, "
+    scaler = torch.amp.GradScaler(device.type) if a.precision == "fp16" else None
+    print(f"torch {torch.__version__} {'compiled' if a.compile else 'eager'} {a.precision}: GPT {a.layers} layers, {a.heads} heads, "
           f"embed {a.embed}, context {a.context}, {a.norm}, dropout {a.dropout} ({params} parameters) on {device}")
     print(f"data: {n_train} train fortunes ({len(train)} bytes), {n_validation} validation fortunes "
           f"({len(validation)} bytes); batch {a.batch_size} x {a.context} bytes, {a.steps} steps, lr {a.lr}", flush=True)
@@ -210,12 +213,21 @@ def main():
                 group["lr"] = lr_at(step, a.lr, a.warmup, a.steps, a.min_lr)
             offsets = torch.randint(0, len(train) - a.context, (a.batch_size,), generator=generator)
             x, y = windows(train_stream, offsets, a.context, device)
-            loss = F.cross_entropy(run(x).view(-1, 256), y.reshape(-1))
+            with torch.autocast(device.type, dtype=lower or torch.bfloat16, enabled=lower is not None):
+                loss = F.cross_entropy(run(x).view(-1, 256), y.reshape(-1))
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+            else:
+                loss.backward()
             if a.clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
-            optimizer.step()
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
             tokens += x.numel()
             if step % 10 == 0 or step + 1 == end:
                 loss_sum += loss.item()

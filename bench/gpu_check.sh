@@ -15,7 +15,12 @@
 # its GEMM, beside PyTorch), compare (the benchmarks of the baseline
 # build staged by BASELINE=DIR bash bench/gpu_stage.sh and of this one, alternating: those of
 # bench/norms, bench/gemm_gn_min and, with the data staged, bench/mlp_epoch that the baseline
-# has; COMPARE_ROUNDS rounds of mlp_epoch, default 3). Logs go to $OUT (or /tmp/normcore-gpu).
+# has; COMPARE_ROUNDS rounds of mlp_epoch, default 3), precision (`normcore train` of
+# mlp-layernorm, cnn-gn and cnn-bn and `normcore train-lm`, defaults, in fp32, bf16 and fp16,
+# to their test accuracy and validation loss; the runs share the GPU, so their times are not
+# benchmarks; train-lm needs the corpus in gpu-run/fortunes), precisionbench (one MLP and one
+# CNN epoch and 500 GPT steps per precision, normcore then PyTorch eager and torch.compile).
+# Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
 run=$root/gpu-run
@@ -165,6 +170,56 @@ for section in "${sections[@]}"; do
         LD_LIBRARY_PATH=$dir "$dir/gemm_gn_min" --json "$out/compare-gemm-$tree.json" > "$out/compare-gemm-$tree.log" 2>&1
         echo "exit $?"
       done
+      ;;
+    precision)
+      echo "== normcore train and train-lm (defaults) in fp32, bf16 and fp16, side by side on the GPU"
+      pids=()
+      if [ -d "$run/fortunes" ]; then
+        for p in fp32 bf16 fp16; do
+          "$run/normcore" train-lm --data "$run/fortunes" --device cuda --precision $p --sample 0 \
+            --out "$out/gpt-$p.safetensors" > "$out/train-lm-$p.log" 2>&1 &
+          pids+=($!)
+        done
+      fi
+      for model in mlp-layernorm cnn-gn cnn-bn; do
+        for p in fp32 bf16 fp16; do
+          "$run/normcore" train --model $model --data "$data" --device cuda --precision $p \
+            --out "$out/$model-$p.safetensors" > "$out/train-$model-$p.log" 2>&1 &
+          pids+=($!)
+        done
+        wait "${pids[@]: -3}"
+      done
+      wait
+      for model in mlp-layernorm cnn-gn cnn-bn; do
+        for p in fp32 bf16 fp16; do
+          echo "-- $model $p: $(grep -E '^epoch [0-9]+/' "$out/train-$model-$p.log" | tail -1)"
+        done
+      done
+      for p in fp32 bf16 fp16; do
+        [ -f "$out/train-lm-$p.log" ] || continue
+        echo "-- train-lm $p: $(grep -E '^step [0-9]+/' "$out/train-lm-$p.log" | tail -1)"
+        grep -E "error|Error" "$out/train-lm-$p.log" | head -3
+      done
+      ;;
+    precisionbench)
+      echo "== benchmark: training steps per precision, normcore then PyTorch eager and torch.compile"
+      for model in mlp cnn-gn; do
+        for p in fp32 bf16 fp16; do
+          "$run/mlp_epoch" --model $model --precision $p --device cuda --epochs 2 --data "$data" 2>&1 | grep -v "^ *step" | head -1
+          python3 bench/mlp_epoch_torch.py --model $model --precision $p --device cuda --epochs 2 --data "$data" | head -1
+          python3 bench/mlp_epoch_torch.py --model $model --precision $p --compile --device cuda --epochs 2 \
+            --data "$data" 2>&1 | tail -2 | head -1
+        done
+      done
+      if [ -d "$run/fortunes" ]; then
+        for p in fp32 bf16; do
+          gpt=(--data "$run/fortunes" --device cuda --precision $p --steps 500 --eval-interval 250)
+          echo "-- GPT 500 steps, $p"
+          "$run/normcore" train-lm "${gpt[@]}" --sample 0 --out "$out/gpt-bench.safetensors" | grep -E "^step 500/"
+          python3 bench/gpt_train_torch.py "${gpt[@]}" 2>&1 | grep -E "^step 500/"
+          python3 bench/gpt_train_torch.py "${gpt[@]}" --compile 2>&1 | grep -E "^step 500/"
+        done
+      fi
       ;;
     *)
       echo "unknown section '$section'" >&2

@@ -1,8 +1,9 @@
 // Benchmark: one training epoch of a Fashion-MNIST classifier (the plain "mlp" by default,
 // or any model of `normcore train`, e.g. cnn-gn, with its default optimizer, smoothing and
 // clipping), then its test accuracy. Prints a table line and a JSON line;
-// bench/mlp_epoch_torch.py runs the same model in PyTorch.
-//   mlp_epoch [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B]
+// bench/mlp_epoch_torch.py runs the same model in PyTorch. --precision as `normcore train`'s:
+// fp32 (the default), tf32, bf16 or fp16 (autocast; fp16 with a GradScaler).
+//   mlp_epoch [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B] [--precision P]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +29,7 @@ void wait_for(nc::Device device) {
 
 int main(int argc, char** argv) {
   std::string device_spec = "auto", data = "/usr/share/datasets/fashion-mnist", model_name = "mlp";
+  std::string precision = "fp32";
   int64_t epochs = 1, batch_size = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--device")) device_spec = argv[i + 1];
@@ -35,13 +37,24 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--data")) data = argv[i + 1];
     else if (!std::strcmp(argv[i], "--batch-size")) batch_size = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--model")) model_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: %s [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B] "
+                   "[--precision fp32|tf32|bf16|fp16]\n",
                    argv[0]);
       return 2;
     }
   }
   nc::Device device = device_spec == "auto" ? nc::best_device() : nc::Device(device_spec);
+  if (precision != "fp32" && precision != "tf32" && precision != "bf16" && precision != "fp16") {
+    std::fprintf(stderr, "mlp_epoch: --precision must be fp32, tf32, bf16 or fp16, got '%s'\n", precision.c_str());
+    return 2;
+  }
+  if (device.is_cuda()) nc::cuda::set_allow_tf32(precision == "tf32");
+  const bool autocast = precision == "bf16" || precision == "fp16";
+  const nc::DType lower = precision == "fp16" ? nc::DType::F16 : nc::DType::BF16;
+  nc::optim::GradScaler scaler;
   nc::data::Dataset train = nc::data::load_fashion_mnist(data, true);
   nc::data::Dataset test = nc::data::load_fashion_mnist(data, false);
 
@@ -55,11 +68,24 @@ int main(int argc, char** argv) {
   nc::data::DataLoader loader(train, options);
 
   auto step = [&](const nc::data::Batch& batch) {
-    nc::Tensor loss = nc::nn::cross_entropy((*model)(batch.images), batch.labels, nc::nn::Reduction::Mean, 0.1);
+    nc::Tensor loss;
+    {
+      nc::autocast::Guard guard(lower, autocast);
+      loss = nc::nn::cross_entropy((*model)(batch.images), batch.labels, nc::nn::Reduction::Mean, 0.1);
+    }
     optimizer.zero_grad();
-    loss.backward();
-    nc::optim::clip_grad_norm(optimizer.params(), 5.0);
-    optimizer.step();
+    if (precision != "fp16") {
+      loss.backward();
+      nc::optim::clip_grad_norm(optimizer.params(), 5.0);
+      optimizer.step();
+      return;
+    }
+    scaler.scale(loss).backward();
+    if (scaler.unscale(optimizer.params())) {
+      nc::optim::clip_grad_norm(optimizer.params(), 5.0);
+      optimizer.step();
+    }
+    scaler.update();
   };
 
   // Warm-up: allocator cache, cuBLAS handles, the loader's thread.
@@ -79,11 +105,12 @@ int main(int argc, char** argv) {
 
   double accuracy = nc::models::evaluate(*model, test, device).accuracy;
   double rate = static_cast<double>(train.labels.size(0)) / best;
-  std::printf("normcore %s epoch on %s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",
-              model_name.c_str(), device.str().c_str(), best, rate, 100 * accuracy, static_cast<long long>(epochs));
-  std::printf("{\"impl\": \"normcore\", \"model\": \"%s\", \"device\": \"%s\", \"batch_size\": %lld, "
-              "\"epoch_s\": %.4f, \"samples_per_s\": %.0f, \"test_accuracy\": %.4f, \"epochs\": %lld}\n",
-              model_name.c_str(), device.str().c_str(), static_cast<long long>(batch_size), best, rate, accuracy,
+  std::printf("normcore %s %s epoch on %s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",
+              model_name.c_str(), precision.c_str(), device.str().c_str(), best, rate, 100 * accuracy, static_cast<long long>(epochs));
+  std::printf("{\"impl\": \"normcore\", \"model\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
+              "\"batch_size\": %lld, \"epoch_s\": %.4f, \"samples_per_s\": %.0f, \"test_accuracy\": %.4f, "
+              "\"epochs\": %lld}\n",
+              model_name.c_str(), precision.c_str(), device.str().c_str(), static_cast<long long>(batch_size), best, rate, accuracy,
               static_cast<long long>(epochs));
   return 0;
 }

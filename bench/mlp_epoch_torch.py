@@ -1,9 +1,10 @@
 # PyTorch peer of bench/mlp_epoch.cpp: the same model (mlp, cnn-gn or cnn-bn), initialisation
 # scheme, optimizer, loss, clipping, batch size and data normalisation, timed the same way
 # (best epoch after a 20-step warm-up), then test accuracy. Reads the Fashion-MNIST .gz files
-# directly. --compile runs the model through torch.compile. TF32 is off, as in normcore's
-# default.
-#   python3 bench/mlp_epoch_torch.py [--model NAME] [--compile] [--device cpu|cuda] [--epochs N] [--data DIR]
+# directly. --compile runs the model through torch.compile. --precision as normcore's: fp32
+# (TF32 off, the default), tf32, bf16 or fp16 (torch.autocast; fp16 with a GradScaler).
+#   python3 bench/mlp_epoch_torch.py [--model NAME] [--compile] [--precision P] [--device cpu|cuda] [--epochs N]
+#                                    [--data DIR]
 import argparse, gzip, json, os, struct, time
 
 import torch
@@ -45,6 +46,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for PyTorch")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
@@ -57,8 +59,10 @@ def main():
 
     xtr, ytr = load("train")
     xte, yte = load("t10k")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
+    lower = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+    scaler = torch.amp.GradScaler(dev.type) if a.precision == "fp16" else None
     model = make_model(a.model).to(dev)
     train_model = torch.compile(model) if a.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
@@ -73,11 +77,19 @@ def main():
             yield xtr[idx].to(dev, non_blocking=True), ytr[idx].to(dev, non_blocking=True)
 
     def step(x, y):
-        loss = F.cross_entropy(train_model(x), y, label_smoothing=0.1)
+        with torch.autocast(dev.type, dtype=lower or torch.bfloat16, enabled=lower is not None):
+            loss = F.cross_entropy(train_model(x), y, label_smoothing=0.1)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            scaler.step(opt)
+            scaler.update()
 
     def sync():
         if dev.type == "cuda":
@@ -100,9 +112,9 @@ def main():
                       for s in range(0, len(yte), 1000))
     acc = correct / len(yte)
     impl = "pytorch-compile" if a.compile else "pytorch"
-    print(f"{impl} {torch.__version__} {a.model} epoch on {dev}: {best:.3f} s ({len(ytr) / best:.0f} samples/s), "
+    print(f"{impl} {torch.__version__} {a.model} {a.precision} epoch on {dev}: {best:.3f} s ({len(ytr) / best:.0f} samples/s), "
           f"test accuracy {100 * acc:.2f}% after {a.epochs} epoch(s) (threads {torch.get_num_threads()})")
-    print(json.dumps(dict(impl=impl, model=a.model, version=torch.__version__, device=str(dev), batch_size=a.batch_size,
+    print(json.dumps(dict(impl=impl, model=a.model, precision=a.precision, version=torch.__version__, device=str(dev), batch_size=a.batch_size,
                           epoch_s=round(best, 4), samples_per_s=round(len(ytr) / best), test_accuracy=acc,
                           epochs=a.epochs)))
 

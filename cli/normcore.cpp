@@ -65,6 +65,7 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"limit", "0", "use only the first N training samples (0: all)"},
     {"stop-after", "0", "stop after this many epochs, as if interrupted (0: run all)"},
     {"detect-anomaly", "off", "on: check every op's result and gradient for NaN/Inf, naming the op (slow)"},
+    {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
 };
 const std::vector<OptionSpec> kEvalOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to evaluate"},
@@ -93,7 +94,7 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"eval-interval", "250", "steps between validation losses and checkpoints"},
     {"eval-batches", "8", "validation batches (of batch-size windows, evenly spaced)"},
     {"sample", "300", "bytes of text to print at the end"},
-    {"tf32", "off", "on: TF32 tensor cores for f32 matmuls on CUDA"},
+    {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
     {"seed", "0", "seed of initialization, batches and dropout"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
     {"out", "normcore-gpt.safetensors", "checkpoint written at every evaluation"},
@@ -190,6 +191,73 @@ nc::Device pick_device(const std::string& spec) {
   return d;
 }
 
+// --precision: the arithmetic of a training step. tf32 lets f32 matmuls and convolutions use
+// TF32 tensor cores (CUDA; the CPU computes in f32 regardless); bf16 and fp16 run the step's
+// forward under autocast (normcore/autocast.h) with f32 parameters, fp16 with a GradScaler.
+struct Precision {
+  bool autocast = false;
+  nc::DType dtype = nc::DType::BF16;
+  std::unique_ptr<nc::optim::GradScaler> scaler;  // fp16 only
+
+  Precision(const std::string& name, const nc::Device& device) {
+    NC_CHECK(name == "fp32" || name == "tf32" || name == "bf16" || name == "fp16", ValueError,
+             "option --precision must be fp32, tf32, bf16 or fp16, got '", name, "'");
+    if (device.is_cuda()) nc::cuda::set_allow_tf32(name == "tf32");
+    autocast = name == "bf16" || name == "fp16";
+    if (name == "fp16") {
+      dtype = nc::DType::F16;
+      scaler = std::make_unique<nc::optim::GradScaler>();
+    }
+  }
+
+  // backward from loss, then (unless fp16 found an inf or NaN gradient) clipping and the
+  // update. Returns whether the update ran.
+  template <class Step>
+  bool backward_and_step(const nc::Tensor& loss, const std::vector<nc::Tensor>& params, double clip,
+                         Step&& step) {
+    if (!scaler) {
+      loss.backward();
+    } else {
+      scaler->scale(loss).backward();
+      if (!scaler->unscale(params)) {
+        scaler->update();
+        return false;
+      }
+    }
+    if (clip > 0) nc::optim::clip_grad_norm(params, clip);
+    step();
+    if (scaler) scaler->update();
+    return true;
+  }
+
+  // ", loss scale 65536 (3 steps skipped)" for fp16, else "".
+  std::string scaler_report() const {
+    if (!scaler) return "";
+    char text[96];
+    std::snprintf(text, sizeof text, ", loss scale %g (%lld steps skipped)", scaler->get_scale(),
+                  static_cast<long long>(scaler->skipped_steps()));
+    return text;
+  }
+
+  // The scaler's state as extra optimizer-state entries ("grad_scaler.<name>").
+  void add_state(nc::nn::NamedTensors& state) const {
+    if (!scaler) return;
+    for (const auto& [k, v] : scaler->state_dict()) state.emplace_back("grad_scaler." + k, v);
+  }
+  // Takes the "grad_scaler." entries out of a checkpoint's optimizer state; loads them into
+  // the scaler when there is one.
+  void take_state(nc::nn::NamedTensors& state) const {
+    const std::string prefix = "grad_scaler.";
+    nc::nn::NamedTensors mine, rest;
+    for (auto& [k, v] : state) {
+      if (k.compare(0, prefix.size(), prefix) == 0) mine.emplace_back(k.substr(prefix.size()), v);
+      else rest.emplace_back(k, v);
+    }
+    state = std::move(rest);
+    if (scaler && !mine.empty()) scaler->load_state_dict(mine);
+  }
+};
+
 // ---------------------------------------------------------------- progress
 // A one-line progress bar on a terminal; a line every tenth of the way otherwise. label
 // names the run ("epoch 2/12"), done counts up from first to total, and the rate counts
@@ -247,6 +315,7 @@ int train(const Args& args) {
   NC_CHECK(anomaly == "on" || anomaly == "off", ValueError, "train: --detect-anomaly must be on or off, got '",
            anomaly, "'");
   nc::autograd::set_anomaly_enabled(anomaly == "on");
+  Precision precision(args.options.at("precision"), device);
 
   nc::data::Dataset train_set = nc::data::load_fashion_mnist(args.options.at("data"), true);
   nc::data::Dataset test_set = nc::data::load_fashion_mnist(args.options.at("data"), false);
@@ -302,6 +371,7 @@ int train(const Args& args) {
   const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
   nc::optim::CosineLR schedule(*optimizer, warmup, steps, lr * 0.01);
   if (!resume.empty()) {
+    precision.take_state(checkpoint.optimizer_state);
     if (!checkpoint.optimizer_state.empty()) optimizer->load_state_dict(checkpoint.optimizer_state);
     if (!checkpoint.schedule_state.empty()) schedule.load_state_dict(checkpoint.schedule_state);
   }
@@ -316,9 +386,10 @@ int train(const Args& args) {
 
   int64_t params = 0;
   for (const nc::Tensor& p : model->parameters()) params += p.numel();
-  std::printf("normcore train: model %s (%lld parameters) on %s, %lld training / %lld test images, "
+  std::printf("normcore train: model %s (%lld parameters) on %s in %s, %lld training / %lld test images, "
               "%s lr %g, batch %lld, %lld epochs%s\n",
               model_name.c_str(), static_cast<long long>(params), device.str().c_str(),
+              args.options.at("precision").c_str(),
               static_cast<long long>(loader.size()), static_cast<long long>(test_set.images.size(0)),
               optimizer_name.c_str(), lr, static_cast<long long>(batch_size), static_cast<long long>(epochs),
               first_epoch ? (", resuming after epoch " + std::to_string(first_epoch)).c_str() : "");
@@ -332,11 +403,13 @@ int train(const Args& args) {
     double loss_sum = 0;
     int64_t loss_count = 0, samples = 0;
     for (nc::data::Batch batch; loader.next(batch);) {
-      nc::Tensor loss = nc::nn::cross_entropy((*model)(batch.images), batch.labels, nc::nn::Reduction::Mean, smoothing);
+      nc::Tensor loss;
+      {
+        nc::autocast::Guard autocast(precision.dtype, precision.autocast);
+        loss = nc::nn::cross_entropy((*model)(batch.images), batch.labels, nc::nn::Reduction::Mean, smoothing);
+      }
       optimizer->zero_grad();
-      loss.backward();
-      if (clip > 0) nc::optim::clip_grad_norm(optimizer->params(), clip);
-      optimizer->step();
+      precision.backward_and_step(loss, optimizer->params(), clip, [&] { optimizer->step(); });
       schedule.step();
       samples += batch.labels.size(0);
       // Reading the loss waits for the device: do it for the progress display only.
@@ -349,15 +422,17 @@ int train(const Args& args) {
     progress.finish();
     double train_seconds = progress.elapsed();
     nc::models::Evaluation e = nc::models::evaluate(*model, test_set, device);
-    std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.1f s, %.0f samples/s)\n",
+    std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.1f s, %.0f samples/s)%s\n",
                 static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
                 loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), 100 * e.accuracy, train_seconds,
-                static_cast<double>(samples) / train_seconds);
+                static_cast<double>(samples) / train_seconds, precision.scaler_report().c_str());
     std::fflush(stdout);
     if (!out.empty()) {
       saved_options["rng.offset"] = std::to_string(gen.offset());
-      nc::models::save_checkpoint(out, model_name, *model, epoch + 1, optimizer->state_dict(),
-                                  schedule.state_dict(), saved_options);
+      nc::nn::NamedTensors optimizer_state = optimizer->state_dict();
+      precision.add_state(optimizer_state);
+      nc::models::save_checkpoint(out, model_name, *model, epoch + 1, optimizer_state, schedule.state_dict(),
+                                  saved_options);
     }
   }
   if (!out.empty()) std::printf("checkpoint: %s\n", out.c_str());
@@ -405,6 +480,9 @@ struct LmOptimizer {
   void step() {
     decay->step();
     no_decay->step();
+    step_schedules();
+  }
+  void step_schedules() {
     decay_schedule->step();
     no_decay_schedule->step();
   }
@@ -436,15 +514,9 @@ struct LmOptimizer {
   }
 };
 
-bool on_off(const Args& args, const std::string& name) {
-  const std::string& v = args.options.at(name);
-  NC_CHECK(v == "on" || v == "off", ValueError, "option --", name, " must be on or off, got '", v, "'");
-  return v == "on";
-}
-
 int train_lm(const Args& args) {
   nc::Device device = pick_device(args.options.at("device"));
-  if (const bool tf32 = on_off(args, "tf32"); device.is_cuda()) nc::cuda::set_allow_tf32(tf32);
+  Precision precision(args.options.at("precision"), device);
   const int64_t steps = integer(args, "steps", 1), batch_size = integer(args, "batch-size", 1);
   const int64_t eval_interval = integer(args, "eval-interval", 1), eval_windows = integer(args, "eval-batches", 1) * batch_size;
   const double lr = number(args, "lr"), min_lr = number(args, "min-lr"), clip = number(args, "clip");
@@ -484,7 +556,10 @@ int train_lm(const Args& args) {
   const nc::models::GPTConfig& config = model->config;
   const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
   LmOptimizer optimizer(*model, lr, number(args, "weight-decay"), warmup, steps, min_lr);
-  if (!resume.empty()) optimizer.load(checkpoint.optimizer_state, checkpoint.schedule_state);
+  if (!resume.empty()) {
+    precision.take_state(checkpoint.optimizer_state);
+    optimizer.load(checkpoint.optimizer_state, checkpoint.schedule_state);
+  }
 
   std::map<std::string, std::string> saved_options;
   for (const auto& [k, v] : args.options)
@@ -492,10 +567,11 @@ int train_lm(const Args& args) {
   saved_options["seed"] = std::to_string(seed);
 
   std::printf("normcore train-lm: GPT %lld layers, %lld heads, embed %lld, context %lld, %s, dropout %g "
-              "(%lld parameters) on %s\n",
+              "(%lld parameters) on %s in %s\n",
               static_cast<long long>(config.layers), static_cast<long long>(config.heads),
               static_cast<long long>(config.embed), static_cast<long long>(config.context), config.norm.c_str(),
-              config.dropout, static_cast<long long>(model->parameter_count()), device.str().c_str());
+              config.dropout, static_cast<long long>(model->parameter_count()), device.str().c_str(),
+              args.options.at("precision").c_str());
   std::printf("data: %zu files, %lld train fortunes (%zu bytes), %lld validation fortunes (%zu bytes); "
               "batch %lld x %lld bytes, %lld steps, lr %g%s\n",
               corpus.files.size(), static_cast<long long>(corpus.train_fortunes), corpus.train.size(),
@@ -515,11 +591,15 @@ int train_lm(const Args& args) {
     for (; step < interval_end; ++step) {
       const nc::models::TextBatch batch =
           nc::models::random_windows(corpus.train, batch_size, config.context, gen, device);
-      nc::Tensor loss = nc::models::lm_loss(*model, batch.inputs, batch.targets);
+      nc::Tensor loss;
+      {
+        nc::autocast::Guard autocast(precision.dtype, precision.autocast);
+        loss = nc::models::lm_loss(*model, batch.inputs, batch.targets);
+      }
       optimizer.zero_grad();
-      loss.backward();
-      if (clip > 0) nc::optim::clip_grad_norm(optimizer.params, clip);
-      optimizer.step();
+      if (!precision.backward_and_step(loss, optimizer.params, clip, [&] { optimizer.step(); })) {
+        optimizer.step_schedules();  // a skipped fp16 step still advances the schedule
+      }
       tokens += batch.inputs.numel();
       // Reading the loss waits for the device: every tenth step, for the display only.
       if (step % 10 == 0 || step + 1 == interval_end) {
@@ -531,14 +611,16 @@ int train_lm(const Args& args) {
     progress.finish();
     const double seconds = progress.elapsed();
     const double validation = nc::models::evaluate_lm(*model, corpus.validation, eval_windows, batch_size, device);
-    std::printf("step %lld/%lld: train loss %.4f, validation loss %.4f (%.1f s, %.0f tokens/s)\n",
+    std::printf("step %lld/%lld: train loss %.4f, validation loss %.4f (%.1f s, %.0f tokens/s)%s\n",
                 static_cast<long long>(step), static_cast<long long>(steps),
                 loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), validation, seconds,
-                static_cast<double>(tokens) / seconds);
+                static_cast<double>(tokens) / seconds, precision.scaler_report().c_str());
     std::fflush(stdout);
     if (!out.empty()) {
       saved_options["rng.offset"] = std::to_string(gen.offset());
-      nc::models::save_gpt_checkpoint(out, *model, step, optimizer.state_dict(), optimizer.schedule_state_dict(),
+      nc::nn::NamedTensors optimizer_state = optimizer.state_dict();
+      precision.add_state(optimizer_state);
+      nc::models::save_gpt_checkpoint(out, *model, step, optimizer_state, optimizer.schedule_state_dict(),
                                       saved_options);
     }
   }

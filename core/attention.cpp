@@ -9,6 +9,7 @@
 #include "autograd/graph.h"
 #include "core/internal.h"
 #include "kernels/attention.h"
+#include "normcore/autocast.h"
 
 namespace normcore {
 
@@ -38,9 +39,10 @@ Tensor unit_last_stride(const Tensor& t) {
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool is_causal,
                                     std::optional<double> scale) {
   const OpScope op("scaled_dot_product_attention");
+  const Tensor q = autocast::to_lower(q_arg), k = autocast::to_lower(k_arg), v = autocast::to_lower(v_arg);
   check_operand(op, "q", q, q);
   check_operand(op, "k", k, q);
   check_operand(op, "v", v, q);

@@ -10,6 +10,7 @@
 #include "autograd/graph.h"
 #include "core/internal.h"
 #include "kernels/conv.h"
+#include "normcore/autocast.h"
 #include "normcore/cuda.h"
 #include "normcore/ops.h"
 
@@ -64,9 +65,11 @@ void cuda::set_cudnn_benchmark(bool benchmark) { g_cudnn_benchmark.store(benchma
 
 bool cuda::cudnn_benchmark() { return g_cudnn_benchmark.load(); }
 
-Tensor conv2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias, Size2 stride, Size2 padding,
+Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, Size2 stride, Size2 padding,
               Size2 dilation, int64_t groups) {
   const OpScope op("conv2d");
+  const Tensor x_in = autocast::to_lower(x_arg), weight = autocast::to_lower(weight_arg);
+  const Tensor bias = autocast::to_lower(bias_arg);
   check_defined(op, "x", x_in);
   check_defined(op, "weight", weight);
   NC_CHECK(is_floating(x_in.dtype()), DTypeError, op, ": x must be a floating tensor, got ", describe(x_in),

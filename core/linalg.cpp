@@ -6,6 +6,7 @@
 #include "autograd/graph.h"
 #include "core/internal.h"
 #include "kernels/matmul.h"
+#include "normcore/autocast.h"
 #include "normcore/cuda.h"
 #include "normcore/ops.h"
 
@@ -62,8 +63,9 @@ void cuda::set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 
 bool cuda::allow_tf32() { return g_allow_tf32.load(); }
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   const OpScope op("matmul");
+  const Tensor a_in = autocast::to_lower(a_arg), b_in = autocast::to_lower(b_arg);
   check_defined(op, "a", a_in);
   check_defined(op, "b", b_in);
   check_same_device(op, "a", a_in, "b", b_in);

@@ -6,6 +6,7 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "normcore/autocast.h"
 #include "normcore/losses.h"
 #include "normcore/ops.h"
 
@@ -123,9 +124,10 @@ void check_elementwise_pair(const char* op, const char* input_name, const Tensor
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, double label_smoothing,
+Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction reduction, double label_smoothing,
                      int64_t ignore_index) {
   const OpScope op("cross_entropy");
+  const Tensor logits = autocast::to_float(logits_arg);
   NC_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, op,
            ": label_smoothing must be in [0, 1], got ", label_smoothing);
   Tensor loss, log_probs, rows_target, kept;
@@ -182,25 +184,32 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   return loss;
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction) {
-  ClassRows cr = class_rows("nll_loss", "log_probs", log_probs, target);
+Tensor nll_loss(const Tensor& log_probs_arg, const Tensor& target, Reduction reduction) {
+  const OpScope op("nll_loss");
+  const Tensor log_probs = autocast::to_float(log_probs_arg);
+  ClassRows cr = class_rows(op, "log_probs", log_probs, target);
   Tensor picked = gather(cr.rows, 1, cr.target.unsqueeze(1)).reshape(cr.loss_shape);
   return reduce(neg(picked), reduction);
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  check_elementwise_pair("mse_loss", "input", input, target);
+Tensor mse_loss(const Tensor& input_arg, const Tensor& target_arg, Reduction reduction) {
+  const OpScope op("mse_loss");
+  const Tensor input = autocast::to_float(input_arg), target = autocast::to_float(target_arg);
+  check_elementwise_pair(op, "input", input, target);
   Tensor diff = sub(input, target);
   return reduce(mul(diff, diff), reduction);
 }
 
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  check_elementwise_pair("l1_loss", "input", input, target);
+Tensor l1_loss(const Tensor& input_arg, const Tensor& target_arg, Reduction reduction) {
+  const OpScope op("l1_loss");
+  const Tensor input = autocast::to_float(input_arg), target = autocast::to_float(target_arg);
+  check_elementwise_pair(op, "input", input, target);
   return reduce(abs(sub(input, target)), reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction) {
+Tensor binary_cross_entropy_with_logits(const Tensor& logits_arg, const Tensor& target_arg, Reduction reduction) {
   const OpScope op("binary_cross_entropy_with_logits");
+  const Tensor logits = autocast::to_float(logits_arg), target = autocast::to_float(target_arg);
   check_elementwise_pair(op, "logits", logits, target);
   DType out_dtype = promote_types(logits.dtype(), target.dtype());
   Tensor loss, x, t;

@@ -8,6 +8,7 @@
 #include "autograd/graph.h"
 #include "core/internal.h"
 #include "kernels/norms.h"
+#include "normcore/autocast.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -72,9 +73,11 @@ Rows check_normalized_shape(const char* op, const Tensor& x, const std::vector<i
   return {rows, row_len};
 }
 
-Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_arg, const std::vector<int64_t>& normalized_shape, const Tensor& weight_arg,
+                  const Tensor& bias_arg, double eps) {
   const OpScope op("layer_norm");
+  const Tensor x = autocast::to_float(x_arg), weight = autocast::to_float(weight_arg);
+  const Tensor bias = autocast::to_float(bias_arg);
   check_input(op, x, eps);
   const Rows layout = check_normalized_shape(op, x, normalized_shape);
   const int64_t rows = layout.rows, row_len = layout.row_len;
@@ -106,8 +109,10 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   return out;
 }
 
-Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight, double eps) {
+Tensor rms_norm(const Tensor& x_arg, const std::vector<int64_t>& normalized_shape, const Tensor& weight_arg,
+                double eps) {
   const OpScope op("rms_norm");
+  const Tensor x = autocast::to_float(x_arg), weight = autocast::to_float(weight_arg);
   check_input(op, x, eps);
   const Rows layout = check_normalized_shape(op, x, normalized_shape);
   const int64_t rows = layout.rows, row_len = layout.row_len;
@@ -135,8 +140,11 @@ Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, c
   return out;
 }
 
-Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor group_norm(const Tensor& x_arg, int64_t num_groups, const Tensor& weight_arg, const Tensor& bias_arg,
+                  double eps) {
   const OpScope op("group_norm");
+  const Tensor x = autocast::to_float(x_arg), weight = autocast::to_float(weight_arg);
+  const Tensor bias = autocast::to_float(bias_arg);
   check_input(op, x, eps);
   NC_CHECK(x.dim() >= 2, ShapeError, op, ": x must be [N, C, *] (at least 2-D), got ", describe(x));
   NC_CHECK(num_groups > 0, ValueError, op, ": num_groups must be positive, got ", num_groups);
@@ -173,9 +181,12 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   return out;
 }
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
+Tensor batch_norm(const Tensor& x_arg, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight_arg,
+                  const Tensor& bias_arg, bool training, double momentum, double eps) {
   const OpScope op("batch_norm");
+  // The running statistics are updated in place: autocast leaves them as they are.
+  const Tensor x = autocast::to_float(x_arg), weight = autocast::to_float(weight_arg);
+  const Tensor bias = autocast::to_float(bias_arg);
   check_input(op, x, eps);
   NC_CHECK(x.dim() >= 2, ShapeError, op, ": x must be [N, C, *] (at least 2-D), got ", describe(x));
   const int64_t batch = x.size(0), channels = x.size(1);
@@ -232,8 +243,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   return out;
 }
 
-Tensor l1_norm(const Tensor& x, int64_t dim, double eps) {
+Tensor l1_norm(const Tensor& x_arg, int64_t dim, double eps) {
   const OpScope op("l1_norm");
+  const Tensor x = autocast::to_float(x_arg);
   check_input(op, x, eps);
   // A 0-dim tensor is one row of length 1, as for the reductions.
   const int64_t d = normalize_dim(dim, x.dim(), op);
@@ -255,8 +267,9 @@ Tensor l1_norm(const Tensor& x, int64_t dim, double eps) {
   return out;
 }
 
-Tensor frobenius_norm(const Tensor& x, double eps) {
+Tensor frobenius_norm(const Tensor& x_arg, double eps) {
   const OpScope op("frobenius_norm");
+  const Tensor x = autocast::to_float(x_arg);
   check_input(op, x, eps);
   Tensor xc = x.contiguous().detach();
   Tensor out = new_like(x), norm = stats_like({}, x);

@@ -5,6 +5,7 @@
 // f16/bf16 inputs are computed in f32 and rounded once at the end, forward and backward.
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "normcore/autocast.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -26,8 +27,9 @@ Tensor normalized_exp(const Tensor& x, int64_t d, bool take_log) {
   return take_log ? sub(shifted, log(total)) : div(exps, total);
 }
 
-Tensor softmax_op(const char* op, const Tensor& x, int64_t dim, bool take_log) {
+Tensor softmax_op(const char* op, const Tensor& x_arg, int64_t dim, bool take_log) {
   OpScope scope(op);
+  const Tensor x = autocast::to_float(x_arg);
   check_defined(op, "x", x);
   NC_CHECK(is_floating(x.dtype()), DTypeError, op, ": expects a floating tensor, got ", describe(x),
            " (convert with .to(DType::F32))");

@@ -1,6 +1,7 @@
 // Conv2d: conv2d with the layer's hyper-parameters; conv2d records the backward.
 #include <cmath>
 
+#include "normcore/autocast.h"
 #include "normcore/conv.h"
 #include "normcore/nn.h"
 #include "normcore/ops.h"
@@ -52,8 +53,8 @@ Tensor Conv2d::forward(const Tensor& x) {
   NC_CHECK(x.defined(), ValueError, op, ": input is an undefined tensor");
   NC_CHECK((x.dim() == 4 || x.dim() == 3) && x.size(-3) == in_channels, ShapeError, op, ": input must be [N, ",
            in_channels, ", H, W] or [", in_channels, ", H, W] (in_channels), got ", describe(x));
-  NC_CHECK(x.dtype() == weight.dtype(), DTypeError, op, ": input is ", describe(x), " but weight is ",
-           describe(weight), " (convert the input, or the module with to(dtype))");
+  NC_CHECK(x.dtype() == weight.dtype() || autocast::is_enabled(), DTypeError, op, ": input is ", describe(x),
+           " but weight is ", describe(weight), " (convert the input, or the module with to(dtype))");
   NC_CHECK(x.device() == weight.device(), DeviceError, op, ": input is on ", x.device(), " but weight is on ",
            weight.device(), " (move the module with to(device))");
   return conv2d(x, weight, bias, stride, padding, dilation, groups);

@@ -2,6 +2,7 @@
 // transposed view, so no copy is made; matmul and add record the backward.
 #include <cmath>
 
+#include "normcore/autocast.h"
 #include "normcore/nn.h"
 #include "normcore/ops.h"
 
@@ -36,12 +37,14 @@ Tensor Linear::forward(const Tensor& x) {
   NC_CHECK(x.defined(), ValueError, op, ": input is an undefined tensor");
   NC_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError, op, ": input's last dim must be in_features = ",
            in_features, ", got input ", describe(x), " (weight is ", describe(weight), ")");
-  NC_CHECK(x.dtype() == weight.dtype(), DTypeError, op, ": input is ", describe(x), " but weight is ",
-           describe(weight), " (convert the input, or the module with to(dtype))");
+  NC_CHECK(x.dtype() == weight.dtype() || autocast::is_enabled(), DTypeError, op, ": input is ", describe(x),
+           " but weight is ", describe(weight), " (convert the input, or the module with to(dtype))");
   NC_CHECK(x.device() == weight.device(), DeviceError, op, ": input is on ", x.device(), " but weight is on ",
            weight.device(), " (move the module with to(device))");
-  Tensor y = matmul(x, weight.t());
-  return bias.defined() ? add(y, bias) : y;
+  // Under autocast the weight is cast before it is transposed (a straight copy), and the
+  // bias joins the 16-bit product in its dtype.
+  Tensor y = matmul(autocast::to_lower(x), autocast::to_lower(weight).t());
+  return bias.defined() ? add(y, autocast::to_lower(bias)) : y;
 }
 
 }  // namespace nn

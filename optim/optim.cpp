@@ -477,5 +477,100 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
   return total;
 }
 
+// ---------------------------------------------------------------- GradScaler
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  const char* name = "GradScaler";
+  require(options.init_scale > 0.0 && std::isfinite(options.init_scale), name, "init_scale", "> 0 and finite",
+          options.init_scale);
+  require(options.growth_factor > 1.0 && std::isfinite(options.growth_factor), name, "growth_factor",
+          "> 1 and finite", options.growth_factor);
+  require(options.backoff_factor > 0.0 && options.backoff_factor < 1.0, name, "backoff_factor", "in (0, 1)",
+          options.backoff_factor);
+  require(options.growth_interval >= 1, name, "growth_interval", ">= 1",
+          static_cast<double>(options.growth_interval));
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const {
+  NC_CHECK(loss.defined(), ValueError, "GradScaler::scale: the loss is an undefined tensor");
+  NC_CHECK(is_floating(loss.dtype()), DTypeError, "GradScaler::scale: the loss must be floating, got ",
+           describe(loss));
+  return mul(loss, scale_);
+}
+
+bool GradScaler::unscale(const std::vector<Tensor>& params) {
+  NC_CHECK(found_ == Found::None, ValueError,
+           "GradScaler::unscale: already called for this step (call update() after the optimizer step)");
+  autograd::NoGradGuard no_grad;
+  const double inverse = 1.0 / scale_;
+  // Per tensor, the sum of its unscaled gradient: finite exactly when every element is
+  // (an inf or a NaN carries through the sum). One host read per device.
+  std::vector<Device> devices;
+  std::vector<std::vector<Tensor>> sums_by_device;
+  for (size_t i = 0; i < params.size(); ++i) {
+    NC_CHECK(params[i].defined(), ValueError, "GradScaler::unscale: parameter ", i, " is undefined");
+    const Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    NC_CHECK(is_floating(g.dtype()), DTypeError, "GradScaler::unscale: grad of parameter ", i,
+             " must be floating, got ", describe(g));
+    const Tensor unscaled = mul(g, inverse);
+    params[i].set_grad(unscaled);
+    size_t d = 0;
+    while (d < devices.size() && !(devices[d] == g.device())) ++d;
+    if (d == devices.size()) {
+      devices.push_back(g.device());
+      sums_by_device.emplace_back();
+    }
+    sums_by_device[d].push_back(sum(unscaled).to(DType::F32));
+  }
+  bool finite = true;
+  for (const std::vector<Tensor>& sums : sums_by_device) {
+    for (float s : stack(sums).to_vector<float>()) finite = finite && std::isfinite(s);
+  }
+  found_ = finite ? Found::Finite : Found::NonFinite;
+  return finite;
+}
+
+void GradScaler::update() {
+  NC_CHECK(found_ != Found::None, ValueError,
+           "GradScaler::update: unscale() has not been called since the last update");
+  if (found_ == Found::NonFinite) {
+    scale_ *= options_.backoff_factor;
+    growth_tracker_ = 0;
+    ++skipped_;
+  } else if (++growth_tracker_ == options_.growth_interval) {
+    // An f64 scale cannot overflow in any realistic run; stay finite regardless.
+    if (std::isfinite(scale_ * options_.growth_factor)) scale_ *= options_.growth_factor;
+    growth_tracker_ = 0;
+  }
+  found_ = Found::None;
+}
+
+StateDict GradScaler::state_dict() const {
+  return {{"scale", f64_scalar(scale_)}, {"growth_tracker", i64_scalar(growth_tracker_)}};
+}
+
+void GradScaler::load_state_dict(const StateDict& state) {
+  const char* name = "GradScaler";
+  std::map<std::string, Tensor> entries;
+  for (const auto& [key, t] : state) {
+    NC_CHECK(key == "scale" || key == "growth_tracker", ValueError, name, ".load_state_dict: unknown entry '", key,
+             "' (expected scale and growth_tracker)");
+    NC_CHECK(t.defined(), ValueError, name, ".load_state_dict: entry '", key, "' is undefined");
+    NC_CHECK(entries.emplace(key, t).second, ValueError, name, ".load_state_dict: entry '", key, "' appears twice");
+  }
+  for (const char* key : {"scale", "growth_tracker"}) {
+    NC_CHECK(entries.count(key), ValueError, name, ".load_state_dict: missing entry '", key, "'");
+  }
+  const double scale = read_double(name, "scale", entries.at("scale"));
+  require(scale > 0.0 && std::isfinite(scale), name, "scale", "> 0 and finite", scale);
+  const int64_t tracker = read_count(name, "growth_tracker", entries.at("growth_tracker"));
+  require(tracker < options_.growth_interval, name, "growth_tracker", "< growth_interval",
+          static_cast<double>(tracker));
+  scale_ = scale;
+  growth_tracker_ = tracker;
+  found_ = Found::None;
+}
+
 }  // namespace optim
 }  // namespace normcore

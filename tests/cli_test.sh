@@ -45,6 +45,12 @@ if [ "${1:-}" = lm ]; then
   [ "$(lm_summary 40 lm-a.log)" = "$(lm_summary 40 lm-c2.log)" ] ||
     fail "resuming changed the run: $(lm_summary 40 lm-a.log) vs $(lm_summary 40 lm-c2.log)"
 
+  # bf16 autocast learns as well (f32 master weights, checkpoints as in f32).
+  "$normcore" train-lm "${lm[@]}" --steps 40 --seed 1 --precision bf16 --out lm-bf16.safetensors > lm-bf16.log
+  bf16_loss=$(lm_summary 40 lm-bf16.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')
+  awk -v a="$bf16_loss" -v b="$loss40" 'BEGIN { exit !(a < b + 0.1) }' ||
+    fail "bf16 validation loss $bf16_loss is far above f32's $loss40"
+
   gen=(--checkpoint lm-a.safetensors --device cpu --prompt "The " --seed 3)
   "$normcore" generate "${gen[@]}" --tokens 30 > gen1.txt
   "$normcore" generate "${gen[@]}" --tokens 30 > gen2.txt
@@ -63,7 +69,7 @@ if [ "${1:-}" = lm ]; then
   expect_error "norm must be" "$normcore" train-lm "${lm[@]}" --steps 2 --norm batchnorm
   expect_error "not divisible by heads" "$normcore" train-lm "${lm[@]}" --steps 2 --embed 30 --heads 4
   expect_error "does not exist" "$normcore" train-lm "${lm[@]}" --steps 2 --data /nonexistent
-  expect_error "must be on or off" "$normcore" train-lm "${lm[@]}" --steps 2 --tf32 maybe
+  expect_error "must be fp32, tf32, bf16 or fp16" "$normcore" train-lm "${lm[@]}" --steps 2 --precision fp8
   echo "cli_test lm: all checks passed"
   exit 0
 fi
@@ -88,6 +94,20 @@ grep -q "^epoch 2/" c1.log && fail "--stop-after 1 ran a second epoch"
 "$normcore" train "${common[@]}" --epochs 2 --resume c.safetensors --out c.safetensors > c2.log
 [ "$(summary 2 a.log)" = "$(summary 2 c2.log)" ] || fail "resuming changed the run: $(summary 2 a.log) vs $(summary 2 c2.log)"
 grep -q "resuming after epoch 1" c2.log || fail "resume did not say where it resumed"
+
+# Mixed precision: bf16 learns about as well as f32; an fp16 run stopped and resumed from its
+# checkpoint (which holds the loss scaler's state) matches the uninterrupted one.
+"$normcore" train "${common[@]}" --epochs 2 --seed 7 --precision bf16 --out bf16.safetensors > bf16.log
+grep -q " in bf16," bf16.log || fail "train did not report --precision bf16: $(head -1 bf16.log)"
+bf16_accuracy=$(summary 2 bf16.log | sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/')
+awk -v a="$bf16_accuracy" -v b="$accuracy" 'BEGIN { exit !(a > b - 3) }' ||
+  fail "bf16 test accuracy $bf16_accuracy% is far below f32's $accuracy%"
+"$normcore" train "${common[@]}" --epochs 2 --seed 7 --precision fp16 --out h.safetensors > h.log
+grep -q "loss scale" h.log || fail "an fp16 run did not report its loss scale"
+"$normcore" train "${common[@]}" --epochs 2 --stop-after 1 --seed 7 --precision fp16 --out h2.safetensors > h1.log
+"$normcore" train "${common[@]}" --epochs 2 --precision fp16 --resume h2.safetensors --out h2.safetensors > h2.log
+[ "$(summary 2 h.log)" = "$(summary 2 h2.log)" ] || fail "resuming fp16 changed the run: $(summary 2 h.log) vs $(summary 2 h2.log)"
+expect_error "must be fp32, tf32, bf16 or fp16" "$normcore" train "${common[@]}" --precision f8
 
 # Anomaly mode checks every op and gradient and changes nothing when all are finite.
 "$normcore" train "${common[@]}" --epochs 2 --stop-after 1 --seed 7 --detect-anomaly on --out d.safetensors > d.log

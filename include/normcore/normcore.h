@@ -2,6 +2,7 @@
 #pragma once
 
 #include "normcore/attention.h"
+#include "normcore/autocast.h"
 #include "normcore/cuda.h"
 #include "normcore/data.h"
 #include "normcore/device.h"

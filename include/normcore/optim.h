@@ -225,5 +225,60 @@ class CosineLR : public LRSchedule {
 // parameter has a gradient). max_norm >= 0; a NaN total leaves the gradients unchanged.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
+struct GradScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;   // > 1
+  double backoff_factor = 0.5;  // in (0, 1)
+  int64_t growth_interval = 2000;  // clean steps before the scale grows; >= 1
+};
+
+// Dynamic loss scaling for f16 training, as PyTorch's GradScaler: the loss is multiplied by
+// the scale before backward so that small gradients survive f16's range, and the gradients
+// are divided by it before they are used. A step whose gradients hold an inf or a NaN is
+// skipped and the scale lowered; after growth_interval clean steps in a row it grows.
+//
+//   scaler.scale(loss).backward();
+//   if (scaler.unscale(params)) {          // the true gradients, all finite
+//     clip_grad_norm(params, 1.0);
+//     optimizer.step();
+//   }
+//   scaler.update();
+//
+// unscale() waits for the device once (it reads whether every gradient is finite).
+// state_dict(): "scale" (0-dim f64) and "growth_tracker" (0-dim i64, clean steps since the
+// last change); load_state_dict() restores both, so a resumed run scales as an uninterrupted
+// one. Options out of range, unscale twice without update, or update without unscale throw
+// ValueError.
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  // loss * scale, recorded (backward from it gives the scaled gradients).
+  Tensor scale(const Tensor& loss) const;
+  // Divides the defined floating gradients of params by the scale (replacing each grad())
+  // and returns whether all of them are finite; false means: skip this optimizer step.
+  bool unscale(const std::vector<Tensor>& params);
+  // Ends the step: on inf/NaN the scale is multiplied by backoff_factor, otherwise the
+  // clean-step count grows and, at growth_interval, the scale is multiplied by
+  // growth_factor.
+  void update();
+
+  double get_scale() const { return scale_; }
+  int64_t growth_tracker() const { return growth_tracker_; }
+  // Steps skipped since construction (not saved in the state).
+  int64_t skipped_steps() const { return skipped_; }
+
+  StateDict state_dict() const;
+  void load_state_dict(const StateDict& state);
+
+ private:
+  GradScalerOptions options_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+  int64_t skipped_ = 0;
+  // The result of this step's unscale(); none until it is called.
+  enum class Found { None, Finite, NonFinite } found_ = Found::None;
+};
+
 }  // namespace optim
 }  // namespace normcore
