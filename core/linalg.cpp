@@ -79,6 +79,15 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   Tensor b = b_in.dim() == 1 ? b_in.unsqueeze(1) : b_in;
   NC_CHECK(a.size(-1) == b.size(-2), ShapeError, op, ": inner sizes differ: ", a_in.shape(), " @ ",
            b_in.shape(), " (", a.size(-1), " vs ", b.size(-2), ")");
+  if (a_in.dim() >= 3 && b_in.dim() == 2) {
+    // [..., n, k] @ [k, m] (a Linear layer's input and weight) is one GEMM over the folded
+    // rows, as in PyTorch: its weight gradient is then one GEMM as well, not a batched one
+    // whose per-batch products would be summed afterwards.
+    Shape out_shape = a_in.shape();
+    out_shape.back() = b_in.size(1);
+    const int64_t rows = checked_numel(Shape(a_in.shape().begin(), a_in.shape().end() - 1), op);
+    return matmul(a_in.reshape({rows, a_in.size(-1)}), b_in).reshape(out_shape);
+  }
   Shape a_batch(a.shape().begin(), a.shape().end() - 2);
   Shape b_batch(b.shape().begin(), b.shape().end() - 2);
   Shape batch = broadcast_shapes(a_batch, b_batch, op);

@@ -87,6 +87,12 @@ std::vector<GradCase> cases() {
   binary("matmul_vectors", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b); }, leaf({4}, 42), leaf({4, 3}, 43));
   binary("matmul_transposed", [](const Tensor& a, const Tensor& b) { return nc::matmul(a.t(), b.t()); },
          leaf({4, 3}, 44), leaf({2, 4}, 45));
+  // N-D @ 2-D folds into one GEMM: a contiguous input, a transposed one (folded through a
+  // copy), and a transposed weight as nn::Linear passes it.
+  binary("matmul_folded", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b.t()); },
+         leaf({2, 3, 5, 4}, 46), leaf({2, 4}, 47));
+  binary("matmul_folded_transposed", [](const Tensor& a, const Tensor& b) { return nc::matmul(a.transpose(1, 2), b); },
+         leaf({2, 4, 3}, 48), leaf({4, 2}, 49));
 
   auto reduction = [&](const std::string& name, std::function<Tensor(const Tensor&)> f, Tensor x) { unary(name, f, x); };
   reduction("sum_all", [](const Tensor& x) { return nc::sum(x); }, leaf({2, 3, 4}, 50));
