@@ -163,9 +163,6 @@ namespace {
 
 Tensor zero_grad_like(const Tensor& g, const Tensor&, const Tensor&, double, double) { return zeros_like(g); }
 
-// 0.5 * (1 + erf(x / sqrt(2))), the normal CDF, recovered from gelu(x) = x * cdf(x).
-Tensor normal_cdf(const Tensor& x, const Tensor& gelu_x) { return where(eq(x, 0), full({}, 0.5, TensorOptions(x.dtype(), x.device())), gelu_x / x); }
-
 }  // namespace
 
 Tensor neg(const Tensor& x) {
@@ -231,19 +228,15 @@ Tensor sigmoid(const Tensor& x) {
 }
 Tensor gelu(const Tensor& x, bool approximate) {
   const OpScope op("gelu");
+  // The backward is one element-wise pass, g * gelu'(x) (kernels/scalar/elementwise.h), in
+  // the input's dtype: the derivative is computed in f32 (f64 for f64) per element.
   if (!approximate) {
-    return unary_op(op, UnaryOp::Gelu, x, true, kInputAndOutput, [](const Tensor& g, const Tensor& x, const Tensor& y, double, double) {
-      // d/dx x * cdf(x) = cdf(x) + x * pdf(x)
-      Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 0.39894228040143267794);
-      return mul(g, add(normal_cdf(x, y), mul(x, pdf)));
+    return unary_op(op, UnaryOp::Gelu, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+      return binary_op("gelu", BinaryOp::GeluGrad, g.to(x.dtype()), x);
     });
   }
   return unary_op(op, UnaryOp::GeluTanh, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
-    const double k = 0.79788456080286535588;  // sqrt(2 / pi)
-    Tensor x2 = mul(x, x);
-    Tensor t = tanh(mul(mul(x, add(mul(x2, 0.044715), 1)), k));
-    Tensor dt = mul(1 - mul(t, t), mul(add(mul(x2, 3 * 0.044715), 1), k));
-    return mul(g, add(mul(add(t, 1), 0.5), mul(mul(x, dt), 0.5)));
+    return binary_op("gelu", BinaryOp::GeluTanhGrad, g.to(x.dtype()), x);
   });
 }
 

@@ -20,7 +20,9 @@ enum class BinaryOp {
   Add, Sub, Mul, Div,  // integers wrap; Div only for floating dtypes (core promotes first)
   Maximum, Minimum,    // NaN propagates
   Pow,                 // not Bool; integers: exact, a negative exponent gives 0 (1 and -1 bases: +-1)
-  Eq, Ne, Lt, Le, Gt, Ge  // out is Bool
+  GeluGrad,            // floating only: a * gelu'(b), gelu's backward (gradient a, input b) in one pass
+  GeluTanhGrad,        // floating only: the same for the tanh approximation
+  Eq, Ne, Lt, Le, Gt, Ge  // out is Bool (keep them last)
 };
 
 namespace kernels {

@@ -328,6 +328,8 @@ const std::vector<BinaryCase> kBinaryCases = {
     {nc::BinaryOp::Maximum, "maximum", {-4, 4}, {-4, 4}, true, false},
     {nc::BinaryOp::Minimum, "minimum", {-4, 4}, {-4, 4}, true, false},
     {nc::BinaryOp::Pow, "pow", {0.1, 3}, {-2, 2}, false, true},
+    {nc::BinaryOp::GeluGrad, "gelu_grad", {-3, 3}, {-5, 5}, false, true},
+    {nc::BinaryOp::GeluTanhGrad, "gelu_tanh_grad", {-3, 3}, {-5, 5}, false, true},
     {nc::BinaryOp::Eq, "eq", {-4, 4}, {-4, 4}, true, false},
     {nc::BinaryOp::Ne, "ne", {-4, 4}, {-4, 4}, true, false},
     {nc::BinaryOp::Lt, "lt", {-4, 4}, {-4, 4}, true, false},

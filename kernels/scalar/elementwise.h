@@ -23,7 +23,8 @@ constexpr bool supports(UnaryOp op) {
 }
 template <class T>
 constexpr bool supports(BinaryOp op) {
-  return !(op == BinaryOp::Div && !is_floating_v<T>) && !(op == BinaryOp::Pow && std::is_same_v<T, bool>);
+  const bool float_only = op == BinaryOp::Div || op == BinaryOp::GeluGrad || op == BinaryOp::GeluTanhGrad;
+  return !(float_only && !is_floating_v<T>) && !(op == BinaryOp::Pow && std::is_same_v<T, bool>);
 }
 
 // out = op(x), with the op's scalar arguments a and b (Clamp's bounds, PowScalar's exponent).
@@ -104,6 +105,19 @@ struct BinaryFunctor {
       if constexpr (is_floating_v<T>) return convert<T>(math::pow(a, b));
       else return math::int_pow(a, b);
     }
+    else if constexpr (OP == BinaryOp::GeluGrad) {
+      // d/dx x * cdf(x) = cdf(x) + x * pdf(x), with the standard normal's cdf and pdf.
+      const C cdf = C(0.5) * (C(1) + math::erf(b * C(0.70710678118654752440)));
+      const C pdf = math::exp(C(-0.5) * b * b) * C(0.39894228040143267794);
+      return convert<T>(a * (cdf + b * pdf));
+    }
+    else if constexpr (OP == BinaryOp::GeluTanhGrad) {
+      // t = tanh(k (x + c x^3)): d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
+      const C k = C(0.79788456080286535588), c = C(0.044715);
+      const C x2 = b * b;
+      const C t = math::tanh(k * (b + c * x2 * b));
+      return convert<T>(a * (C(0.5) * (C(1) + t) + C(0.5) * b * (C(1) - t * t) * k * (C(1) + C(3) * c * x2)));
+    }
     else if constexpr (OP == BinaryOp::Eq) return a == b;
     else if constexpr (OP == BinaryOp::Ne) return a != b;
     else if constexpr (OP == BinaryOp::Lt) return a < b;
@@ -168,6 +182,8 @@ void visit_op(BinaryOp op, F&& f) {
     case BinaryOp::Maximum: return f(BinaryTag<BinaryOp::Maximum>{});
     case BinaryOp::Minimum: return f(BinaryTag<BinaryOp::Minimum>{});
     case BinaryOp::Pow: return f(BinaryTag<BinaryOp::Pow>{});
+    case BinaryOp::GeluGrad: return f(BinaryTag<BinaryOp::GeluGrad>{});
+    case BinaryOp::GeluTanhGrad: return f(BinaryTag<BinaryOp::GeluTanhGrad>{});
     case BinaryOp::Eq: return f(BinaryTag<BinaryOp::Eq>{});
     case BinaryOp::Ne: return f(BinaryTag<BinaryOp::Ne>{});
     case BinaryOp::Lt: return f(BinaryTag<BinaryOp::Lt>{});
