@@ -3,6 +3,7 @@
 #include "base/philox.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/generate.h"
+#include "kernels/scalar/dropout.h"
 
 namespace normcore {
 namespace cpu {
@@ -80,6 +81,34 @@ class CpuGenerate final : public kernels::GenerateKernels {
       });
     });
   }
+  void dropout(const Tensor& x, const Tensor& out, const Tensor& keep, uint64_t seed, uint64_t offset,
+               float threshold, double scale) const override {
+    visit_float(x.dtype(), "dropout", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const T* in = data_as<const T>(x);
+      T* result = data_as<T>(out);
+      bool* mask = data_as<bool>(keep);
+      const C s = convert<C>(convert<T>(scale));
+      for (int64_t i = 0, n = out.numel(); i < n; ++i) {
+        mask[i] = dropout_keep(seed, offset + static_cast<uint64_t>(i), threshold);
+        result[i] = dropout_apply<T, C>(in[i], mask[i], s);
+      }
+    });
+  }
+
+  void masked_scale(const Tensor& x, const Tensor& keep, double scale, const Tensor& out) const override {
+    visit_float(x.dtype(), "masked_scale", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const T* in = data_as<const T>(x);
+      T* result = data_as<T>(out);
+      const bool* mask = data_as<const bool>(keep);
+      const C s = convert<C>(convert<T>(scale));
+      for (int64_t i = 0, n = out.numel(); i < n; ++i) result[i] = dropout_apply<T, C>(in[i], mask[i], s);
+    });
+  }
+
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "base/philox.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/generate.h"
+#include "kernels/scalar/dropout.h"
 
 namespace normcore {
 namespace cuda {
@@ -83,6 +84,33 @@ struct IntOp {
   }
 };
 
+// Dropout's element i: draws its keep bit, stores it and the scaled value.
+template <class T>
+struct DropoutOp {
+  using C = compute_t<T>;
+  const T* in;
+  T* out;
+  bool* keep;
+  uint64_t seed, offset;
+  float threshold;
+  C scale;
+  __device__ void operator()(int64_t i) const {
+    const bool k = dropout_keep(seed, offset + static_cast<uint64_t>(i), threshold);
+    keep[i] = k;
+    out[i] = dropout_apply<T, C>(in[i], k, scale);
+  }
+};
+
+template <class T>
+struct MaskedScaleOp {
+  using C = compute_t<T>;
+  const T* in;
+  T* out;
+  const bool* keep;
+  C scale;
+  __device__ void operator()(int64_t i) const { out[i] = dropout_apply<T, C>(in[i], keep[i], scale); }
+};
+
 class CudaGenerate final : public kernels::GenerateKernels {
  public:
   void arange(const Tensor& out, double start, double step) const override {
@@ -119,6 +147,29 @@ class CudaGenerate final : public kernels::GenerateKernels {
     visit(out.dtype(), "random_int", [&](auto tag) {
       using T = typename decltype(tag)::type;
       generate<T>("random_int", out, IntOp<T>{seed, offset, low, range});
+    });
+  }
+
+  void dropout(const Tensor& x, const Tensor& out, const Tensor& keep, uint64_t seed, uint64_t offset,
+               float threshold, double scale) const override {
+    if (out.numel() == 0) return;
+    visit_float(x.dtype(), "dropout", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const DropoutOp<T> op{data_as<const T>(x), data_as<T>(out), data_as<bool>(keep), seed, offset, threshold,
+                            convert<C>(convert<T>(scale))};
+      for_each_index(Launcher("dropout", out), out.numel(), op);
+    });
+  }
+
+  void masked_scale(const Tensor& x, const Tensor& keep, double scale, const Tensor& out) const override {
+    if (out.numel() == 0) return;
+    visit_float(x.dtype(), "masked_scale", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      const MaskedScaleOp<T> op{data_as<const T>(x), data_as<T>(out), data_as<const bool>(keep),
+                                convert<C>(convert<T>(scale))};
+      for_each_index(Launcher("masked_scale", out), out.numel(), op);
     });
   }
 };
