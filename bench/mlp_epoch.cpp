@@ -76,13 +76,13 @@ int main(int argc, char** argv) {
     optimizer.zero_grad();
     if (precision != "fp16") {
       loss.backward();
-      nc::optim::clip_grad_norm(optimizer.params(), 5.0);
+      nc::optim::clip_grad_norm_async(optimizer.params(), 5.0);
       optimizer.step();
       return;
     }
     scaler.scale(loss).backward();
     if (scaler.unscale(optimizer.params())) {
-      nc::optim::clip_grad_norm(optimizer.params(), 5.0);
+      nc::optim::clip_grad_norm_async(optimizer.params(), 5.0);
       optimizer.step();
     }
     scaler.update();

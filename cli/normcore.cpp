@@ -224,7 +224,7 @@ struct Precision {
         return false;
       }
     }
-    if (clip > 0) nc::optim::clip_grad_norm(params, clip);
+    if (clip > 0) nc::optim::clip_grad_norm_async(params, clip);  // no wait for the device
     step();
     if (scaler) scaler->update();
     return true;

@@ -434,23 +434,27 @@ double CosineLR::lr_at(int64_t s) const {
 
 // ---------------------------------------------------------------- clip_grad_norm
 
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type) {
-  NC_CHECK(norm_type > 0.0, ValueError, "clip_grad_norm: norm_type must be > 0 (or infinity), got ",
-           norm_type);
-  NC_CHECK(max_norm >= 0.0, ValueError, "clip_grad_norm: max_norm must be >= 0, got ", max_norm);
+namespace {
+
+// The defined gradients of params (checked) and their total norm_type-norm as a 0-dim f64
+// tensor on the first gradient's device; undefined when no parameter has a gradient. The
+// per-tensor norms stay on their device until one copy per device.
+std::pair<std::vector<Tensor>, Tensor> total_grad_norm(const char* op, const std::vector<Tensor>& params,
+                                                       double max_norm, double norm_type) {
+  NC_CHECK(norm_type > 0.0, ValueError, op, ": norm_type must be > 0 (or infinity), got ", norm_type);
+  NC_CHECK(max_norm >= 0.0, ValueError, op, ": max_norm must be >= 0, got ", max_norm);
   std::vector<Tensor> grads;
   for (size_t i = 0; i < params.size(); ++i) {
-    NC_CHECK(params[i].defined(), ValueError, "clip_grad_norm: parameter ", i, " is undefined");
+    NC_CHECK(params[i].defined(), ValueError, op, ": parameter ", i, " is undefined");
     Tensor g = params[i].grad();
     if (!g.defined()) continue;
-    NC_CHECK(is_floating(g.dtype()), DTypeError, "clip_grad_norm: grad of parameter ", i,
-             " must be floating, got ", describe(g));
+    NC_CHECK(is_floating(g.dtype()), DTypeError, op, ": grad of parameter ", i, " must be floating, got ",
+             describe(g));
     grads.push_back(g);
   }
-  if (grads.empty()) return 0.0;
+  if (grads.empty()) return {grads, Tensor()};
 
   autograd::NoGradGuard no_grad;
-  // Per-tensor norms stay on their device until one host copy per device.
   std::vector<Device> devices;
   std::vector<std::vector<Tensor>> norms_by_device;
   for (const Tensor& g : grads) {
@@ -462,17 +466,43 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
     }
     norms_by_device[d].push_back(norm(g, norm_type).to(DType::F64));
   }
-  std::vector<Tensor> host_norms;
-  for (const std::vector<Tensor>& norms : norms_by_device) {
-    host_norms.push_back(stack(norms).to(Device::cpu()));
-  }
-  const double total = norm(cat(host_norms), norm_type).item<double>();
+  std::vector<Tensor> per_device;
+  for (const std::vector<Tensor>& norms : norms_by_device) per_device.push_back(stack(norms).to(devices[0]));
+  return {grads, norm(cat(per_device), norm_type)};
+}
+
+}  // namespace
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  auto [grads, total_tensor] = total_grad_norm("clip_grad_norm", params, max_norm, norm_type);
+  if (grads.empty()) return 0.0;
+  autograd::NoGradGuard no_grad;
+  const double total = total_tensor.item<double>();
   if (total > max_norm) {
     const double scale = max_norm / (total + 1e-6);
     for (const Tensor& g : grads) {
       Tensor target = g;
       target.copy_(mul(g, scale));
     }
+  }
+  return total;
+}
+
+Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  auto [grads, total] = total_grad_norm("clip_grad_norm_async", params, max_norm, norm_type);
+  if (grads.empty()) return full(Shape{}, 0.0, TensorOptions(DType::F64));
+  autograd::NoGradGuard no_grad;
+  // The factor clip_grad_norm would use, or 1 (also for a NaN total): x * 1 is x, so the
+  // gradients get the same bits as there.
+  const Tensor one = full(Shape{}, 1.0, TensorOptions(DType::F64, total.device()));
+  const Tensor factor = where(gt(total, max_norm), div(full(Shape{}, max_norm, TensorOptions(DType::F64,
+                                                                                          total.device())),
+                                                     add(total, 1e-6)),
+                              one);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    params[i].set_grad(mul(g, factor.to(g.device())));
   }
   return total;
 }

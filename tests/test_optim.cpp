@@ -718,6 +718,57 @@ TEST(ClipGradNorm, NoGradsAndErrors) {
   EXPECT_EQ(optim::clip_grad_norm({big}, 1e9), first);
 }
 
+// The device-side variant: the same total and the same gradient bits as clip_grad_norm,
+// clipped or not, with a NaN gradient, on every device, and the same errors.
+TEST(ClipGradNorm, AsyncGivesTheSameBits) {
+  std::vector<nc::Device> devices{nc::Device::cpu()};
+  if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
+  for (const nc::Device& device : devices) {
+    for (DType dtype : {DType::F32, DType::BF16, DType::F64}) {
+      for (double max_norm : {0.5, 1e9}) {
+        for (bool with_nan : {false, true}) {
+          const std::string what = device.str() + " " + nc::dtype_name(dtype) + " max " + std::to_string(max_norm) +
+                                   (with_nan ? " NaN" : "");
+          nc::Generator gen(9);
+          Tensor grad_a = nc::randn({300}, DType::F32, &gen).to(device, dtype);
+          const Tensor grad_b = nc::randn({7, 5}, DType::F32, &gen).to(device, dtype);
+          if (with_nan) grad_a = nc::where(nc::eq(nc::arange(300, DType::I64).to(device), 17),
+                                           nc::full({}, NAN, nc::TensorOptions(dtype, device)), grad_a);
+          auto make = [&](const Tensor& g) {
+            Tensor p = nc::zeros(g.shape(), nc::TensorOptions(dtype, device)).requires_grad_();
+            p.set_grad(g.clone());
+            return p;
+          };
+          const std::vector<Tensor> host{make(grad_a), make(grad_b), param_of({1.0}, dtype, device)};
+          const std::vector<Tensor> on_device{make(grad_a), make(grad_b), param_of({1.0}, dtype, device)};
+          const double total = optim::clip_grad_norm(host, max_norm);
+          const Tensor async_total = optim::clip_grad_norm_async(on_device, max_norm);
+          EXPECT_EQ(async_total.dim(), 0) << what;
+          EXPECT_EQ(async_total.device(), device) << what;
+          const double value = async_total.item<double>();
+          if (with_nan) EXPECT_TRUE(std::isnan(value) && std::isnan(total)) << what;
+          else EXPECT_EQ(value, total) << what;
+          for (size_t i = 0; i < 2; ++i) {
+            const auto bits = [](const Tensor& t) {
+              return nc::ne(t, t).to(DType::F64).to(nc::Device::cpu()).to_vector<double>();
+            };
+            EXPECT_EQ(bits(host[i].grad()), bits(on_device[i].grad())) << what;
+            const Tensor clean_h = nc::where(nc::ne(host[i].grad(), host[i].grad()), 0, host[i].grad());
+            const Tensor clean_d = nc::where(nc::ne(on_device[i].grad(), on_device[i].grad()), 0, on_device[i].grad());
+            EXPECT_EQ(clean_h.to(nc::Device::cpu()).to(DType::F64).to_vector<double>(),
+                      clean_d.to(nc::Device::cpu()).to(DType::F64).to_vector<double>())
+                << what << " parameter " << i;
+          }
+          EXPECT_FALSE(on_device[2].grad().defined()) << what;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(optim::clip_grad_norm_async({param_of({1.0}, DType::F32)}, 1.0).item<double>(), 0.0);
+  expect_error([] { optim::clip_grad_norm_async({param_of({1.0}, DType::F32)}, -1.0); }, "ValueError",
+               "clip_grad_norm_async: max_norm", "max < 0");
+}
+
 // ---------------------------------------------------------------- end to end
 
 // Minimizes sum(w * (x - target)^2) with curvatures 1 and 10 through autograd.

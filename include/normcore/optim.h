@@ -225,6 +225,14 @@ class CosineLR : public LRSchedule {
 // parameter has a gradient). max_norm >= 0; a NaN total leaves the gradients unchanged.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
+// clip_grad_norm without waiting for the device (as PyTorch's clip_grad_norm_): the total
+// stays a 0-dim f64 tensor on the first gradient's device, and every gradient is replaced
+// by itself times max_norm / (total + 1e-6) when total > max_norm, else times 1, computed
+// on the device. The gradients get the same bits as from clip_grad_norm. Returns the total
+// (0 on the CPU when no parameter has a gradient). For training loops that should not
+// stall the GPU once per step; read the total only when it is needed.
+Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
 struct GradScalerOptions {
   double init_scale = 65536.0;
   double growth_factor = 2.0;   // > 1
