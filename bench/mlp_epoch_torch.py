@@ -1,7 +1,8 @@
 # PyTorch peer of bench/mlp_epoch.cpp: the same model (mlp, cnn-gn or cnn-bn), initialisation
 # scheme, optimizer, loss, clipping, batch size and data normalisation, timed the same way
 # (best epoch after a 20-step warm-up), then test accuracy. Reads the Fashion-MNIST .gz files
-# directly. --compile runs the model through torch.compile. --precision as normcore's: fp32
+# directly. --compile runs the model through torch.compile (--compile-mode reduce-overhead:
+# its CUDA-graph mode, which graphs the model's forward and backward). --precision as normcore's: fp32
 # (TF32 off, the default), tf32, bf16 or fp16 (torch.autocast; fp16 with a GradScaler).
 #   python3 bench/mlp_epoch_torch.py [--model NAME] [--compile] [--precision P] [--device cpu|cuda] [--epochs N]
 #                                    [--data DIR]
@@ -41,6 +42,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="mlp", choices=["mlp", "cnn-gn", "cnn-bn"])
     p.add_argument("--compile", action="store_true", help="run the model through torch.compile")
+    p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune"])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=128)
@@ -64,7 +66,7 @@ def main():
     lower = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
     scaler = torch.amp.GradScaler(dev.type) if a.precision == "fp16" else None
     model = make_model(a.model).to(dev)
-    train_model = torch.compile(model) if a.compile else model
+    train_model = torch.compile(model, mode=a.compile_mode) if a.compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
 
     def batches(n=None):
@@ -111,7 +113,7 @@ def main():
         correct = sum((model(xte[s:s + 1000].to(dev)).argmax(1).cpu() == yte[s:s + 1000]).sum().item()
                       for s in range(0, len(yte), 1000))
     acc = correct / len(yte)
-    impl = "pytorch-compile" if a.compile else "pytorch"
+    impl = ("pytorch-compile" + ("" if a.compile_mode == "default" else "-" + a.compile_mode)) if a.compile else "pytorch"
     print(f"{impl} {torch.__version__} {a.model} {a.precision} epoch on {dev}: {best:.3f} s ({len(ytr) / best:.0f} samples/s), "
           f"test accuracy {100 * acc:.2f}% after {a.epochs} epoch(s) (threads {torch.get_num_threads()})")
     print(json.dumps(dict(impl=impl, model=a.model, precision=a.precision, version=torch.__version__, device=str(dev), batch_size=a.batch_size,
