@@ -151,8 +151,19 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     kernels::index(x.device()).index_select(out, x.contiguous(), d, idx);
   }
   autograd::record(op, out, {x}, [shape = x.shape(), d, indices = autograd::saved(idx)](const Tensor& g) {
-    // Scatter each selected slice back, adding where an index repeats.
+    // Scatter each selected slice back, adding where an index repeats. Along dim 0 (an
+    // embedding's rows) with one deterministic kernel; elsewhere through scatter_add.
     const Tensor& idx = indices.get();
+    if (d == 0 && is_floating(g.dtype())) {
+      Tensor grad_x = zeros(shape, TensorOptions(g.dtype(), g.device()));
+      const int64_t n = idx.numel(), width = n > 0 ? g.numel() / n : 0;
+      if (n > 0 && width > 0) {
+        // The forward checked that every index lies in [0, size).
+        kernels::index(g.device()).index_add_rows(grad_x.view({shape[0], width}), idx.contiguous(),
+                                                  g.contiguous().view({n, width}));
+      }
+      return std::vector<Tensor>{grad_x};
+    }
     Shape index_shape(g.dim(), 1);
     index_shape[d] = idx.numel();
     Tensor spread = idx.view(index_shape).expand(g.shape());

@@ -22,6 +22,13 @@ class IndexKernels {
   // out[..index[..i..]..] += src[..i..] along dim. Throws IndexError out of range (the bad
   // elements are skipped). dtype not Bool or U8.
   virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const = 0;
+  // out[index[i], :] += src[i, :] for every i (index_select's backward along dim 0, so an
+  // embedding's): out contiguous [rows, width], index contiguous 1-D i64 of length n whose
+  // values the caller has checked to lie in [0, rows), src contiguous [n, width], one
+  // floating dtype. Deterministic, unlike scatter_add on CUDA: the same inputs give the same
+  // bits on a device (the CPU adds the repeats of a row in index order; CUDA sorts the
+  // indices stably and sums each row's repeats in a fixed tree, in compute_t<T>).
+  virtual void index_add_rows(const Tensor& out, const Tensor& index, const Tensor& src) const = 0;
 
  protected:
   ~IndexKernels() = default;

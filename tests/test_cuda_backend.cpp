@@ -23,6 +23,7 @@
 #include "kernels/matmul.h"
 #include "kernels/reduce.h"
 #include "normcore/cuda.h"
+#include "normcore/nn.h"
 #include "normcore/ops.h"
 #include "normcore/random.h"
 #include "normcore/tensor.h"
@@ -764,6 +765,79 @@ TEST(CudaBackend, IndexOutOfRangeThrowsIndexErrorNamingTheValue) {
   // The device is still usable.
   nc::cuda::index_kernels().gather(gathered.cuda, x.cuda, 1, from_values({0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1}, {4, 3}, DType::I64).cuda);
   EXPECT_EQ(values_of(gathered.cuda)[1], values_of(x.cuda)[1]);
+}
+
+// index_add_rows (index_select's backward along dim 0): the same bits on every run, and the
+// f64 reference's values, for rows repeated across many sort chunks, runs that end exactly
+// at chunk boundaries, a single row for everything, and unrepeated rows; widths 1 and 300.
+TEST(CudaBackend, IndexAddRowsIsDeterministicAndMatchesTheReference) {
+  if (!normcore::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937 gen(4);
+  struct Case {
+    std::string name;
+    int64_t rows;
+    std::vector<double> index;
+  };
+  std::vector<Case> cases(4);
+  cases[0].name = "skewed";
+  cases[0].rows = 37;
+  for (int i = 0; i < 5000; ++i) cases[0].index.push_back(gen() % 10 < 6 ? 3 : static_cast<double>(gen() % 37));
+  cases[1].name = "runs of 64";
+  cases[1].rows = 9;
+  for (int i = 0; i < 64 * 9; ++i) cases[1].index.push_back(static_cast<double>((i / 64 * 5) % 9));
+  cases[2].name = "one row";
+  cases[2].rows = 3;
+  cases[2].index.assign(1000, 2.0);
+  cases[3].name = "distinct";
+  cases[3].rows = 300;
+  for (int i = 0; i < 300; ++i) cases[3].index.push_back(static_cast<double>((i * 7) % 300));
+  for (const Case& c : cases) {
+    for (int64_t width : {int64_t{1}, int64_t{300}}) {
+      for (DType dtype : {DType::F32, DType::BF16, DType::F64}) {
+        const std::string what = c.name + " width " + std::to_string(width) + " " + nc::dtype_name(dtype);
+        const int64_t n = static_cast<int64_t>(c.index.size());
+        const Pair index = from_values(c.index, {n}, DType::I64);
+        const Tensor src64 = random_cpu({n, width}, DType::F64, -1, 1, 7);
+        const Tensor src = src64.to(dtype);
+        Tensor reference = nc::zeros({c.rows, width}, DType::F64), magnitude = nc::zeros({c.rows, width}, DType::F64);
+        nc::cpu::index_kernels().index_add_rows(reference, index.cpu, src.to(DType::F64));
+        nc::cpu::index_kernels().index_add_rows(magnitude, index.cpu, nc::abs(src.to(DType::F64)));
+        std::vector<std::vector<double>> runs;
+        for (int run = 0; run < 2; ++run) {
+          Tensor out = nc::zeros({c.rows, width}, nc::TensorOptions(dtype, nc::Device::cuda()));
+          nc::cuda::index_kernels().index_add_rows(out, index.cuda, src.to(nc::Device::cuda()));
+          runs.push_back(values_of(out));
+        }
+        EXPECT_EQ(runs[0], runs[1]) << what << ": two runs differ";
+        // Sums of at most 64 terms in order, then of the chunks' partials: an error below
+        // 1e-5 of the sum of magnitudes in f32 (1e-12 in f64), then one rounding to dtype.
+        const std::vector<double> expected = values_of(reference), sum_abs = values_of(magnitude);
+        const double accumulation = dtype == DType::F64 ? 1e-12 : 1e-5;
+        const double rounding = dtype == DType::BF16 ? 4e-3 : (dtype == DType::F32 ? 1.2e-7 : 0.0);
+        for (size_t i = 0; i < expected.size(); ++i) {
+          const double bound = accumulation * sum_abs[i] + rounding * std::fabs(expected[i]) + 1e-30;
+          if (std::fabs(runs[0][i] - expected[i]) > bound) {
+            ADD_FAILURE() << what << ": element " << i << " is " << runs[0][i] << ", expected " << expected[i]
+                          << " (sum of magnitudes " << sum_abs[i] << ")";
+            break;
+          }
+        }
+      }
+    }
+  }
+  // Through autograd: an embedding's weight gradient, twice.
+  nc::Generator g(2);
+  const Tensor weight = nc::randn({256, 64}, DType::F32, &g).to(nc::Device::cuda());
+  const Tensor tokens = nc::randint(0, 8, {4096}, nc::TensorOptions(DType::I64), &g).to(nc::Device::cuda());
+  const Tensor grad = nc::randn({4096, 64}, DType::F32, &g).to(nc::Device::cuda());
+  std::vector<std::vector<double>> grads;
+  for (int run = 0; run < 2; ++run) {
+    Tensor w = weight.detach();
+    w.requires_grad_();
+    nc::nn::embedding(w, tokens).backward(grad);
+    grads.push_back(values_of(w.grad()));
+  }
+  EXPECT_EQ(grads[0], grads[1]);
 }
 
 // ---------------------------------------------------------------- sequences and random

@@ -83,6 +83,22 @@ class CpuIndex final : public kernels::IndexKernels {
       });
     });
   }
+
+  void index_add_rows(const Tensor& out, const Tensor& index, const Tensor& src) const override {
+    const std::vector<int64_t> idx = checked_indices("index_add_rows", index, out.size(0), 0);
+    const int64_t width = out.size(1);
+    visit_float(out.dtype(), "index_add_rows", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using A = compute_t<T>;
+      const T* s = data_as<const T>(src);
+      T* dst = data_as<T>(out);
+      for (size_t i = 0; i < idx.size(); ++i) {
+        T* row = dst + idx[i] * width;
+        const T* from = s + static_cast<int64_t>(i) * width;
+        for (int64_t e = 0; e < width; ++e) row[e] = convert<T>(convert<A>(row[e]) + convert<A>(from[e]));
+      }
+    });
+  }
 };
 
 }  // namespace

@@ -1,9 +1,13 @@
 // CUDA indexing kernels (contracts in kernels/index.h): index_select and gather (out =),
 // scatter_add (out +=, with atomics, so the order of the additions into one element is
-// unspecified). Indices are i64. An index outside [0, size) is recorded in a device flag
+// unspecified), index_add_rows (out +=, deterministic: a stable sort of the indices, then
+// fixed-order sums of each row's repeats). Indices are i64. An index outside [0, size) is recorded in a device flag
 // and its element skipped; the launcher reads the flag back after the kernel and throws
 // IndexError naming the op, the bad value and the dim's size.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/runtime.h"
 #include "kernels/index.h"
 
 namespace normcore {
@@ -134,6 +138,92 @@ __global__ void scatter_add_kernel(T* out, const T* src, const int64_t* index, i
   }
 }
 
+// index_add_rows: the indices sorted stably (keys) with their source rows (pos), cut into
+// chunks of kRunChunk sorted entries. Within a chunk, each run of equal keys is summed in
+// order, per column, in C. A run that continues from the previous chunk is stored in
+// first_partial[chunk], one that continues into the next chunk (and not from the previous)
+// in last_partial[chunk]; every other run holds all of its key's entries and is added to
+// out directly. A second kernel adds up the partials of each key that spans chunks, from
+// the chunk where it starts, in chunk order. Every sum has one fixed order.
+constexpr int64_t kRunChunk = 64;
+constexpr int kRunThreads = 128;
+
+struct ChunkRuns {
+  int64_t begin, end;
+  bool from_previous, into_next;
+};
+
+__device__ __forceinline__ ChunkRuns chunk_runs(const uint64_t* keys, int64_t n, int64_t chunk) {
+  ChunkRuns r;
+  r.begin = chunk * kRunChunk;
+  r.end = r.begin + kRunChunk < n ? r.begin + kRunChunk : n;
+  r.from_previous = r.begin > 0 && keys[r.begin - 1] == keys[r.begin];
+  r.into_next = r.end < n && keys[r.end] == keys[r.end - 1];
+  return r;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRunThreads)
+    index_add_runs_kernel(T* out, const T* src, const uint64_t* keys, const int64_t* pos, int64_t n, int64_t width,
+                          compute_t<T>* first_partial, compute_t<T>* last_partial) {
+  using C = compute_t<T>;
+  const int64_t chunk = blockIdx.x;
+  const int64_t e = static_cast<int64_t>(blockIdx.y) * kRunThreads + threadIdx.x;
+  if (e >= width) return;
+  const ChunkRuns r = chunk_runs(keys, n, chunk);
+  C sum = C(0);
+  int64_t run_begin = r.begin;
+  for (int64_t j = r.begin; j < r.end; ++j) {
+    sum += convert<C>(src[pos[j] * width + e]);
+    if (j + 1 < r.end && keys[j + 1] == keys[j]) continue;
+    if (run_begin == r.begin && r.from_previous) {
+      first_partial[chunk * width + e] = sum;
+    } else if (j + 1 == r.end && r.into_next) {
+      last_partial[chunk * width + e] = sum;
+    } else {
+      T* o = out + static_cast<int64_t>(keys[j]) * width + e;
+      *o = convert<T>(convert<C>(*o) + sum);
+    }
+    sum = C(0);
+    run_begin = j + 1;
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRunThreads)
+    index_add_spans_kernel(T* out, const uint64_t* keys, int64_t n, int64_t width, const compute_t<T>* first_partial,
+                           const compute_t<T>* last_partial) {
+  using C = compute_t<T>;
+  const int64_t chunk = blockIdx.x;
+  const int64_t e = static_cast<int64_t>(blockIdx.y) * kRunThreads + threadIdx.x;
+  if (e >= width) return;
+  const ChunkRuns r = chunk_runs(keys, n, chunk);
+  // Only the chunk where a spanning key starts adds it up.
+  if (!r.into_next || (r.from_previous && keys[r.begin] == keys[r.end - 1])) return;
+  const uint64_t key = keys[r.end - 1];
+  C sum = last_partial[chunk * width + e];
+  for (int64_t c = chunk + 1;; ++c) {
+    sum += first_partial[c * width + e];
+    // The key goes on past chunk c only when it fills c and continues into the next one.
+    const ChunkRuns next = chunk_runs(keys, n, c);
+    if (!next.into_next || keys[next.end - 1] != key) break;
+  }
+  T* o = out + static_cast<int64_t>(key) * width + e;
+  *o = convert<T>(convert<C>(*o) + sum);
+}
+
+__global__ void iota_kernel(int64_t* p, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) p[i] = i;
+}
+
+// Bits needed for the values 0 .. rows - 1.
+int key_bits(int64_t rows) {
+  int bits = 1;
+  while (bits < 63 && (int64_t{1} << bits) < rows) ++bits;
+  return bits;
+}
+
 class CudaIndex final : public kernels::IndexKernels {
  public:
   void index_select(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const override {
@@ -185,6 +275,44 @@ class CudaIndex final : public kernels::IndexKernels {
       }
     });
     check.throw_if_found("scatter_add", dim, g.dim_size);
+  }
+
+  void index_add_rows(const Tensor& out, const Tensor& index, const Tensor& src) const override {
+    const int64_t n = index.numel(), width = out.size(1);
+    if (n == 0 || width == 0) return;
+    check_index_dtype("index_add_rows", index);
+    const Launcher launch("index_add_rows", out);
+    const int device = launch.device();
+    cudaStream_t s = launch.stream();
+    // Stable radix sort of (index, position); the indices are non-negative, so their i64
+    // bits order as unsigned values.
+    DeviceBuffer positions(n * sizeof(int64_t), device), sorted_keys(n * sizeof(uint64_t), device),
+        sorted_positions(n * sizeof(int64_t), device);
+    launch(iota_kernel, launch.grid_for(n), kThreads, 0, positions.as<int64_t>(), n);
+    const auto* keys_in = reinterpret_cast<const uint64_t*>(index.data_ptr());
+    const int bits = key_bits(out.size(0));
+    size_t temp_bytes = 0;
+    NC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, sorted_keys.as<uint64_t>(),
+                                                  positions.as<int64_t>(), sorted_positions.as<int64_t>(), n, 0,
+                                                  bits, s));
+    DeviceBuffer temp(std::max<size_t>(temp_bytes, 1), device);
+    NC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.as<void>(), temp_bytes, keys_in, sorted_keys.as<uint64_t>(),
+                                                  positions.as<int64_t>(), sorted_positions.as<int64_t>(), n, 0,
+                                                  bits, s));
+    const int64_t chunks = ceil_div(n, kRunChunk);
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(ceil_div(width, int64_t{kRunThreads})));
+    visit_float(out.dtype(), "index_add_rows", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      DeviceBuffer first_partial(chunks * width * sizeof(C), device), last_partial(chunks * width * sizeof(C), device);
+      launch(index_add_runs_kernel<T>, grid, kRunThreads, 0, data_as<T>(out), data_as<const T>(src),
+             static_cast<const uint64_t*>(sorted_keys.as<uint64_t>()),
+             static_cast<const int64_t*>(sorted_positions.as<int64_t>()), n, width, first_partial.as<C>(),
+             last_partial.as<C>());
+      launch(index_add_spans_kernel<T>, grid, kRunThreads, 0, data_as<T>(out),
+             static_cast<const uint64_t*>(sorted_keys.as<uint64_t>()), n, width,
+             static_cast<const C*>(first_partial.as<C>()), static_cast<const C*>(last_partial.as<C>()));
+    });
   }
 };
 
