@@ -19,7 +19,10 @@
 # mlp-layernorm, cnn-gn and cnn-bn and `normcore train-lm`, defaults, in fp32, bf16 and fp16,
 # to their test accuracy and validation loss; the runs share the GPU, so their times are not
 # benchmarks; train-lm needs the corpus in gpu-run/fortunes), precisionbench (one MLP and one
-# CNN epoch and 500 GPT steps per precision, normcore then PyTorch eager and torch.compile).
+# CNN epoch and 500 GPT steps per precision, normcore then PyTorch eager and torch.compile),
+# graphs (the CUDA-graph tests, then MLP and CNN epochs and 500 GPT steps with and without
+# CUDA graphs beside PyTorch eager and torch.compile; GRAPH_CASES picks "model:precision"
+# epochs, GRAPH_GPT=0 skips the GPT).
 # Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
@@ -219,6 +222,32 @@ for section in "${sections[@]}"; do
           python3 bench/gpt_train_torch.py "${gpt[@]}" 2>&1 | grep -E "^step 500/"
           python3 bench/gpt_train_torch.py "${gpt[@]}" --compile 2>&1 | grep -E "^step 500/"
         done
+      fi
+      ;;
+    graphs)
+      echo "== CUDA graphs: the graph tests"
+      "$run/normcore_tests" --gtest_filter='CudaGraph.*:GraphedStep.*' > "$out/graph-tests.log" 2>&1
+      echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$out/graph-tests.log"
+      echo "== benchmark: epochs without and with CUDA graphs, then PyTorch eager, torch.compile and its CUDA-graph mode"
+      for case in ${GRAPH_CASES:-mlp:fp32 mlp:bf16 cnn-gn:bf16}; do
+        model=${case%%:*} p=${case##*:}
+        for g in off on; do
+          "$run/mlp_epoch" --model $model --precision $p --cuda-graph $g --device cuda --epochs 2 --data "$data" | grep -v '^{'
+        done
+        python3 bench/mlp_epoch_torch.py --model $model --precision $p --device cuda --epochs 2 --data "$data" | head -1
+        for mode in default reduce-overhead; do
+          python3 bench/mlp_epoch_torch.py --model $model --precision $p --compile --compile-mode $mode --device cuda \
+            --epochs 2 --data "$data" 2>&1 | grep -E "^pytorch" | head -1
+        done
+      done
+      if [ "${GRAPH_GPT:-1}" = 1 ] && [ -d "$run/fortunes" ]; then
+        gpt=(--data "$run/fortunes" --device cuda --precision bf16 --steps 500 --eval-interval 250)
+        echo "-- GPT 500 steps, bf16"
+        for g in off on; do
+          "$run/normcore" train-lm "${gpt[@]}" --cuda-graph $g --sample 0 --out "$out/gpt-graph.safetensors" | grep -E "^step 500/"
+        done
+        python3 bench/gpt_train_torch.py "${gpt[@]}" 2>&1 | grep -E "^step 500/"
+        python3 bench/gpt_train_torch.py "${gpt[@]}" --compile 2>&1 | grep -E "^step 500/"
       fi
       ;;
     *)

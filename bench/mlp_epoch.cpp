@@ -2,8 +2,10 @@
 // or any model of `normcore train`, e.g. cnn-gn, with its default optimizer, smoothing and
 // clipping), then its test accuracy. Prints a table line and a JSON line;
 // bench/mlp_epoch_torch.py runs the same model in PyTorch. --precision as `normcore train`'s:
-// fp32 (the default), tf32, bf16 or fp16 (autocast; fp16 with a GradScaler).
+// fp32 (the default), tf32, bf16 or fp16 (autocast; fp16 with a GradScaler). --cuda-graph
+// on (the default on CUDA but for fp16) replays each step as one CUDA graph (GraphedStep).
 //   mlp_epoch [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B] [--precision P]
+//             [--cuda-graph on|off]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -29,7 +31,7 @@ void wait_for(nc::Device device) {
 
 int main(int argc, char** argv) {
   std::string device_spec = "auto", data = "/usr/share/datasets/fashion-mnist", model_name = "mlp";
-  std::string precision = "fp32";
+  std::string precision = "fp32", graph_option = "auto";
   int64_t epochs = 1, batch_size = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--device")) device_spec = argv[i + 1];
@@ -38,10 +40,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--batch-size")) batch_size = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--model")) model_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--cuda-graph")) graph_option = argv[i + 1];
     else {
       std::fprintf(stderr,
                    "usage: %s [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B] "
-                   "[--precision fp32|tf32|bf16|fp16]\n",
+                   "[--precision fp32|tf32|bf16|fp16] [--cuda-graph on|off]\n",
                    argv[0]);
       return 2;
     }
@@ -67,26 +70,31 @@ int main(int argc, char** argv) {
   options.device = device;
   nc::data::DataLoader loader(train, options);
 
-  auto step = [&](const nc::data::Batch& batch) {
-    nc::Tensor loss;
-    {
-      nc::autocast::Guard guard(lower, autocast);
-      loss = nc::nn::cross_entropy((*model)(batch.images), batch.labels, nc::nn::Reduction::Mean, 0.1);
-    }
-    optimizer.zero_grad();
-    if (precision != "fp16") {
-      loss.backward();
-      nc::optim::clip_grad_norm_async(optimizer.params(), 5.0);
-      optimizer.step();
-      return;
-    }
-    scaler.scale(loss).backward();
-    if (scaler.unscale(optimizer.params())) {
-      nc::optim::clip_grad_norm_async(optimizer.params(), 5.0);
-      optimizer.step();
-    }
-    scaler.update();
-  };
+  const bool graphed = device.is_cuda() && precision != "fp16" && graph_option != "off";
+  nc::GraphedStep graph_step(
+      [&](const std::vector<nc::Tensor>& in) {
+        nc::Tensor loss;
+        {
+          nc::autocast::Guard guard(lower, autocast);
+          loss = nc::nn::cross_entropy((*model)(in[0]), in[1], nc::nn::Reduction::Mean, 0.1);
+        }
+        optimizer.zero_grad();
+        if (precision != "fp16") {
+          loss.backward();
+          nc::optim::clip_grad_norm_async(optimizer.params(), 5.0);
+          optimizer.step();
+          return loss;
+        }
+        scaler.scale(loss).backward();
+        if (scaler.unscale(optimizer.params())) {
+          nc::optim::clip_grad_norm_async(optimizer.params(), 5.0);
+          optimizer.step();
+        }
+        scaler.update();
+        return loss;
+      },
+      graphed);
+  auto step = [&](const nc::data::Batch& batch) { graph_step({batch.images, batch.labels}); };
 
   // Warm-up: allocator cache, cuBLAS handles, the loader's thread.
   loader.begin_epoch(1000);
@@ -105,12 +113,18 @@ int main(int argc, char** argv) {
 
   double accuracy = nc::models::evaluate(*model, test, device).accuracy;
   double rate = static_cast<double>(train.labels.size(0)) / best;
-  std::printf("normcore %s %s epoch on %s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",
-              model_name.c_str(), precision.c_str(), device.str().c_str(), best, rate, 100 * accuracy, static_cast<long long>(epochs));
+  std::printf("normcore %s %s epoch on %s%s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",
+              model_name.c_str(), precision.c_str(), device.str().c_str(),
+              graphed ? " with a CUDA graph" : "", best, rate, 100 * accuracy, static_cast<long long>(epochs));
+  if (graphed) {
+    std::printf("graph: %zu nodes, %lld replays, %lld direct steps\n", graph_step.graph_nodes(),
+                static_cast<long long>(graph_step.replays()), static_cast<long long>(graph_step.direct_steps()));
+  }
   std::printf("{\"impl\": \"normcore\", \"model\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
-              "\"batch_size\": %lld, \"epoch_s\": %.4f, \"samples_per_s\": %.0f, \"test_accuracy\": %.4f, "
+              "\"cuda_graph\": %s, \"batch_size\": %lld, \"epoch_s\": %.4f, \"samples_per_s\": %.0f, \"test_accuracy\": %.4f, "
               "\"epochs\": %lld}\n",
-              model_name.c_str(), precision.c_str(), device.str().c_str(), static_cast<long long>(batch_size), best, rate, accuracy,
+              model_name.c_str(), precision.c_str(), device.str().c_str(), graphed ? "true" : "false",
+              static_cast<long long>(batch_size), best, rate, accuracy,
               static_cast<long long>(epochs));
   return 0;
 }

@@ -66,6 +66,8 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"stop-after", "0", "stop after this many epochs, as if interrupted (0: run all)"},
     {"detect-anomaly", "off", "on: check every op's result and gradient for NaN/Inf, naming the op (slow)"},
     {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
+    {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless fp16 or "
+                           "--detect-anomaly; off"},
 };
 const std::vector<OptionSpec> kEvalOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to evaluate"},
@@ -95,6 +97,8 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"eval-batches", "8", "validation batches (of batch-size windows, evenly spaced)"},
     {"sample", "300", "bytes of text to print at the end"},
     {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
+    {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless fp16 or "
+                           "--detect-anomaly; off"},
     {"seed", "0", "seed of initialization, batches and dropout"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
     {"out", "normcore-gpt.safetensors", "checkpoint written at every evaluation"},
@@ -301,6 +305,21 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
 };
 
+// --cuda-graph: whether the training steps run through a GraphedStep (normcore/graphed_step.h).
+bool use_cuda_graph(const Args& args, const nc::Device& device, const Precision& precision, bool anomaly) {
+  const std::string& value = args.options.at("cuda-graph");
+  NC_CHECK(value == "auto" || value == "on" || value == "off", ValueError,
+           "option --cuda-graph must be auto, on or off, got '", value, "'");
+  if (value == "off") return false;
+  const char* why = !device.is_cuda() ? "CUDA graphs need a CUDA device"
+                    : precision.scaler ? "fp16's loss scaler reads on the host whether the gradients are finite"
+                    : anomaly          ? "--detect-anomaly reads every result on the host"
+                                       : nullptr;
+  NC_CHECK(value == "auto" || why == nullptr, ValueError, "option --cuda-graph on: ", why,
+           " (use --cuda-graph off or auto)");
+  return why == nullptr;
+}
+
 // ---------------------------------------------------------------- commands
 int train(const Args& args) {
   nc::Device device = pick_device(args.options.at("device"));
@@ -386,10 +405,23 @@ int train(const Args& args) {
 
   int64_t params = 0;
   for (const nc::Tensor& p : model->parameters()) params += p.numel();
-  std::printf("normcore train: model %s (%lld parameters) on %s in %s, %lld training / %lld test images, "
+  const bool graphed = use_cuda_graph(args, device, precision, anomaly == "on");
+  nc::GraphedStep train_step(
+      [&](const std::vector<nc::Tensor>& in) {
+        nc::Tensor loss;
+        {
+          nc::autocast::Guard autocast(precision.dtype, precision.autocast);
+          loss = nc::nn::cross_entropy((*model)(in[0]), in[1], nc::nn::Reduction::Mean, smoothing);
+        }
+        optimizer->zero_grad();
+        precision.backward_and_step(loss, optimizer->params(), clip, [&] { optimizer->step(); });
+        return loss;
+      },
+      graphed);
+  std::printf("normcore train: model %s (%lld parameters) on %s in %s%s, %lld training / %lld test images, "
               "%s lr %g, batch %lld, %lld epochs%s\n",
               model_name.c_str(), static_cast<long long>(params), device.str().c_str(),
-              args.options.at("precision").c_str(),
+              args.options.at("precision").c_str(), graphed ? " with CUDA graphs" : "",
               static_cast<long long>(loader.size()), static_cast<long long>(test_set.images.size(0)),
               optimizer_name.c_str(), lr, static_cast<long long>(batch_size), static_cast<long long>(epochs),
               first_epoch ? (", resuming after epoch " + std::to_string(first_epoch)).c_str() : "");
@@ -403,13 +435,7 @@ int train(const Args& args) {
     double loss_sum = 0;
     int64_t loss_count = 0, samples = 0;
     for (nc::data::Batch batch; loader.next(batch);) {
-      nc::Tensor loss;
-      {
-        nc::autocast::Guard autocast(precision.dtype, precision.autocast);
-        loss = nc::nn::cross_entropy((*model)(batch.images), batch.labels, nc::nn::Reduction::Mean, smoothing);
-      }
-      optimizer->zero_grad();
-      precision.backward_and_step(loss, optimizer->params(), clip, [&] { optimizer->step(); });
+      const nc::Tensor loss = train_step({batch.images, batch.labels});
       schedule.step();
       samples += batch.labels.size(0);
       // Reading the loss waits for the device: do it for the progress display only.
@@ -480,7 +506,6 @@ struct LmOptimizer {
   void step() {
     decay->step();
     no_decay->step();
-    step_schedules();
   }
   void step_schedules() {
     decay_schedule->step();
@@ -566,12 +591,25 @@ int train_lm(const Args& args) {
     if (k != "resume" && k != "help" && k != "stop-after") saved_options[k] = v;
   saved_options["seed"] = std::to_string(seed);
 
+  const bool graphed = use_cuda_graph(args, device, precision, false);
+  nc::GraphedStep train_step(
+      [&](const std::vector<nc::Tensor>& in) {
+        nc::Tensor loss;
+        {
+          nc::autocast::Guard autocast(precision.dtype, precision.autocast);
+          loss = nc::models::lm_loss(*model, in[0], in[1]);
+        }
+        optimizer.zero_grad();
+        precision.backward_and_step(loss, optimizer.params, clip, [&] { optimizer.step(); });
+        return loss;
+      },
+      graphed);
   std::printf("normcore train-lm: GPT %lld layers, %lld heads, embed %lld, context %lld, %s, dropout %g "
-              "(%lld parameters) on %s in %s\n",
+              "(%lld parameters) on %s in %s%s\n",
               static_cast<long long>(config.layers), static_cast<long long>(config.heads),
               static_cast<long long>(config.embed), static_cast<long long>(config.context), config.norm.c_str(),
               config.dropout, static_cast<long long>(model->parameter_count()), device.str().c_str(),
-              args.options.at("precision").c_str());
+              args.options.at("precision").c_str(), graphed ? " with CUDA graphs" : "");
   std::printf("data: %zu files, %lld train fortunes (%zu bytes), %lld validation fortunes (%zu bytes); "
               "batch %lld x %lld bytes, %lld steps, lr %g%s\n",
               corpus.files.size(), static_cast<long long>(corpus.train_fortunes), corpus.train.size(),
@@ -591,15 +629,8 @@ int train_lm(const Args& args) {
     for (; step < interval_end; ++step) {
       const nc::models::TextBatch batch =
           nc::models::random_windows(corpus.train, batch_size, config.context, gen, device);
-      nc::Tensor loss;
-      {
-        nc::autocast::Guard autocast(precision.dtype, precision.autocast);
-        loss = nc::models::lm_loss(*model, batch.inputs, batch.targets);
-      }
-      optimizer.zero_grad();
-      if (!precision.backward_and_step(loss, optimizer.params, clip, [&] { optimizer.step(); })) {
-        optimizer.step_schedules();  // a skipped fp16 step still advances the schedule
-      }
+      const nc::Tensor loss = train_step({batch.inputs, batch.targets});
+      optimizer.step_schedules();  // also after a skipped fp16 step
       tokens += batch.inputs.numel();
       // Reading the loss waits for the device: every tenth step, for the display only.
       if (step % 10 == 0 || step + 1 == interval_end) {

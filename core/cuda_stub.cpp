@@ -2,6 +2,7 @@
 #ifndef NORMCORE_HAS_CUDA
 
 #include "core/internal.h"
+#include "kernels/capture.h"
 #include "normcore/cuda.h"
 
 namespace normcore {
@@ -22,6 +23,18 @@ StreamGuard::StreamGuard(int, StreamHandle) : device_(0), previous_(nullptr) {
   detail::throw_no_cuda("cuda::StreamGuard");
 }
 StreamGuard::~StreamGuard() = default;
+
+bool capturing(int) { return false; }
+RandomOffset random_offset(Generator& gen, uint64_t n, int) { return {gen.advance(n), nullptr}; }
+
+struct Graph::Impl {};
+Graph::Graph() : impl_(new Impl) {}
+Graph::~Graph() = default;
+void Graph::capture(int, const std::function<void()>&) { detail::throw_no_cuda("cuda::Graph::capture"); }
+void Graph::replay() { detail::throw_no_cuda("cuda::Graph::replay"); }
+void Graph::synchronize() {}
+bool Graph::captured() const { return false; }
+size_t Graph::num_nodes() const { return 0; }
 
 }  // namespace cuda
 }  // namespace normcore

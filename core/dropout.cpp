@@ -3,6 +3,7 @@
 // the bool mask, and its backward is one pass of the same scaling over the gradient.
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "kernels/capture.h"
 #include "kernels/generate.h"
 #include "normcore/nn.h"
 #include "normcore/ops.h"
@@ -29,8 +30,11 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   Tensor out = new_tensor(x.shape(), x.dtype(), x.device());
   Tensor keep = new_tensor(x.shape(), DType::Bool, x.device());
   Generator& g = gen ? *gen : default_generator();
-  const uint64_t offset = g.advance(static_cast<uint64_t>(x.numel()));
-  kernels::generate(x.device()).dropout(xc, out, keep, g.seed(), offset, static_cast<float>(p), scale);
+  const uint64_t n = static_cast<uint64_t>(x.numel());
+  const cuda::RandomOffset offset =
+      x.device().is_cuda() ? cuda::random_offset(g, n, x.device().index) : cuda::RandomOffset{g.advance(n), nullptr};
+  kernels::generate(x.device()).dropout(xc, out, keep, g.seed(), offset.offset, offset.base, static_cast<float>(p),
+                                        scale);
   autograd::record(op, out, {x}, [keep, scale](const Tensor& grad) {
     const Tensor gc = grad.contiguous();
     Tensor grad_x = new_tensor(gc.shape(), gc.dtype(), gc.device());

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "core/internal.h"
+#include "kernels/capture.h"
 #include "kernels/elementwise.h"
 #include "kernels/generate.h"
 #include "normcore/random.h"
@@ -150,13 +151,21 @@ Tensor empty_floating(const char* op, const Shape& shape, TensorOptions options)
   return empty(shape, options);
 }
 
+// The first of out.numel() counters of g. A replayed graph would draw these same numbers
+// again each time, so not inside a capture.
+uint64_t reserve_counters(const OpScope& op, Generator& g, const Tensor& out) {
+  NC_CHECK(!cuda::capturing(out.device()), CaptureError, op, ": cannot run inside a CUDA graph capture on ",
+           out.device(), ": each replay would draw the same numbers (nn::dropout can be captured)");
+  return g.advance(static_cast<uint64_t>(out.numel()));
+}
+
 }  // namespace
 
 Tensor rand(const Shape& shape, TensorOptions options, Generator* gen) {
   const OpScope op("rand");
   Tensor out = empty_floating(op, shape, options);
   Generator& g = gen ? *gen : default_generator();
-  uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
+  uint64_t offset = reserve_counters(op, g, out);
   if (out.numel()) kernels::generate(out.device()).random_uniform(out, g.seed(), offset);
   return out;
 }
@@ -165,7 +174,7 @@ Tensor randn(const Shape& shape, TensorOptions options, Generator* gen) {
   const OpScope op("randn");
   Tensor out = empty_floating(op, shape, options);
   Generator& g = gen ? *gen : default_generator();
-  uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
+  uint64_t offset = reserve_counters(op, g, out);
   if (out.numel()) kernels::generate(out.device()).random_normal(out, g.seed(), offset);
   return out;
 }
@@ -185,7 +194,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opti
   }
   Tensor out = empty(shape, options);
   Generator& g = gen ? *gen : default_generator();
-  uint64_t offset = g.advance(static_cast<uint64_t>(out.numel()));
+  uint64_t offset = reserve_counters(op, g, out);
   uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   if (out.numel()) kernels::generate(out.device()).random_int(out, g.seed(), offset, low, range);
   return out;

@@ -6,6 +6,7 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "kernels/capture.h"
 #include "normcore/autocast.h"
 #include "normcore/losses.h"
 #include "normcore/ops.h"
@@ -82,7 +83,9 @@ ClassRows class_rows(const char* op, const char* input_name, const Tensor& input
   out.classes = input.size(class_dim);
   out.loss_shape = expected;
   int64_t rows = target.numel();
-  if (rows > 0) {
+  // Inside a CUDA graph capture the targets have no values yet: no target may equal
+  // ignore_index there, and one out of range is reported by the replay (gather's check).
+  if (rows > 0 && !cuda::capturing(target.device())) {
     int64_t lo = min(target).item<int64_t>(), hi = max(target).item<int64_t>();
     out.maybe_ignored = ignore_index && *ignore_index >= lo && *ignore_index <= hi;
     if (out.maybe_ignored) {  // the range of the others, with ignored positions as class 0

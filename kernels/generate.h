@@ -25,9 +25,11 @@ class GenerateKernels {
   virtual void random_int(const Tensor& out, uint64_t seed, uint64_t offset, int64_t low, uint64_t range) const = 0;
   // Dropout in one pass (element math in kernels/scalar/dropout.h): keep[i] from
   // (seed, offset + i) and threshold = f32(p), out[i] = x[i] * scale or x[i] * 0. x and out
-  // contiguous of one floating dtype, keep contiguous bool, all of one shape.
+  // contiguous of one floating dtype, keep contiguous bool, all of one shape. offset_base
+  // (CUDA only, else nullptr): a device word added to offset when the kernel runs, for
+  // kernels replayed by a CUDA graph (kernels/capture.h).
   virtual void dropout(const Tensor& x, const Tensor& out, const Tensor& keep, uint64_t seed, uint64_t offset,
-                       float threshold, double scale) const = 0;
+                       const uint64_t* offset_base, float threshold, double scale) const = 0;
   // out[i] = x[i] * scale where keep[i], x[i] * 0 elsewhere (dropout's backward); the
   // layouts as for dropout.
   virtual void masked_scale(const Tensor& x, const Tensor& keep, double scale, const Tensor& out) const = 0;

@@ -6,30 +6,44 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/backend.h"
 
 namespace normcore {
 namespace kernels {
 
+// One parameter of a multi-tensor Adam update: its buffers and its step count (0-dim i64
+// on its device).
+struct AdamTensors {
+  Tensor param, grad, exp_avg, exp_avg_sq, step;
+};
+
+struct AdamHyper {
+  double beta1, beta2, eps, weight_decay;
+  bool decoupled;
+};
+
+// The learning rate is a 0-dim f64 tensor on the parameters' device, read when the update
+// runs, so that a replayed CUDA graph uses the value set since (as are the step counts).
 class OptimKernels {
  public:
   // g = grad + weight_decay * param; with momentum != 0:
   //   momentum_buf = first_step ? g : momentum * momentum_buf + (1 - dampening) * g,
   //   g = nesterov ? g + momentum * momentum_buf : momentum_buf;
   // param = param - lr * g. momentum_buf is undefined and unused when momentum == 0.
-  virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr,
+  virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
                         double momentum, double dampening, double weight_decay, bool nesterov,
                         bool first_step) const = 0;
-  // step >= 1 (PyTorch's Adam, and AdamW when decoupled):
+  // For every entry (all on this backend's device; CUDA: one launch per dtype and 32
+  // entries, then one for the counts): step += 1, then with that step (PyTorch's Adam,
+  // and AdamW when decoupled):
   //   decoupled: param = param * (1 - lr * weight_decay), else g = grad + weight_decay * param;
   //   exp_avg = exp_avg + (1 - beta1) * (g - exp_avg)  (PyTorch's lerp form);
   //   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g;
   //   denom = sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps;
   //   param = param - lr / (1 - beta1^step) * exp_avg / denom.
-  virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                         double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                         int64_t step) const = 0;
+  virtual void adam_step(const std::vector<AdamTensors>& tensors, const Tensor& lr, const AdamHyper& hyper) const = 0;
 
  protected:
   ~OptimKernels() = default;

@@ -1,5 +1,6 @@
 // embedding and the Embedding layer: rows of weight picked by index with index_select (whose
 // backward adds each row's gradient back, summing repeats), then shaped [*index, dim].
+#include "kernels/capture.h"
 #include "normcore/nn.h"
 #include "normcore/ops.h"
 
@@ -32,9 +33,9 @@ Tensor embedding(const Tensor& weight, const Tensor& index, std::optional<int64_
   NC_CHECK(index.device() == weight.device(), DeviceError, op, ": index is on ", index.device(),
            " but weight is on ", weight.device());
   const int64_t num = weight.size(0);
-  if (index.numel() > 0) {
-    // index_select would also accept negative indices (counting from the end); PyTorch's
-    // embedding does not.
+  if (index.numel() > 0 && !cuda::capturing(index.device())) {
+    // A friendlier message than index_select's (which rejects the same values); inside a
+    // CUDA graph capture the indices have no values yet and the replay reports them.
     int64_t lo = min(index).item<int64_t>(), hi = max(index).item<int64_t>();
     NC_CHECK(lo >= 0 && hi < num, IndexError, op, ": index ", lo < 0 ? lo : hi, " is out of range for ", num,
              " embeddings");

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "base/op_scope.h"
+#include "kernels/capture.h"
 #include "kernels/optim.h"
 #include "normcore/autograd.h"
 #include "normcore/ops.h"
@@ -93,7 +94,30 @@ void Optimizer::zero_grad() {
 
 void Optimizer::set_lr(double lr) {
   require(lr >= 0.0 && std::isfinite(lr), name_, "lr", ">= 0 and finite", lr);
+  for (const auto& [device, t] : lr_tensors_) {
+    NC_CHECK(!cuda::capturing(device), CaptureError, name_, ".set_lr: cannot change the learning rate inside a "
+             "CUDA graph capture on ", device, " (the graph reads it from device memory: set it between replays)");
+  }
   lr_ = lr;
+  autograd::NoGradGuard no_grad;
+  for (auto& entry : lr_tensors_) entry.second.fill_(lr);
+}
+
+const Tensor& Optimizer::lr_on(Device device) {
+  for (const auto& entry : lr_tensors_) {
+    if (entry.first == device) return entry.second;
+  }
+  NC_CHECK(!cuda::capturing(device), CaptureError, name_, ".step: the first step on ", device,
+           " cannot be captured in a CUDA graph; run one step before the capture");
+  lr_tensors_.emplace_back(device, full(Shape{}, lr_, TensorOptions(DType::F64, device)));
+  return lr_tensors_.back().second;
+}
+
+void Optimizer::check_state_capturable(size_t index) const {
+  const Tensor& p = params_[index];
+  NC_CHECK(!cuda::capturing(p.device()), CaptureError, name_, ".step: parameter ", index, " (", describe(p),
+           ") has no optimizer state yet; its first step cannot be captured in a CUDA graph (run one step "
+           "before the capture)");
 }
 
 Tensor Optimizer::checked_grad(size_t index) const {
@@ -189,13 +213,13 @@ void Optimizer::load_state_dict(const StateDict& state) {
   check_hyperparameters(hyper);
 
   // Everything checked: adopt it, copying buffers to the parameters' devices.
-  lr_ = lr;
+  set_lr(lr);
   set_hyperparameters(hyper);
   for (size_t i = 0; i < params_.size(); ++i) {
     std::map<std::string, Tensor> copies;
     for (const auto& [key, t] : loaded[i]) {
       if (key == kStepName) {
-        copies[key] = t;
+        copies[key] = t.to(params_[i].device());
       } else {
         const Tensor& p = params_[i];
         Tensor copy = empty(p.shape(), TensorOptions(t.dtype(), p.device()));
@@ -264,8 +288,10 @@ void SGD::step() {
     if (!p.grad().defined()) continue;
     grads[i] = checked_grad(i);
     if (use_momentum && state_[i].count("momentum_buffer") == 0) {
+      check_state_capturable(i);
       new_buffers[i] = empty(p.shape(), TensorOptions(state_dtype(p.dtype()), p.device()));
     }
+    lr_on(p.device());
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) continue;
@@ -274,8 +300,8 @@ void SGD::step() {
     if (first_step) state_[i]["momentum_buffer"] = new_buffers[i];
     Tensor buf = use_momentum ? state_[i]["momentum_buffer"] : Tensor();
     p.bump_version();  // the update writes the parameter in place
-    kernels::optim(p.device()).sgd_step(p, grads[i], buf, lr_, options_.momentum, options_.dampening,
-                                        options_.weight_decay, options_.nesterov, first_step);
+    kernels::optim(p.device()).sgd_step(p, grads[i], buf, lr_on(p.device()), options_.momentum,
+                                        options_.dampening, options_.weight_decay, options_.nesterov, first_step);
   }
 }
 
@@ -344,24 +370,29 @@ void Adam::step() {
     if (!p.grad().defined()) continue;
     grads[i] = checked_grad(i);
     if (state_[i].empty()) {
+      check_state_capturable(i);
       const TensorOptions buffer_options(state_dtype(p.dtype()), p.device());
-      new_state[i][kStepName] = i64_scalar(0);
+      new_state[i][kStepName] = zeros(Shape{}, TensorOptions(DType::I64, p.device()));
       new_state[i]["exp_avg"] = zeros(p.shape(), buffer_options);
       new_state[i]["exp_avg_sq"] = zeros(p.shape(), buffer_options);
     }
+    lr_on(p.device());
   }
+  // One multi-tensor update per device.
+  std::vector<std::pair<Device, std::vector<kernels::AdamTensors>>> by_device;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) continue;
     const Tensor& p = params_[i];
     std::map<std::string, Tensor>& state = state_[i];
     if (state.empty()) state = std::move(new_state[i]);
-    Tensor& step_count = state[kStepName];
-    const int64_t step = step_count.item<int64_t>() + 1;
-    step_count.fill_(step);
     p.bump_version();  // the update writes the parameter in place
-    kernels::optim(p.device()).adam_step(p, grads[i], state["exp_avg"], state["exp_avg_sq"], lr_, options_.beta1,
-                                         options_.beta2, options_.eps, options_.weight_decay, decoupled_, step);
+    size_t d = 0;
+    while (d < by_device.size() && !(by_device[d].first == p.device())) ++d;
+    if (d == by_device.size()) by_device.emplace_back(p.device(), std::vector<kernels::AdamTensors>{});
+    by_device[d].second.push_back({p, grads[i], state["exp_avg"], state["exp_avg_sq"], state[kStepName]});
   }
+  const kernels::AdamHyper hyper{options_.beta1, options_.beta2, options_.eps, options_.weight_decay, decoupled_};
+  for (const auto& [device, tensors] : by_device) kernels::optim(device).adam_step(tensors, lr_on(device), hyper);
 }
 
 // ---------------------------------------------------------------- schedules

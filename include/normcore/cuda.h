@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 namespace normcore {
 namespace cuda {
@@ -68,6 +70,57 @@ class StreamGuard {
  private:
   int device_;
   StreamHandle previous_;
+};
+
+// A CUDA graph of normcore work on one device (PyTorch's torch.cuda.CUDAGraph). capture()
+// runs a function on the host once while recording, instead of running, the kernels and
+// copies it queues on the device's current stream; replay() queues the whole recording
+// with one launch, on the current stream, ordered with the work around it.
+//
+//   Tensor x = zeros(...), y = ...;             // static inputs, on the device
+//   for (int i = 0; i < 3; ++i) train_step(x, y);  // warm-up: optimizer state, caches
+//   cuda::Graph graph;
+//   Tensor loss;
+//   graph.capture(0, [&] { loss = train_step(x, y); });
+//   for (const Batch& b : batches) {
+//     x.copy_(b.images); y.copy_(b.labels);
+//     graph.replay();                           // loss, the grads and the params update
+//   }
+//
+// A replay reads and writes the memory the capture used: tensors made during the capture
+// (loss above, new grads) come from a pool private to the graph and hold each replay's
+// results; inputs must be overwritten in place. Work the capture cannot record throws
+// CaptureError and ends the capture: reading device values on the host (item(), to(cpu),
+// a data-dependent shape), copying host memory to the device, cuda::synchronize, an
+// optimizer's first step or a learning-rate change (call set_lr or a schedule's step()
+// between replays; optimizers read the learning rate and step counts from device memory).
+// Random numbers (dropout) advance their generator on each replay as uncaptured runs do;
+// generators used in the capture must outlive the graph and keep their seed. An index out
+// of range in a replay is reported by a later replay() or by synchronize() as IndexError.
+// During a capture no other thread may queue work for the device.
+class Graph {
+ public:
+  Graph();
+  ~Graph();  // waits for its replays
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // Records fn's work on device; a second capture replaces the first. If fn throws, the
+  // capture is abandoned (nothing recorded) and the exception propagates.
+  void capture(int device, const std::function<void()>& fn);
+  // Queues the recording (CaptureError unless captured). Throws IndexError for an index out
+  // of range found by an earlier replay that has finished.
+  void replay();
+  // Waits for the replays queued so far, then reports as replay() does.
+  void synchronize();
+  bool captured() const;
+  // Kernels, copies and other nodes in the recording (0 before capture).
+  size_t num_nodes() const;
+
+  struct Impl;  // opaque
+
+ private:
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace cuda

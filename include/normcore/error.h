@@ -32,6 +32,9 @@ class IOError : public Error { using Error::Error; };
 class OutOfMemoryError : public Error { using Error::Error; };
 // A failed CUDA, cuBLAS or cuDNN call (with the expression, file and line).
 class CudaError : public Error { using Error::Error; };
+// Work that a CUDA graph capture cannot record: a read of device values on the host, a
+// copy from host memory, an optimizer without state, a changing learning rate.
+class CaptureError : public Error { using Error::Error; };
 
 namespace detail {
 

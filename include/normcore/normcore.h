@@ -10,6 +10,7 @@
 #include "normcore/error.h"
 #include "normcore/fused.h"
 #include "normcore/gpt.h"
+#include "normcore/graphed_step.h"
 #include "normcore/ops.h"
 #include "normcore/optim.h"
 #include "normcore/autograd.h"

@@ -32,7 +32,9 @@ DType state_dtype(DType param_dtype);
 //                                    optimizer lists them;
 //   "state.<i>.<name>"               the state of params()[i], only for parameters that were
 //                                    updated at least once; "step" is a 0-dim i64 count, the
-//                                    buffers have the parameter's shape and state_dtype().
+//                                    buffers have the parameter's shape and state_dtype()
+//                                    (in the live state all of them are on the parameter's
+//                                    device, so a captured step reads the current count).
 // load_state_dict() requires every hyperparameter, known names only, and for each parameter
 // either all of its state names or none; it copies the tensors to the parameters' devices.
 // It checks everything before changing anything, and throws ValueError (names, values),
@@ -44,13 +46,15 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // Updates every parameter whose grad() is defined, with autograd recording off; the
-  // others keep their values and state.
+  // others keep their values and state. Capturable in a CUDA graph once every parameter it
+  // updates has state (after one uncaptured step; SGD without momentum has none).
   virtual void step() = 0;
   // Makes every parameter's grad() undefined.
   void zero_grad();
 
   double lr() const { return lr_; }
-  // lr >= 0 (ValueError otherwise); the next step() uses it.
+  // lr >= 0 (ValueError otherwise); the next step() uses it, also when step() was captured
+  // in a CUDA graph. Not inside a capture (CaptureError): call it between replays.
   void set_lr(double lr);
   const std::vector<Tensor>& params() const { return params_; }
 
@@ -71,12 +75,19 @@ class Optimizer {
 
   // The parameter's gradient, checked against it and made contiguous.
   Tensor checked_grad(size_t index) const;
+  // lr_ as a 0-dim f64 tensor on device, which the update kernels read (so that a CUDA
+  // graph replays them with the current value); made on first use, refilled by set_lr.
+  const Tensor& lr_on(Device device);
+  // Throws CaptureError when parameter index on device has no state yet inside a CUDA graph
+  // capture (the state would be made and zeroed on every replay).
+  void check_state_capturable(size_t index) const;
 
   const char* name_;
   std::vector<Tensor> params_;
   double lr_;
   // state_[i]: params_[i]'s state by name; empty until its first update.
   std::vector<std::map<std::string, Tensor>> state_;
+  std::vector<std::pair<Device, Tensor>> lr_tensors_;
 };
 
 struct SGDOptions {

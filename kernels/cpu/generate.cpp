@@ -82,7 +82,7 @@ class CpuGenerate final : public kernels::GenerateKernels {
     });
   }
   void dropout(const Tensor& x, const Tensor& out, const Tensor& keep, uint64_t seed, uint64_t offset,
-               float threshold, double scale) const override {
+               const uint64_t* /*offset_base: CUDA graphs only*/, float threshold, double scale) const override {
     visit_float(x.dtype(), "dropout", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;

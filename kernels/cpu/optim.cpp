@@ -13,12 +13,14 @@ namespace {
 
 class CpuOptim final : public kernels::OptimKernels {
  public:
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, bool first_step) const override {
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
+                double momentum, double dampening, double weight_decay, bool nesterov,
+                bool first_step) const override {
+    const double lr_value = *data_as<const double>(lr);
     visit_float(param.dtype(), "sgd_step", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
-      const auto s = SgdParams<C>::make(lr, momentum, dampening, weight_decay, nesterov, first_step);
+      const auto s = SgdParams<C>::make(lr_value, momentum, dampening, weight_decay, nesterov, first_step);
       T* p = data_as<T>(param);
       const T* g = data_as<const T>(grad);
       C* buf = s.use_momentum ? data_as<C>(momentum_buf) : nullptr;
@@ -30,23 +32,27 @@ class CpuOptim final : public kernels::OptimKernels {
     });
   }
 
-  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                 int64_t step) const override {
-    visit_float(param.dtype(), "adam_step", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = compute_t<T>;
-      const auto a = AdamParams<C>::make(lr, beta1, beta2, eps, weight_decay, decoupled, step);
-      T* p = data_as<T>(param);
-      const T* g = data_as<const T>(grad);
-      C* m = data_as<C>(exp_avg);
-      C* v = data_as<C>(exp_avg_sq);
-      for (int64_t i = 0, n = param.numel(); i < n; ++i) {
-        C value = convert<C>(p[i]);
-        adam_element<C>(value, convert<C>(g[i]), m[i], v[i], a);
-        p[i] = convert<T>(value);
-      }
-    });
+  void adam_step(const std::vector<kernels::AdamTensors>& tensors, const Tensor& lr,
+                 const kernels::AdamHyper& h) const override {
+    const double lr_value = *data_as<const double>(lr);
+    for (const kernels::AdamTensors& t : tensors) {
+      int64_t& step = *data_as<int64_t>(t.step);
+      ++step;
+      visit_float(t.param.dtype(), "adam_step", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = compute_t<T>;
+        const auto a = AdamParams<C>::make(lr_value, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled, step);
+        T* p = data_as<T>(t.param);
+        const T* g = data_as<const T>(t.grad);
+        C* m = data_as<C>(t.exp_avg);
+        C* v = data_as<C>(t.exp_avg_sq);
+        for (int64_t i = 0, n = t.param.numel(); i < n; ++i) {
+          C value = convert<C>(p[i]);
+          adam_element<C>(value, convert<C>(g[i]), m[i], v[i], a);
+          p[i] = convert<T>(value);
+        }
+      });
+    }
   }
 };
 

@@ -279,6 +279,9 @@ Tensor try_workspace(size_t bytes, int device) {
 }
 
 float time_runs(int device, const std::function<bool()>& run) {
+  check_not_capturing(device, "conv2d",
+                      "cudnn_benchmark times a new convolution geometry on the device; run one uncaptured "
+                      "step first");
   constexpr int kWarm = 2, kTimed = 5;
   for (int i = 0; i < kWarm; ++i)
     if (!run()) return -1;

@@ -92,10 +92,12 @@ struct DropoutOp {
   T* out;
   bool* keep;
   uint64_t seed, offset;
+  const uint64_t* offset_base;  // nullptr, or a CUDA graph's word for this replay
   float threshold;
   C scale;
   __device__ void operator()(int64_t i) const {
-    const bool k = dropout_keep(seed, offset + static_cast<uint64_t>(i), threshold);
+    const uint64_t first = offset_base != nullptr ? *offset_base + offset : offset;
+    const bool k = dropout_keep(seed, first + static_cast<uint64_t>(i), threshold);
     keep[i] = k;
     out[i] = dropout_apply<T, C>(in[i], k, scale);
   }
@@ -151,12 +153,13 @@ class CudaGenerate final : public kernels::GenerateKernels {
   }
 
   void dropout(const Tensor& x, const Tensor& out, const Tensor& keep, uint64_t seed, uint64_t offset,
-               float threshold, double scale) const override {
+               const uint64_t* offset_base, float threshold, double scale) const override {
     if (out.numel() == 0) return;
     visit_float(x.dtype(), "dropout", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
-      const DropoutOp<T> op{data_as<const T>(x), data_as<T>(out), data_as<bool>(keep), seed, offset, threshold,
+      const DropoutOp<T> op{data_as<const T>(x), data_as<T>(out), data_as<bool>(keep), seed, offset, offset_base,
+                            threshold,
                             convert<C>(convert<T>(scale))};
       for_each_index(Launcher("dropout", out), out.numel(), op);
     });

@@ -3,7 +3,8 @@
 // unspecified), index_add_rows (out +=, deterministic: a stable sort of the indices, then
 // fixed-order sums of each row's repeats). Indices are i64. An index outside [0, size) is recorded in a device flag
 // and its element skipped; the launcher reads the flag back after the kernel and throws
-// IndexError naming the op, the bad value and the dim's size.
+// IndexError naming the op, the bad value and the dim's size. Inside a CUDA graph capture
+// the flag is the graph's, read back after its replays (kernels/cuda/graph.cu).
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/loops.cuh"
@@ -14,11 +15,7 @@ namespace normcore {
 namespace cuda {
 namespace {
 
-// The first bad index a kernel met (found = 1), written by the thread that set found.
-struct BadIndex {
-  unsigned int found;
-  long long value;
-};
+using BadIndex = BadIndexFlag;
 
 // False (and the bad value recorded) for an index outside [0, size).
 __device__ __forceinline__ bool index_in_range(int64_t index, int64_t size, BadIndex* bad) {
@@ -27,16 +24,20 @@ __device__ __forceinline__ bool index_in_range(int64_t index, int64_t size, BadI
   return false;
 }
 
-// Device memory for the flag, cleared on the stream, and the check that reads it back.
+// Device memory for the flag, cleared on the stream, and the check that reads it back; in a
+// capture, the graph's flag for this op instead, which the graph reads back.
 class BadIndexCheck {
  public:
-  explicit BadIndexCheck(const Launcher& launch)
-      : buffer_(sizeof(BadIndex), launch.device()), stream_(launch.stream()) {
-    NC_CUDA_CHECK(cudaMemsetAsync(buffer_.as<void>(), 0, sizeof(BadIndex), stream_));
+  BadIndexCheck(const Launcher& launch, const char* op, int64_t dim, int64_t size)
+      : captured_(capture_index_flag(launch.device(), op, dim, size)),
+        buffer_(captured_ != nullptr ? 0 : sizeof(BadIndex), launch.device()),
+        stream_(launch.stream()) {
+    if (captured_ == nullptr) NC_CUDA_CHECK(cudaMemsetAsync(buffer_.as<void>(), 0, sizeof(BadIndex), stream_));
   }
-  BadIndex* get() const { return buffer_.as<BadIndex>(); }
-  // Waits for the kernel: the error has to be raised by this call.
+  BadIndex* get() const { return captured_ != nullptr ? captured_ : buffer_.as<BadIndex>(); }
+  // Waits for the kernel: the error has to be raised by this call (outside a capture).
   void throw_if_found(const char* op, int64_t dim, int64_t size) const {
+    if (captured_ != nullptr) return;
     BadIndex host{};
     NC_CUDA_CHECK(cudaMemcpyAsync(&host, get(), sizeof(BadIndex), cudaMemcpyDeviceToHost, stream_));
     NC_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -45,6 +46,7 @@ class BadIndexCheck {
   }
 
  private:
+  BadIndex* captured_;
   cuda::DeviceBuffer buffer_;
   cudaStream_t stream_;
 };
@@ -234,7 +236,7 @@ class CudaIndex final : public kernels::IndexKernels {
     const int64_t size = x.size(dim), count = index.numel();
     int64_t inner = 1;
     for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
-    const BadIndexCheck check(launch);
+    const BadIndexCheck check(launch, "index_select", dim, size);
     visit(x.dtype(), "index_select", [&](auto tag) {
       using T = typename decltype(tag)::type;
       launch(index_select_kernel<T>, launch.grid_for(numel), kThreads, 0, data_as<T>(out), data_as<const T>(x),
@@ -249,7 +251,7 @@ class CudaIndex final : public kernels::IndexKernels {
     check_index_dtype("gather", index);
     const Launcher launch("gather", out);
     const IndexGeometry g = make_index_geometry("gather", x, dim, index);
-    const BadIndexCheck check(launch);
+    const BadIndexCheck check(launch, "gather", dim, g.dim_size);
     visit(x.dtype(), "gather", [&](auto tag) {
       using T = typename decltype(tag)::type;
       launch(gather_kernel<T>, launch.grid_for(numel), kThreads, 0, data_as<T>(out), data_as<const T>(x),
@@ -264,7 +266,7 @@ class CudaIndex final : public kernels::IndexKernels {
     check_index_dtype("scatter_add", index);
     const Launcher launch("scatter_add", out);
     const IndexGeometry g = make_index_geometry("scatter_add", out, dim, index);
-    const BadIndexCheck check(launch);
+    const BadIndexCheck check(launch, "scatter_add", dim, g.dim_size);
     visit(out.dtype(), "scatter_add", [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, uint8_t>) {

@@ -1,10 +1,14 @@
 // CUDA fused optimizer updates (contracts in kernels/optim.h): one pass over contiguous
 // param, grad and state, updated in place on the device's current stream with the element
 // math of kernels/scalar/optim.h, which the CPU backend runs too. Param type T, state and
-// math type C = compute_t<T>. Each thread moves up to 16 bytes per buffer per load when
-// every pointer is aligned for it, else one element.
+// math type C = compute_t<T>. SGD: each thread moves up to 16 bytes per buffer per load
+// when every pointer is aligned for it, else one element. Adam: one launch updates up to
+// kMaxListTensors parameters of one dtype, a block per chunk of kChunk elements, then one
+// more adds 1 to their step counts. Both read the learning rate (and Adam the counts) from
+// device memory, so a CUDA graph replays them with the values of the moment.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/loops.cuh"
 #include "kernels/optim.h"
@@ -24,8 +28,15 @@ constexpr int pack_width() {
 
 // Thread t of the grid-stride loop takes elements [t*Width, t*Width + Width) of each vector;
 // the last n % Width elements go one per thread.
+// SGD's hyperparameters but the learning rate.
+struct SgdHyper {
+  double momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+};
+
 template <class T, class C, int Width>
-__global__ void sgd_kernel(T* param, const T* grad, C* buf, int64_t n, SgdParams<C> s) {
+__global__ void sgd_kernel(T* param, const T* grad, C* buf, int64_t n, const double* lr, SgdHyper h) {
+  const SgdParams<C> s = SgdParams<C>::make(*lr, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.first_step);
   const int64_t packs = n / Width;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -52,27 +63,38 @@ __global__ void sgd_kernel(T* param, const T* grad, C* buf, int64_t n, SgdParams
   }
 }
 
-template <class T, class C, int Width>
-__global__ void adam_kernel(T* param, const T* grad, C* exp_avg, C* exp_avg_sq, int64_t n, AdamParams<C> a) {
-  const int64_t packs = n / Width;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t k = first; k < packs; k += stride) {
-    Vec<T, Width> p = reinterpret_cast<Vec<T, Width>*>(param)[k];
-    const Vec<T, Width> g = reinterpret_cast<const Vec<T, Width>*>(grad)[k];
-    Vec<C, Width> m = reinterpret_cast<Vec<C, Width>*>(exp_avg)[k];
-    Vec<C, Width> v = reinterpret_cast<Vec<C, Width>*>(exp_avg_sq)[k];
-#pragma unroll
-    for (int j = 0; j < Width; ++j) {
-      C value = convert<C>(p.v[j]);
-      adam_element<C>(value, convert<C>(g.v[j]), m.v[j], v.v[j], a);
-      p.v[j] = convert<T>(value);
-    }
-    reinterpret_cast<Vec<T, Width>*>(param)[k] = p;
-    reinterpret_cast<Vec<C, Width>*>(exp_avg)[k] = m;
-    reinterpret_cast<Vec<C, Width>*>(exp_avg_sq)[k] = v;
-  }
-  for (int64_t i = packs * Width + first; i < n; i += stride) {
+constexpr int kMaxListTensors = 32;
+constexpr int kChunk = 4096;  // elements per block
+
+// Up to kMaxListTensors parameters of dtype T; block b updates chunk b - first_block[t] of
+// the t with first_block[t] <= b < first_block[t + 1].
+template <class T, class C>
+struct AdamList {
+  int count;
+  int first_block[kMaxListTensors + 1];
+  T* param[kMaxListTensors];
+  const T* grad[kMaxListTensors];
+  C* exp_avg[kMaxListTensors];
+  C* exp_avg_sq[kMaxListTensors];
+  int64_t numel[kMaxListTensors];
+  const int64_t* step[kMaxListTensors];
+};
+
+template <class T, class C>
+__global__ void adam_kernel(AdamList<T, C> list, const double* lr, kernels::AdamHyper h) {
+  const int b = static_cast<int>(blockIdx.x);
+  int t = 0;
+  while (b >= list.first_block[t + 1]) ++t;
+  // The count before this update's increment (the next launch adds it).
+  const AdamParams<C> a = AdamParams<C>::make(*lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled,
+                                              *list.step[t] + 1);
+  T* param = list.param[t];
+  const T* grad = list.grad[t];
+  C* exp_avg = list.exp_avg[t];
+  C* exp_avg_sq = list.exp_avg_sq[t];
+  const int64_t begin = static_cast<int64_t>(b - list.first_block[t]) * kChunk;
+  const int64_t end = list.numel[t] < begin + kChunk ? list.numel[t] : begin + kChunk;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     C value = convert<C>(param[i]);
     C avg = exp_avg[i];
     C avg_sq = exp_avg_sq[i];
@@ -83,6 +105,15 @@ __global__ void adam_kernel(T* param, const T* grad, C* exp_avg, C* exp_avg_sq, 
   }
 }
 
+struct StepList {
+  int count;
+  int64_t* step[kMaxListTensors];
+};
+
+__global__ void increment_steps_kernel(StepList list) {
+  if (static_cast<int>(threadIdx.x) < list.count) *list.step[threadIdx.x] += 1;
+}
+
 // Enough blocks to cover the work, at most a few waves' worth (the loops stride the rest).
 unsigned blocks_for(const Launcher& launch, int64_t work) {
   const int64_t cap = static_cast<int64_t>(launch.multiprocessors()) * 16;
@@ -91,52 +122,76 @@ unsigned blocks_for(const Launcher& launch, int64_t work) {
 
 class CudaOptim final : public kernels::OptimKernels {
  public:
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, double lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, bool first_step) const override {
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
+                double momentum, double dampening, double weight_decay, bool nesterov,
+                bool first_step) const override {
     const int64_t n = param.numel();
     if (n == 0) return;
+    const SgdHyper h{momentum, dampening, weight_decay, nesterov, first_step};
+    const double* lr_ptr = data_as<const double>(lr);
     visit_float(param.dtype(), "sgd_step", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
       constexpr int kWidth = pack_width<T, C>();
-      const auto s = SgdParams<C>::make(lr, momentum, dampening, weight_decay, nesterov, first_step);
       T* p = data_as<T>(param);
       const T* g = data_as<const T>(grad);
-      C* buf = s.use_momentum ? data_as<C>(momentum_buf) : nullptr;
+      C* buf = momentum != 0.0 ? data_as<C>(momentum_buf) : nullptr;
       const bool aligned = is_aligned(p, sizeof(T) * kWidth) && is_aligned(g, sizeof(T) * kWidth) &&
                            (buf == nullptr || is_aligned(buf, sizeof(C) * kWidth));
       const Launcher launch("sgd_step", param);
       if (aligned) {
-        launch(sgd_kernel<T, C, kWidth>, blocks_for(launch, n / kWidth + 1), kOptimThreads, 0, p, g, buf, n, s);
+        launch(sgd_kernel<T, C, kWidth>, blocks_for(launch, n / kWidth + 1), kOptimThreads, 0, p, g, buf, n, lr_ptr,
+               h);
       } else {
-        launch(sgd_kernel<T, C, 1>, blocks_for(launch, n), kOptimThreads, 0, p, g, buf, n, s);
+        launch(sgd_kernel<T, C, 1>, blocks_for(launch, n), kOptimThreads, 0, p, g, buf, n, lr_ptr, h);
       }
     });
   }
 
-  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                 int64_t step) const override {
-    const int64_t n = param.numel();
-    if (n == 0) return;
-    visit_float(param.dtype(), "adam_step", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = compute_t<T>;
-      constexpr int kWidth = pack_width<T, C>();
-      const auto a = AdamParams<C>::make(lr, beta1, beta2, eps, weight_decay, decoupled, step);
-      T* p = data_as<T>(param);
-      const T* g = data_as<const T>(grad);
-      C* m = data_as<C>(exp_avg);
-      C* v = data_as<C>(exp_avg_sq);
-      const bool aligned = is_aligned(p, sizeof(T) * kWidth) && is_aligned(g, sizeof(T) * kWidth) &&
-                           is_aligned(m, sizeof(C) * kWidth) && is_aligned(v, sizeof(C) * kWidth);
-      const Launcher launch("adam_step", param);
-      if (aligned) {
-        launch(adam_kernel<T, C, kWidth>, blocks_for(launch, n / kWidth + 1), kOptimThreads, 0, p, g, m, v, n, a);
-      } else {
-        launch(adam_kernel<T, C, 1>, blocks_for(launch, n), kOptimThreads, 0, p, g, m, v, n, a);
+  void adam_step(const std::vector<kernels::AdamTensors>& tensors, const Tensor& lr,
+                 const kernels::AdamHyper& h) const override {
+    if (tensors.empty()) return;
+    const Launcher launch("adam_step", lr);
+    const double* lr_ptr = data_as<const double>(lr);
+    // Per dtype, lists of at most kMaxListTensors non-empty parameters.
+    for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+      visit_float(dtype, "adam_step", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = compute_t<T>;
+        AdamList<T, C> list{};
+        auto flush = [&] {
+          if (list.count == 0) return;
+          launch(adam_kernel<T, C>, static_cast<unsigned>(list.first_block[list.count]), kOptimThreads, 0, list,
+                 lr_ptr, h);
+          list = AdamList<T, C>{};
+        };
+        for (const kernels::AdamTensors& t : tensors) {
+          const int64_t n = t.param.numel();
+          if (t.param.dtype() != dtype || n == 0) continue;
+          const int64_t blocks = ceil_div(n, kChunk);
+          NC_CHECK(blocks < (int64_t{1} << 30), ValueError, "adam_step: a parameter of ", n, " elements is too large");
+          if (list.count == kMaxListTensors || list.first_block[list.count] + blocks >= (int64_t{1} << 30)) flush();
+          const int k = list.count++;
+          list.param[k] = data_as<T>(t.param);
+          list.grad[k] = data_as<const T>(t.grad);
+          list.exp_avg[k] = data_as<C>(t.exp_avg);
+          list.exp_avg_sq[k] = data_as<C>(t.exp_avg_sq);
+          list.numel[k] = n;
+          list.step[k] = data_as<const int64_t>(t.step);
+          list.first_block[k + 1] = list.first_block[k] + static_cast<int>(blocks);
+        }
+        flush();
+      });
+    }
+    StepList steps{};
+    for (const kernels::AdamTensors& t : tensors) {
+      steps.step[steps.count++] = data_as<int64_t>(t.step);
+      if (steps.count == kMaxListTensors) {
+        launch(increment_steps_kernel, 1, kMaxListTensors, 0, steps);
+        steps = StepList{};
       }
-    });
+    }
+    if (steps.count > 0) launch(increment_steps_kernel, 1, kMaxListTensors, 0, steps);
   }
 };
 

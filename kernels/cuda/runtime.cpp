@@ -209,10 +209,16 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     return;
   }
   if (src_device.is_cpu()) {
+    check_not_capturing(dst_device.index, "copy",
+                        "copying host memory to the device would replay the bytes that address holds "
+                        "then; fill a device tensor before the capture and update it in place");
     upload(dst, dst_device.index, src, nbytes);
     return;
   }
   if (dst_device.is_cpu()) {
+    check_not_capturing(src_device.index, "copy",
+                        "it reads device memory on the host (item(), to(cpu), a data-dependent shape), "
+                        "which has no value until the graph is replayed");
     DeviceGuard guard(src_device.index);
     cudaStream_t s = stream(src_device.index);
     NC_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
@@ -258,6 +264,7 @@ void set_device(int device) {
 void synchronize(int device) {
   if (device < 0) device = current_device();
   check_device("cuda::synchronize", device);
+  check_not_capturing(device, "cuda::synchronize", "it waits for the device, which runs nothing during a capture");
   NC_CUDA_CHECK(cudaStreamSynchronize(cuda::stream(device)));
 }
 

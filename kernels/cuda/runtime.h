@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "normcore/device.h"
 
@@ -26,6 +27,14 @@ void* device_alloc(size_t nbytes, int device);
 void device_free(void* ptr, size_t nbytes, int device);
 // Returns to the driver every cached block that was last used on stream (it must be idle).
 void release_stream_blocks(int device, cudaStream_t stream);
+// Private pools for CUDA graphs (graph.cpp). Between begin_private_pool and
+// end_private_pool every allocation on device comes from pool (> 0) and every block freed
+// goes to it, so memory a captured graph uses is never handed to work outside it.
+// release_private_pool returns the pool's blocks to the shared cache once the graph is
+// gone (its replays finished); blocks still held by tensors go there when freed.
+void begin_private_pool(int device, uint64_t pool);
+void end_private_pool(int device);
+void release_private_pool(int device, uint64_t pool);
 
 // Page-locked host memory (cudaHostAlloc / cudaFreeHost). pinned_free first waits for the
 // copies queued on every device, since an asynchronous upload may still be reading it.
@@ -44,6 +53,22 @@ cudaStream_t stream(int device);
 void set_stream(int device, cudaStream_t stream);
 // Whether stream is the one normcore created for device (which must never be destroyed).
 bool is_own_stream(int device, cudaStream_t stream);
+
+// Throws CaptureError "<op in scope, else what>: <why> ..." when a CUDA graph is being
+// captured on device: for work that must not happen inside a capture (host reads of device
+// memory, uploads from host memory, stream synchronization).
+void check_not_capturing(int device, const char* what, const char* why);
+
+// The first out-of-range index an indexing kernel met (found = 1), written by the thread
+// that set found.
+struct BadIndexFlag {
+  unsigned int found;
+  long long value;
+};
+// During a capture on device: a flag the graph owns for one indexing op, cleared when the
+// graph is captured and read back after its replays (Graph::replay and synchronize raise
+// IndexError naming op, dim and size). nullptr when no capture is under way.
+BadIndexFlag* capture_index_flag(int device, const char* op, int64_t dim, int64_t size);
 
 // cuBLAS handle of device, created on first use and bound to stream(device) on each call.
 cublasHandle_t cublas_handle(int device);
