@@ -209,7 +209,7 @@ for section in "${sections[@]}"; do
       for model in mlp cnn-gn; do
         for p in fp32 bf16 fp16; do
           "$run/mlp_epoch" --model $model --precision $p --device cuda --epochs 2 --data "$data" 2>&1 | grep -v "^ *step" | head -1
-          python3 bench/mlp_epoch_torch.py --model $model --precision $p --device cuda --epochs 2 --data "$data" | head -1
+          python3 bench/mlp_epoch_torch.py --model $model --precision $p --device cuda --epochs 2 --data "$data" | grep -E "^pytorch"
           python3 bench/mlp_epoch_torch.py --model $model --precision $p --compile --device cuda --epochs 2 \
             --data "$data" 2>&1 | tail -2 | head -1
         done
@@ -234,7 +234,7 @@ for section in "${sections[@]}"; do
         for g in off on; do
           "$run/mlp_epoch" --model $model --precision $p --cuda-graph $g --device cuda --epochs 2 --data "$data" | grep -v '^{'
         done
-        python3 bench/mlp_epoch_torch.py --model $model --precision $p --device cuda --epochs 2 --data "$data" | head -1
+        python3 bench/mlp_epoch_torch.py --model $model --precision $p --device cuda --epochs 2 --data "$data" | grep -E "^pytorch"
         for mode in default reduce-overhead; do
           python3 bench/mlp_epoch_torch.py --model $model --precision $p --compile --compile-mode $mode --device cuda \
             --epochs 2 --data "$data" 2>&1 | grep -E "^pytorch" | head -1

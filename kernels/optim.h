@@ -44,6 +44,14 @@ class OptimKernels {
   //   denom = sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps;
   //   param = param - lr / (1 - beta1^step) * exp_avg / denom.
   virtual void adam_step(const std::vector<AdamTensors>& tensors, const Tensor& lr, const AdamHyper& hyper) const = 0;
+  // Gradient clipping by the total 2-norm, without a host read (CUDA: four launches per 32
+  // gradients at most). grads: contiguous, floating, on this backend's device, at most
+  // kMaxClipTensors. Per gradient n = sqrt(sum of g^2), accumulated in double and rounded to
+  // the gradient's dtype; total = sqrt(sum of n^2) in double, written to total (0-dim f64).
+  // When total > max_norm every gradient is multiplied in place by max_norm / (total + 1e-6)
+  // rounded to its compute type; otherwise (also for a NaN total) none is touched.
+  static constexpr size_t kMaxClipTensors = 256;
+  virtual void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Tensor& total) const = 0;
 
  protected:
   ~OptimKernels() = default;

@@ -467,11 +467,9 @@ double CosineLR::lr_at(int64_t s) const {
 
 namespace {
 
-// The defined gradients of params (checked) and their total norm_type-norm as a 0-dim f64
-// tensor on the first gradient's device; undefined when no parameter has a gradient. The
-// per-tensor norms stay on their device until one copy per device.
-std::pair<std::vector<Tensor>, Tensor> total_grad_norm(const char* op, const std::vector<Tensor>& params,
-                                                       double max_norm, double norm_type) {
+// The defined gradients of params, checked.
+std::vector<Tensor> checked_grads(const char* op, const std::vector<Tensor>& params, double max_norm,
+                                  double norm_type) {
   NC_CHECK(norm_type > 0.0, ValueError, op, ": norm_type must be > 0 (or infinity), got ", norm_type);
   NC_CHECK(max_norm >= 0.0, ValueError, op, ": max_norm must be >= 0, got ", max_norm);
   std::vector<Tensor> grads;
@@ -483,9 +481,31 @@ std::pair<std::vector<Tensor>, Tensor> total_grad_norm(const char* op, const std
              describe(g));
     grads.push_back(g);
   }
-  if (grads.empty()) return {grads, Tensor()};
+  return grads;
+}
 
-  autograd::NoGradGuard no_grad;
+// Whether the backend's fused clipping applies: the 2-norm of contiguous gradients on one
+// device, not too many of them.
+bool fusable(const std::vector<Tensor>& grads, double norm_type) {
+  if (norm_type != 2.0 || grads.empty() || grads.size() > kernels::OptimKernels::kMaxClipTensors) return false;
+  for (const Tensor& g : grads) {
+    if (!(g.device() == grads[0].device()) || !g.is_contiguous()) return false;
+  }
+  return true;
+}
+
+// The fused clipping in place; returns the total as a 0-dim f64 tensor on the device.
+Tensor clip_fused(const std::vector<Tensor>& grads, double max_norm) {
+  Tensor total = empty(Shape{}, TensorOptions(DType::F64, grads[0].device()));
+  for (const Tensor& g : grads) g.bump_version();  // scaled in place
+  kernels::optim(grads[0].device()).clip_grad_norm(grads, max_norm, total);
+  return total;
+}
+
+// The total norm_type-norm of grads (not empty) as a 0-dim f64 tensor on the first
+// gradient's device: per-tensor norms in the gradients' dtypes, which stay on their device
+// until one copy per device.
+Tensor total_grad_norm(const std::vector<Tensor>& grads, double norm_type) {
   std::vector<Device> devices;
   std::vector<std::vector<Tensor>> norms_by_device;
   for (const Tensor& g : grads) {
@@ -499,16 +519,17 @@ std::pair<std::vector<Tensor>, Tensor> total_grad_norm(const char* op, const std
   }
   std::vector<Tensor> per_device;
   for (const std::vector<Tensor>& norms : norms_by_device) per_device.push_back(stack(norms).to(devices[0]));
-  return {grads, norm(cat(per_device), norm_type)};
+  return norm(cat(per_device), norm_type);
 }
 
 }  // namespace
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type) {
-  auto [grads, total_tensor] = total_grad_norm("clip_grad_norm", params, max_norm, norm_type);
+  const std::vector<Tensor> grads = checked_grads("clip_grad_norm", params, max_norm, norm_type);
   if (grads.empty()) return 0.0;
   autograd::NoGradGuard no_grad;
-  const double total = total_tensor.item<double>();
+  if (fusable(grads, norm_type)) return clip_fused(grads, max_norm).item<double>();
+  const double total = total_grad_norm(grads, norm_type).item<double>();
   if (total > max_norm) {
     const double scale = max_norm / (total + 1e-6);
     for (const Tensor& g : grads) {
@@ -520,9 +541,11 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
 }
 
 Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, double norm_type) {
-  auto [grads, total] = total_grad_norm("clip_grad_norm_async", params, max_norm, norm_type);
+  const std::vector<Tensor> grads = checked_grads("clip_grad_norm_async", params, max_norm, norm_type);
   if (grads.empty()) return full(Shape{}, 0.0, TensorOptions(DType::F64));
   autograd::NoGradGuard no_grad;
+  if (fusable(grads, norm_type)) return clip_fused(grads, max_norm);
+  const Tensor total = total_grad_norm(grads, norm_type);
   // The factor clip_grad_norm would use, or 1 (also for a NaN total): x * 1 is x, so the
   // gradients get the same bits as there.
   const Tensor one = full(Shape{}, 1.0, TensorOptions(DType::F64, total.device()));

@@ -230,18 +230,20 @@ class CosineLR : public LRSchedule {
 
 // Scales the gradients of params (those with a defined grad()) in place so that their
 // total norm is at most max_norm. The total is PyTorch's: the norm_type-norm of the
-// per-tensor norm_type-norms (norm_type > 0 or infinity), computed in float64 on the host
-// from per-tensor norms taken in the gradients' dtypes. When total > max_norm every
-// gradient is multiplied by max_norm / (total + 1e-6). Returns the total (0 when no
-// parameter has a gradient). max_norm >= 0; a NaN total leaves the gradients unchanged.
+// per-tensor norm_type-norms (norm_type > 0 or infinity), computed in float64 from
+// per-tensor norms rounded to the gradients' dtypes. When total > max_norm every gradient
+// is multiplied by max_norm / (total + 1e-6). Returns the total (0 when no parameter has a
+// gradient). max_norm >= 0; a NaN total leaves the gradients unchanged. The 2-norm of
+// contiguous gradients on one device (up to 256 of them) is one fused pass per gradient
+// list (kernels/optim.h: sums of squares in double, then the scaling); other cases take a
+// norm per gradient.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
 // clip_grad_norm without waiting for the device (as PyTorch's clip_grad_norm_): the total
-// stays a 0-dim f64 tensor on the first gradient's device, and every gradient is replaced
-// by itself times max_norm / (total + 1e-6) when total > max_norm, else times 1, computed
-// on the device. The gradients get the same bits as from clip_grad_norm. Returns the total
-// (0 on the CPU when no parameter has a gradient). For training loops that should not
-// stall the GPU once per step; read the total only when it is needed.
+// stays a 0-dim f64 tensor on the first gradient's device and the factor is applied on the
+// device, to the same bits as clip_grad_norm gives. Returns the total (0 on the CPU when
+// no parameter has a gradient). For training loops that should not stall the GPU once per
+// step (and for CUDA graphs); read the total only when it is needed.
 Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
 struct GradScalerOptions {

@@ -54,6 +54,37 @@ class CpuOptim final : public kernels::OptimKernels {
       });
     }
   }
+
+  void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Tensor& total) const override {
+    double sum = 0.0;
+    for (const Tensor& g : grads) {
+      visit_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = compute_t<T>;
+        const T* x = data_as<const T>(g);
+        double squares = 0.0;
+        for (int64_t i = 0, n = g.numel(); i < n; ++i) {
+          const double v = static_cast<double>(convert<C>(x[i]));
+          squares = math::add_rn(squares, math::mul_rn(v, v));
+        }
+        const double norm = static_cast<double>(convert<C>(convert<T>(static_cast<C>(math::sqrt_rn(squares)))));
+        sum = math::add_rn(sum, math::mul_rn(norm, norm));
+      });
+    }
+    const double total_norm = math::sqrt_rn(sum);
+    *data_as<double>(total) = total_norm;
+    const double factor = clip_factor(total_norm, max_norm);
+    if (factor == 0.0) return;
+    for (const Tensor& g : grads) {
+      visit_float(g.dtype(), "clip_grad_norm", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = compute_t<T>;
+        T* x = data_as<T>(g);
+        const C f = static_cast<C>(factor);
+        for (int64_t i = 0, n = g.numel(); i < n; ++i) x[i] = convert<T>(math::mul_rn(convert<C>(x[i]), f));
+      });
+    }
+  }
 };
 
 }  // namespace

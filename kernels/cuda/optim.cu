@@ -8,6 +8,7 @@
 // device memory, so a CUDA graph replays them with the values of the moment.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/loops.cuh"
@@ -114,6 +115,108 @@ __global__ void increment_steps_kernel(StepList list) {
   if (static_cast<int>(threadIdx.x) < list.count) *list.step[threadIdx.x] += 1;
 }
 
+// ---------------------------------------------------------------- clip_grad_norm
+// Per list of gradients of dtype T: block b sums the squares of chunk b - first_block[t] of
+// gradient t in double and writes partials[partial[t] + chunk]. Then one block reduces each
+// gradient's partials in order, its norm and the total; then the scaling, which reads the
+// factor (0: none) from device memory.
+template <class T>
+struct GradList {
+  int count;
+  int first_block[kMaxListTensors + 1];
+  T* data[kMaxListTensors];
+  int64_t numel[kMaxListTensors];
+  int64_t partial[kMaxListTensors];
+};
+
+// Finds the gradient and chunk of this block.
+template <class List>
+__device__ int list_entry(const List& list, int64_t* begin, int64_t* end) {
+  const int b = static_cast<int>(blockIdx.x);
+  int t = 0;
+  while (b >= list.first_block[t + 1]) ++t;
+  *begin = static_cast<int64_t>(b - list.first_block[t]) * kChunk;
+  *end = list.numel[t] < *begin + kChunk ? list.numel[t] : *begin + kChunk;
+  return t;
+}
+
+// The sum of v over the block's threads (kOptimThreads), in a fixed order; valid in thread 0.
+__device__ double block_sum(double v) {
+  __shared__ double shared[kOptimThreads];
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kOptimThreads / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half) shared[threadIdx.x] = __dadd_rn(shared[threadIdx.x], shared[threadIdx.x + half]);
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+template <class T>
+__global__ void sum_squares_kernel(GradList<T> list, double* partials) {
+  int64_t begin, end;
+  const int t = list_entry(list, &begin, &end);
+  const T* x = list.data[t];
+  double acc = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = static_cast<double>(convert<compute_t<T>>(x[i]));
+    acc = __dadd_rn(acc, __dmul_rn(v, v));
+  }
+  const double sum = block_sum(acc);
+  if (threadIdx.x == 0) partials[list.partial[t] + (begin / kChunk)] = sum;
+}
+
+// Every gradient's numel and dtype (0 f32, 1 f16, 2 bf16, 3 f64), in partials' order.
+struct ClipTotals {
+  int count;
+  int64_t numel[kernels::OptimKernels::kMaxClipTensors];
+  unsigned char kind[kernels::OptimKernels::kMaxClipTensors];
+};
+
+__device__ double round_to_kind(double x, int kind) {
+  switch (kind) {
+    case 0: return static_cast<double>(static_cast<float>(x));
+    case 1: return static_cast<double>(__half2float(__float2half_rn(static_cast<float>(x))));
+    case 2: return static_cast<double>(__bfloat162float(__float2bfloat16_rn(static_cast<float>(x))));
+    default: return x;
+  }
+}
+
+// One block: out[0] = total, out[1] = the clip factor or 0.
+__global__ void clip_total_kernel(ClipTotals totals, const double* partials, double max_norm, double* out) {
+  double sum = 0.0;  // thread 0's
+  int64_t first = 0;
+  for (int t = 0; t < totals.count; ++t) {
+    const int64_t blocks = (totals.numel[t] + kChunk - 1) / kChunk;
+    double acc = 0.0;
+    for (int64_t k = threadIdx.x; k < blocks; k += blockDim.x) acc = __dadd_rn(acc, partials[first + k]);
+    const double squares = block_sum(acc);
+    if (threadIdx.x == 0) {
+      const double norm = round_to_kind(__dsqrt_rn(squares), totals.kind[t]);
+      sum = __dadd_rn(sum, __dmul_rn(norm, norm));
+    }
+    __syncthreads();  // block_sum's shared memory is reused by the next gradient
+    first += blocks;
+  }
+  if (threadIdx.x == 0) {
+    const double total = __dsqrt_rn(sum);
+    out[0] = total;
+    out[1] = clip_factor(total, max_norm);
+  }
+}
+
+template <class T>
+__global__ void clip_scale_kernel(GradList<T> list, const double* out) {
+  const double factor = out[1];
+  if (factor == 0.0) return;
+  int64_t begin, end;
+  const int t = list_entry(list, &begin, &end);
+  using C = compute_t<T>;
+  const C f = static_cast<C>(factor);
+  T* x = list.data[t];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] = convert<T>(math::mul_rn(convert<C>(x[i]), f));
+}
+
 // Enough blocks to cover the work, at most a few waves' worth (the loops stride the rest).
 unsigned blocks_for(const Launcher& launch, int64_t work) {
   const int64_t cap = static_cast<int64_t>(launch.multiprocessors()) * 16;
@@ -192,6 +295,59 @@ class CudaOptim final : public kernels::OptimKernels {
       }
     }
     if (steps.count > 0) launch(increment_steps_kernel, 1, kMaxListTensors, 0, steps);
+  }
+
+  void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Tensor& total) const override {
+    NC_CHECK(grads.size() <= kMaxClipTensors, ValueError, "clip_grad_norm: at most ", kMaxClipTensors,
+             " gradients per fused call, got ", grads.size());
+    const Launcher launch("clip_grad_norm", total);
+    ClipTotals totals{};
+    std::vector<int64_t> partial(grads.size());
+    int64_t blocks = 0;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const DType dtype = grads[i].dtype();
+      totals.numel[i] = grads[i].numel();
+      totals.kind[i] = dtype == DType::F32 ? 0 : dtype == DType::F16 ? 1 : dtype == DType::BF16 ? 2 : 3;
+      partial[i] = blocks;
+      blocks += ceil_div(grads[i].numel(), kChunk);
+    }
+    totals.count = static_cast<int>(grads.size());
+    DeviceBuffer partials(std::max<int64_t>(blocks, 1) * sizeof(double), launch.device());
+    DeviceBuffer out(2 * sizeof(double), launch.device());
+    // The sums of squares, then (after the totals) the scaling, per dtype in lists.
+    auto for_lists = [&](auto&& run) {
+      for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+        visit_float(dtype, "clip_grad_norm", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          GradList<T> list{};
+          for (size_t i = 0; i < grads.size(); ++i) {
+            const int64_t n = grads[i].numel();
+            if (grads[i].dtype() != dtype || n == 0) continue;
+            if (list.count == kMaxListTensors) {
+              run(list);
+              list = GradList<T>{};
+            }
+            const int k = list.count++;
+            list.data[k] = static_cast<T*>(grads[i].data_ptr());
+            list.numel[k] = n;
+            list.partial[k] = partial[i];
+            list.first_block[k + 1] = list.first_block[k] + static_cast<int>(ceil_div(n, kChunk));
+          }
+          if (list.count > 0) run(list);
+        });
+      }
+    };
+    for_lists([&](const auto& list) {
+      launch(sum_squares_kernel<std::remove_pointer_t<std::decay_t<decltype(list.data[0])>>>,
+             static_cast<unsigned>(list.first_block[list.count]), kOptimThreads, 0, list, partials.as<double>());
+    });
+    launch(clip_total_kernel, 1, kOptimThreads, 0, totals, partials.as<const double>(), max_norm, out.as<double>());
+    NC_CUDA_CHECK(cudaMemcpyAsync(total.data_ptr(), out.as<double>(), sizeof(double), cudaMemcpyDeviceToDevice,
+                                  launch.stream()));
+    for_lists([&](const auto& list) {
+      launch(clip_scale_kernel<std::remove_pointer_t<std::decay_t<decltype(list.data[0])>>>,
+             static_cast<unsigned>(list.first_block[list.count]), kOptimThreads, 0, list, out.as<const double>());
+    });
   }
 };
 

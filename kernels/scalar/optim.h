@@ -94,4 +94,9 @@ NC_HOST_DEVICE void adam_element(C& value, C grad, C& avg, C& avg_sq, const Adam
   value = math::add_rn(value, math::mul_rn(a.neg_step_size, math::div_rn(avg, denom)));
 }
 
+// The clip factor of clip_grad_norm, or 0 for none (total <= max_norm, or NaN).
+NC_HOST_DEVICE double clip_factor(double total, double max_norm) {
+  return total > max_norm ? math::div_rn(max_norm, math::add_rn(total, 1e-6)) : 0.0;
+}
+
 }  // namespace normcore
