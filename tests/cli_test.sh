@@ -70,6 +70,8 @@ if [ "${1:-}" = lm ]; then
   expect_error "not divisible by heads" "$normcore" train-lm "${lm[@]}" --steps 2 --embed 30 --heads 4
   expect_error "does not exist" "$normcore" train-lm "${lm[@]}" --steps 2 --data /nonexistent
   expect_error "must be fp32, tf32, bf16 or fp16" "$normcore" train-lm "${lm[@]}" --steps 2 --precision fp8
+  expect_error "cuda-graph must be auto, on or off" "$normcore" train-lm "${lm[@]}" --steps 2 --cuda-graph yes
+  expect_error "CUDA graphs need a CUDA device" "$normcore" train-lm "${lm[@]}" --steps 2 --cuda-graph on
   echo "cli_test lm: all checks passed"
   exit 0
 fi
@@ -192,6 +194,8 @@ expect_error "unknown option --bogus" "$normcore" train --bogus 1
 expect_error "expects a number" "$normcore" train --lr fast
 expect_error "unknown optimizer" "$normcore" train "${common[@]}" --optimizer nope
 expect_error "detect-anomaly must be on or off" "$normcore" train "${common[@]}" --detect-anomaly yes
+expect_error "cuda-graph must be auto, on or off" "$normcore" train "${common[@]}" --cuda-graph 1
+expect_error "CUDA graphs need a CUDA device" "$normcore" train "${common[@]}" --cuda-graph on
 expect_error "cannot open" "$normcore" predict --checkpoint a.safetensors /nonexistent.pgm
 expect_error "not a normcore checkpoint" "$normcore" eval --checkpoint "$images/../conformance/linear.safetensors" --data "$data"
 expect_error "unknown command" "$normcore" fly
