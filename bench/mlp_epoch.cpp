@@ -3,7 +3,7 @@
 // clipping), then its test accuracy. Prints a table line and a JSON line;
 // bench/mlp_epoch_torch.py runs the same model in PyTorch. --precision as `normcore train`'s:
 // fp32 (the default), tf32, bf16 or fp16 (autocast; fp16 with a GradScaler). --cuda-graph
-// on (the default on CUDA but for fp16) replays each step as one CUDA graph (GraphedStep).
+// on (the default on CUDA) replays each step as one CUDA graph (GraphedStep).
 //   mlp_epoch [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B] [--precision P]
 //             [--cuda-graph on|off]
 #include <chrono>
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   options.device = device;
   nc::data::DataLoader loader(train, options);
 
-  const bool graphed = device.is_cuda() && precision != "fp16" && graph_option != "off";
+  const bool graphed = device.is_cuda() && graph_option != "off";
   nc::GraphedStep graph_step(
       [&](const std::vector<nc::Tensor>& in) {
         nc::Tensor loss;
@@ -86,10 +86,9 @@ int main(int argc, char** argv) {
           return loss;
         }
         scaler.scale(loss).backward();
-        if (scaler.unscale(optimizer.params())) {
-          nc::optim::clip_grad_norm_async(optimizer.params(), 5.0);
-          optimizer.step();
-        }
+        scaler.unscale_async(optimizer.params());
+        nc::optim::clip_grad_norm_async(optimizer.params(), 5.0);
+        scaler.step(optimizer);
         scaler.update();
         return loss;
       },

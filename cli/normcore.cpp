@@ -66,7 +66,7 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"stop-after", "0", "stop after this many epochs, as if interrupted (0: run all)"},
     {"detect-anomaly", "off", "on: check every op's result and gradient for NaN/Inf, naming the op (slow)"},
     {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
-    {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless fp16 or "
+    {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless "
                            "--detect-anomaly; off"},
 };
 const std::vector<OptionSpec> kEvalOptions = {
@@ -97,7 +97,7 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"eval-batches", "8", "validation batches (of batch-size windows, evenly spaced)"},
     {"sample", "300", "bytes of text to print at the end"},
     {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
-    {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless fp16 or "
+    {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless "
                            "--detect-anomaly; off"},
     {"seed", "0", "seed of initialization, batches and dropout"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
@@ -214,24 +214,23 @@ struct Precision {
     }
   }
 
-  // backward from loss, then (unless fp16 found an inf or NaN gradient) clipping and the
-  // update. Returns whether the update ran.
+  // backward from loss, then clipping and the update: step(found_inf) with an undefined
+  // tensor, or for fp16 with the scaler's flag, which skips the update on the device when
+  // a gradient holds an inf or a NaN. Never waits for the device.
   template <class Step>
-  bool backward_and_step(const nc::Tensor& loss, const std::vector<nc::Tensor>& params, double clip,
+  void backward_and_step(const nc::Tensor& loss, const std::vector<nc::Tensor>& params, double clip,
                          Step&& step) {
     if (!scaler) {
       loss.backward();
-    } else {
-      scaler->scale(loss).backward();
-      if (!scaler->unscale(params)) {
-        scaler->update();
-        return false;
-      }
+      if (clip > 0) nc::optim::clip_grad_norm_async(params, clip);
+      step(nc::Tensor());
+      return;
     }
-    if (clip > 0) nc::optim::clip_grad_norm_async(params, clip);  // no wait for the device
-    step();
-    if (scaler) scaler->update();
-    return true;
+    scaler->scale(loss).backward();
+    scaler->unscale_async(params);
+    if (clip > 0) nc::optim::clip_grad_norm_async(params, clip);
+    step(scaler->found_inf());
+    scaler->update();
   }
 
   // ", loss scale 65536 (3 steps skipped)" for fp16, else "".
@@ -306,13 +305,12 @@ class Progress {
 };
 
 // --cuda-graph: whether the training steps run through a GraphedStep (normcore/graphed_step.h).
-bool use_cuda_graph(const Args& args, const nc::Device& device, const Precision& precision, bool anomaly) {
+bool use_cuda_graph(const Args& args, const nc::Device& device, bool anomaly) {
   const std::string& value = args.options.at("cuda-graph");
   NC_CHECK(value == "auto" || value == "on" || value == "off", ValueError,
            "option --cuda-graph must be auto, on or off, got '", value, "'");
   if (value == "off") return false;
   const char* why = !device.is_cuda() ? "CUDA graphs need a CUDA device"
-                    : precision.scaler ? "fp16's loss scaler reads on the host whether the gradients are finite"
                     : anomaly          ? "--detect-anomaly reads every result on the host"
                                        : nullptr;
   NC_CHECK(value == "auto" || why == nullptr, ValueError, "option --cuda-graph on: ", why,
@@ -405,7 +403,7 @@ int train(const Args& args) {
 
   int64_t params = 0;
   for (const nc::Tensor& p : model->parameters()) params += p.numel();
-  const bool graphed = use_cuda_graph(args, device, precision, anomaly == "on");
+  const bool graphed = use_cuda_graph(args, device, anomaly == "on");
   nc::GraphedStep train_step(
       [&](const std::vector<nc::Tensor>& in) {
         nc::Tensor loss;
@@ -414,7 +412,8 @@ int train(const Args& args) {
           loss = nc::nn::cross_entropy((*model)(in[0]), in[1], nc::nn::Reduction::Mean, smoothing);
         }
         optimizer->zero_grad();
-        precision.backward_and_step(loss, optimizer->params(), clip, [&] { optimizer->step(); });
+        precision.backward_and_step(loss, optimizer->params(), clip,
+                                    [&](const nc::Tensor& found_inf) { optimizer->step_unless(found_inf); });
         return loss;
       },
       graphed);
@@ -503,9 +502,9 @@ struct LmOptimizer {
     decay_schedule = std::make_unique<nc::optim::CosineLR>(*decay, warmup, steps, min_lr);
     no_decay_schedule = std::make_unique<nc::optim::CosineLR>(*no_decay, warmup, steps, min_lr);
   }
-  void step() {
-    decay->step();
-    no_decay->step();
+  void step_unless(const nc::Tensor& found_inf) {
+    decay->step_unless(found_inf);
+    no_decay->step_unless(found_inf);
   }
   void step_schedules() {
     decay_schedule->step();
@@ -591,7 +590,7 @@ int train_lm(const Args& args) {
     if (k != "resume" && k != "help" && k != "stop-after") saved_options[k] = v;
   saved_options["seed"] = std::to_string(seed);
 
-  const bool graphed = use_cuda_graph(args, device, precision, false);
+  const bool graphed = use_cuda_graph(args, device, false);
   nc::GraphedStep train_step(
       [&](const std::vector<nc::Tensor>& in) {
         nc::Tensor loss;
@@ -600,7 +599,8 @@ int train_lm(const Args& args) {
           loss = nc::models::lm_loss(*model, in[0], in[1]);
         }
         optimizer.zero_grad();
-        precision.backward_and_step(loss, optimizer.params, clip, [&] { optimizer.step(); });
+        precision.backward_and_step(loss, optimizer.params, clip,
+                                    [&](const nc::Tensor& found_inf) { optimizer.step_unless(found_inf); });
         return loss;
       },
       graphed);

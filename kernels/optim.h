@@ -26,6 +26,8 @@ struct AdamHyper {
 
 // The learning rate is a 0-dim f64 tensor on the parameters' device, read when the update
 // runs, so that a replayed CUDA graph uses the value set since (as are the step counts).
+// skip is undefined or a 0-dim f64 there: when it is nonzero the call changes nothing (the
+// loss scaler's skipped step, decided on the device).
 class OptimKernels {
  public:
   // g = grad + weight_decay * param; with momentum != 0:
@@ -34,7 +36,7 @@ class OptimKernels {
   // param = param - lr * g. momentum_buf is undefined and unused when momentum == 0.
   virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
                         double momentum, double dampening, double weight_decay, bool nesterov,
-                        bool first_step) const = 0;
+                        bool first_step, const Tensor& skip) const = 0;
   // For every entry (all on this backend's device; CUDA: one launch per dtype and 32
   // entries, then one for the counts): step += 1, then with that step (PyTorch's Adam,
   // and AdamW when decoupled):
@@ -43,7 +45,8 @@ class OptimKernels {
   //   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * g * g;
   //   denom = sqrt(exp_avg_sq) / sqrt(1 - beta2^step) + eps;
   //   param = param - lr / (1 - beta1^step) * exp_avg / denom.
-  virtual void adam_step(const std::vector<AdamTensors>& tensors, const Tensor& lr, const AdamHyper& hyper) const = 0;
+  virtual void adam_step(const std::vector<AdamTensors>& tensors, const Tensor& lr, const AdamHyper& hyper,
+                         const Tensor& skip) const = 0;
   // Gradient clipping by the total 2-norm, without a host read (CUDA: four launches per 32
   // gradients at most). grads: contiguous, floating, on this backend's device, at most
   // kMaxClipTensors. Per gradient n = sqrt(sum of g^2), accumulated in double and rounded to

@@ -5,6 +5,7 @@
 #include "normcore/optim.h"
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <set>
 
@@ -102,6 +103,25 @@ void Optimizer::set_lr(double lr) {
   autograd::NoGradGuard no_grad;
   for (auto& entry : lr_tensors_) entry.second.fill_(lr);
 }
+
+void Optimizer::step_unless(const Tensor& found_inf) {
+  if (!found_inf.defined()) {
+    step();
+    return;
+  }
+  NC_CHECK(found_inf.numel() == 1 && is_floating(found_inf.dtype()), ValueError, name_,
+           ".step_unless: found_inf must be one floating value, got ", describe(found_inf));
+  skip_ = found_inf.to(DType::F64);
+  try {
+    step();
+  } catch (...) {
+    skip_ = Tensor();
+    throw;
+  }
+  skip_ = Tensor();
+}
+
+Tensor Optimizer::skip_on(Device device) const { return skip_.defined() ? skip_.to(device) : Tensor(); }
 
 const Tensor& Optimizer::lr_on(Device device) {
   for (const auto& entry : lr_tensors_) {
@@ -293,6 +313,11 @@ void SGD::step() {
     }
     lr_on(p.device());
   }
+  // A skipped first step must not leave an uninitialized momentum buffer behind: decide
+  // it on the host then (never inside a capture, which needs the state made already).
+  bool any_new = false;
+  for (const Tensor& b : new_buffers) any_new = any_new || b.defined();
+  if (any_new && skip_.defined() && skip_.item<double>() != 0.0) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) continue;
     const Tensor& p = params_[i];
@@ -301,7 +326,8 @@ void SGD::step() {
     Tensor buf = use_momentum ? state_[i]["momentum_buffer"] : Tensor();
     p.bump_version();  // the update writes the parameter in place
     kernels::optim(p.device()).sgd_step(p, grads[i], buf, lr_on(p.device()), options_.momentum,
-                                        options_.dampening, options_.weight_decay, options_.nesterov, first_step);
+                                        options_.dampening, options_.weight_decay, options_.nesterov, first_step,
+                                        skip_on(p.device()));
   }
 }
 
@@ -392,7 +418,9 @@ void Adam::step() {
     by_device[d].second.push_back({p, grads[i], state["exp_avg"], state["exp_avg_sq"], state[kStepName]});
   }
   const kernels::AdamHyper hyper{options_.beta1, options_.beta2, options_.eps, options_.weight_decay, decoupled_};
-  for (const auto& [device, tensors] : by_device) kernels::optim(device).adam_step(tensors, lr_on(device), hyper);
+  for (const auto& [device, tensors] : by_device) {
+    kernels::optim(device).adam_step(tensors, lr_on(device), hyper, skip_on(device));
+  }
 }
 
 // ---------------------------------------------------------------- schedules
@@ -563,7 +591,7 @@ Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, 
 
 // ---------------------------------------------------------------- GradScaler
 
-GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), init_scale_(options.init_scale) {
   const char* name = "GradScaler";
   require(options.init_scale > 0.0 && std::isfinite(options.init_scale), name, "init_scale", "> 0 and finite",
           options.init_scale);
@@ -575,63 +603,117 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
           static_cast<double>(options.growth_interval));
 }
 
-Tensor GradScaler::scale(const Tensor& loss) const {
+void GradScaler::place_state(Device device) {
+  if (scale_.defined() && scale_.device() == device) return;
+  autograd::NoGradGuard no_grad;
+  const TensorOptions options(DType::F64, device);
+  if (scale_.defined()) {  // moves with the gradients
+    scale_ = scale_.to(device);
+    tracker_ = tracker_.to(device);
+    skipped_ = skipped_.to(device);
+    return;
+  }
+  NC_CHECK(!cuda::capturing(device), CaptureError, "GradScaler: its first use on ", device,
+           " cannot be captured in a CUDA graph; run one step before the capture");
+  scale_ = full(Shape{}, init_scale_, options);
+  tracker_ = full(Shape{}, static_cast<double>(init_tracker_), options);
+  skipped_ = zeros(Shape{}, options);
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
   NC_CHECK(loss.defined(), ValueError, "GradScaler::scale: the loss is an undefined tensor");
   NC_CHECK(is_floating(loss.dtype()), DTypeError, "GradScaler::scale: the loss must be floating, got ",
            describe(loss));
-  return mul(loss, scale_);
+  place_state(loss.device());
+  // The scale in the loss's floating category (a 0-dim f64 would promote a 0-dim loss).
+  Tensor factor;
+  {
+    autograd::NoGradGuard no_grad;
+    factor = scale_.to(loss.dtype() == DType::F64 ? DType::F64 : DType::F32);
+  }
+  return mul(loss, factor);
 }
 
-bool GradScaler::unscale(const std::vector<Tensor>& params) {
-  NC_CHECK(found_ == Found::None, ValueError,
+void GradScaler::unscale_async(const std::vector<Tensor>& params) {
+  NC_CHECK(!unscaled_, ValueError,
            "GradScaler::unscale: already called for this step (call update() after the optimizer step)");
   autograd::NoGradGuard no_grad;
-  const double inverse = 1.0 / scale_;
-  // Per tensor, the sum of its unscaled gradient: finite exactly when every element is
-  // (an inf or a NaN carries through the sum). One host read per device.
-  std::vector<Device> devices;
-  std::vector<std::vector<Tensor>> sums_by_device;
+  std::vector<Tensor> grads;
   for (size_t i = 0; i < params.size(); ++i) {
     NC_CHECK(params[i].defined(), ValueError, "GradScaler::unscale: parameter ", i, " is undefined");
     const Tensor g = params[i].grad();
     if (!g.defined()) continue;
     NC_CHECK(is_floating(g.dtype()), DTypeError, "GradScaler::unscale: grad of parameter ", i,
              " must be floating, got ", describe(g));
-    const Tensor unscaled = mul(g, inverse);
+    grads.push_back(g);
+  }
+  place_state(grads.empty() ? (scale_.defined() ? scale_.device() : Device::cpu()) : grads[0].device());
+  const Device device = scale_.device();
+  const Tensor inverse = div(ones(Shape{}, TensorOptions(DType::F64, device)), scale_);
+  // Per tensor, the sum of its unscaled gradient: finite exactly when every element is
+  // (an inf or a NaN carries through the sum); s - s is 0 for a finite s, NaN otherwise.
+  std::vector<Tensor> sums;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    const Tensor unscaled = mul(g, inverse.to(g.device()));
     params[i].set_grad(unscaled);
-    size_t d = 0;
-    while (d < devices.size() && !(devices[d] == g.device())) ++d;
-    if (d == devices.size()) {
-      devices.push_back(g.device());
-      sums_by_device.emplace_back();
-    }
-    sums_by_device[d].push_back(sum(unscaled).to(DType::F32));
+    sums.push_back(sum(unscaled).to(DType::F32).to(device));
   }
-  bool finite = true;
-  for (const std::vector<Tensor>& sums : sums_by_device) {
-    for (float s : stack(sums).to_vector<float>()) finite = finite && std::isfinite(s);
+  if (sums.empty()) {
+    found_ = zeros(Shape{}, TensorOptions(DType::F64, device));
+  } else {
+    const Tensor s = stack(sums);
+    found_ = any(ne(sub(s, s), 0.0)).to(DType::F64);
   }
-  found_ = finite ? Found::Finite : Found::NonFinite;
-  return finite;
+  unscaled_ = true;
+}
+
+bool GradScaler::unscale(const std::vector<Tensor>& params) {
+  unscale_async(params);
+  return found_.item<double>() == 0.0;
+}
+
+const Tensor& GradScaler::found_inf() const {
+  NC_CHECK(unscaled_, ValueError, "GradScaler::found_inf: unscale() has not been called for this step");
+  return found_;
+}
+
+void GradScaler::step(Optimizer& optimizer) {
+  NC_CHECK(unscaled_, ValueError, "GradScaler::step: unscale() has not been called for this step");
+  optimizer.step_unless(found_);
 }
 
 void GradScaler::update() {
-  NC_CHECK(found_ != Found::None, ValueError,
-           "GradScaler::update: unscale() has not been called since the last update");
-  if (found_ == Found::NonFinite) {
-    scale_ *= options_.backoff_factor;
-    growth_tracker_ = 0;
-    ++skipped_;
-  } else if (++growth_tracker_ == options_.growth_interval) {
-    // An f64 scale cannot overflow in any realistic run; stay finite regardless.
-    if (std::isfinite(scale_ * options_.growth_factor)) scale_ *= options_.growth_factor;
-    growth_tracker_ = 0;
-  }
-  found_ = Found::None;
+  NC_CHECK(unscaled_, ValueError, "GradScaler::update: unscale() has not been called since the last update");
+  autograd::NoGradGuard no_grad;
+  const Tensor found = gt(found_, 0.5);
+  const Tensor tracker = where(found, 0.0, add(tracker_, 1.0));
+  const Tensor grow = eq(tracker, static_cast<double>(options_.growth_interval));
+  const Tensor grown = mul(scale_, options_.growth_factor);
+  // An f64 scale cannot overflow in any realistic run; stay finite regardless.
+  const Tensor next = where(found, mul(scale_, options_.backoff_factor),
+                            where(grow, where(lt(grown, std::numeric_limits<double>::infinity()), grown, scale_),
+                                  scale_));
+  // In place: a captured step keeps updating the same tensors.
+  scale_.copy_(next);
+  tracker_.copy_(where(grow, 0.0, tracker));
+  skipped_.copy_(add(skipped_, found_));
+  unscaled_ = false;
+}
+
+double GradScaler::get_scale() const { return scale_.defined() ? scale_.item<double>() : init_scale_; }
+
+int64_t GradScaler::growth_tracker() const {
+  return tracker_.defined() ? static_cast<int64_t>(tracker_.item<double>()) : init_tracker_;
+}
+
+int64_t GradScaler::skipped_steps() const {
+  return skipped_.defined() ? static_cast<int64_t>(skipped_.item<double>()) : 0;
 }
 
 StateDict GradScaler::state_dict() const {
-  return {{"scale", f64_scalar(scale_)}, {"growth_tracker", i64_scalar(growth_tracker_)}};
+  return {{"scale", f64_scalar(get_scale())}, {"growth_tracker", i64_scalar(growth_tracker())}};
 }
 
 void GradScaler::load_state_dict(const StateDict& state) {
@@ -651,9 +733,14 @@ void GradScaler::load_state_dict(const StateDict& state) {
   const int64_t tracker = read_count(name, "growth_tracker", entries.at("growth_tracker"));
   require(tracker < options_.growth_interval, name, "growth_tracker", "< growth_interval",
           static_cast<double>(tracker));
-  scale_ = scale;
-  growth_tracker_ = tracker;
-  found_ = Found::None;
+  init_scale_ = scale;
+  init_tracker_ = tracker;
+  if (scale_.defined()) {
+    autograd::NoGradGuard no_grad;
+    scale_.fill_(scale);
+    tracker_.fill_(static_cast<double>(tracker));
+  }
+  unscaled_ = false;
 }
 
 }  // namespace optim

@@ -109,6 +109,53 @@ TEST(CudaGraph, GraphedCnnWithBatchNormMatchesDirectSteps) {
   expect_same(graphed, direct);
 }
 
+// f16 with the loss scaler from 2^24: its first steps overflow and are skipped on the
+// device, inside the replays as in the direct run.
+TEST(CudaGraph, GraphedF16StepsWithLossScalingMatchDirectSteps) {
+  REQUIRE_CUDA();
+  auto run = [](bool graphed) {
+    nc::Generator gen(9);
+    auto model = nc::models::make_classifier("mlp-layernorm", &gen);
+    model->to(kCuda);
+    model->train();
+    nc::optim::AdamW optimizer(model->parameters(), {1e-3, 0.9, 0.999, 1e-8, 1e-4});
+    nc::optim::GradScaler scaler(nc::optim::GradScalerOptions{std::ldexp(1.0, 24), 2.0, 0.5, 3});
+    nc::GraphedStep step(
+        [&](const std::vector<Tensor>& in) {
+          Tensor loss;
+          {
+            nc::autocast::Guard guard(DType::F16);
+            loss = nc::nn::cross_entropy((*model)(in[0]), in[1]);
+          }
+          optimizer.zero_grad();
+          scaler.scale(loss).backward();
+          scaler.unscale_async(optimizer.params());
+          nc::optim::clip_grad_norm_async(optimizer.params(), 1.0);
+          scaler.step(optimizer);
+          scaler.update();
+          return loss;
+        },
+        graphed);
+    Outcome out;
+    nc::Generator data(13);
+    for (int i = 0; i < 12; ++i) {
+      const Tensor images = nc::randn({32, 1, 28, 28}, DType::F32, &data).to(kCuda);
+      const Tensor labels = nc::randint(0, 10, {32}, DType::I64, &data).to(kCuda);
+      out.losses.push_back(step({images, labels}).item<double>());
+    }
+    for (const Tensor& p : model->parameters()) out.params.push_back(host(p));
+    out.generator_offset = gen.offset();
+    out.replays = step.replays();
+    out.losses.push_back(scaler.get_scale());
+    out.losses.push_back(static_cast<double>(scaler.skipped_steps()));
+    return out;
+  };
+  const Outcome direct = run(false), graphed = run(true);
+  EXPECT_EQ(graphed.replays, 10);
+  EXPECT_GE(direct.losses.back(), 1.0);  // some steps were skipped
+  expect_same(graphed, direct);
+}
+
 TEST(CudaGraph, GraphedGptStepsMatchDirectSteps) {
   REQUIRE_CUDA();
   auto run = [](bool graphed) {

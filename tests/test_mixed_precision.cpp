@@ -225,6 +225,10 @@ TEST(GradScaler, StateRoundTripsAndBadUseIsRefused) {
   throws<nc::ValueError>([] { nc::optim::GradScaler s(Options{1.0, 2.0, 1.0, 10}); }, {"backoff_factor"})();
   throws<nc::ValueError>([] { nc::optim::GradScaler s(Options{1.0, 2.0, 0.5, 0}); }, {"growth_interval", ">= 1"})();
   throws<nc::ValueError>([&] { scaler.update(); }, {"GradScaler::update", "unscale"})();
+  nc::optim::SGD sgd({w}, nc::optim::SGDOptions{0.1});
+  throws<nc::ValueError>([&] { scaler.step(sgd); }, {"GradScaler::step", "unscale"})();
+  throws<nc::ValueError>([&] { scaler.found_inf(); }, {"GradScaler::found_inf", "unscale"})();
+  throws<nc::ValueError>([&] { sgd.step_unless(nc::ones({2})); }, {"SGD.step_unless", "one floating value"})();
   throws<nc::ValueError>([&] {
     scaler.unscale({w});
     scaler.unscale({w});
@@ -244,14 +248,15 @@ TEST(GradScaler, StateRoundTripsAndBadUseIsRefused) {
 
 // f16 training of a least-squares fit from a scale so large that the first gradients
 // overflow f16: the scaler skips those steps (parameters untouched), backs off, and then
-// trains to the loss that f32 training reaches.
+// trains to the loss that f32 training reaches. The skip decided on the device
+// (unscale_async, step) gives the same weights, bit for bit, as the host branch.
 TEST(GradScaler, F16TrainingRecoversFromOverflowAndConverges) {
   for (const nc::Device& device : devices()) {
     SCOPED_TRACE(device.str());
     const Tensor x = random({128, 16}, 21, device);
     const Tensor true_w = random({1, 16}, 22, device);
     const Tensor y = nc::matmul(x, true_w.t());
-    auto train = [&](bool f16, int64_t* skipped) {
+    auto train = [&](bool f16, bool on_device, int64_t* skipped, std::vector<double>* weight) {
       nc::Generator gen(1);
       nc::nn::Linear model(16, 1, true, &gen);
       model.to(device);
@@ -271,17 +276,29 @@ TEST(GradScaler, F16TrainingRecoversFromOverflowAndConverges) {
         }
         const std::vector<double> before = values(model.weight);
         scaler.scale(loss).backward();
-        const bool finite = scaler.unscale(model.parameters());
-        if (finite) sgd.step();
+        bool finite = true;
+        if (on_device) {
+          scaler.unscale_async(model.parameters());
+          finite = scaler.found_inf().item<double>() == 0.0;
+          scaler.step(sgd);
+        } else {
+          finite = scaler.unscale(model.parameters());
+          if (finite) sgd.step();
+        }
         scaler.update();
         if (!finite) EXPECT_EQ(values(model.weight), before) << "a skipped step changed the weight";
       }
       *skipped = scaler.skipped_steps();
+      *weight = values(model.weight);
       return loss.item<double>();
     };
-    int64_t skipped_f32 = 0, skipped_f16 = 0;
-    const double f32_loss = train(false, &skipped_f32);
-    const double f16_loss = train(true, &skipped_f16);
+    int64_t skipped_f32 = 0, skipped_f16 = 0, skipped_device = 0;
+    std::vector<double> w32, w16, w_device;
+    const double f32_loss = train(false, false, &skipped_f32, &w32);
+    const double f16_loss = train(true, false, &skipped_f16, &w16);
+    train(true, true, &skipped_device, &w_device);
+    EXPECT_EQ(skipped_device, skipped_f16);
+    EXPECT_EQ(w_device, w16);
     // 2^40 * loss overflows f16 (65504) until the scale is near 2^16 / loss.
     EXPECT_GE(skipped_f16, 10);
     EXPECT_LT(skipped_f16, 60);

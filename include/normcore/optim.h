@@ -49,6 +49,10 @@ class Optimizer {
   // others keep their values and state. Capturable in a CUDA graph once every parameter it
   // updates has state (after one uncaptured step; SGD without momentum has none).
   virtual void step() = 0;
+  // step(), except that the update kernels do nothing when found_inf (a 0-dim floating
+  // tensor, read on the device) is nonzero: GradScaler's skip without a host read. An
+  // undefined found_inf is step().
+  void step_unless(const Tensor& found_inf);
   // Makes every parameter's grad() undefined.
   void zero_grad();
 
@@ -78,6 +82,8 @@ class Optimizer {
   // lr_ as a 0-dim f64 tensor on device, which the update kernels read (so that a CUDA
   // graph replays them with the current value); made on first use, refilled by set_lr.
   const Tensor& lr_on(Device device);
+  // skip_ on device (undefined outside step_unless).
+  Tensor skip_on(Device device) const;
   // Throws CaptureError when parameter index on device has no state yet inside a CUDA graph
   // capture (the state would be made and zeroed on every replay).
   void check_state_capturable(size_t index) const;
@@ -88,6 +94,8 @@ class Optimizer {
   // state_[i]: params_[i]'s state by name; empty until its first update.
   std::vector<std::map<std::string, Tensor>> state_;
   std::vector<std::pair<Device, Tensor>> lr_tensors_;
+  // During step_unless: the flag, as f64 (kernels read it on the parameters' device).
+  Tensor skip_;
 };
 
 struct SGDOptions {
@@ -259,46 +267,60 @@ struct GradScalerOptions {
 // skipped and the scale lowered; after growth_interval clean steps in a row it grows.
 //
 //   scaler.scale(loss).backward();
-//   if (scaler.unscale(params)) {          // the true gradients, all finite
-//     clip_grad_norm(params, 1.0);
-//     optimizer.step();
-//   }
+//   scaler.unscale_async(params);          // the true gradients; inf/NaN noted on the device
+//   clip_grad_norm_async(params, 1.0);
+//   scaler.step(optimizer);                // skipped, on the device, after an inf or a NaN
 //   scaler.update();
 //
-// unscale() waits for the device once (it reads whether every gradient is finite).
-// state_dict(): "scale" (0-dim f64) and "growth_tracker" (0-dim i64, clean steps since the
-// last change); load_state_dict() restores both, so a resumed run scales as an uninterrupted
-// one. Options out of range, unscale twice without update, or update without unscale throw
-// ValueError.
+// The scale, the clean-step count and the skip decision live on the gradients' device, so
+// this loop never waits for the device and can be captured in a CUDA graph.
+// unscale(params), which returns whether the gradients are finite, waits for the device
+// once. state_dict(): "scale" (0-dim f64) and "growth_tracker" (0-dim i64, clean steps since
+// the last change); load_state_dict() restores both, so a resumed run scales as an
+// uninterrupted one. Options out of range, unscale twice without update, step or update
+// without unscale throw ValueError.
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
 
   // loss * scale, recorded (backward from it gives the scaled gradients).
-  Tensor scale(const Tensor& loss) const;
+  Tensor scale(const Tensor& loss);
   // Divides the defined floating gradients of params by the scale (replacing each grad())
-  // and returns whether all of them are finite; false means: skip this optimizer step.
+  // and sets found_inf() to whether any of them holds an inf or a NaN.
+  void unscale_async(const std::vector<Tensor>& params);
+  // unscale_async, then returns whether all the gradients are finite (one host read);
+  // false means: skip this optimizer step.
   bool unscale(const std::vector<Tensor>& params);
+  // After unscale: 0-dim f64 on the state's device, 1 when this step's gradients hold an
+  // inf or a NaN, else 0.
+  const Tensor& found_inf() const;
+  // optimizer.step_unless(found_inf()).
+  void step(Optimizer& optimizer);
   // Ends the step: on inf/NaN the scale is multiplied by backoff_factor, otherwise the
   // clean-step count grows and, at growth_interval, the scale is multiplied by
-  // growth_factor.
+  // growth_factor. Runs on the device.
   void update();
 
-  double get_scale() const { return scale_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
+  // These read the device.
+  double get_scale() const;
+  int64_t growth_tracker() const;
   // Steps skipped since construction (not saved in the state).
-  int64_t skipped_steps() const { return skipped_; }
+  int64_t skipped_steps() const;
 
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
 
  private:
+  // Puts the state on device (made from the host values on first use).
+  void place_state(Device device);
+
   GradScalerOptions options_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
-  int64_t skipped_ = 0;
-  // The result of this step's unscale(); none until it is called.
-  enum class Found { None, Finite, NonFinite } found_ = Found::None;
+  // The state as 0-dim f64 tensors on the gradients' device once used; the host values
+  // before that.
+  double init_scale_;
+  int64_t init_tracker_ = 0;
+  Tensor scale_, tracker_, skipped_, found_;
+  bool unscaled_ = false;  // unscale since the last update
 };
 
 }  // namespace optim

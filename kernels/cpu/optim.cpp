@@ -14,8 +14,9 @@ namespace {
 class CpuOptim final : public kernels::OptimKernels {
  public:
   void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
-                double momentum, double dampening, double weight_decay, bool nesterov,
-                bool first_step) const override {
+                double momentum, double dampening, double weight_decay, bool nesterov, bool first_step,
+                const Tensor& skip) const override {
+    if (skip.defined() && *data_as<const double>(skip) != 0.0) return;
     const double lr_value = *data_as<const double>(lr);
     visit_float(param.dtype(), "sgd_step", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -32,8 +33,9 @@ class CpuOptim final : public kernels::OptimKernels {
     });
   }
 
-  void adam_step(const std::vector<kernels::AdamTensors>& tensors, const Tensor& lr,
-                 const kernels::AdamHyper& h) const override {
+  void adam_step(const std::vector<kernels::AdamTensors>& tensors, const Tensor& lr, const kernels::AdamHyper& h,
+                 const Tensor& skip) const override {
+    if (skip.defined() && *data_as<const double>(skip) != 0.0) return;
     const double lr_value = *data_as<const double>(lr);
     for (const kernels::AdamTensors& t : tensors) {
       int64_t& step = *data_as<int64_t>(t.step);

@@ -36,7 +36,9 @@ struct SgdHyper {
 };
 
 template <class T, class C, int Width>
-__global__ void sgd_kernel(T* param, const T* grad, C* buf, int64_t n, const double* lr, SgdHyper h) {
+__global__ void sgd_kernel(T* param, const T* grad, C* buf, int64_t n, const double* lr, SgdHyper h,
+                           const double* skip) {
+  if (skip != nullptr && *skip != 0.0) return;
   const SgdParams<C> s = SgdParams<C>::make(*lr, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.first_step);
   const int64_t packs = n / Width;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -82,7 +84,8 @@ struct AdamList {
 };
 
 template <class T, class C>
-__global__ void adam_kernel(AdamList<T, C> list, const double* lr, kernels::AdamHyper h) {
+__global__ void adam_kernel(AdamList<T, C> list, const double* lr, kernels::AdamHyper h, const double* skip) {
+  if (skip != nullptr && *skip != 0.0) return;
   const int b = static_cast<int>(blockIdx.x);
   int t = 0;
   while (b >= list.first_block[t + 1]) ++t;
@@ -111,7 +114,8 @@ struct StepList {
   int64_t* step[kMaxListTensors];
 };
 
-__global__ void increment_steps_kernel(StepList list) {
+__global__ void increment_steps_kernel(StepList list, const double* skip) {
+  if (skip != nullptr && *skip != 0.0) return;
   if (static_cast<int>(threadIdx.x) < list.count) *list.step[threadIdx.x] += 1;
 }
 
@@ -226,12 +230,13 @@ unsigned blocks_for(const Launcher& launch, int64_t work) {
 class CudaOptim final : public kernels::OptimKernels {
  public:
   void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
-                double momentum, double dampening, double weight_decay, bool nesterov,
-                bool first_step) const override {
+                double momentum, double dampening, double weight_decay, bool nesterov, bool first_step,
+                const Tensor& skip) const override {
     const int64_t n = param.numel();
     if (n == 0) return;
     const SgdHyper h{momentum, dampening, weight_decay, nesterov, first_step};
     const double* lr_ptr = data_as<const double>(lr);
+    const double* skip_ptr = skip.defined() ? data_as<const double>(skip) : nullptr;
     visit_float(param.dtype(), "sgd_step", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
@@ -244,18 +249,19 @@ class CudaOptim final : public kernels::OptimKernels {
       const Launcher launch("sgd_step", param);
       if (aligned) {
         launch(sgd_kernel<T, C, kWidth>, blocks_for(launch, n / kWidth + 1), kOptimThreads, 0, p, g, buf, n, lr_ptr,
-               h);
+               h, skip_ptr);
       } else {
-        launch(sgd_kernel<T, C, 1>, blocks_for(launch, n), kOptimThreads, 0, p, g, buf, n, lr_ptr, h);
+        launch(sgd_kernel<T, C, 1>, blocks_for(launch, n), kOptimThreads, 0, p, g, buf, n, lr_ptr, h, skip_ptr);
       }
     });
   }
 
-  void adam_step(const std::vector<kernels::AdamTensors>& tensors, const Tensor& lr,
-                 const kernels::AdamHyper& h) const override {
+  void adam_step(const std::vector<kernels::AdamTensors>& tensors, const Tensor& lr, const kernels::AdamHyper& h,
+                 const Tensor& skip) const override {
     if (tensors.empty()) return;
     const Launcher launch("adam_step", lr);
     const double* lr_ptr = data_as<const double>(lr);
+    const double* skip_ptr = skip.defined() ? data_as<const double>(skip) : nullptr;
     // Per dtype, lists of at most kMaxListTensors non-empty parameters.
     for (DType dtype : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
       visit_float(dtype, "adam_step", [&](auto tag) {
@@ -265,7 +271,7 @@ class CudaOptim final : public kernels::OptimKernels {
         auto flush = [&] {
           if (list.count == 0) return;
           launch(adam_kernel<T, C>, static_cast<unsigned>(list.first_block[list.count]), kOptimThreads, 0, list,
-                 lr_ptr, h);
+                 lr_ptr, h, skip_ptr);
           list = AdamList<T, C>{};
         };
         for (const kernels::AdamTensors& t : tensors) {
@@ -290,11 +296,11 @@ class CudaOptim final : public kernels::OptimKernels {
     for (const kernels::AdamTensors& t : tensors) {
       steps.step[steps.count++] = data_as<int64_t>(t.step);
       if (steps.count == kMaxListTensors) {
-        launch(increment_steps_kernel, 1, kMaxListTensors, 0, steps);
+        launch(increment_steps_kernel, 1, kMaxListTensors, 0, steps, skip_ptr);
         steps = StepList{};
       }
     }
-    if (steps.count > 0) launch(increment_steps_kernel, 1, kMaxListTensors, 0, steps);
+    if (steps.count > 0) launch(increment_steps_kernel, 1, kMaxListTensors, 0, steps, skip_ptr);
   }
 
   void clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Tensor& total) const override {
