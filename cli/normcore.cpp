@@ -24,6 +24,7 @@
 #include "normcore/normcore.h"
 #include "normcore/conformance.h"
 #include "normcore/data.h"
+#include "normcore/distributed.h"
 #include "normcore/gpt.h"
 #include "normcore/models.h"
 #include "normcore/optim.h"
@@ -114,6 +115,13 @@ const std::vector<OptionSpec> kGenerateOptions = {
     {"seed", "0", "seed of the sampling: the same seed gives the same text"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
 };
+const std::vector<OptionSpec> kLaunchOptions = {
+    {"nproc", "1", "ranks on this machine, usually one per GPU"},
+    {"nnodes", "1", "machines in the job, each running one launcher"},
+    {"node-rank", "0", "this machine's index among them, 0 to nnodes - 1"},
+    {"master-addr", "127.0.0.1", "address of node 0, where rank 0 serves the rendezvous"},
+    {"master-port", "29500", "port of the rendezvous on node 0"},
+};
 const std::vector<OptionSpec> kConformanceOptions = {
     {"device", "all", "cpu, cuda[:N], or all (the CPU, then cuda:0 when there is one)"},
 };
@@ -126,12 +134,13 @@ void usage(std::ostream& os) {
         "  predict   classify 28x28 PGM or PNG images with a checkpoint\n"
         "  train-lm  train a byte-level GPT on the fortunes corpus\n"
         "  generate  continue a prompt with a GPT checkpoint\n"
-        "  conformance  run the reference cases in a folder against every device\n\n"
+        "  conformance  run the reference cases in a folder against every device\n"
+        "  launch    run a command as the local ranks of a data-parallel job\n\n"
         "'normcore <command> --help' lists a command's options.\n";
 }
 
 void command_usage(std::ostream& os, const std::string& command, const std::vector<OptionSpec>& specs) {
-  os << "usage: normcore " << command << " [options]" << (command == "predict" ? " IMAGE..." : command == "conformance" ? " DIR" : "") << "\n\noptions:\n";
+  os << "usage: normcore " << command << " [options]" << (command == "predict" ? " IMAGE..." : command == "conformance" ? " DIR" : command == "launch" ? " -- COMMAND..." : "") << "\n\noptions:\n";
   for (const OptionSpec& s : specs)
     os << "  --" << std::left << std::setw(18) << s.name << s.help
        << (s.fallback && *s.fallback ? std::string(" (default ") + s.fallback + ")" : "") << "\n";
@@ -144,6 +153,10 @@ Args parse(int argc, char** argv, const std::vector<OptionSpec>& specs) {
   for (const OptionSpec& s : specs) args.options[s.name] = s.fallback ? s.fallback : "";
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--") {  // the rest is positional, options included (launch's command)
+      for (++i; i < argc; ++i) args.positional.push_back(argv[i]);
+      break;
+    }
     if (a.rfind("--", 0) != 0) {
       args.positional.push_back(a);
       continue;
@@ -666,6 +679,17 @@ int train_lm(const Args& args) {
   return 0;
 }
 
+int launch(const Args& args) {
+  nc::distributed::LaunchOptions options;
+  options.nproc = static_cast<int>(integer(args, "nproc", 1));
+  options.nnodes = static_cast<int>(integer(args, "nnodes", 1));
+  options.node_rank = static_cast<int>(integer(args, "node-rank", 0));
+  options.master_addr = args.options.at("master-addr");
+  options.master_port = static_cast<int>(integer(args, "master-port", 1));
+  NC_CHECK(!args.positional.empty(), ValueError, "no command to run: normcore launch --nproc N -- <command...>");
+  return nc::distributed::launch(args.positional, options);
+}
+
 int generate(const Args& args) {
   nc::Device device = pick_device(args.options.at("device"));
   nc::models::GenerateOptions options;
@@ -749,6 +773,7 @@ int main(int argc, char** argv) {
                                          : command == "train-lm" ? &kTrainLmOptions
                                          : command == "generate" ? &kGenerateOptions
                                          : command == "conformance" ? &kConformanceOptions
+                                         : command == "launch" ? &kLaunchOptions
                                                                 : nullptr;
   if (!specs) {
     std::cerr << "normcore: unknown command '" << command << "'\n\n";
@@ -766,6 +791,7 @@ int main(int argc, char** argv) {
     if (command == "conformance") return conformance(args);
     if (command == "train-lm") return train_lm(args);
     if (command == "generate") return generate(args);
+    if (command == "launch") return launch(args);
     return predict(args);
   } catch (const nc::ValueError& e) {
     std::cerr << "normcore " << command << ": " << e.what() << "\n";

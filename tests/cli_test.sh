@@ -195,6 +195,26 @@ expect_error "expects a number" "$normcore" train --lr fast
 expect_error "unknown optimizer" "$normcore" train "${common[@]}" --optimizer nope
 expect_error "detect-anomaly must be on or off" "$normcore" train "${common[@]}" --detect-anomaly yes
 expect_error "cuda-graph must be auto, on or off" "$normcore" train "${common[@]}" --cuda-graph 1
+
+# The launcher: every rank runs with its environment and its output prefixed; a failing
+# rank stops the others at once and its status is the launcher's.
+"$normcore" launch --nproc 3 -- sh -c \
+  'echo "hello $RANK of $WORLD_SIZE local $LOCAL_RANK at $MASTER_ADDR:$MASTER_PORT"; echo "err $RANK" >&2' \
+  > launch.log 2> launch.err
+for r in 0 1 2; do
+  grep -qx "\[rank $r\] hello $r of 3 local $r at 127.0.0.1:29500" launch.log ||
+    fail "launch: the line of rank $r is missing: $(cat launch.log)"
+  grep -qx "\[rank $r\] err $r" launch.err || fail "launch: the stderr line of rank $r is missing: $(cat launch.err)"
+done
+start=$(date +%s)
+status=0
+"$normcore" launch --nproc 3 -- sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60' > launch.log 2> launch.err ||
+  status=$?
+[ "$status" = 3 ] || fail "launch: a failing rank gave status $status, not 3"
+[ $(( $(date +%s) - start )) -lt 30 ] || fail "launch: the other ranks were not stopped"
+grep -q "rank 1 exited with status 3" launch.err || fail "launch did not name the failing rank: $(cat launch.err)"
+expect_error "no command to run" "$normcore" launch --nproc 2
+expect_error "expects a whole number >= 1" "$normcore" launch --nproc 0 -- true
 expect_error "CUDA graphs need a CUDA device" "$normcore" train "${common[@]}" --cuda-graph on
 expect_error "cannot open" "$normcore" predict --checkpoint a.safetensors /nonexistent.pgm
 expect_error "not a normcore checkpoint" "$normcore" eval --checkpoint "$images/../conformance/linear.safetensors" --data "$data"

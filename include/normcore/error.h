@@ -35,6 +35,9 @@ class CudaError : public Error { using Error::Error; };
 // Work that a CUDA graph capture cannot record: a read of device values on the host, a
 // copy from host memory, an optimizer without state, a changing learning rate.
 class CaptureError : public Error { using Error::Error; };
+// Several processes that cannot work together: a peer that cannot be reached or went away,
+// a timeout, a failed collective (the message names the operation and the rank).
+class DistributedError : public Error { using Error::Error; };
 
 namespace detail {
 

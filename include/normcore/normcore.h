@@ -5,6 +5,7 @@
 #include "normcore/autocast.h"
 #include "normcore/cuda.h"
 #include "normcore/data.h"
+#include "normcore/distributed.h"
 #include "normcore/device.h"
 #include "normcore/dtype.h"
 #include "normcore/error.h"
