@@ -1,8 +1,9 @@
 // Fashion-MNIST loading and the DataLoader. The loader's thread makes CPU batches (rows
-// gathered in the epoch's order, pixels normalized through a 256-entry table) and hands them
-// over through a queue of two; next() copies them to the device on the caller's thread.
-// Page-locked batch memory is carved from slabs, so that cudaHostAlloc is paid per slab and
-// not per batch; a slab is freed with the last batch in it, which waits for its uploads.
+// gathered in the order of this rank's share of the epoch, pixels normalized through a
+// 256-entry table) and hands them over through a queue of two; next() copies them to the
+// device on the caller's thread. Page-locked batch memory is carved from slabs, so that
+// cudaHostAlloc is paid per slab and not per batch; a slab is freed with the last batch in
+// it, which waits for its uploads.
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
@@ -110,10 +111,11 @@ class DataLoader::Impl {
   void begin_epoch(uint64_t epoch);
   bool next(Batch& out);
   int64_t num_batches() const { return batches_; }
-  int64_t size() const { return samples_; }
+  int64_t size() const { return share_; }
 
  private:
   std::vector<int64_t> epoch_order(uint64_t epoch) const;
+  std::vector<int64_t> rank_share(const std::vector<int64_t>& order) const;
   Batch make_batch(int64_t index, PinnedArena* arena) const;
   void run_worker() noexcept;
   // Waits for room in the queue; false when the loader is stopping.
@@ -123,14 +125,15 @@ class DataLoader::Impl {
   DataLoaderOptions options_;
   Tensor images_;  // u8, contiguous, CPU
   Tensor labels_;  // i64, contiguous, CPU
-  int64_t samples_ = 0;
+  int64_t samples_ = 0;  // in the dataset
+  int64_t share_ = 0;    // this rank's per epoch, padding included
   int64_t row_len_ = 0;
   Shape sample_shape_;
   int64_t batches_ = 0;
   size_t slab_bytes_ = 0;
   float table_[256];
 
-  std::vector<int64_t> order_;  // written only while no worker runs
+  std::vector<int64_t> order_;  // this rank's share of the epoch; written only while no worker runs
   bool started_ = false;
   std::thread worker_;
   std::mutex mutex_;
@@ -162,11 +165,18 @@ DataLoader::Impl::Impl(Dataset dataset, DataLoaderOptions options) : options_(st
            " samples are more than the ", std::numeric_limits<uint32_t>::max(), " supported");
   NC_CHECK(options_.batch_size > 0, ValueError, "DataLoader: batch_size must be positive, got ",
            options_.batch_size);
+  NC_CHECK(options_.num_replicas >= 1, ValueError, "DataLoader: num_replicas must be positive, got ",
+           options_.num_replicas);
+  NC_CHECK(options_.rank >= 0 && options_.rank < options_.num_replicas, ValueError, "DataLoader: rank ",
+           options_.rank, " is outside [0, num_replicas) for num_replicas ", options_.num_replicas);
+  // Padding to a multiple of num_replicas gives every rank the same count.
+  share_ = (samples_ + options_.num_replicas - 1) / options_.num_replicas;
   NC_CHECK(std::isfinite(options_.mean), ValueError, "DataLoader: mean must be finite, got ", options_.mean);
   NC_CHECK(std::isfinite(options_.stddev) && options_.stddev > 0, ValueError,
            "DataLoader: stddev must be positive and finite, got ", options_.stddev);
-  NC_CHECK(!options_.drop_last || samples_ >= options_.batch_size, ValueError, "DataLoader: drop_last with ",
-           samples_, " samples and batch_size ", options_.batch_size, " leaves no batch");
+  NC_CHECK(!options_.drop_last || share_ >= options_.batch_size, ValueError, "DataLoader: drop_last with ",
+           share_, " samples per rank (", samples_, " in the dataset, num_replicas ", options_.num_replicas,
+           ") and batch_size ", options_.batch_size, " leaves no batch");
   const Device device = options_.device;
   if (device.is_cuda())
     NC_CHECK(device.index >= 0 && device.index < cuda_device_count(), DeviceError, "DataLoader: device ",
@@ -181,9 +191,9 @@ DataLoader::Impl::Impl(Dataset dataset, DataLoaderOptions options) : options_(st
     sample_shape_ = {1, images_.size(1), images_.size(2)};
   else
     sample_shape_ = {images_.size(1), images_.size(2), images_.size(3)};
-  const int64_t full = samples_ / options_.batch_size;
-  batches_ = options_.drop_last || samples_ % options_.batch_size == 0 ? full : full + 1;
-  const size_t rows = static_cast<size_t>(std::min(options_.batch_size, samples_));
+  const int64_t full = share_ / options_.batch_size;
+  batches_ = options_.drop_last || share_ % options_.batch_size == 0 ? full : full + 1;
+  const size_t rows = static_cast<size_t>(std::min(options_.batch_size, share_));
   slab_bytes_ = std::max(kSlabBytes, align_up(rows * row_len_ * sizeof(float)) + align_up(rows * sizeof(int64_t)));
   for (int v = 0; v < 256; ++v) table_[v] = (static_cast<float>(v) / 255.0f - options_.mean) / options_.stddev;
 }
@@ -210,11 +220,24 @@ std::vector<int64_t> DataLoader::Impl::epoch_order(uint64_t epoch) const {
   return order;
 }
 
+// Positions rank, rank + num_replicas, ... of the order padded cyclically to share_ *
+// num_replicas samples (more than once round when the dataset has fewer samples than ranks,
+// as DistributedSampler does).
+std::vector<int64_t> DataLoader::Impl::rank_share(const std::vector<int64_t>& order) const {
+  if (options_.num_replicas == 1) return order;
+  std::vector<int64_t> share(static_cast<size_t>(share_));
+  for (int64_t k = 0; k < share_; ++k) {
+    const int64_t position = options_.rank + k * options_.num_replicas;
+    share[static_cast<size_t>(k)] = order[static_cast<size_t>(position % samples_)];
+  }
+  return share;
+}
+
 void DataLoader::Impl::begin_epoch(uint64_t epoch) {
   NC_CHECK(epoch <= std::numeric_limits<uint32_t>::max(), ValueError, "DataLoader::begin_epoch: epoch ", epoch,
            " is not below 2^32");
   stop_worker();
-  order_ = epoch_order(epoch);
+  order_ = rank_share(epoch_order(epoch));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.clear();
@@ -228,7 +251,7 @@ void DataLoader::Impl::begin_epoch(uint64_t epoch) {
 
 Batch DataLoader::Impl::make_batch(int64_t index, PinnedArena* arena) const {
   const int64_t first = index * options_.batch_size;
-  const int64_t rows = std::min(options_.batch_size, samples_ - first);
+  const int64_t rows = std::min(options_.batch_size, share_ - first);
   Shape image_shape = {rows};
   image_shape.insert(image_shape.end(), sample_shape_.begin(), sample_shape_.end());
   Batch batch;

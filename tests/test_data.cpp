@@ -1,7 +1,8 @@
 // Data loading: IDX round trips through files this test writes (plain, gzip, multi-member
 // gzip), one malformed file per defect (each an IOError naming the file and the reason), the
 // real Fashion-MNIST files against values computed with Python's gzip module, and the
-// DataLoader's batching, ordering, normalization, error propagation and shutdown.
+// DataLoader's batching, ordering, sharding by rank, normalization, error propagation and
+// shutdown.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -559,6 +560,162 @@ TEST(DataLoader, OrderDependsOnSeedAndEpochOnly) {
   EXPECT_NE(epoch_samples(other_seed, 3), epoch3);
 }
 
+// ---- sharding by rank (PyTorch's DistributedSampler with drop_last=False) ----
+
+ncd::DataLoaderOptions sharded(int64_t batch_size, bool shuffle, int num_replicas, int rank, uint64_t seed = 5) {
+  ncd::DataLoaderOptions o = options(batch_size, shuffle, seed);
+  o.num_replicas = num_replicas;
+  o.rank = rank;
+  return o;
+}
+
+// One rank's epoch: its samples in order and its batches' sizes; every row's pixels are
+// checked to be those of the sample its label names.
+struct RankEpoch {
+  std::vector<int64_t> samples;
+  std::vector<int64_t> batch_sizes;
+};
+
+RankEpoch rank_epoch(ncd::DataLoader& loader, uint64_t epoch) {
+  loader.begin_epoch(epoch);
+  RankEpoch out;
+  for (ncd::Batch batch; loader.next(batch);) {
+    EXPECT_EQ(batch.index, static_cast<int64_t>(out.batch_sizes.size()));
+    const std::vector<int64_t> labels = batch.labels.to_vector<int64_t>();
+    const std::vector<float> pixels = batch.images.to_vector<float>();
+    for (size_t r = 0; r < labels.size(); ++r)
+      EXPECT_EQ(pixels[r * 6 + 5], normalized(static_cast<int>((31 * labels[r] + 5) % 256))) << labels[r];
+    out.samples.insert(out.samples.end(), labels.begin(), labels.end());
+    out.batch_sizes.push_back(static_cast<int64_t>(labels.size()));
+  }
+  return out;
+}
+
+TEST(DataLoader, ShardsInterleaveToThePaddedEpochOrder) {
+  const int64_t batch_size = 3;
+  for (int64_t n : {int64_t(1), int64_t(2), int64_t(13), int64_t(24)}) {
+    for (bool shuffle : {false, true}) {
+      ncd::DataLoader single(numbered(n), options(batch_size, shuffle, 5));
+      for (int replicas : {1, 2, 3, 4, 5}) {
+        SCOPED_TRACE(::testing::Message() << "n " << n << " shuffle " << shuffle << " num_replicas " << replicas);
+        const int64_t share = (n + replicas - 1) / replicas;
+        const int64_t padding = share * replicas - n;
+        const int64_t batches = (share + batch_size - 1) / batch_size;
+        for (uint64_t epoch : {0, 1}) {
+          const std::vector<int64_t> order = epoch_samples(single, epoch);
+          ASSERT_EQ(static_cast<int64_t>(order.size()), n);
+          std::vector<RankEpoch> ranks;
+          for (int rank = 0; rank < replicas; ++rank) {
+            ncd::DataLoader loader(numbered(n), sharded(batch_size, shuffle, replicas, rank));
+            EXPECT_EQ(loader.size(), share);
+            EXPECT_EQ(loader.num_batches(), batches);
+            ranks.push_back(rank_epoch(loader, epoch));
+          }
+          // Every rank: the same number of samples and batches, the same batch sizes.
+          for (int rank = 0; rank < replicas; ++rank) {
+            EXPECT_EQ(static_cast<int64_t>(ranks[rank].samples.size()), share) << rank;
+            EXPECT_EQ(static_cast<int64_t>(ranks[rank].batch_sizes.size()), batches) << rank;
+            EXPECT_EQ(ranks[rank].batch_sizes, ranks[0].batch_sizes) << rank;
+          }
+          // Position p of the padded order is element p / replicas of rank p % replicas.
+          std::vector<int64_t> interleaved;
+          for (int64_t p = 0; p < share * replicas; ++p)
+            interleaved.push_back(ranks[p % replicas].samples[static_cast<size_t>(p / replicas)]);
+          std::vector<int64_t> padded = order;
+          for (int64_t p = n; p < share * replicas; ++p) padded.push_back(order[static_cast<size_t>(p % n)]);
+          EXPECT_EQ(interleaved, padded);
+          // Together the shares hold every sample once, plus the padding's repeats only.
+          std::vector<int64_t> counts(static_cast<size_t>(n), 0);
+          for (const RankEpoch& r : ranks)
+            for (int64_t sample : r.samples) ++counts[static_cast<size_t>(sample)];
+          int64_t repeats = 0;
+          for (int64_t c : counts) {
+            EXPECT_GE(c, 1);
+            repeats += c - 1;
+          }
+          EXPECT_EQ(repeats, padding);
+          if (padding < n) {  // the padding repeats the order's first samples, once each
+            for (int64_t p = 0; p < n; ++p)
+              EXPECT_EQ(counts[static_cast<size_t>(order[static_cast<size_t>(p)])], p < padding ? 2 : 1) << p;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DataLoader, ShardsOfAKnownShuffle) {
+  // The order of ShuffleIsPhiloxFisherYates (seed 42, epoch 0), padded with its first
+  // samples to 12 for 3 and 4 replicas.
+  struct Case {
+    int num_replicas;
+    std::vector<std::vector<int64_t>> shares;
+  };
+  const Case cases[] = {
+      {1, {{4, 1, 6, 3, 7, 9, 0, 5, 2, 8}}},
+      {2, {{4, 6, 7, 0, 2}, {1, 3, 9, 5, 8}}},
+      {3, {{4, 3, 0, 8}, {1, 7, 5, 4}, {6, 9, 2, 1}}},
+      {4, {{4, 7, 2}, {1, 9, 8}, {6, 0, 4}, {3, 5, 1}}},
+  };
+  for (const Case& c : cases) {
+    for (int rank = 0; rank < c.num_replicas; ++rank) {
+      SCOPED_TRACE(::testing::Message() << "num_replicas " << c.num_replicas << " rank " << rank);
+      ncd::DataLoader loader(numbered(10), sharded(3, true, c.num_replicas, rank, 42));
+      EXPECT_EQ(epoch_samples(loader, 0), c.shares[rank]);
+    }
+  }
+}
+
+TEST(DataLoader, OneReplicaIsTheUnshardedLoader) {
+  const ncd::DataLoaderOptions defaults;
+  EXPECT_EQ(defaults.num_replicas, 1);
+  EXPECT_EQ(defaults.rank, 0);
+  for (bool shuffle : {false, true}) {
+    for (bool drop_last : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "shuffle " << shuffle << " drop_last " << drop_last);
+      ncd::DataLoaderOptions plain = options(4, shuffle, 8);
+      plain.drop_last = drop_last;
+      ncd::DataLoaderOptions one = sharded(4, shuffle, 1, 0, 8);
+      one.drop_last = drop_last;
+      ncd::DataLoader a(numbered(23), plain);
+      ncd::DataLoader b(numbered(23), one);
+      EXPECT_EQ(b.size(), 23);
+      EXPECT_EQ(b.num_batches(), a.num_batches());
+      for (uint64_t epoch : {0, 1}) {
+        a.begin_epoch(epoch);
+        b.begin_epoch(epoch);
+        int64_t batches = 0;
+        for (ncd::Batch expected, got; a.next(expected); ++batches) {
+          ASSERT_TRUE(b.next(got));
+          EXPECT_EQ(got.index, expected.index);
+          EXPECT_EQ(bytes_of(got.images), bytes_of(expected.images));
+          EXPECT_EQ(bytes_of(got.labels), bytes_of(expected.labels));
+        }
+        ncd::Batch rest;
+        EXPECT_FALSE(b.next(rest));
+        EXPECT_EQ(batches, drop_last ? 5 : 6);
+      }
+    }
+  }
+}
+
+TEST(DataLoader, DropLastDropsEachRanksIncompleteBatch) {
+  // 10 samples over 3 ranks: 4 each (two of them padding); batches of 3 leave one of 1.
+  for (int rank = 0; rank < 3; ++rank) {
+    SCOPED_TRACE(rank);
+    ncd::DataLoaderOptions o = sharded(3, true, 3, rank);
+    o.drop_last = true;
+    ncd::DataLoader loader(numbered(10), o);
+    EXPECT_EQ(loader.size(), 4);
+    EXPECT_EQ(loader.num_batches(), 1);
+    const RankEpoch epoch = rank_epoch(loader, 0);
+    EXPECT_EQ(epoch.batch_sizes, (std::vector<int64_t>{3}));
+    ncd::DataLoader whole(numbered(10), sharded(3, true, 3, rank));
+    const std::vector<int64_t> share = epoch_samples(whole, 0);
+    EXPECT_EQ(epoch.samples, std::vector<int64_t>(share.begin(), share.begin() + 3));
+  }
+}
+
 TEST(DataLoader, Normalization) {
   // One image holding every pixel value.
   nc::Tensor images = nc::arange(256, nc::TensorOptions(nc::DType::U8)).reshape({1, 16, 16});
@@ -623,6 +780,22 @@ TEST(DataLoader, RejectsBadArguments) {
       {"nan_mean", with(good, [](auto& o) { o.mean = NAN; }), is<nc::ValueError>, "mean must be finite"},
       {"drop_last_no_batch", with(good, [](auto& o) { o.batch_size = 11; o.drop_last = true; }), is<nc::ValueError>,
        "leaves no batch"},
+      // 10 samples are enough for a batch of 4, a share of 10 over 3 ranks (4, padded) is not
+      // enough for a batch of 5.
+      {"drop_last_no_batch_per_rank",
+       with(good, [](auto& o) { o.batch_size = 5; o.drop_last = true; o.num_replicas = 3; o.rank = 2; }),
+       is<nc::ValueError>, "DataLoader: drop_last with 4 samples per rank (10 in the dataset, num_replicas 3) "
+                           "and batch_size 5 leaves no batch"},
+      {"zero_replicas", with(good, [](auto& o) { o.num_replicas = 0; }), is<nc::ValueError>,
+       "DataLoader: num_replicas must be positive, got 0"},
+      {"negative_replicas", with(good, [](auto& o) { o.num_replicas = -2; o.rank = -1; }), is<nc::ValueError>,
+       "DataLoader: num_replicas must be positive, got -2"},
+      {"negative_rank", with(good, [](auto& o) { o.num_replicas = 2; o.rank = -1; }), is<nc::ValueError>,
+       "DataLoader: rank -1 is outside [0, num_replicas) for num_replicas 2"},
+      {"rank_is_num_replicas", with(good, [](auto& o) { o.num_replicas = 2; o.rank = 2; }), is<nc::ValueError>,
+       "DataLoader: rank 2 is outside [0, num_replicas) for num_replicas 2"},
+      {"rank_without_replicas", with(good, [](auto& o) { o.rank = 1; }), is<nc::ValueError>,
+       "DataLoader: rank 1 is outside [0, num_replicas) for num_replicas 1"},
       {"missing_gpu", with(good, [](auto& o) { o.device = nc::Device::cuda(99); }), is<nc::DeviceError>,
        "cuda:99 does not exist"},
       {"next_before_epoch", [=] {

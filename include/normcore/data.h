@@ -1,5 +1,6 @@
 // Data loading: the IDX file format (MNIST, Fashion-MNIST), the Fashion-MNIST dataset, and a
-// DataLoader that batches, shuffles and normalizes a dataset on a background thread.
+// DataLoader that batches, shuffles, normalizes and (for data-parallel training) shards a
+// dataset on a background thread.
 // Readers validate everything before allocating from a size the file states and throw
 // IOError naming the file and the defect. Loaded tensors live on the CPU and own their memory.
 #pragma once
@@ -50,8 +51,18 @@ struct DataLoaderOptions {
   int64_t batch_size = 64;
   bool shuffle = true;
   uint64_t seed = 0;
-  // Drop the last batch when it would be smaller than batch_size.
+  // Drop the last batch of this rank's share when it would be smaller than batch_size.
   bool drop_last = false;
+  // The processes of a data-parallel job: num_replicas is the world size, rank this process's
+  // place in it. As PyTorch's DistributedSampler with drop_last=False: each epoch's order
+  // (the same on every rank, given the same seed) is padded by repeating its first samples,
+  // cyclically, to a multiple of num_replicas, and rank r takes its positions r,
+  // r + num_replicas, r + 2 * num_replicas, ... So every rank gets ceil(N / num_replicas)
+  // samples and the same number of batches, and the ranks' shares interleaved in position
+  // order are the padded epoch order. The padding is never dropped; drop_last only drops a
+  // rank's last incomplete batch. With num_replicas = 1 the loader is the unsharded one.
+  int num_replicas = 1;
+  int rank = 0;
   Device device = Device::cpu();
   // Images become (x / 255 - mean) / stddev in f32.
   float mean = kFashionMnistMean;
@@ -76,9 +87,10 @@ struct DataLoaderOptions {
 //   }
 class DataLoader {
  public:
-  // Throws ValueError for batch_size <= 0, an empty dataset, stddev <= 0, or drop_last with fewer
-  // samples than one batch; ShapeError / DTypeError when images and labels are not as
-  // Dataset describes or their counts differ; DeviceError for a device that does not exist.
+  // Throws ValueError for batch_size <= 0, an empty dataset, stddev <= 0, num_replicas < 1, rank
+  // outside [0, num_replicas), or drop_last with a rank's share smaller than one batch;
+  // ShapeError / DTypeError when images and labels are not as Dataset describes or their counts
+  // differ; DeviceError for a device that does not exist.
   DataLoader(Dataset dataset, DataLoaderOptions options);
   // Stops the background thread, also in the middle of an epoch.
   ~DataLoader();
@@ -88,15 +100,17 @@ class DataLoader {
   // Starts epoch number epoch (< 2^32), abandoning any unfinished one. With shuffle, the
   // order is a Fisher-Yates shuffle drawn from Philox-4x32-10 keyed by seed, so it depends
   // on seed and epoch alone, on every platform; without, samples come in dataset order.
+  // The loader then gives this rank's share of that order (see DataLoaderOptions::rank).
   void begin_epoch(uint64_t epoch);
   // The next batch of the epoch into out; false once the epoch is exhausted. Rethrows what
   // failed while the batch was being prepared; the epoch then ends. Throws ValueError
   // before the first begin_epoch().
   bool next(Batch& out);
 
-  // Batches per epoch.
+  // This rank's batches per epoch (the same on every rank).
   int64_t num_batches() const;
-  // Samples in the dataset.
+  // This rank's samples per epoch, padding included: ceil(N / num_replicas) of a dataset of
+  // N samples (N itself when num_replicas = 1).
   int64_t size() const;
 
  private:
