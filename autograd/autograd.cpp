@@ -1,6 +1,8 @@
 // The autograd engine: per-tensor state, the grad-mode switch, record(), and backward(),
 // which runs recorded nodes in reverse topological order (each exactly once, after every
 // gradient flowing into it has arrived) and accumulates into leaves.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <sstream>
 #include <unordered_map>
@@ -17,6 +19,8 @@ namespace {
 
 thread_local bool grad_enabled = true;
 thread_local bool anomaly_enabled = false;
+// The callbacks of the backward() running on this thread (null outside one).
+thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
 
 AutogradMeta* meta_of(const Tensor& t) { return t.impl().autograd.get(); }
 
@@ -39,6 +43,19 @@ bool exclusively_owned(const Tensor& grad) {
 void accumulate(AutogradMeta& leaf, const Tensor& grad) {
   if (leaf.grad.defined()) leaf.grad = add(leaf.grad, grad);
   else leaf.grad = exclusively_owned(grad) ? grad : grad.clone();
+}
+
+// A leaf's ready hooks, on a copy of the list (a hook may remove itself).
+void run_ready_hooks(AutogradMeta& leaf) {
+  const auto hooks = leaf.ready_hooks;
+  for (const auto& hook : hooks) hook.second();
+}
+
+void run_callbacks(std::vector<std::function<void()>>& callbacks) {
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    std::function<void()> fn = std::move(callbacks[i]);  // fn may queue more (reallocating)
+    fn();
+  }
 }
 
 // Whether t (floating) holds only finite values. NaN or infinity times zero is NaN, so one
@@ -95,6 +112,31 @@ void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
 
 NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+
+int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {
+  NC_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(), ValueError,
+           "add_grad_ready_hook: the tensor must be a leaf that requires grad, got ",
+           leaf.defined() ? describe(leaf) : std::string("an undefined tensor"),
+           leaf.defined() && !leaf.is_leaf() ? " made by '" + leaf.grad_fn_name() + "'" : std::string());
+  NC_CHECK(hook != nullptr, ValueError, "add_grad_ready_hook: the hook is empty");
+  static std::atomic<int64_t> next_id{1};
+  const int64_t id = next_id++;
+  ensure_meta(leaf).ready_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void remove_grad_ready_hook(const Tensor& leaf, int64_t id) {
+  AutogradMeta* m = leaf.defined() ? meta_of(leaf) : nullptr;
+  if (m == nullptr) return;
+  auto& hooks = m->ready_hooks;
+  hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }), hooks.end());
+}
+
+void queue_backward_callback(std::function<void()> fn) {
+  NC_CHECK(backward_callbacks != nullptr, ValueError,
+           "queue_backward_callback: no backward() is running on this thread");
+  backward_callbacks->push_back(std::move(fn));
+}
 
 void record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs, BackwardFn fn) {
   if (!grad_enabled) return;
@@ -232,19 +274,31 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
   // autocast state.
   autocast::Guard no_autocast(autocast::dtype(), false);
   AutogradMeta* root_meta = meta_of(*this);
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::function<void()>>* outer_callbacks = backward_callbacks;
+  backward_callbacks = &callbacks;
+  struct Restore {
+    std::vector<std::function<void()>>* outer;
+    ~Restore() { backward_callbacks = outer; }
+  } restore{outer_callbacks};
   if (!root_meta->grad_fn) {
     accumulate(*root_meta, grad);
+    run_ready_hooks(*root_meta);
+    run_callbacks(callbacks);
     return;
   }
 
-  // Count, for every node reachable from the root, the edges that lead into it.
+  // Count, for every node reachable from the root, the edges that lead into it, and for
+  // every leaf with ready hooks, the edges into it.
   std::unordered_map<Node*, int> dependencies;
+  std::unordered_map<AutogradMeta*, int> leaf_edges;
   std::vector<Node*> stack{root_meta->grad_fn.get()};
   std::unordered_set<Node*> seen{stack.back()};
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next) {
+      if (e.leaf && !e.leaf->ready_hooks.empty()) ++leaf_edges[e.leaf.get()];
       if (!e.node) continue;
       ++dependencies[e.node.get()];
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
@@ -283,8 +337,10 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
     for (size_t i = 0; i < node->next.size(); ++i) {
       const Edge& e = node->next[i];
       const Tensor* gi = i < grads.size() && grads[i].defined() ? &grads[i] : nullptr;
-      if (e.leaf && gi) {
-        accumulate(*e.leaf, *gi);
+      if (e.leaf) {
+        if (gi) accumulate(*e.leaf, *gi);
+        auto edges = leaf_edges.find(e.leaf.get());
+        if (edges != leaf_edges.end() && --edges->second == 0) run_ready_hooks(*e.leaf);
       } else if (e.node) {
         if (gi) {
           Tensor& slot = pending[e.node.get()];
@@ -294,6 +350,7 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
       }
     }
   }
+  run_callbacks(callbacks);
 }
 
 }  // namespace normcore

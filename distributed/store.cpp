@@ -4,6 +4,7 @@
 //   SET   -> u8 0                      (value: the bytes)
 //   GET   -> u32 length, bytes         (the server waits until the key is set)
 //   ADD   -> i64 sum                   (value: the i64 delta)
+//   DEL   -> u8 0                      (removes the key)
 // Integers are little-endian (every machine normcore builds for). The server is a thread
 // that accepts connections and one thread per connection; GET waits on a condition
 // variable. Clients bound every wait by the store's timeout with poll().
@@ -30,7 +31,7 @@ namespace distributed {
 
 namespace {
 
-enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
+enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kRemove = 4 };
 
 using Clock = std::chrono::steady_clock;
 
@@ -152,6 +153,12 @@ struct TcpStore::Server {
         }
         changed.notify_all();
         reply.assign(reinterpret_cast<const char*>(&sum), sizeof sum);
+      } else if (command == kRemove) {
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          values.erase(key);
+        }
+        reply.push_back('\0');
       } else {
         return;  // a malformed request: drop the connection
       }
@@ -277,15 +284,19 @@ std::string request(uint8_t command, const std::string& key, const std::string& 
 
 }  // namespace
 
-void TcpStore::set(const std::string& key, const std::string& value) {
-  NC_CHECK(socket_ >= 0, DistributedError, "TcpStore.set: the connection was lost earlier");
-  const std::string message = request(kSet, key, value);
-  NC_CHECK(send_all(socket_, message.data(), message.size()), DistributedError, "TcpStore.set('", key,
+void TcpStore::set(const std::string& key, const std::string& value) { acknowledged("set", kSet, key, value); }
+
+void TcpStore::remove(const std::string& key) { acknowledged("remove", kRemove, key, ""); }
+
+void TcpStore::acknowledged(const char* what, uint8_t command, const std::string& key, const std::string& value) {
+  NC_CHECK(socket_ >= 0, DistributedError, "TcpStore.", what, ": the connection was lost earlier");
+  const std::string message = request(command, key, value);
+  NC_CHECK(send_all(socket_, message.data(), message.size()), DistributedError, "TcpStore.", what, "('", key,
            "'): the store at port ", port_, " is gone");
   const Clock::time_point deadline = Clock::now() + timeout_;
   char ack = 0;
   const std::string error = recv_all(socket_, &ack, 1, &deadline);
-  NC_CHECK(error.empty(), DistributedError, "TcpStore.set('", key, "'): ", error);
+  NC_CHECK(error.empty(), DistributedError, "TcpStore.", what, "('", key, "'): ", error);
 }
 
 std::string TcpStore::get(const std::string& key) {

@@ -13,8 +13,12 @@
 
 #include "distributed/nccl.h"
 #include "normcore/distributed.h"
+#include "normcore/losses.h"
+#include "normcore/normcore.h"
+#include "normcore/optim.h"
 #include "test_support.h"
 
+namespace nc = normcore;
 namespace nd = normcore::distributed;
 using normcore_test::throws;
 using std::chrono::milliseconds;
@@ -170,3 +174,370 @@ TEST(Nccl, AMissingOrWrongLibraryIsAClearError) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- process groups on the CPU
+
+namespace {
+
+// Runs fn as ranks 0 .. world - 1 of a job on threads, each with its own store client and
+// process group (the store backend), and rethrows the first rank's failure.
+// With cuda, rank r works on cuda:r through NCCL.
+void run_ranks(int world, const std::function<void(nd::ProcessGroup&)>& fn,
+               milliseconds timeout = milliseconds(20000), bool cuda = false) {
+  auto server = std::make_shared<nd::TcpStore>("127.0.0.1", 0, world, true, timeout);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto store = r == 0 ? server : std::make_shared<nd::TcpStore>("127.0.0.1", server->port(), world, false, timeout);
+        nd::ProcessGroup group(store, r, world, cuda ? nc::Device::cuda(r) : nc::Device::cpu(),
+                               nd::ProcessGroupOptions{timeout});
+        fn(group);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+std::vector<double> values(const nc::Tensor& t) { return t.to(nc::DType::F64).contiguous().to_vector<double>(); }
+
+}  // namespace
+
+TEST(TcpStore, RemovesKeys) {
+  nd::TcpStore server("127.0.0.1", 0, 1, true, milliseconds(200));
+  server.set("k", "v");
+  server.remove("k");
+  server.remove("never-set");
+  throws<normcore::DistributedError>([&] { server.get("k"); }, {"TcpStore.get('k')"})();
+}
+
+TEST(ProcessGroupStore, CollectivesGiveEveryRankTheRightValues) {
+  run_ranks(3, [](nd::ProcessGroup& g) {
+    constexpr int kWorld = 3;
+    const int r = g.rank();
+    EXPECT_EQ(g.world_size(), kWorld);
+    EXPECT_EQ(g.backend(), "store");
+    // Rank r holds [r + 1, 10 (r + 1), -r].
+    auto mine = [r] { return nc::from_vector(std::vector<float>{r + 1.f, 10.f * (r + 1), -1.f * r}, {3}); };
+    nc::Tensor t = mine();
+    g.all_reduce(t);
+    EXPECT_EQ(values(t), (std::vector<double>{6, 60, -3}));
+    t = mine();
+    g.all_reduce(t, nd::ReduceOp::Avg);
+    EXPECT_EQ(values(t), (std::vector<double>{2, 20, -1}));
+    t = mine();
+    g.all_reduce(t, nd::ReduceOp::Max);
+    EXPECT_EQ(values(t), (std::vector<double>{3, 30, 0}));
+    t = mine();
+    g.all_reduce(t, nd::ReduceOp::Min);
+    EXPECT_EQ(values(t), (std::vector<double>{1, 10, -2}));
+    nc::Tensor i = nc::from_vector(std::vector<int64_t>{int64_t(1) << (40 + r)}, {1});
+    g.all_reduce(i);
+    EXPECT_EQ(i.to_vector<int64_t>()[0], (int64_t(1) << 40) + (int64_t(1) << 41) + (int64_t(1) << 42));
+
+    t = mine();
+    g.broadcast(t, 1);
+    EXPECT_EQ(values(t), (std::vector<double>{2, 20, -1}));
+
+    nc::Tensor gathered = nc::zeros({kWorld * 2, 2});
+    g.all_gather(gathered, nc::full({2, 2}, r + 0.5));
+    for (int k = 0; k < kWorld * 2; ++k) EXPECT_EQ(values(gathered)[2 * k], k / 2 + 0.5);
+
+    // in: rows 0..5 hold row * (r + 1); out gets rows 2r, 2r + 1 of the sum (factor 6).
+    nc::Tensor in = nc::mul(nc::arange(0, kWorld * 2, 1, nc::DType::F32).reshape({kWorld * 2, 1}), double(r + 1));
+    nc::Tensor out = nc::zeros({2, 1});
+    g.reduce_scatter(out, in);
+    EXPECT_EQ(values(out), (std::vector<double>{6.0 * 2 * r, 6.0 * (2 * r + 1)}));
+
+    t = mine();
+    nd::Work work = g.all_reduce_async(t);
+    work.wait();
+    EXPECT_TRUE(work.completed());
+    EXPECT_EQ(values(t), (std::vector<double>{6, 60, -3}));
+    g.barrier();
+  });
+}
+
+TEST(ProcessGroupStore, BadArgumentsAreRefusedWithTheCollectiveAndRank) {
+  run_ranks(1, [](nd::ProcessGroup& g) {
+    nc::Tensor m = nc::zeros({2, 3});
+    throws<nc::ShapeError>([&] { g.all_reduce(m.transpose(0, 1)); }, {"all_reduce (rank 0 of 1)", "contiguous"})();
+    throws<nc::DTypeError>([&] { g.all_reduce(nc::zeros({2}, nc::DType::Bool)); }, {"all_reduce", "bool"})();
+    throws<nc::DTypeError>([&] { g.all_reduce(nc::zeros({2}, nc::DType::I64), nd::ReduceOp::Avg); },
+                           {"all_reduce", "avg", "floating"})();
+    throws<nc::ValueError>([&] { g.broadcast(m, 1); }, {"broadcast", "root 1"})();
+    throws<nc::ShapeError>([&] { g.all_gather(nc::zeros({3, 3}), m); }, {"all_gather", "[3, 3]", "[2, 3]"})();
+    throws<nc::DTypeError>([&] { g.all_gather(nc::zeros({2, 3}, nc::DType::F64), m); }, {"all_gather", "f64", "f32"})();
+    throws<nc::ShapeError>([&] { g.reduce_scatter(nc::zeros({1, 3}), m); }, {"reduce_scatter", "[2, 3]"})();
+    throws<nc::ValueError>([&] { g.all_reduce(nc::Tensor()); }, {"all_reduce", "undefined"})();
+  });
+  // A GPU group needs a GPU (and a CUDA build).
+  auto store = std::make_shared<nd::TcpStore>("127.0.0.1", 0, 1, true, milliseconds(1000));
+  if (nc::cuda_device_count() == 0) {
+    throws<nc::DeviceError>([&] { nd::ProcessGroup(store, 0, 1, nc::Device::cuda(0)); },
+                            {"ProcessGroup (rank 0)", "cuda:0"})();
+  }
+  throws<nc::ValueError>([&] { nd::ProcessGroup(store, 1, 1, nc::Device::cpu()); }, {"ProcessGroup", "rank 1"})();
+}
+
+TEST(ProcessGroupStore, APeerThatNeverComesIsATimeout) {
+  auto server = std::make_shared<nd::TcpStore>("127.0.0.1", 0, 2, true, milliseconds(300));
+  nd::ProcessGroup g(server, 0, 2, nc::Device::cpu(), nd::ProcessGroupOptions{milliseconds(300)});
+  nc::Tensor t = nc::ones({2});
+  throws<nc::DistributedError>([&] { g.all_reduce(t); }, {"within 300 ms"})();
+}
+
+// ---------------------------------------------------------------- data parallelism
+
+TEST(DataParallel, BucketsFollowBackwardOrderDTypeAndSize) {
+  std::vector<nc::Tensor> params = {nc::zeros({100}), nc::zeros({300}), nc::zeros({50}),
+                                    nc::zeros({10}, nc::DType::F64), nc::zeros({1000})};
+  // From the last: 4000 bytes alone (over the first limit); the f64 one on its own; then the
+  // f32 ones together under the later limit.
+  EXPECT_EQ(nd::assign_buckets(params, 1000, 2000), (std::vector<std::vector<size_t>>{{4}, {3}, {2, 1, 0}}));
+  EXPECT_EQ(nd::assign_buckets(params, 1 << 20, 1 << 20), (std::vector<std::vector<size_t>>{{4, 2, 1, 0}, {3}}));
+  EXPECT_EQ(nd::assign_buckets(params, 1, 1), (std::vector<std::vector<size_t>>{{4}, {3}, {2}, {1}, {0}}));
+}
+
+TEST(AutogradHooks, ReadyHooksFireOnceWhenTheGradientIsCompleteAndCallbacksAfter) {
+  nc::Tensor w = nc::from_vector(std::vector<double>{2.0}, {1}).requires_grad_();
+  nc::Tensor x = nc::from_vector(std::vector<double>{3.0}, {1});
+  std::vector<std::string> events;
+  const int64_t id = nc::autograd::add_grad_ready_hook(w, [&] {
+    events.push_back("ready " + std::to_string(w.grad().item<double>()));
+    nc::autograd::queue_backward_callback([&] { events.push_back("end"); });
+  });
+  // w reaches the loss along two paths: d/dw (w x + w^2) = x + 2 w = 7.
+  nc::sum(nc::add(nc::mul(w, x), nc::mul(w, w))).backward();
+  EXPECT_EQ(events, (std::vector<std::string>{"ready 7.000000", "end"}));
+  nc::sum(nc::add(nc::mul(w, x), nc::mul(w, w))).backward();  // accumulates: 14
+  EXPECT_EQ(events.back(), "end");
+  EXPECT_EQ(events[2], "ready 14.000000");
+  nc::autograd::remove_grad_ready_hook(w, id);
+  nc::sum(nc::mul(w, x)).backward();
+  EXPECT_EQ(events.size(), 4u);
+  throws<nc::ValueError>([&] { nc::autograd::queue_backward_callback([] {}); }, {"no backward() is running"})();
+  throws<nc::ValueError>([&] { nc::autograd::add_grad_ready_hook(nc::mul(w, x), [] {}); },
+                         {"add_grad_ready_hook", "leaf"})();
+}
+
+namespace {
+
+std::shared_ptr<nc::nn::Sequential> small_mlp(uint64_t seed) {
+  nc::Generator gen(seed);
+  auto model = std::make_shared<nc::nn::Sequential>(std::vector<std::shared_ptr<nc::nn::Module>>{
+      std::make_shared<nc::nn::Linear>(6, 16, true, &gen), std::make_shared<nc::nn::ReLU>(),
+      std::make_shared<nc::nn::Linear>(16, 16, true, &gen), std::make_shared<nc::nn::ReLU>(),
+      std::make_shared<nc::nn::Linear>(16, 4, true, &gen)});
+  model->to(nc::DType::F64);
+  return model;
+}
+
+// The batch of step s for rank r: 4 rows.
+std::pair<nc::Tensor, nc::Tensor> shard(int step, int r) {
+  nc::Generator gen(1000 + 10 * step + r);
+  return {nc::randn({4, 6}, nc::DType::F64, &gen), nc::randn({4, 4}, nc::DType::F64, &gen)};
+}
+
+double max_difference(const std::vector<nc::Tensor>& a, const std::vector<nc::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::vector<double> x = values(a[i]), y = values(b[i]);
+    for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST(DataParallel, TwoRanksWithBatchBTrainAsOneWithBatch2B) {
+  constexpr int kSteps = 3;
+  // One process, batches of 8 (both ranks' rows).
+  auto reference = small_mlp(1);
+  nc::optim::SGD sgd(reference->parameters(), nc::optim::SGDOptions{0.1, 0.9});
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x0, y0] = shard(s, 0);
+    auto [x1, y1] = shard(s, 1);
+    sgd.zero_grad();
+    nc::nn::mse_loss((*reference)(nc::cat({x0, x1})), nc::cat({y0, y1})).backward();
+    sgd.step();
+  }
+  std::vector<std::vector<nc::Tensor>> trained(2);
+  run_ranks(2, [&](nd::ProcessGroup& g) {
+    // Each rank starts from other weights: the wrapper copies rank 0's.
+    auto model = small_mlp(g.rank() == 0 ? 1 : 77);
+    nd::DistributedDataParallel ddp(model, g, nd::DataParallelOptions{600, 300});
+    EXPECT_GE(ddp.buckets().size(), 3u);  // several buckets, launched as gradients come
+    nc::optim::SGD opt(model->parameters(), nc::optim::SGDOptions{0.1, 0.9});
+    for (int s = 0; s < kSteps; ++s) {
+      auto [x, y] = shard(s, g.rank());
+      opt.zero_grad();
+      nc::nn::mse_loss(ddp(x), y).backward();
+      opt.step();
+    }
+    trained[static_cast<size_t>(g.rank())] = model->parameters();
+  });
+  EXPECT_EQ(max_difference(trained[0], trained[1]), 0.0);  // every rank holds the same model
+  EXPECT_LT(max_difference(trained[0], reference->parameters()), 1e-12);
+  EXPECT_GT(max_difference(small_mlp(1)->parameters(), reference->parameters()), 1e-3);  // it trained
+}
+
+TEST(DataParallel, NoSyncAccumulatesLocallyAndTheNextBackwardAverages) {
+  // Reference: the gradient of (L(a0) + L(b0) + L(a1) + L(b1)) / 2.
+  auto reference = small_mlp(5);
+  for (int r = 0; r < 2; ++r) {
+    for (int micro = 0; micro < 2; ++micro) {
+      auto [x, y] = shard(micro, r);
+      nc::mul(nc::nn::mse_loss((*reference)(x), y), 0.5).backward();
+    }
+  }
+  std::vector<std::vector<nc::Tensor>> grads(2), local(2);
+  run_ranks(2, [&](nd::ProcessGroup& g) {
+    auto model = small_mlp(5);
+    nd::DistributedDataParallel ddp(model, g);
+    {
+      auto guard = ddp.no_sync();
+      auto [x, y] = shard(0, g.rank());
+      nc::nn::mse_loss(ddp(x), y).backward();
+    }
+    for (const nc::Tensor& p : model->parameters()) local[static_cast<size_t>(g.rank())].push_back(p.grad().clone());
+    auto [x, y] = shard(1, g.rank());
+    nc::nn::mse_loss(ddp(x), y).backward();
+    for (const nc::Tensor& p : model->parameters()) grads[static_cast<size_t>(g.rank())].push_back(p.grad());
+  });
+  EXPECT_GT(max_difference(local[0], local[1]), 1e-3);  // not averaged under no_sync
+  std::vector<nc::Tensor> expected;
+  for (const nc::Tensor& p : reference->parameters()) expected.push_back(p.grad());
+  EXPECT_LT(max_difference(grads[0], expected), 1e-12);
+  EXPECT_EQ(max_difference(grads[0], grads[1]), 0.0);
+}
+
+TEST(DataParallel, RanksWithDifferentModelsAreRefused) {
+  std::atomic<int> refused{0};
+  try {
+    run_ranks(2, [&](nd::ProcessGroup& g) {
+      auto model = g.rank() == 0 ? small_mlp(1) : std::make_shared<nc::nn::Sequential>(
+                                                      std::vector<std::shared_ptr<nc::nn::Module>>{
+                                                          std::make_shared<nc::nn::Linear>(6, 4)});
+      try {
+        nd::DistributedDataParallel ddp(model, g);
+      } catch (const nc::ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("has another model"), std::string::npos) << e.what();
+        ++refused;
+      }
+    });
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  EXPECT_EQ(refused.load(), 2);
+}
+
+// ---------------------------------------------------------------- NCCL (GPUs)
+
+namespace {
+
+std::shared_ptr<nc::nn::Sequential> mlp_on(uint64_t seed, nc::Device device) {
+  auto model = small_mlp(seed);
+  model->to(nc::DType::F32);
+  model->to(device);
+  return model;
+}
+
+}  // namespace
+
+TEST(DistributedCuda, OneRankRunsEveryCollectiveAndTrainsAsPlainTraining) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const nc::Device gpu = nc::Device::cuda(0);
+  run_ranks(1, [&](nd::ProcessGroup& g) {
+    EXPECT_EQ(g.backend().rfind("nccl 2.", 0), 0u) << g.backend();
+    for (nc::DType dtype : {nc::DType::F32, nc::DType::BF16, nc::DType::F64, nc::DType::I64, nc::DType::F16}) {
+      const nc::Tensor original = nc::arange(0, 6, 1, nc::TensorOptions(nc::DType::F32, gpu)).to(dtype);
+      for (nd::ReduceOp op : {nd::ReduceOp::Sum, nd::ReduceOp::Max, nd::ReduceOp::Min, nd::ReduceOp::Avg}) {
+        if (op == nd::ReduceOp::Avg && !nc::is_floating(dtype)) continue;
+        nc::Tensor t = original.clone();
+        g.all_reduce(t, op);
+        EXPECT_EQ(values(t.to(nc::Device::cpu())), values(original.to(nc::Device::cpu())))
+            << nc::dtype_name(dtype) << " " << nd::reduce_op_name(op);
+      }
+    }
+    nc::Tensor t = nc::full({1000}, 3.5, gpu);
+    g.broadcast(t, 0);
+    EXPECT_EQ(values(t.to(nc::Device::cpu()))[999], 3.5);
+    nc::Tensor out = nc::zeros({4, 3}, gpu);
+    const nc::Tensor in = nc::mul(nc::ones({4, 3}, gpu), 2.0);
+    g.all_gather(out, in);
+    EXPECT_EQ(values(out.to(nc::Device::cpu())), std::vector<double>(12, 2.0));
+    nc::Tensor scattered = nc::zeros({4, 3}, gpu);
+    g.reduce_scatter(scattered, nc::mul(nc::ones({4, 3}, gpu), 5.0), nd::ReduceOp::Sum);
+    EXPECT_EQ(values(scattered.to(nc::Device::cpu())), std::vector<double>(12, 5.0));
+    nc::Tensor big = nc::full({1 << 20}, 1.25, gpu);
+    nd::Work work = g.all_reduce_async(big, nd::ReduceOp::Sum);
+    work.synchronize();
+    EXPECT_TRUE(work.completed());
+    EXPECT_EQ(values(big.to(nc::Device::cpu()))[12345], 1.25);
+    g.barrier();
+    throws<nc::DeviceError>([&] { g.all_reduce(nc::ones({2})); }, {"all_reduce (rank 0 of 1)", "cpu", "cuda:0"})();
+
+    // Data-parallel training of one rank gives plain training's parameters, bit for bit.
+    auto plain = mlp_on(3, gpu), wrapped = mlp_on(3, gpu);
+    nd::DistributedDataParallel ddp(wrapped, g, nd::DataParallelOptions{2048, 1024});
+    EXPECT_GE(ddp.buckets().size(), 2u);
+    nc::optim::Adam a(plain->parameters(), nc::optim::AdamOptions{1e-2});
+    nc::optim::Adam b(wrapped->parameters(), nc::optim::AdamOptions{1e-2});
+    for (int s = 0; s < 5; ++s) {
+      auto [x, y] = shard(s, 0);
+      x = x.to(nc::DType::F32).to(gpu);
+      y = y.to(nc::DType::F32).to(gpu);
+      a.zero_grad();
+      nc::nn::mse_loss((*plain)(x), y).backward();
+      a.step();
+      b.zero_grad();
+      nc::nn::mse_loss(ddp(x), y).backward();
+      b.step();
+    }
+    EXPECT_EQ(max_difference(plain->parameters(), wrapped->parameters()), 0.0);
+  });
+}
+
+// Needs two GPUs: ranks on cuda:0 and cuda:1 with 4 rows each train as one GPU with 8.
+TEST(DistributedCuda, TwoGpusWithBatchBTrainAsOneWithBatch2B) {
+  if (nc::cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  const nc::Device gpu = nc::Device::cuda(0);
+  auto reference = mlp_on(1, gpu);
+  nc::optim::SGD sgd(reference->parameters(), nc::optim::SGDOptions{0.1, 0.9});
+  for (int s = 0; s < 3; ++s) {
+    auto [x0, y0] = shard(s, 0);
+    auto [x1, y1] = shard(s, 1);
+    sgd.zero_grad();
+    nc::nn::mse_loss((*reference)(nc::cat({x0, x1}).to(nc::DType::F32).to(gpu)),
+                     nc::cat({y0, y1}).to(nc::DType::F32).to(gpu))
+        .backward();
+    sgd.step();
+  }
+  std::vector<std::vector<nc::Tensor>> trained(2);
+  run_ranks(
+      2,
+      [&](nd::ProcessGroup& g) {
+        const nc::Device mine = nc::Device::cuda(g.rank());
+        auto model = mlp_on(g.rank() == 0 ? 1 : 77, mine);
+        nd::DistributedDataParallel ddp(model, g, nd::DataParallelOptions{600, 300});
+        nc::optim::SGD opt(model->parameters(), nc::optim::SGDOptions{0.1, 0.9});
+        for (int s = 0; s < 3; ++s) {
+          auto [x, y] = shard(s, g.rank());
+          opt.zero_grad();
+          nc::nn::mse_loss(ddp(x.to(nc::DType::F32).to(mine)), y.to(nc::DType::F32).to(mine)).backward();
+          opt.step();
+        }
+        for (const nc::Tensor& p : model->parameters()) trained[static_cast<size_t>(g.rank())].push_back(p.to(nc::Device::cpu()));
+      },
+      milliseconds(60000), true);
+  std::vector<nc::Tensor> expected;
+  for (const nc::Tensor& p : reference->parameters()) expected.push_back(p.to(nc::Device::cpu()));
+  EXPECT_EQ(max_difference(trained[0], trained[1]), 0.0);
+  EXPECT_LT(max_difference(trained[0], expected), 1e-5);
+}

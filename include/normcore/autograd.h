@@ -19,6 +19,7 @@ struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
   std::shared_ptr<Node> grad_fn;  // null for leaves
+  std::vector<std::pair<int64_t, std::function<void()>>> ready_hooks;  // see add_grad_ready_hook
 };
 
 namespace autograd {
@@ -58,6 +59,22 @@ class AnomalyModeGuard {
  private:
   bool previous_;
 };
+
+// Runs hook once in every backward() that reaches leaf (a tensor that requires grad and was
+// made by no recorded op), on the thread running backward, as soon as leaf's gradient for
+// that backward is complete: every path from the root into leaf has been processed and its
+// gradient added to leaf.grad() (which stays undefined if none carried one). This is where
+// data-parallel training starts reducing a gradient while backward goes on (PyTorch's
+// register_post_accumulate_grad_hook). Returns an id for remove_grad_ready_hook. The hook
+// must not keep leaf alive (the tensor would own itself): capture an index or a pointer.
+// ValueError for a tensor that is not a leaf requiring grad.
+int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
+void remove_grad_ready_hook(const Tensor& leaf, int64_t id);
+
+// Queues fn to run when the backward() running on this thread has processed every node and
+// run every hook (PyTorch's queue_callback), in the order queued; a callback may queue
+// another. ValueError outside a backward.
+void queue_backward_callback(std::function<void()> fn);
 
 }  // namespace autograd
 

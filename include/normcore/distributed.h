@@ -4,6 +4,10 @@
 // connects). The NCCL process group, its collectives and DistributedDataParallel build on
 // these.
 //
+// On top of them: ProcessGroup (collectives over NCCL on a GPU, or through the store on the
+// CPU) and DistributedDataParallel (gradients averaged over the ranks in buckets, while
+// backward runs).
+//
 // Every failure to meet (a refused or dropped connection, a peer that never sets a key, a
 // timeout) throws DistributedError naming the operation, the key and the rank; nothing
 // waits forever.
@@ -16,6 +20,8 @@
 #include <vector>
 
 #include "normcore/error.h"
+#include "normcore/nn.h"
+#include "normcore/tensor.h"
 
 namespace normcore {
 namespace distributed {
@@ -57,11 +63,16 @@ class TcpStore {
   int64_t add(const std::string& key, int64_t delta);
   void barrier(const std::string& name);
 
+  // Removes k (nothing when unset).
+  void remove(const std::string& key);
+
   int port() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
   struct Server;
+  // A request answered by one byte (set, remove).
+  void acknowledged(const char* what, uint8_t command, const std::string& key, const std::string& value);
   std::unique_ptr<Server> server_;
   int socket_ = -1;
   int port_ = 0;
@@ -88,6 +99,169 @@ struct LaunchOptions {
 // failing rank's status (128 + signal for a signal); 0 when every rank succeeded. Bad
 // options throw ValueError.
 int launch(const std::vector<std::string>& command, const LaunchOptions& options);
+
+// ---------------------------------------------------------------- process groups
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+const char* reduce_op_name(ReduceOp op);
+
+struct ProcessGroupOptions {
+  // How long a collective (or the start of the group) may take before it is declared
+  // failed: the communicator is aborted and DistributedError names the collective and the
+  // rank. A dead or stuck peer is found within this time.
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+};
+
+// A collective under way (from an *_async call). wait() makes the current stream of the
+// group's device wait for it (the host goes on: later work on that stream sees the result);
+// synchronize() blocks the host until it has finished, at most the group's timeout. A Work
+// dropped unwaited is waited for by its destructor in the first sense, so the tensors it
+// reads and writes are never reused while it runs.
+class Work {
+ public:
+  struct State;
+  Work() = default;
+  explicit Work(std::shared_ptr<State> state);
+  ~Work();
+  Work(Work&&) noexcept;
+  Work& operator=(Work&&) noexcept;
+
+  void wait();
+  void synchronize();
+  bool completed() const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// The ranks of a job, able to run collectives on tensors of one device. On a CUDA device the
+// collectives are NCCL's, queued on the device's current stream (the *_async ones on the
+// group's own stream, ordered after what the current stream had queued); NCCL is loaded at
+// run time, and a machine without it gets DistributedError here. On the CPU they pass
+// through the store (every byte through rank 0; for tests and small CPU jobs, not speed).
+//
+// Every rank calls the same collectives in the same order with tensors of the same shape and
+// dtype. Tensors must be contiguous and on the group's device: anything else throws
+// ShapeError / DTypeError / DeviceError naming the collective, the argument and the rank. A
+// failed collective (an NCCL error, a peer that died, the timeout) aborts the communicator;
+// that collective or the next call throws DistributedError naming the collective and the
+// rank, and every later call throws it too. A watchdog thread keeps the time.
+class ProcessGroup {
+ public:
+  // Joins the job env describes: rank 0 serves the store at env.master_addr:master_port,
+  // every rank connects. device: cuda:local_rank for a GPU job (NCCL), cpu for the store.
+  ProcessGroup(const Env& env, Device device, ProcessGroupOptions options = {});
+  // Over an existing store (shared with other uses of it; keys start with "pg/").
+  ProcessGroup(std::shared_ptr<TcpStore> store, int rank, int world_size, Device device,
+               ProcessGroupOptions options = {});
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  Device device() const;
+  // "nccl 2.28.6" or "store".
+  std::string backend() const;
+
+  // t becomes the reduction of every rank's t (Avg: floating dtypes only).
+  void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);
+  // t becomes root's t.
+  void broadcast(const Tensor& t, int root = 0);
+  // out [world_size * n, ...] becomes every rank's in [n, ...], in rank order.
+  void all_gather(const Tensor& out, const Tensor& in);
+  // out [n, ...] becomes this rank's block (rows rank * n ...) of the reduction of every
+  // rank's in [world_size * n, ...].
+  void reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::Sum);
+  // Returns once every rank has called it (and, on a GPU, the collectives queued before it
+  // have finished on this rank).
+  void barrier();
+
+  Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum);
+  Work broadcast_async(const Tensor& t, int root = 0);
+  Work all_gather_async(const Tensor& out, const Tensor& in);
+  Work reduce_scatter_async(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::Sum);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------- data parallelism
+
+struct DataParallelOptions {
+  // Gradients are all-reduced in buckets of about this many bytes, launched as soon as
+  // backward has produced every gradient of a bucket. The first bucket (the last
+  // parameters, whose gradients come first) is kept small so communication starts early.
+  size_t bucket_bytes = 25u << 20;
+  size_t first_bucket_bytes = 1u << 20;
+  // Broadcast rank 0's buffers (BatchNorm's running statistics) before every forward in
+  // training mode, so that every rank evaluates and saves the same model.
+  bool broadcast_buffers = true;
+};
+
+// The buckets of params for DistributedDataParallel: lists of indices into params, in the
+// order they are launched. Parameters are taken from last to first (backward produces their
+// gradients in about that order), a bucket holds one dtype, and a new bucket starts when the
+// next parameter would take it past its limit (first_bucket_bytes for the first, then
+// bucket_bytes); a parameter larger than the limit gets a bucket of its own.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params, size_t first_bucket_bytes,
+                                                size_t bucket_bytes);
+
+// Data-parallel training of module on every rank of group (PyTorch's
+// DistributedDataParallel). The constructor checks that every rank has the same
+// parameters (count, shapes, dtypes), then copies rank 0's parameters and buffers to every
+// rank. From then on each backward() through the module averages the gradients over the
+// ranks: a hook on each parameter marks its gradient ready, a full bucket is copied into a
+// flat buffer and all-reduced (async, overlapping the rest of backward), buckets are
+// launched in the same order on every rank, and when backward ends the averaged gradients
+// are copied back into grad(). Parameters that got no gradient count as zeros. The
+// optimizer then steps as usual, and every rank holds the same parameters.
+//
+//   distributed::ProcessGroup group(distributed::Env::from_environment(), device);
+//   distributed::DistributedDataParallel ddp(model, group);
+//   loss = cross_entropy(ddp(x), y); loss.backward(); optimizer.step();
+//
+// no_sync() accumulates gradients locally (gradient accumulation); the first backward after
+// it ends averages the accumulated sum. Every rank must call backward the same number of
+// times. Checkpoints: save from rank 0 only (every rank holds the same model).
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(std::shared_ptr<nn::Module> module, ProcessGroup& group, DataParallelOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // module's forward, after broadcasting the buffers (see DataParallelOptions).
+  Tensor operator()(const Tensor& x);
+  nn::Module& module() { return *module_; }
+  ProcessGroup& group() { return group_; }
+  // The buckets in launch order, as indices into the module's parameters that require grad.
+  const std::vector<std::vector<size_t>>& buckets() const;
+
+  // While one lives, backward accumulates gradients without communicating.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+  struct Reducer;
+
+ private:
+  std::shared_ptr<nn::Module> module_;
+  ProcessGroup& group_;
+  DataParallelOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+};
 
 }  // namespace distributed
 }  // namespace normcore

@@ -1,0 +1,227 @@
+// DistributedDataParallel and its bucket assignment (normcore/distributed.h).
+//
+// The Reducer keeps, per bucket, a flat buffer of its parameters' gradients and the count
+// of those not ready yet in this backward. A ready hook on each parameter (autograd.h)
+// counts it down; at zero, and once every earlier bucket has been launched, the bucket is
+// launched: its gradients are copied into the flat buffer on the current stream and the
+// buffer is all-reduced (avg) asynchronously, while backward goes on. A callback at the end
+// of backward launches what is left (buckets holding parameters that got no gradient), makes
+// the current stream wait for every reduction and copies the averages back into grad().
+#include <algorithm>
+#include <map>
+
+#include "normcore/autograd.h"
+#include "normcore/distributed.h"
+#include "normcore/ops.h"
+
+namespace normcore {
+namespace distributed {
+
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params, size_t first_bucket_bytes,
+                                                size_t bucket_bytes) {
+  std::vector<std::vector<size_t>> buckets;
+  std::vector<size_t> bytes;          // per bucket
+  std::map<DType, size_t> open;       // the bucket each dtype is filling
+  std::map<DType, bool> had_first;    // whether the dtype's first bucket was closed
+  for (size_t i = params.size(); i-- > 0;) {
+    const DType dtype = params[i].dtype();
+    const size_t size = params[i].nbytes();
+    auto it = open.find(dtype);
+    if (it != open.end()) {
+      const size_t limit = had_first[dtype] ? bucket_bytes : first_bucket_bytes;
+      if (bytes[it->second] + size > limit) {
+        had_first[dtype] = true;
+        open.erase(it);
+        it = open.end();
+      }
+    }
+    if (it == open.end()) {
+      it = open.emplace(dtype, buckets.size()).first;
+      buckets.emplace_back();
+      bytes.push_back(0);
+    }
+    buckets[it->second].push_back(i);
+    bytes[it->second] += size;
+  }
+  return buckets;
+}
+
+struct DistributedDataParallel::Reducer {
+  struct Bucket {
+    std::vector<size_t> params;
+    std::vector<int64_t> offsets;  // of each parameter in flat
+    Tensor flat;
+    size_t pending = 0;
+    Work work;
+  };
+
+  ProcessGroup& group;
+  std::vector<Tensor> params;
+  std::vector<std::vector<size_t>> assignment;
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of;  // per parameter
+  std::vector<char> ready;        // per parameter, in this backward
+  std::vector<int64_t> hooks;
+  size_t next_launch = 0;
+  bool finishing = false;  // the end-of-backward callback is queued
+  bool sync = true;
+
+  Reducer(ProcessGroup& g, std::vector<Tensor> p, const DataParallelOptions& options)
+      : group(g), params(std::move(p)) {
+    assignment = assign_buckets(params, options.first_bucket_bytes, options.bucket_bytes);
+    bucket_of.resize(params.size());
+    ready.assign(params.size(), 0);
+    for (size_t k = 0; k < assignment.size(); ++k) {
+      Bucket b;
+      b.params = assignment[k];
+      int64_t numel = 0;
+      for (size_t i : b.params) {
+        b.offsets.push_back(numel);
+        numel += params[i].numel();
+        bucket_of[i] = k;
+      }
+      b.flat = zeros({numel}, TensorOptions(params[b.params[0]].dtype(), group.device()));
+      b.pending = b.params.size();
+      buckets.push_back(std::move(b));
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      hooks.push_back(autograd::add_grad_ready_hook(params[i], [this, i] { on_ready(i); }));
+    }
+  }
+
+  ~Reducer() {
+    for (size_t i = 0; i < params.size(); ++i) autograd::remove_grad_ready_hook(params[i], hooks[i]);
+  }
+
+  void on_ready(size_t i) {
+    if (!sync || ready[i]) return;
+    if (!finishing) {
+      finishing = true;
+      autograd::queue_backward_callback([this] { finish(); });
+    }
+    ready[i] = 1;
+    if (--buckets[bucket_of[i]].pending == 0) launch_ready();
+  }
+
+  // Launches the buckets that are ready, in order: every rank launches them in the same
+  // order whatever order its gradients came in.
+  void launch_ready() {
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(buckets[next_launch++]);
+  }
+
+  void launch(Bucket& b) {
+    autograd::NoGradGuard no_grad;
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const Tensor& p = params[b.params[j]];
+      Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel());
+      const Tensor grad = p.grad();
+      if (grad.defined()) {
+        slot.copy_(grad.reshape({-1}));
+      } else {
+        slot.zero_();
+      }
+    }
+    b.work = group.all_reduce_async(b.flat, ReduceOp::Avg);
+  }
+
+  void finish() {
+    finishing = false;
+    for (Bucket& b : buckets) b.pending = 0;  // parameters without a gradient count as zeros
+    launch_ready();
+    autograd::NoGradGuard no_grad;
+    for (Bucket& b : buckets) {
+      b.work.wait();
+      b.work = Work();
+      for (size_t j = 0; j < b.params.size(); ++j) {
+        const Tensor& p = params[b.params[j]];
+        const Tensor average = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape());
+        Tensor grad = p.grad();
+        if (grad.defined()) {
+          grad.copy_(average);
+        } else {
+          p.set_grad(average.clone());
+        }
+      }
+      b.pending = b.params.size();
+    }
+    std::fill(ready.begin(), ready.end(), 0);
+    next_launch = 0;
+  }
+};
+
+namespace {
+
+// A fingerprint of the parameters: count, elements, and a hash of every shape and dtype.
+std::vector<int64_t> fingerprint(const std::vector<Tensor>& params) {
+  int64_t elements = 0;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the dims and dtypes
+  auto mix = [&hash](uint64_t v) {
+    hash ^= v;
+    hash *= 1099511628211ull;
+  };
+  for (const Tensor& p : params) {
+    elements += p.numel();
+    mix(static_cast<uint64_t>(p.dtype()));
+    for (int64_t d = 0; d < p.dim(); ++d) mix(static_cast<uint64_t>(p.size(d)));
+    mix(~0ull);
+  }
+  return {static_cast<int64_t>(params.size()), elements, static_cast<int64_t>(hash >> 1)};
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module, ProcessGroup& group,
+                                                 DataParallelOptions options)
+    : module_(std::move(module)), group_(group), options_(options) {
+  const char* op = "DistributedDataParallel";
+  NC_CHECK(module_ != nullptr, ValueError, op, ": the module is null");
+  NC_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0, ValueError, op,
+           ": bucket sizes must be positive, got bucket_bytes ", options.bucket_bytes, " and first_bucket_bytes ",
+           options.first_bucket_bytes);
+  std::vector<Tensor> params;
+  for (const Tensor& p : module_->parameters()) {
+    NC_CHECK(p.device() == group.device(), DeviceError, op, " (rank ", group.rank(), "): parameter ", describe(p),
+             " is on ", p.device(), " but the group's device is ", group.device(), " (move the module first)");
+    if (p.requires_grad()) params.push_back(p);
+  }
+  NC_CHECK(!params.empty(), ValueError, op, ": the module has no parameter that requires grad");
+
+  // Every rank must hold the same model, or the buckets would not match.
+  const std::vector<int64_t> mine = fingerprint(params);
+  Tensor local = from_vector(mine, {3}).to(group.device());
+  Tensor all = empty({3 * static_cast<int64_t>(group.world_size())}, TensorOptions(DType::I64, group.device()));
+  group.all_gather(all, local);
+  const std::vector<int64_t> every = all.to(Device::cpu()).to_vector<int64_t>();
+  for (int r = 0; r < group.world_size(); ++r) {
+    NC_CHECK(std::equal(mine.begin(), mine.end(), every.begin() + 3 * r), ValueError, op, " (rank ", group.rank(),
+             "): rank ", r, " has another model (", every[3 * r], " parameters, ", every[3 * r + 1],
+             " elements) than this rank (", mine[0], " parameters, ", mine[1], " elements), or other shapes or dtypes");
+  }
+
+  {
+    autograd::NoGradGuard no_grad;
+    for (const Tensor& p : module_->parameters()) group.broadcast(p, 0);
+    for (const auto& entry : module_->named_buffers()) group.broadcast(entry.second, 0);
+  }
+  reducer_ = std::make_unique<Reducer>(group, std::move(params), options);
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+Tensor DistributedDataParallel::operator()(const Tensor& x) {
+  if (options_.broadcast_buffers && module_->is_training() && group_.world_size() > 1) {
+    autograd::NoGradGuard no_grad;
+    for (const auto& entry : module_->named_buffers()) group_.broadcast(entry.second, 0);
+  }
+  return module_->forward(x);
+}
+
+const std::vector<std::vector<size_t>>& DistributedDataParallel::buckets() const { return reducer_->assignment; }
+
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.reducer_->sync) {
+  ddp.reducer_->sync = false;
+}
+DistributedDataParallel::NoSync::~NoSync() { ddp_.reducer_->sync = previous_; }
+
+}  // namespace distributed
+}  // namespace normcore
