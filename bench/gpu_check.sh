@@ -22,7 +22,9 @@
 # CNN epoch and 500 GPT steps per precision, normcore then PyTorch eager and torch.compile),
 # graphs (the CUDA-graph tests, then MLP and CNN epochs and 500 GPT steps with and without
 # CUDA graphs beside PyTorch eager and torch.compile; GRAPH_CASES picks "model:precision"
-# epochs, GRAPH_GPT=0 skips the GPT).
+# epochs, GRAPH_GPT=0 skips the GPT), distributed (the distributed tests on NCCL, one rank
+# through the launcher against plain training, and with several GPUs a `train --nproc`
+# run on all of them).
 # Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
@@ -248,6 +250,25 @@ for section in "${sections[@]}"; do
         done
         python3 bench/gpt_train_torch.py "${gpt[@]}" 2>&1 | grep -E "^step 500/"
         python3 bench/gpt_train_torch.py "${gpt[@]}" --compile 2>&1 | grep -E "^step 500/"
+      fi
+      ;;
+    distributed)
+      echo "== data-parallel: the distributed tests (NCCL on the GPUs there are)"
+      "$run/normcore_tests" --gtest_filter='DistributedCuda.*:ProcessGroup*:DataParallel.*:TcpStore.*:AutogradHooks.*:Nccl.*' \
+        > "$out/distributed-tests.log" 2>&1
+      echo "exit $?"; grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]" "$out/distributed-tests.log"
+      echo "== one rank through the launcher (NCCL, DistributedDataParallel) against plain training"
+      dp=(--data "$data" --model mlp-layernorm --epochs 1 --cuda-graph off --seed 3)
+      "$run/normcore" train "${dp[@]}" --device cuda:0 --out "$out/plain.safetensors" | grep -E "^epoch 1/1:"
+      MASTER_PORT=29533 "$run/normcore" launch --nproc 1 -- "$run/normcore" train "${dp[@]}" --device cuda \
+        --out "$out/dp1.safetensors" | grep -E "over nccl|epoch 1/1:"
+      python3 bench/compare_checkpoints.py "$out/plain.safetensors" "$out/dp1.safetensors"
+      echo "identical parameters: exit $?"
+      gpus=$(nvidia-smi -L | wc -l)
+      if [ "$gpus" -ge 2 ]; then
+        echo "== train --nproc $gpus, defaults (mlp-layernorm, 12 epochs, batch 128 per rank)"
+        MASTER_PORT=29534 "$run/normcore" train --data "$data" --nproc "$gpus" --out "$out/dp.safetensors" \
+          | grep -E "over nccl|epoch [0-9]+/[0-9]+:"
       fi
       ;;
     *)

@@ -3,15 +3,22 @@
 // clipping), then its test accuracy. Prints a table line and a JSON line;
 // bench/mlp_epoch_torch.py runs the same model in PyTorch. --precision as `normcore train`'s:
 // fp32 (the default), tf32, bf16 or fp16 (autocast; fp16 with a GradScaler). --cuda-graph
-// on (the default on CUDA) replays each step as one CUDA graph (GraphedStep).
+// on (the default on CUDA) replays each step as one CUDA graph (GraphedStep). Started by
+// `normcore launch --nproc N` (WORLD_SIZE set) it trains data-parallel on cuda:LOCAL_RANK
+// (DistributedDataParallel, each rank a 1/N share of every epoch, batch B per rank, no CUDA
+// graph) and rank 0 reports the epoch of all ranks; bench/mlp_epoch_torch.py under torchrun
+// is the PyTorch DDP peer.
 //   mlp_epoch [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B] [--precision P]
 //             [--cuda-graph on|off]
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "normcore/data.h"
+#include "normcore/distributed.h"
 #include "normcore/models.h"
 #include "normcore/normcore.h"
 
@@ -49,7 +56,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  nc::Device device = device_spec == "auto" ? nc::best_device() : nc::Device(device_spec);
+  const bool data_parallel = std::getenv("WORLD_SIZE") != nullptr;
+  const nc::distributed::Env env = nc::distributed::Env::from_environment();
+  nc::Device device = data_parallel ? nc::Device::cuda(env.local_rank)
+                      : device_spec == "auto" ? nc::best_device() : nc::Device(device_spec);
   if (precision != "fp32" && precision != "tf32" && precision != "bf16" && precision != "fp16") {
     std::fprintf(stderr, "mlp_epoch: --precision must be fp32, tf32, bf16 or fp16, got '%s'\n", precision.c_str());
     return 2;
@@ -64,19 +74,27 @@ int main(int argc, char** argv) {
   nc::Generator gen(0);
   auto model = nc::models::make_classifier(model_name, &gen);
   model->to(device);
+  std::unique_ptr<nc::distributed::ProcessGroup> group;
+  std::unique_ptr<nc::distributed::DistributedDataParallel> ddp;
+  if (data_parallel) {
+    group = std::make_unique<nc::distributed::ProcessGroup>(env, device);
+    ddp = std::make_unique<nc::distributed::DistributedDataParallel>(model, *group);
+  }
   nc::optim::AdamW optimizer(model->parameters(), {1e-3, 0.9, 0.999, 1e-8, 1e-4});
   nc::data::DataLoaderOptions options;
   options.batch_size = batch_size;
   options.device = device;
+  options.num_replicas = env.world_size;
+  options.rank = env.rank;
   nc::data::DataLoader loader(train, options);
 
-  const bool graphed = device.is_cuda() && graph_option != "off";
+  const bool graphed = device.is_cuda() && graph_option != "off" && !data_parallel;
   nc::GraphedStep graph_step(
       [&](const std::vector<nc::Tensor>& in) {
         nc::Tensor loss;
         {
           nc::autocast::Guard guard(lower, autocast);
-          loss = nc::nn::cross_entropy((*model)(in[0]), in[1], nc::nn::Reduction::Mean, 0.1);
+          loss = nc::nn::cross_entropy(ddp ? (*ddp)(in[0]) : (*model)(in[0]), in[1], nc::nn::Reduction::Mean, 0.1);
         }
         optimizer.zero_grad();
         if (precision != "fp16") {
@@ -110,20 +128,24 @@ int main(int argc, char** argv) {
     best = std::min(best, now() - start);
   }
 
+  if (group) group->barrier();
+  if (env.rank != 0) return 0;
   double accuracy = nc::models::evaluate(*model, test, device).accuracy;
   double rate = static_cast<double>(train.labels.size(0)) / best;
+  const std::string where = data_parallel ? std::to_string(env.world_size) + " GPU(s) (" + group->backend() + ")"
+                                          : device.str();
   std::printf("normcore %s %s epoch on %s%s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",
-              model_name.c_str(), precision.c_str(), device.str().c_str(),
+              model_name.c_str(), precision.c_str(), where.c_str(),
               graphed ? " with a CUDA graph" : "", best, rate, 100 * accuracy, static_cast<long long>(epochs));
   if (graphed) {
     std::printf("graph: %zu nodes, %lld replays, %lld direct steps\n", graph_step.graph_nodes(),
                 static_cast<long long>(graph_step.replays()), static_cast<long long>(graph_step.direct_steps()));
   }
   std::printf("{\"impl\": \"normcore\", \"model\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
-              "\"cuda_graph\": %s, \"batch_size\": %lld, \"epoch_s\": %.4f, \"samples_per_s\": %.0f, \"test_accuracy\": %.4f, "
+              "\"cuda_graph\": %s, \"world_size\": %d, \"batch_size\": %lld, \"epoch_s\": %.4f, \"samples_per_s\": %.0f, \"test_accuracy\": %.4f, "
               "\"epochs\": %lld}\n",
               model_name.c_str(), precision.c_str(), device.str().c_str(), graphed ? "true" : "false",
-              static_cast<long long>(batch_size), best, rate, accuracy,
+              env.world_size, static_cast<long long>(batch_size), best, rate, accuracy,
               static_cast<long long>(epochs));
   return 0;
 }

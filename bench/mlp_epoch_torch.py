@@ -4,6 +4,9 @@
 # directly. --compile runs the model through torch.compile (--compile-mode reduce-overhead:
 # its CUDA-graph mode, which graphs the model's forward and backward). --precision as normcore's: fp32
 # (TF32 off, the default), tf32, bf16 or fp16 (torch.autocast; fp16 with a GradScaler).
+# Under torchrun (WORLD_SIZE set) it trains with DistributedDataParallel over NCCL on
+# cuda:LOCAL_RANK, each rank a 1/N share of every epoch with --batch-size per rank, and rank 0
+# reports: the peer of mlp_epoch under `normcore launch`.
 #   python3 bench/mlp_epoch_torch.py [--model NAME] [--compile] [--precision P] [--device cpu|cuda] [--epochs N]
 #                                    [--data DIR]
 import argparse, gzip, json, os, struct, time
@@ -51,6 +54,12 @@ def main():
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    ddp = "WORLD_SIZE" in os.environ
+    if ddp:
+        torch.distributed.init_process_group("nccl")
+        a.device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+        torch.cuda.set_device(a.device)
     dev = torch.device(a.device)
     torch.manual_seed(0)
 
@@ -67,10 +76,16 @@ def main():
     scaler = torch.amp.GradScaler(dev.type) if a.precision == "fp16" else None
     model = make_model(a.model).to(dev)
     train_model = torch.compile(model, mode=a.compile_mode) if a.compile else model
+    if ddp:
+        train_model = torch.nn.parallel.DistributedDataParallel(train_model, device_ids=[dev.index])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
 
+    epoch_seed = [0]
+
     def batches(n=None):
-        perm = torch.randperm(len(ytr))
+        # The same order on every rank; rank r takes every world-th sample from r.
+        epoch_seed[0] += 1
+        perm = torch.randperm(len(ytr), generator=torch.Generator().manual_seed(epoch_seed[0]))[rank::world]
         for i, s in enumerate(range(0, len(ytr), a.batch_size)):
             if n is not None and i >= n:
                 return
@@ -108,17 +123,26 @@ def main():
         sync()
         best = min(best, time.perf_counter() - t)
 
+    if ddp:
+        torch.distributed.barrier()
+        if rank != 0:
+            torch.distributed.destroy_process_group()
+            return
     model.eval()
     with torch.no_grad():
         correct = sum((model(xte[s:s + 1000].to(dev)).argmax(1).cpu() == yte[s:s + 1000]).sum().item()
                       for s in range(0, len(yte), 1000))
     acc = correct / len(yte)
     impl = ("pytorch-compile" + ("" if a.compile_mode == "default" else "-" + a.compile_mode)) if a.compile else "pytorch"
+    if ddp:
+        impl += f"-ddp{world}"
     print(f"{impl} {torch.__version__} {a.model} {a.precision} epoch on {dev}: {best:.3f} s ({len(ytr) / best:.0f} samples/s), "
           f"test accuracy {100 * acc:.2f}% after {a.epochs} epoch(s) (threads {torch.get_num_threads()})")
     print(json.dumps(dict(impl=impl, model=a.model, precision=a.precision, version=torch.__version__, device=str(dev), batch_size=a.batch_size,
                           epoch_s=round(best, 4), samples_per_s=round(len(ytr) / best), test_accuracy=acc,
-                          epochs=a.epochs)))
+                          epochs=a.epochs, world_size=world)))
+    if ddp:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

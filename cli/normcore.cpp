@@ -68,7 +68,9 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"detect-anomaly", "off", "on: check every op's result and gradient for NaN/Inf, naming the op (slow)"},
     {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
     {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless "
-                           "--detect-anomaly; off"},
+                           "--detect-anomaly or data-parallel; off"},
+    {"nproc", "1", "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
+                   "--batch-size is per process"},
 };
 const std::vector<OptionSpec> kEvalOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to evaluate"},
@@ -318,22 +320,68 @@ class Progress {
 };
 
 // --cuda-graph: whether the training steps run through a GraphedStep (normcore/graphed_step.h).
-bool use_cuda_graph(const Args& args, const nc::Device& device, bool anomaly) {
+bool use_cuda_graph(const Args& args, const nc::Device& device, bool anomaly, bool data_parallel = false) {
   const std::string& value = args.options.at("cuda-graph");
   NC_CHECK(value == "auto" || value == "on" || value == "off", ValueError,
            "option --cuda-graph must be auto, on or off, got '", value, "'");
   if (value == "off") return false;
   const char* why = !device.is_cuda() ? "CUDA graphs need a CUDA device"
                     : anomaly          ? "--detect-anomaly reads every result on the host"
+                    : data_parallel    ? "data-parallel steps are not captured yet"
                                        : nullptr;
   NC_CHECK(value == "auto" || why == nullptr, ValueError, "option --cuda-graph on: ", why,
            " (use --cuda-graph off or auto)");
   return why == nullptr;
 }
 
+// The command line as given, for train --nproc, which runs itself again under the launcher.
+std::vector<std::string> g_argv;
+
+// train --nproc N (N > 1): runs this program's command line, without --nproc, as N ranks
+// through the launcher (MASTER_PORT from the environment when set).
+int launch_self(int nproc) {
+  NC_CHECK(std::getenv("WORLD_SIZE") == nullptr, ValueError,
+           "option --nproc ", nproc, ": this process is already a rank of a job (WORLD_SIZE is set)");
+  std::vector<std::string> command{std::filesystem::read_symlink("/proc/self/exe").string()};
+  for (size_t i = 1; i < g_argv.size(); ++i) {
+    if (g_argv[i] == "--nproc") {
+      ++i;
+    } else if (g_argv[i].rfind("--nproc=", 0) != 0) {
+      command.push_back(g_argv[i]);
+    }
+  }
+  nc::distributed::LaunchOptions options;
+  options.nproc = nproc;
+  options.master_port = nc::distributed::Env::from_environment().master_port;
+  return nc::distributed::launch(command, options);
+}
+
+// The device of a rank of a data-parallel job: --device auto or cuda means cuda:LOCAL_RANK
+// (the CPU for auto without a GPU), cpu the CPU; a given GPU index would put every rank on it.
+nc::Device rank_device(const std::string& spec, const nc::distributed::Env& env) {
+  if (spec == "cpu") return nc::Device::cpu();
+  NC_CHECK(spec == "auto" || spec == "cuda", ValueError, "--device ", spec,
+           ": a data-parallel rank takes --device auto, cuda (meaning cuda:LOCAL_RANK) or cpu");
+  if (spec == "auto" && !nc::cuda_is_available()) return nc::Device::cpu();
+  NC_CHECK(env.local_rank < nc::cuda_device_count(), DeviceError, "--device ", spec, ": local rank ", env.local_rank,
+           " needs cuda:", env.local_rank, " but ", nc::cuda_device_count(), " CUDA device(s) are visible");
+  return nc::Device::cuda(env.local_rank);
+}
+
+// " (rank 0 of 2 over nccl 2.28.6; rank r on cuda:r)"
+std::string detail_ranks(int world_size, const std::string& backend, const nc::Device& device) {
+  return " (rank 0 of " + std::to_string(world_size) + " over " + backend +
+         (device.is_cuda() ? "; rank r on cuda:LOCAL_RANK)" : ")");
+}
+
 // ---------------------------------------------------------------- commands
 int train(const Args& args) {
-  nc::Device device = pick_device(args.options.at("device"));
+  if (const int64_t nproc = integer(args, "nproc", 1); nproc > 1) return launch_self(static_cast<int>(nproc));
+  const nc::distributed::Env env = nc::distributed::Env::from_environment();
+  // Started by a launcher (WORLD_SIZE set): data-parallel, also with one rank.
+  const bool data_parallel = std::getenv("WORLD_SIZE") != nullptr;
+  const bool main_rank = env.rank == 0;  // prints, evaluates and writes checkpoints
+  nc::Device device = data_parallel ? rank_device(args.options.at("device"), env) : pick_device(args.options.at("device"));
   const int64_t epochs = integer(args, "epochs", 1), batch_size = integer(args, "batch-size", 1);
   uint64_t seed = static_cast<uint64_t>(integer(args, "seed", 0));
   const double lr = number(args, "lr"), weight_decay = number(args, "weight-decay");
@@ -377,6 +425,21 @@ int train(const Args& args) {
     model->to(device);
   }
   model->train();
+  if (data_parallel && env.rank > 0) {
+    // Dropout draws other masks on every rank: its own seed, at the position all ranks share
+    // (they draw the same amounts), so that a checkpoint's offset resumes every rank.
+    const uint64_t offset = gen.offset();
+    gen.manual_seed(seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(env.rank));
+    gen.set_offset(offset);
+  }
+  // Data-parallel: every rank starts from rank 0's weights and averages its gradients with
+  // the others' during backward.
+  std::unique_ptr<nc::distributed::ProcessGroup> group;
+  std::unique_ptr<nc::distributed::DistributedDataParallel> ddp;
+  if (data_parallel) {
+    group = std::make_unique<nc::distributed::ProcessGroup>(env, device);
+    ddp = std::make_unique<nc::distributed::DistributedDataParallel>(model, *group);
+  }
 
   std::unique_ptr<nc::optim::Optimizer> optimizer;
   if (optimizer_name == "sgd") {
@@ -396,6 +459,8 @@ int train(const Args& args) {
   loader_options.batch_size = batch_size;
   loader_options.seed = seed;
   loader_options.device = device;
+  loader_options.num_replicas = env.world_size;
+  loader_options.rank = env.rank;
   nc::data::DataLoader loader(train_set, loader_options);
   const int64_t steps = epochs * loader.num_batches();
   const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
@@ -416,13 +481,14 @@ int train(const Args& args) {
 
   int64_t params = 0;
   for (const nc::Tensor& p : model->parameters()) params += p.numel();
-  const bool graphed = use_cuda_graph(args, device, anomaly == "on");
+  const bool graphed = use_cuda_graph(args, device, anomaly == "on", data_parallel);
   nc::GraphedStep train_step(
       [&](const std::vector<nc::Tensor>& in) {
         nc::Tensor loss;
         {
           nc::autocast::Guard autocast(precision.dtype, precision.autocast);
-          loss = nc::nn::cross_entropy((*model)(in[0]), in[1], nc::nn::Reduction::Mean, smoothing);
+          const nc::Tensor logits = ddp ? (*ddp)(in[0]) : (*model)(in[0]);
+          loss = nc::nn::cross_entropy(logits, in[1], nc::nn::Reduction::Mean, smoothing);
         }
         optimizer->zero_grad();
         precision.backward_and_step(loss, optimizer->params(), clip,
@@ -430,13 +496,19 @@ int train(const Args& args) {
         return loss;
       },
       graphed);
-  std::printf("normcore train: model %s (%lld parameters) on %s in %s%s, %lld training / %lld test images, "
-              "%s lr %g, batch %lld, %lld epochs%s\n",
-              model_name.c_str(), static_cast<long long>(params), device.str().c_str(),
-              args.options.at("precision").c_str(), graphed ? " with CUDA graphs" : "",
-              static_cast<long long>(loader.size()), static_cast<long long>(test_set.images.size(0)),
-              optimizer_name.c_str(), lr, static_cast<long long>(batch_size), static_cast<long long>(epochs),
-              first_epoch ? (", resuming after epoch " + std::to_string(first_epoch)).c_str() : "");
+  const std::string ranks =
+      data_parallel ? detail_ranks(env.world_size, group->backend(), device) : std::string();
+  if (main_rank) {
+    std::printf("normcore train: model %s (%lld parameters) on %s%s in %s%s, %lld training / %lld test images, "
+                "%s lr %g, batch %lld%s, %lld epochs%s\n",
+                model_name.c_str(), static_cast<long long>(params), device.str().c_str(), ranks.c_str(),
+                args.options.at("precision").c_str(), graphed ? " with CUDA graphs" : "",
+                static_cast<long long>(train_set.images.size(0)), static_cast<long long>(test_set.images.size(0)),
+                optimizer_name.c_str(), lr, static_cast<long long>(batch_size),
+                data_parallel ? (" per rank (" + std::to_string(batch_size * env.world_size) + " in all)").c_str() : "",
+                static_cast<long long>(epochs),
+                first_epoch ? (", resuming after epoch " + std::to_string(first_epoch)).c_str() : "");
+  }
 
   const int64_t stop_after = integer(args, "stop-after", 0);
   const int64_t last_epoch = stop_after > 0 ? std::min(epochs, stop_after) : epochs;
@@ -450,20 +522,22 @@ int train(const Args& args) {
       const nc::Tensor loss = train_step({batch.images, batch.labels});
       schedule.step();
       samples += batch.labels.size(0);
-      // Reading the loss waits for the device: do it for the progress display only.
-      if (batch.index % 20 == 0 || batch.index + 1 == loader.num_batches()) {
+      // Reading the loss waits for the device: do it for the progress display only (rank 0's
+      // batches in a data-parallel job).
+      if (main_rank && (batch.index % 20 == 0 || batch.index + 1 == loader.num_batches())) {
         loss_sum += loss.item<double>();
         ++loss_count;
-        progress.update(batch.index + 1, samples, loss_sum / static_cast<double>(loss_count));
+        progress.update(batch.index + 1, samples * env.world_size, loss_sum / static_cast<double>(loss_count));
       }
     }
+    if (!main_rank) continue;  // the others go on to the next epoch and wait in its first all-reduce
     progress.finish();
     double train_seconds = progress.elapsed();
     nc::models::Evaluation e = nc::models::evaluate(*model, test_set, device);
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.1f s, %.0f samples/s)%s\n",
                 static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
                 loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), 100 * e.accuracy, train_seconds,
-                static_cast<double>(samples) / train_seconds, precision.scaler_report().c_str());
+                static_cast<double>(samples * env.world_size) / train_seconds, precision.scaler_report().c_str());
     std::fflush(stdout);
     if (!out.empty()) {
       saved_options["rng.offset"] = std::to_string(gen.offset());
@@ -473,7 +547,8 @@ int train(const Args& args) {
                                   saved_options);
     }
   }
-  if (!out.empty()) std::printf("checkpoint: %s\n", out.c_str());
+  if (group) group->barrier();  // rank 0's last checkpoint is written before any rank ends
+  if (!out.empty() && main_rank) std::printf("checkpoint: %s\n", out.c_str());
   return 0;
 }
 
@@ -780,6 +855,7 @@ int main(int argc, char** argv) {
     usage(std::cerr);
     return 2;
   }
+  g_argv.assign(argv, argv + argc);
   try {
     Args args = parse(argc, argv, *specs);
     if (args.options.count("help")) {

@@ -97,6 +97,30 @@ grep -q "^epoch 2/" c1.log && fail "--stop-after 1 ran a second epoch"
 [ "$(summary 2 a.log)" = "$(summary 2 c2.log)" ] || fail "resuming changed the run: $(summary 2 a.log) vs $(summary 2 c2.log)"
 grep -q "resuming after epoch 1" c2.log || fail "resume did not say where it resumed"
 
+# Data-parallel: two ranks of 50 images a step (100 in all) on the CPU learn as one process
+# does, repeat themselves for a seed, resume exactly (every rank's dropout position comes
+# back), and only rank 0 prints and writes the checkpoint.
+export MASTER_PORT=$(( 20000 + RANDOM % 20000 ))
+"$normcore" train "${common[@]}" --nproc 2 --batch-size 50 --epochs 2 --seed 7 --out dp.safetensors > dp.log
+"$normcore" train "${common[@]}" --nproc 2 --batch-size 50 --epochs 2 --seed 7 --out dp-b.safetensors > dp-b.log
+dp_summary() { grep -E "^\[rank 0\] epoch $1/[0-9]+: " "$2" | sed -E 's/ \(.*//'; }
+grep -q "(rank 0 of 2 over store)" dp.log || fail "train --nproc 2 did not say it runs 2 ranks: $(head -1 dp.log)"
+[ -n "$(dp_summary 2 dp.log)" ] || fail "train --nproc 2 printed no summary: $(cat dp.log)"
+[ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-b.log)" ] || fail "data-parallel runs with one seed differ"
+grep -q "^\[rank 1\] epoch" dp.log && fail "rank 1 printed epoch lines"
+dp_accuracy=$(dp_summary 2 dp.log | sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/')
+awk -v a="$dp_accuracy" -v b="$accuracy" 'BEGIN { exit !(a > b - 3) }' ||
+  fail "data-parallel test accuracy $dp_accuracy% is far below one process's $accuracy%"
+"$normcore" train "${common[@]}" --nproc 2 --batch-size 50 --epochs 2 --stop-after 1 --seed 7 --out dp-c.safetensors > dp-c1.log
+"$normcore" train "${common[@]}" --nproc 2 --batch-size 50 --epochs 2 --resume dp-c.safetensors --out dp-c.safetensors > dp-c2.log
+[ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-c2.log)" ] ||
+  fail "resuming a data-parallel run changed it: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-c2.log)"
+"$normcore" eval --checkpoint dp.safetensors --data "$data" --device cpu > dp-eval.log
+grep -q "test accuracy $dp_accuracy%" dp-eval.log || fail "eval of the data-parallel checkpoint: $(head -1 dp-eval.log)"
+expect_error "already a rank" env WORLD_SIZE=2 "$normcore" train "${common[@]}" --nproc 2
+expect_error "cuda:LOCAL_RANK" env WORLD_SIZE=2 RANK=0 "$normcore" train "${common[@]}" --device cuda:1
+unset MASTER_PORT
+
 # Mixed precision: bf16 learns about as well as f32; an fp16 run stopped and resumed from its
 # checkpoint (which holds the loss scaler's state) matches the uninterrupted one. The
 # sanitizer run (NORMCORE_CLI_TEST_QUICK=1) trains on 500 images and checks the resume only.

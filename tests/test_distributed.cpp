@@ -541,3 +541,42 @@ TEST(DistributedCuda, TwoGpusWithBatchBTrainAsOneWithBatch2B) {
   EXPECT_EQ(max_difference(trained[0], trained[1]), 0.0);
   EXPECT_LT(max_difference(trained[0], expected), 1e-5);
 }
+
+TEST(DistributedCuda, APeerThatNeverComesIsATimeout) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  auto server = std::make_shared<nd::TcpStore>("127.0.0.1", 0, 2, true, milliseconds(500));
+  const auto start = std::chrono::steady_clock::now();
+  throws<nc::DistributedError>(
+      [&] { nd::ProcessGroup(server, 0, 2, nc::Device::cuda(0), nd::ProcessGroupOptions{milliseconds(500)}); },
+      {"within 500 ms"})();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Needs two GPUs: rank 1 skips an all-reduce; rank 0's waits until the timeout, then the
+// communicator is aborted and the collective named.
+TEST(DistributedCuda, ACollectiveAPeerSkipsFailsWithinTheTimeout) {
+  if (nc::cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  std::atomic<int> named{0};
+  run_ranks(
+      2,
+      [&](nd::ProcessGroup& g) {
+        nc::Tensor t = nc::ones({1024}, nc::Device::cuda(g.rank()));
+        g.all_reduce(t);  // both ranks: fine
+        g.barrier();
+        if (g.rank() == 1) return;
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          g.all_reduce_async(t).synchronize();
+          ADD_FAILURE() << "no error from an all_reduce rank 1 never joined";
+        } catch (const nc::DistributedError& e) {
+          const std::string message = e.what();
+          EXPECT_NE(message.find("all_reduce (rank 0 of 2)"), std::string::npos) << message;
+          EXPECT_NE(message.find("did not finish within 2000 ms"), std::string::npos) << message;
+          ++named;
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+        throws<nc::DistributedError>([&] { g.barrier(); }, {"all_reduce (rank 0 of 2)"})();  // the failure stays
+      },
+      milliseconds(2000), true);
+  EXPECT_EQ(named.load(), 1);
+}
