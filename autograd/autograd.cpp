@@ -21,6 +21,7 @@ thread_local bool grad_enabled = true;
 thread_local bool anomaly_enabled = false;
 // The callbacks of the backward() running on this thread (null outside one).
 thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
+thread_local uint64_t backward_calls = 0;
 
 AutogradMeta* meta_of(const Tensor& t) { return t.impl().autograd.get(); }
 
@@ -131,6 +132,8 @@ void remove_grad_ready_hook(const Tensor& leaf, int64_t id) {
   auto& hooks = m->ready_hooks;
   hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }), hooks.end());
 }
+
+uint64_t backward_count() { return backward_calls; }
 
 void queue_backward_callback(std::function<void()> fn) {
   NC_CHECK(backward_callbacks != nullptr, ValueError,
@@ -274,6 +277,7 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
   // autocast state.
   autocast::Guard no_autocast(autocast::dtype(), false);
   AutogradMeta* root_meta = meta_of(*this);
+  ++backward_calls;
   std::vector<std::function<void()>> callbacks;
   std::vector<std::function<void()>>* outer_callbacks = backward_callbacks;
   backward_callbacks = &callbacks;

@@ -66,6 +66,10 @@ class SavedTensor {
 
 inline SavedTensor saved(const Tensor& t) { return SavedTensor(t); }
 
+// Counts the backward() calls started on this thread: ready hooks that keep state across one
+// backward (DistributedDataParallel) tell a new backward from the rest of one that threw.
+uint64_t backward_count();
+
 // Sums grad over the dims that broadcasting added or expanded, giving shape.
 Tensor sum_to(const Tensor& grad, const Shape& shape);
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <map>
 
+#include "autograd/graph.h"
 #include "normcore/autograd.h"
 #include "normcore/distributed.h"
 #include "normcore/ops.h"
@@ -64,6 +65,7 @@ struct DistributedDataParallel::Reducer {
   std::vector<int64_t> hooks;
   size_t next_launch = 0;
   bool finishing = false;  // the end-of-backward callback is queued
+  uint64_t this_backward = 0;  // autograd::backward_count() of the backward being reduced
   bool sync = true;
 
   Reducer(ProcessGroup& g, std::vector<Tensor> p, const DataParallelOptions& options)
@@ -94,11 +96,16 @@ struct DistributedDataParallel::Reducer {
   }
 
   void on_ready(size_t i) {
-    if (!sync || ready[i]) return;
-    if (!finishing) {
+    if (!sync) return;
+    const uint64_t backward = autograd::backward_count();
+    if (!finishing || backward != this_backward) {
+      // The first gradient of this backward (a backward that threw may have left state).
+      if (finishing) reset();
       finishing = true;
+      this_backward = backward;
       autograd::queue_backward_callback([this] { finish(); });
     }
+    if (ready[i]) return;
     ready[i] = 1;
     if (--buckets[bucket_of[i]].pending == 0) launch_ready();
   }
@@ -131,7 +138,6 @@ struct DistributedDataParallel::Reducer {
     autograd::NoGradGuard no_grad;
     for (Bucket& b : buckets) {
       b.work.wait();
-      b.work = Work();
       for (size_t j = 0; j < b.params.size(); ++j) {
         const Tensor& p = params[b.params[j]];
         const Tensor average = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape());
@@ -142,10 +148,20 @@ struct DistributedDataParallel::Reducer {
           p.set_grad(average.clone());
         }
       }
+    }
+    reset();
+  }
+
+  // Ready for the next backward: launched reductions finished (on the current stream), no
+  // gradient counted.
+  void reset() {
+    for (Bucket& b : buckets) {
+      b.work = Work();
       b.pending = b.params.size();
     }
     std::fill(ready.begin(), ready.end(), 0);
     next_launch = 0;
+    finishing = false;
   }
 };
 
