@@ -62,8 +62,10 @@ PinnedRegistry& pinned_registry() {
   return *registry;
 }
 
-// Makes later work on `waiter` wait for the work queued so far on `producer`.
-void stream_wait(cudaStream_t waiter, cudaStream_t producer) {
+// Makes later work on `waiter` wait for the work queued so far on `producer`, a stream of
+// producer_device (an event is recorded on a stream of its own device only).
+void stream_wait(cudaStream_t waiter, cudaStream_t producer, int producer_device) {
+  DeviceGuard guard(producer_device);
   cudaEvent_t event;
   NC_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   NC_CUDA_CHECK(cudaEventRecord(event, producer));
@@ -235,9 +237,9 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   DeviceGuard guard(src_device.index);
   cudaStream_t src_stream = stream(src_device.index);
   cudaStream_t dst_stream = stream(dst_device.index);
-  stream_wait(src_stream, dst_stream);
+  stream_wait(src_stream, dst_stream, dst_device.index);
   NC_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, src_stream));
-  stream_wait(dst_stream, src_stream);
+  stream_wait(dst_stream, src_stream, src_device.index);
 }
 
 
