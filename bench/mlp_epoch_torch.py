@@ -50,7 +50,8 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for PyTorch")
+    p.add_argument("--threads", type=int, default=max(1, os.cpu_count() // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))),
+                   help="CPU threads for PyTorch (default: the cores, shared among the local ranks)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -86,7 +87,7 @@ def main():
         # The same order on every rank; rank r takes every world-th sample from r.
         epoch_seed[0] += 1
         perm = torch.randperm(len(ytr), generator=torch.Generator().manual_seed(epoch_seed[0]))[rank::world]
-        for i, s in enumerate(range(0, len(ytr), a.batch_size)):
+        for i, s in enumerate(range(0, len(perm), a.batch_size)):
             if n is not None and i >= n:
                 return
             idx = perm[s:s + a.batch_size]

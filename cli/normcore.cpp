@@ -71,6 +71,8 @@ const std::vector<OptionSpec> kTrainOptions = {
                            "--detect-anomaly or data-parallel; off"},
     {"nproc", "1", "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
                    "--batch-size is per process"},
+    {"timeout", "300", "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
+                       "fails"},
 };
 const std::vector<OptionSpec> kEvalOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to evaluate"},
@@ -101,12 +103,16 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"sample", "300", "bytes of text to print at the end"},
     {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
     {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless "
-                           "--detect-anomaly; off"},
+                           "data-parallel; off"},
     {"seed", "0", "seed of initialization, batches and dropout"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
     {"out", "normcore-gpt.safetensors", "checkpoint written at every evaluation"},
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
     {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
+    {"nproc", "1", "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
+                   "--batch-size is per process"},
+    {"timeout", "300", "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
+                       "fails"},
 };
 const std::vector<OptionSpec> kGenerateOptions = {
     {"checkpoint", "normcore-gpt.safetensors", "GPT checkpoint (from train-lm)"},
@@ -356,32 +362,72 @@ int launch_self(int nproc) {
   return nc::distributed::launch(command, options);
 }
 
-// The device of a rank of a data-parallel job: --device auto or cuda means cuda:LOCAL_RANK
-// (the CPU for auto without a GPU), cpu the CPU; a given GPU index would put every rank on it.
-nc::Device rank_device(const std::string& spec, const nc::distributed::Env& env) {
-  if (spec == "cpu") return nc::Device::cpu();
-  NC_CHECK(spec == "auto" || spec == "cuda", ValueError, "--device ", spec,
-           ": a data-parallel rank takes --device auto, cuda (meaning cuda:LOCAL_RANK) or cpu");
-  if (spec == "auto" && !nc::cuda_is_available()) return nc::Device::cpu();
-  NC_CHECK(env.local_rank < nc::cuda_device_count(), DeviceError, "--device ", spec, ": local rank ", env.local_rank,
-           " needs cuda:", env.local_rank, " but ", nc::cuda_device_count(), " CUDA device(s) are visible");
-  return nc::Device::cuda(env.local_rank);
-}
+// The data-parallel side of train and train-lm. A process a launcher started (WORLD_SIZE
+// set) is a rank of a job, also when alone: it trains on cuda:LOCAL_RANK (--device auto or
+// cuda) or the CPU, joins the process group, wraps its model in DistributedDataParallel and
+// draws its own random numbers (dropout, train-lm's windows); rank 0 alone prints,
+// evaluates and writes checkpoints.
+struct DataParallelJob {
+  nc::distributed::Env env = nc::distributed::Env::from_environment();
+  bool active = std::getenv("WORLD_SIZE") != nullptr;
+  std::unique_ptr<nc::distributed::ProcessGroup> group;
+  std::unique_ptr<nc::distributed::DistributedDataParallel> ddp;
 
-// " (rank 0 of 2 over nccl 2.28.6; rank r on cuda:r)"
-std::string detail_ranks(int world_size, const std::string& backend, const nc::Device& device) {
-  return " (rank 0 of " + std::to_string(world_size) + " over " + backend +
-         (device.is_cuda() ? "; rank r on cuda:LOCAL_RANK)" : ")");
-}
+  bool is_main() const { return env.rank == 0; }
+  int world_size() const { return active ? env.world_size : 1; }
+
+  // --device for this process; a given GPU index would put every rank on one GPU.
+  nc::Device device(const std::string& spec) const {
+    if (!active) return pick_device(spec);
+    if (spec == "cpu") return nc::Device::cpu();
+    NC_CHECK(spec == "auto" || spec == "cuda", ValueError, "--device ", spec,
+             ": a data-parallel rank takes --device auto, cuda (meaning cuda:LOCAL_RANK) or cpu");
+    if (spec == "auto" && !nc::cuda_is_available()) return nc::Device::cpu();
+    NC_CHECK(env.local_rank < nc::cuda_device_count(), DeviceError, "--device ", spec, ": local rank ",
+             env.local_rank, " needs cuda:", env.local_rank, " but ", nc::cuda_device_count(),
+             " CUDA device(s) are visible");
+    return nc::Device::cuda(env.local_rank);
+  }
+
+  // Joins the job and wraps model (rank 0's weights on every rank from here on). Ranks other
+  // than 0 move gen to a seed of their own at the position every rank shares (they draw the
+  // same amounts), so that a checkpoint's generator offset resumes every rank.
+  void start(const Args& args, std::shared_ptr<nc::nn::Module> model, nc::Device device, nc::Generator& gen,
+             uint64_t seed) {
+    if (!active) return;
+    if (env.rank > 0) {
+      const uint64_t offset = gen.offset();
+      gen.manual_seed(seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(env.rank));
+      gen.set_offset(offset);
+    }
+    const double timeout = number(args, "timeout");
+    NC_CHECK(timeout > 0 && timeout <= 86400, ValueError, "option --timeout must be in (0, 86400] seconds, got ",
+             timeout);
+    nc::distributed::ProcessGroupOptions options;
+    options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000));
+    group = std::make_unique<nc::distributed::ProcessGroup>(env, device, options);
+    ddp = std::make_unique<nc::distributed::DistributedDataParallel>(std::move(model), *group);
+  }
+
+  // " (rank 0 of 2 over nccl 2.28.6; rank r on cuda:LOCAL_RANK)", or "" alone.
+  std::string describe(const nc::Device& device) const {
+    if (!active) return "";
+    return " (rank 0 of " + std::to_string(env.world_size) + " over " + group->backend() +
+           (device.is_cuda() ? "; rank r on cuda:LOCAL_RANK)" : ")");
+  }
+
+  // Keeps every rank until rank 0 has written its last checkpoint.
+  void finish() {
+    if (group) group->barrier();
+  }
+};
 
 // ---------------------------------------------------------------- commands
 int train(const Args& args) {
   if (const int64_t nproc = integer(args, "nproc", 1); nproc > 1) return launch_self(static_cast<int>(nproc));
-  const nc::distributed::Env env = nc::distributed::Env::from_environment();
-  // Started by a launcher (WORLD_SIZE set): data-parallel, also with one rank.
-  const bool data_parallel = std::getenv("WORLD_SIZE") != nullptr;
-  const bool main_rank = env.rank == 0;  // prints, evaluates and writes checkpoints
-  nc::Device device = data_parallel ? rank_device(args.options.at("device"), env) : pick_device(args.options.at("device"));
+  DataParallelJob job;
+  const bool main_rank = job.is_main();
+  nc::Device device = job.device(args.options.at("device"));
   const int64_t epochs = integer(args, "epochs", 1), batch_size = integer(args, "batch-size", 1);
   uint64_t seed = static_cast<uint64_t>(integer(args, "seed", 0));
   const double lr = number(args, "lr"), weight_decay = number(args, "weight-decay");
@@ -425,21 +471,7 @@ int train(const Args& args) {
     model->to(device);
   }
   model->train();
-  if (data_parallel && env.rank > 0) {
-    // Dropout draws other masks on every rank: its own seed, at the position all ranks share
-    // (they draw the same amounts), so that a checkpoint's offset resumes every rank.
-    const uint64_t offset = gen.offset();
-    gen.manual_seed(seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(env.rank));
-    gen.set_offset(offset);
-  }
-  // Data-parallel: every rank starts from rank 0's weights and averages its gradients with
-  // the others' during backward.
-  std::unique_ptr<nc::distributed::ProcessGroup> group;
-  std::unique_ptr<nc::distributed::DistributedDataParallel> ddp;
-  if (data_parallel) {
-    group = std::make_unique<nc::distributed::ProcessGroup>(env, device);
-    ddp = std::make_unique<nc::distributed::DistributedDataParallel>(model, *group);
-  }
+  job.start(args, model, device, gen, seed);
 
   std::unique_ptr<nc::optim::Optimizer> optimizer;
   if (optimizer_name == "sgd") {
@@ -459,8 +491,8 @@ int train(const Args& args) {
   loader_options.batch_size = batch_size;
   loader_options.seed = seed;
   loader_options.device = device;
-  loader_options.num_replicas = env.world_size;
-  loader_options.rank = env.rank;
+  loader_options.num_replicas = job.world_size();
+  loader_options.rank = job.env.rank;
   nc::data::DataLoader loader(train_set, loader_options);
   const int64_t steps = epochs * loader.num_batches();
   const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
@@ -481,13 +513,13 @@ int train(const Args& args) {
 
   int64_t params = 0;
   for (const nc::Tensor& p : model->parameters()) params += p.numel();
-  const bool graphed = use_cuda_graph(args, device, anomaly == "on", data_parallel);
+  const bool graphed = use_cuda_graph(args, device, anomaly == "on", job.active);
   nc::GraphedStep train_step(
       [&](const std::vector<nc::Tensor>& in) {
         nc::Tensor loss;
         {
           nc::autocast::Guard autocast(precision.dtype, precision.autocast);
-          const nc::Tensor logits = ddp ? (*ddp)(in[0]) : (*model)(in[0]);
+          const nc::Tensor logits = job.ddp ? (*job.ddp)(in[0]) : (*model)(in[0]);
           loss = nc::nn::cross_entropy(logits, in[1], nc::nn::Reduction::Mean, smoothing);
         }
         optimizer->zero_grad();
@@ -496,8 +528,7 @@ int train(const Args& args) {
         return loss;
       },
       graphed);
-  const std::string ranks =
-      data_parallel ? detail_ranks(env.world_size, group->backend(), device) : std::string();
+  const std::string ranks = job.describe(device);
   if (main_rank) {
     std::printf("normcore train: model %s (%lld parameters) on %s%s in %s%s, %lld training / %lld test images, "
                 "%s lr %g, batch %lld%s, %lld epochs%s\n",
@@ -505,7 +536,7 @@ int train(const Args& args) {
                 args.options.at("precision").c_str(), graphed ? " with CUDA graphs" : "",
                 static_cast<long long>(train_set.images.size(0)), static_cast<long long>(test_set.images.size(0)),
                 optimizer_name.c_str(), lr, static_cast<long long>(batch_size),
-                data_parallel ? (" per rank (" + std::to_string(batch_size * env.world_size) + " in all)").c_str() : "",
+                job.active ? (" per rank (" + std::to_string(batch_size * job.world_size()) + " in all)").c_str() : "",
                 static_cast<long long>(epochs),
                 first_epoch ? (", resuming after epoch " + std::to_string(first_epoch)).c_str() : "");
   }
@@ -527,7 +558,7 @@ int train(const Args& args) {
       if (main_rank && (batch.index % 20 == 0 || batch.index + 1 == loader.num_batches())) {
         loss_sum += loss.item<double>();
         ++loss_count;
-        progress.update(batch.index + 1, samples * env.world_size, loss_sum / static_cast<double>(loss_count));
+        progress.update(batch.index + 1, samples * job.world_size(), loss_sum / static_cast<double>(loss_count));
       }
     }
     if (!main_rank) continue;  // the others go on to the next epoch and wait in its first all-reduce
@@ -537,7 +568,7 @@ int train(const Args& args) {
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.1f s, %.0f samples/s)%s\n",
                 static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
                 loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), 100 * e.accuracy, train_seconds,
-                static_cast<double>(samples * env.world_size) / train_seconds, precision.scaler_report().c_str());
+                static_cast<double>(samples * job.world_size()) / train_seconds, precision.scaler_report().c_str());
     std::fflush(stdout);
     if (!out.empty()) {
       saved_options["rng.offset"] = std::to_string(gen.offset());
@@ -547,7 +578,7 @@ int train(const Args& args) {
                                   saved_options);
     }
   }
-  if (group) group->barrier();  // rank 0's last checkpoint is written before any rank ends
+  job.finish();
   if (!out.empty() && main_rank) std::printf("checkpoint: %s\n", out.c_str());
   return 0;
 }
@@ -627,7 +658,10 @@ struct LmOptimizer {
 };
 
 int train_lm(const Args& args) {
-  nc::Device device = pick_device(args.options.at("device"));
+  if (const int64_t nproc = integer(args, "nproc", 1); nproc > 1) return launch_self(static_cast<int>(nproc));
+  DataParallelJob job;
+  const bool main_rank = job.is_main();
+  nc::Device device = job.device(args.options.at("device"));
   Precision precision(args.options.at("precision"), device);
   const int64_t steps = integer(args, "steps", 1), batch_size = integer(args, "batch-size", 1);
   const int64_t eval_interval = integer(args, "eval-interval", 1), eval_windows = integer(args, "eval-batches", 1) * batch_size;
@@ -665,6 +699,8 @@ int train_lm(const Args& args) {
     model->to(device);
   }
   model->train();
+  // Each rank draws its own windows and dropout masks.
+  job.start(args, model, device, gen, seed);
   const nc::models::GPTConfig& config = model->config;
   const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
   LmOptimizer optimizer(*model, lr, number(args, "weight-decay"), warmup, steps, min_lr);
@@ -678,7 +714,7 @@ int train_lm(const Args& args) {
     if (k != "resume" && k != "help" && k != "stop-after") saved_options[k] = v;
   saved_options["seed"] = std::to_string(seed);
 
-  const bool graphed = use_cuda_graph(args, device, false);
+  const bool graphed = use_cuda_graph(args, device, false, job.active);
   nc::GraphedStep train_step(
       [&](const std::vector<nc::Tensor>& in) {
         nc::Tensor loss;
@@ -692,20 +728,25 @@ int train_lm(const Args& args) {
         return loss;
       },
       graphed);
-  std::printf("normcore train-lm: GPT %lld layers, %lld heads, embed %lld, context %lld, %s, dropout %g "
-              "(%lld parameters) on %s in %s%s\n",
-              static_cast<long long>(config.layers), static_cast<long long>(config.heads),
-              static_cast<long long>(config.embed), static_cast<long long>(config.context), config.norm.c_str(),
-              config.dropout, static_cast<long long>(model->parameter_count()), device.str().c_str(),
-              args.options.at("precision").c_str(), graphed ? " with CUDA graphs" : "");
-  std::printf("data: %zu files, %lld train fortunes (%zu bytes), %lld validation fortunes (%zu bytes); "
-              "batch %lld x %lld bytes, %lld steps, lr %g%s\n",
-              corpus.files.size(), static_cast<long long>(corpus.train_fortunes), corpus.train.size(),
-              static_cast<long long>(corpus.validation_fortunes), corpus.validation.size(),
-              static_cast<long long>(batch_size), static_cast<long long>(config.context),
-              static_cast<long long>(steps), lr,
-              first_step ? (", resuming after step " + std::to_string(first_step)).c_str() : "");
-  std::fflush(stdout);
+  if (main_rank) {
+    std::printf("normcore train-lm: GPT %lld layers, %lld heads, embed %lld, context %lld, %s, dropout %g "
+                "(%lld parameters) on %s%s in %s%s\n",
+                static_cast<long long>(config.layers), static_cast<long long>(config.heads),
+                static_cast<long long>(config.embed), static_cast<long long>(config.context), config.norm.c_str(),
+                config.dropout, static_cast<long long>(model->parameter_count()), device.str().c_str(),
+                job.describe(device).c_str(), args.options.at("precision").c_str(),
+                graphed ? " with CUDA graphs" : "");
+    std::printf("data: %zu files, %lld train fortunes (%zu bytes), %lld validation fortunes (%zu bytes); "
+                "batch %lld x %lld bytes%s, %lld steps, lr %g%s\n",
+                corpus.files.size(), static_cast<long long>(corpus.train_fortunes), corpus.train.size(),
+                static_cast<long long>(corpus.validation_fortunes), corpus.validation.size(),
+                static_cast<long long>(batch_size), static_cast<long long>(config.context),
+                job.active ? (" per rank (" + std::to_string(batch_size * job.world_size()) + " windows in all)").c_str()
+                           : "",
+                static_cast<long long>(steps), lr,
+                first_step ? (", resuming after step " + std::to_string(first_step)).c_str() : "");
+    std::fflush(stdout);
+  }
 
   const int64_t stop_after = integer(args, "stop-after", 0);
   const int64_t last_step = stop_after > 0 ? std::min(steps, stop_after) : steps;
@@ -719,14 +760,16 @@ int train_lm(const Args& args) {
           nc::models::random_windows(corpus.train, batch_size, config.context, gen, device);
       const nc::Tensor loss = train_step({batch.inputs, batch.targets});
       optimizer.step_schedules();  // also after a skipped fp16 step
-      tokens += batch.inputs.numel();
-      // Reading the loss waits for the device: every tenth step, for the display only.
-      if (step % 10 == 0 || step + 1 == interval_end) {
+      tokens += batch.inputs.numel() * job.world_size();
+      // Reading the loss waits for the device: every tenth step, for the display only (rank 0's
+      // windows in a data-parallel job).
+      if (main_rank && (step % 10 == 0 || step + 1 == interval_end)) {
         loss_sum += loss.item<double>();
         ++loss_count;
         progress.update(step + 1, tokens, loss_sum / static_cast<double>(loss_count));
       }
     }
+    if (!main_rank) continue;  // the others go on and wait in the next step's first all-reduce
     progress.finish();
     const double seconds = progress.elapsed();
     const double validation = nc::models::evaluate_lm(*model, corpus.validation, eval_windows, batch_size, device);
@@ -743,6 +786,8 @@ int train_lm(const Args& args) {
                                       saved_options);
     }
   }
+  job.finish();
+  if (!main_rank) return 0;
   if (!out.empty()) std::printf("checkpoint: %s\n", out.c_str());
   const int64_t sample = integer(args, "sample", 0);
   if (last_step == steps && sample > 0) {

@@ -45,6 +45,22 @@ if [ "${1:-}" = lm ]; then
   [ "$(lm_summary 40 lm-a.log)" = "$(lm_summary 40 lm-c2.log)" ] ||
     fail "resuming changed the run: $(lm_summary 40 lm-a.log) vs $(lm_summary 40 lm-c2.log)"
 
+  # Data-parallel: two ranks of 8 windows learn, repeat themselves for a seed and resume
+  # exactly (each rank draws its own windows and masks from its own seed).
+  export MASTER_PORT=$(( 20000 + RANDOM % 20000 ))
+  dp_lm=("${lm[@]}" --nproc 2 --batch-size 8 --steps 40)
+  "$normcore" train-lm "${dp_lm[@]}" --seed 1 --out lm-dp.safetensors > lm-dp.log
+  "$normcore" train-lm "${dp_lm[@]}" --stop-after 20 --seed 1 --out lm-dpc.safetensors > lm-dpc1.log
+  "$normcore" train-lm "${dp_lm[@]}" --resume lm-dpc.safetensors --out lm-dpc.safetensors > lm-dpc2.log
+  dp_lm_summary() { grep -E "^\[rank 0\] step $1/[0-9]+: " "$2" | sed -E 's/ \(.*//'; }
+  grep -q "(rank 0 of 2 over store)" lm-dp.log || fail "train-lm --nproc 2 did not say it runs 2 ranks"
+  grep -q "^\[rank 1\] step" lm-dp.log && fail "rank 1 of train-lm printed steps"
+  dp_loss=$(dp_lm_summary 40 lm-dp.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')
+  awk -v a="$dp_loss" 'BEGIN { exit !(a < 3.8) }' || fail "data-parallel train-lm reached validation loss $dp_loss"
+  [ "$(dp_lm_summary 40 lm-dp.log)" = "$(dp_lm_summary 40 lm-dpc2.log)" ] ||
+    fail "resuming data-parallel train-lm changed it: $(dp_lm_summary 40 lm-dp.log) vs $(dp_lm_summary 40 lm-dpc2.log)"
+  unset MASTER_PORT
+
   # bf16 autocast learns as well (f32 master weights, checkpoints as in f32).
   "$normcore" train-lm "${lm[@]}" --steps 40 --seed 1 --precision bf16 --out lm-bf16.safetensors > lm-bf16.log
   bf16_loss=$(lm_summary 40 lm-bf16.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')

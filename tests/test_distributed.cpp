@@ -501,21 +501,39 @@ TEST(DistributedCuda, OneRankRunsEveryCollectiveAndTrainsAsPlainTraining) {
       b.step();
     }
     EXPECT_EQ(max_difference(plain->parameters(), wrapped->parameters()), 0.0);
-  });
+  }, milliseconds(20000), true);
 }
 
-// Needs two GPUs: ranks on cuda:0 and cuda:1 with 4 rows each train as one GPU with 8.
-TEST(DistributedCuda, TwoGpusWithBatchBTrainAsOneWithBatch2B) {
-  if (nc::cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+// A small CNN of the cnn-gn kind (convolutions, GroupNorm, pooling), f32, for 4 x 1 x 8 x 8
+// inputs.
+std::shared_ptr<nc::nn::Sequential> cnn_on(uint64_t seed, nc::Device device) {
+  nc::Generator gen(seed);
+  auto model = std::make_shared<nc::nn::Sequential>(std::vector<std::shared_ptr<nc::nn::Module>>{
+      std::make_shared<nc::nn::Conv2d>(1, 8, 3, 1, 1, 1, 1, false, &gen), std::make_shared<nc::nn::GroupNorm>(4, 8),
+      std::make_shared<nc::nn::ReLU>(), std::make_shared<nc::nn::MaxPool2d>(2), std::make_shared<nc::nn::Flatten>(),
+      std::make_shared<nc::nn::Linear>(8 * 4 * 4, 4, true, &gen)});
+  model->to(device);
+  return model;
+}
+
+// Needs two GPUs: ranks on cuda:0 and cuda:1 with 4 rows each train as one GPU with 8, for
+// the MLP and for a CNN.
+void expect_two_gpus_train_as_one(
+    const std::function<std::shared_ptr<nc::nn::Sequential>(uint64_t, nc::Device)>& make, bool images) {
   const nc::Device gpu = nc::Device::cuda(0);
-  auto reference = mlp_on(1, gpu);
+  // The inputs of shard() as 4 images of 1 x 8 x 8 for the CNN (its first 6 values, padded).
+  auto input = [images](const nc::Tensor& x, nc::Device device) {
+    nc::Tensor f = x.to(nc::DType::F32);
+    if (images) f = nc::cat({f, f, f, f, f, f, f, f, f, f, f}, 1).narrow(1, 0, 64).reshape({-1, 1, 8, 8});
+    return f.to(device);
+  };
+  auto reference = make(1, gpu);
   nc::optim::SGD sgd(reference->parameters(), nc::optim::SGDOptions{0.1, 0.9});
   for (int s = 0; s < 3; ++s) {
     auto [x0, y0] = shard(s, 0);
     auto [x1, y1] = shard(s, 1);
     sgd.zero_grad();
-    nc::nn::mse_loss((*reference)(nc::cat({x0, x1}).to(nc::DType::F32).to(gpu)),
-                     nc::cat({y0, y1}).to(nc::DType::F32).to(gpu))
+    nc::nn::mse_loss((*reference)(input(nc::cat({x0, x1}), gpu)), nc::cat({y0, y1}).to(nc::DType::F32).to(gpu))
         .backward();
     sgd.step();
   }
@@ -524,13 +542,13 @@ TEST(DistributedCuda, TwoGpusWithBatchBTrainAsOneWithBatch2B) {
       2,
       [&](nd::ProcessGroup& g) {
         const nc::Device mine = nc::Device::cuda(g.rank());
-        auto model = mlp_on(g.rank() == 0 ? 1 : 77, mine);
+        auto model = make(g.rank() == 0 ? 1 : 77, mine);
         nd::DistributedDataParallel ddp(model, g, nd::DataParallelOptions{600, 300});
         nc::optim::SGD opt(model->parameters(), nc::optim::SGDOptions{0.1, 0.9});
         for (int s = 0; s < 3; ++s) {
           auto [x, y] = shard(s, g.rank());
           opt.zero_grad();
-          nc::nn::mse_loss(ddp(x.to(nc::DType::F32).to(mine)), y.to(nc::DType::F32).to(mine)).backward();
+          nc::nn::mse_loss(ddp(input(x, mine)), y.to(nc::DType::F32).to(mine)).backward();
           opt.step();
         }
         for (const nc::Tensor& p : model->parameters()) trained[static_cast<size_t>(g.rank())].push_back(p.to(nc::Device::cpu()));
@@ -540,6 +558,18 @@ TEST(DistributedCuda, TwoGpusWithBatchBTrainAsOneWithBatch2B) {
   for (const nc::Tensor& p : reference->parameters()) expected.push_back(p.to(nc::Device::cpu()));
   EXPECT_EQ(max_difference(trained[0], trained[1]), 0.0);
   EXPECT_LT(max_difference(trained[0], expected), 1e-5);
+  EXPECT_GT(max_difference(expected, [&] {
+              std::vector<nc::Tensor> initial;
+              for (const nc::Tensor& p : make(1, gpu)->parameters()) initial.push_back(p.to(nc::Device::cpu()));
+              return initial;
+            }()),
+            1e-3);  // it trained
+}
+
+TEST(DistributedCuda, TwoGpusWithBatchBTrainAsOneWithBatch2B) {
+  if (nc::cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  expect_two_gpus_train_as_one(mlp_on, false);
+  expect_two_gpus_train_as_one(cnn_on, true);
 }
 
 TEST(DistributedCuda, APeerThatNeverComesIsATimeout) {
