@@ -588,13 +588,24 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
   auto coefficients = [&] { return launch.buffer(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 2 * sizeof(A)); };
   switch (plan.path) {
     case AffinePath::Rows:
-      with_team(plan.team, [&](auto team) {
+      // grad_x, and the parameter gradients as per-block partials of the same pass.
+      return with_team(plan.team, [&](auto team) {
         constexpr int kTeam = decltype(team)::value, V = 16 / sizeof(T), threads = team_block<kTeam>();
-        auto kernel = layer_norm_rows_backward<T, kTeam, V>;
-        launch(kernel, launch.resident_grid(kernel, threads, 0, ceil_div(rows, threads / kTeam)), threads, 0, rows,
-               row_len, grad_y, x, weight, mean, rstd, grad_x);
+        const int64_t wanted = ceil_div(rows, threads / kTeam);
+        if (!grad_weight && !grad_bias) {
+          auto kernel = layer_norm_rows_backward<T, kTeam, V, false>;
+          return launch(kernel, launch.resident_grid(kernel, threads, 0, wanted), threads, 0, rows, row_len, grad_y,
+                        x, weight, mean, rstd, grad_x, nullptr, nullptr);
+        }
+        auto kernel = layer_norm_rows_backward<T, kTeam, V, true>;
+        const unsigned blocks = launch.resident_grid(kernel, threads, 0, wanted);
+        const size_t partial_bytes = static_cast<size_t>(blocks) * static_cast<size_t>(row_len) * sizeof(A);
+        const DeviceBuffer partial_w = launch.buffer(partial_bytes), partial_b = launch.buffer(partial_bytes);
+        launch(kernel, blocks, threads, 0, rows, row_len, grad_y, x, weight, mean, rstd, grad_x, partial_w.as<A>(),
+               partial_b.as<A>());
+        if (grad_weight) sum_slices(launch, partial_w.as<const A>(), blocks, row_len, grad_weight);
+        if (grad_bias) sum_slices(launch, partial_b.as<const A>(), blocks, row_len, grad_bias);
       });
-      return column_param_grads(launch, l, grad_y, x, mean, rstd, grad_weight, grad_bias);
     case AffinePath::Columns: {
       // grad_x and the parameter gradients in one pass along columns.
       const DeviceBuffer coef = coefficients();

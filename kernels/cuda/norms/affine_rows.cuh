@@ -115,17 +115,29 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
   }
 }
 
-// grad_x only; the parameter gradients come from the column reduction.
-template <class T, int kTeam, int V>
+// grad_x and, with kParams, the parameter gradients in the same pass (Apex's and Liger's
+// scheme): every thread keeps the same columns of each row it handles, so it sums dy * xhat
+// and dy for its columns in registers over its rows; at the end the teams of a block add
+// theirs in team order through shared memory and the block writes one row of partials
+// ([gridDim.x, row_len] each), which sum_slices adds in block order. x and dy are read once
+// for everything, instead of once more by a column pass.
+template <class T, int kTeam, int V, bool kParams>
 __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
     int64_t rows, int64_t row_len, const T* __restrict__ grad_y, const T* __restrict__ x,
     const T* __restrict__ weight, const compute_t<T>* __restrict__ mean_in, const compute_t<T>* __restrict__ rstd_in,
-    T* __restrict__ grad_x) {
+    T* __restrict__ grad_x, compute_t<T>* __restrict__ partial_w, compute_t<T>* __restrict__ partial_b) {
   using A = compute_t<T>;
   constexpr int kTeams = team_block<kTeam>() / kTeam;
   const int lane = threadIdx.x % kTeam;
   const int64_t vecs = row_len / V;
   const A inv_len = A(1) / static_cast<A>(row_len);
+  A sum_w[kParams ? kRowVecs : 1][V], sum_b[kParams ? kRowVecs : 1][V];
+  if constexpr (kParams) {
+#pragma unroll
+    for (int k = 0; k < kRowVecs; ++k)
+#pragma unroll
+      for (int e = 0; e < V; ++e) sum_w[k][e] = sum_b[k][e] = A(0);
+  }
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * kTeams; first < rows;
        first += static_cast<int64_t>(gridDim.x) * kTeams) {
     const int64_t row = first + threadIdx.x / kTeam;
@@ -135,7 +147,8 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
     xs.load(x + offset, active ? vecs : 0, lane, kTeam);
     gs.load(grad_y + offset, active ? vecs : 0, lane, kTeam);
     const A mean = active && mean_in ? mean_in[row] : A(0), rstd = active ? rstd_in[row] : A(0);
-    // g = w * dy, kept in gs; sums of g and g * xhat.
+    // g = w * dy, kept in gs; sums of g and g * xhat. An inactive row loaded zeros, which add
+    // nothing to the parameter sums.
     Sums<A, 2> s{{A(0), A(0)}};
 #pragma unroll
     for (int k = 0; k < kRowVecs; ++k) {
@@ -145,8 +158,12 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
       if (weight) w = load_vec<T, V>(weight, j);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        if (weight) gs.v[k][e] *= convert<A>(w.v[e]);
         xs.v[k][e] = (xs.v[k][e] - mean) * rstd;
+        if constexpr (kParams) {
+          sum_w[k][e] += gs.v[k][e] * xs.v[k][e];
+          sum_b[k][e] += gs.v[k][e];
+        }
+        if (weight) gs.v[k][e] *= convert<A>(w.v[e]);
         s.v[0] += gs.v[k][e];
         s.v[1] += gs.v[k][e] * xs.v[k][e];
       }
@@ -162,6 +179,45 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
 #pragma unroll
       for (int e = 0; e < V; ++e) out.v[e] = convert<T>(rstd * (gs.v[k][e] - mean_g - xs.v[k][e] * mean_g_xhat));
       reinterpret_cast<Vec<T, V>*>(grad_x + offset)[j] = out;
+    }
+  }
+  if constexpr (kParams) {
+    A* out_w = partial_w + static_cast<int64_t>(blockIdx.x) * row_len;
+    A* out_b = partial_b + static_cast<int64_t>(blockIdx.x) * row_len;
+    // f(column, this thread's sum of dy * xhat, of dy) for each column the thread holds.
+    auto each_column = [&](auto&& f) {
+#pragma unroll
+      for (int k = 0; k < kRowVecs; ++k) {
+        const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
+        if (j >= vecs) continue;
+#pragma unroll
+        for (int e = 0; e < V; ++e) f(j * V + e, sum_w[k][e], sum_b[k][e]);
+      }
+    };
+    if constexpr (kTeams == 1) {
+      each_column([&](int64_t c, A w, A b) {
+        out_w[c] = w;
+        out_b[c] = b;
+      });
+    } else {
+      // Teams of a warp or less hold rows of at most kTeam * kRowVecs * V elements.
+      constexpr int kMaxLen = kTeam * kRowVecs * V;
+      __shared__ A block_w[kMaxLen], block_b[kMaxLen];
+      for (int64_t c = threadIdx.x; c < row_len; c += blockDim.x) block_w[c] = block_b[c] = A(0);
+      __syncthreads();
+      for (int team = 0; team < kTeams; ++team) {  // in team order: the same bits every run
+        if (static_cast<int>(threadIdx.x) / kTeam == team) {
+          each_column([&](int64_t c, A w, A b) {
+            block_w[c] += w;
+            block_b[c] += b;
+          });
+        }
+        __syncthreads();
+      }
+      for (int64_t c = threadIdx.x; c < row_len; c += blockDim.x) {
+        out_w[c] = block_w[c];
+        out_b[c] = block_b[c];
+      }
     }
   }
 }
