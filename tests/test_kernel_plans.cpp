@@ -80,11 +80,13 @@ struct AffineRow {
 };
 
 const std::vector<AffineRow> kAffineRows = {
-    {"layer norm f32 x768", cuda::layer_layout(32768, 768), 4, true, true, cuda::AffinePath::Rows, 256,
-     cuda::AffinePath::Rows, 256},
+    {"layer norm f32 x768: 64 threads, four rows a block", cuda::layer_layout(32768, 768), 4, true, true,
+     cuda::AffinePath::Rows, 64, cuda::AffinePath::Rows, 64},
     {"layer norm f32 x512: one warp", cuda::layer_layout(100, 512), 4, true, true, cuda::AffinePath::Rows, 32,
      cuda::AffinePath::Rows, 32},
-    {"layer norm bf16 x4096", cuda::layer_layout(32768, 4096), 2, true, true, cuda::AffinePath::Rows, 256,
+    {"layer norm bf16 x4096", cuda::layer_layout(32768, 4096), 2, true, true, cuda::AffinePath::Rows, 128,
+     cuda::AffinePath::Rows, 128},
+    {"layer norm f32 x4096", cuda::layer_layout(32768, 4096), 4, true, true, cuda::AffinePath::Rows, 256,
      cuda::AffinePath::Rows, 256},
     {"layer norm f32 x16384: the longest row in registers", cuda::layer_layout(8, 16384), 4, true, true,
      cuda::AffinePath::Rows, 1024, cuda::AffinePath::Rows, 1024},
@@ -99,7 +101,7 @@ const std::vector<AffineRow> kAffineRows = {
     {"layer norm of empty rows", cuda::layer_layout(8, 0), 4, true, true, cuda::AffinePath::Columns, 4,
      cuda::AffinePath::Columns, 4},
     {"group norm of one group over [N, C] is layer norm", cuda::group_layout(32, 1, 768, 1), 4, true, true,
-     cuda::AffinePath::Rows, 256, cuda::AffinePath::Rows, 256},
+     cuda::AffinePath::Rows, 64, cuda::AffinePath::Rows, 64},
     {"group norm f32 32x320x64x64 g32: 160 KB groups", cuda::group_layout(32, 32, 320, 4096), 4, true, true,
      cuda::AffinePath::SharedGroups, 4, cuda::AffinePath::Pipeline, 0},
     {"group norm bf16 32x320x64x64 g32: 80 KB groups, x and dy fit", cuda::group_layout(32, 32, 320, 4096), 2, true,

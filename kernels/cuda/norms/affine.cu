@@ -364,6 +364,8 @@ template <class F>
 void with_team(int team, F&& f) {
   switch (team) {
     case 32: return f(std::integral_constant<int, 32>{});
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
     case 256: return f(std::integral_constant<int, 256>{});
     case 512: return f(std::integral_constant<int, 512>{});
     default: return f(std::integral_constant<int, 1024>{});

@@ -11,14 +11,37 @@ namespace normcore {
 namespace cuda {
 
 // ---------------------------------------------------------------- rows kept in registers
-// Layer norm over rows of up to 16384 elements: a team of threads (a warp, or a block of
-// 256 to 1024; plan.h picks it) holds a whole row in registers, kRowVecs 16-byte vectors per
+// Layer norm over rows of up to 16384 elements: a team of threads (a warp, 64 or 128 threads
+// of a 256-thread block, or a block of 256 to 1024; plan.h picks the smallest whose registers
+// hold the row) holds a whole row in registers, kRowVecs 16-byte vectors per
 // thread, so x is read once forward and x and dy once backward. Statistics are two-pass
 // over the registers. Rows must start 16-byte aligned (row_len a multiple of the vector
 // width); other rows take the column passes below.
 template <int kTeam>
 constexpr int team_block() {
   return kTeam < kThreads ? kThreads : kTeam;
+}
+
+// team_reduce for the teams of these kernels, which may also be 64 or 128 threads sharing a
+// 256-thread block: every warp reduces, then each team combines its own warps' results in
+// warp order (the same tree as team_reduce, so the same bits for a team of the block).
+template <int kTeam, class R, class Combine>
+__device__ __forceinline__ R rows_team_reduce(R r, const Combine& combine) {
+  if constexpr (kTeam <= 32 || kTeam == team_block<kTeam>()) {
+    return team_reduce<kTeam>(r, combine);
+  } else {
+    constexpr int kWarps = kTeam / 32, kBlockWarps = team_block<kTeam>() / 32;
+    r = warp_reduce<32>(r, combine);
+    __shared__ R warp_results[kBlockWarps];
+    __syncthreads();  // an earlier call may still be reading
+    if (threadIdx.x % 32 == 0) warp_results[threadIdx.x / 32] = r;
+    __syncthreads();
+    const int first = static_cast<int>(threadIdx.x) / kTeam * kWarps;
+    r = warp_results[first];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) r = combine(r, warp_results[first + w]);
+    return r;
+  }
 }
 
 // The team's row in registers: vector j = lane + k * kTeam of the row, k < kRowVecs.
@@ -80,7 +103,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
       for (int k = 0; k < kRowVecs; ++k)
 #pragma unroll
         for (int e = 0; e < V; ++e) s.v[0] += slice.v[k][e];
-      mean = team_reduce<kTeam>(s, Merge{}).v[0] * inv_len;
+      mean = rows_team_reduce<kTeam>(s, Merge{}).v[0] * inv_len;
     }
     Sums<A, 1> sq{{A(0)}};
 #pragma unroll
@@ -90,7 +113,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
         for (int e = 0; e < V; ++e) sq.v[0] += (slice.v[k][e] - mean) * (slice.v[k][e] - mean);
       }
     }
-    const A rstd = A(1) / sqrt(team_reduce<kTeam>(sq, Merge{}).v[0] * inv_len + eps);
+    const A rstd = A(1) / sqrt(rows_team_reduce<kTeam>(sq, Merge{}).v[0] * inv_len + eps);
     if (!active) continue;
     if (lane == 0) {
       if (mean_out) mean_out[row] = mean;
@@ -168,7 +191,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
         s.v[1] += gs.v[k][e] * xs.v[k][e];
       }
     }
-    s = team_reduce<kTeam>(s, Merge{});
+    s = rows_team_reduce<kTeam>(s, Merge{});
     if (!active) continue;
     const A mean_g = mean_in ? s.v[0] * inv_len : A(0), mean_g_xhat = s.v[1] * inv_len;
 #pragma unroll
@@ -200,7 +223,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
         out_b[c] = b;
       });
     } else {
-      // Teams of a warp or less hold rows of at most kTeam * kRowVecs * V elements.
+      // Teams smaller than the block hold rows of at most kTeam * kRowVecs * V elements.
       constexpr int kMaxLen = kTeam * kRowVecs * V;
       __shared__ A block_w[kMaxLen], block_b[kMaxLen];
       for (int64_t c = threadIdx.x; c < row_len; c += blockDim.x) block_w[c] = block_b[c] = A(0);

@@ -12,7 +12,7 @@ int row_team(int64_t row_len, int element_bytes, bool aligned) {
   const int64_t vector = 16 / element_bytes;
   if (!aligned || row_len == 0 || row_len % vector != 0 || row_len > kRowsMaxLen) return 0;
   const int64_t per_thread = kRowVecs * vector;
-  for (int team : {32, 256, 512, 1024}) {
+  for (int team : {32, 64, 128, 256, 512, 1024}) {
     if (row_len <= team * per_thread) return team;
   }
   return 0;

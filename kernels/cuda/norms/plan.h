@@ -26,9 +26,9 @@ constexpr int64_t kPipelineMinPlane = 1024;
 constexpr int kRowVecs = 4;
 constexpr int64_t kRowsMaxLen = 16384;
 
-// The smallest team (32, 256, 512 or 1024 threads) that holds a row in registers, or 0 when
-// the row does not fit, is empty or does not start 16-byte aligned (row_len a multiple of
-// the vector, every pointer aligned).
+// The smallest team (32, 64, 128, 256, 512 or 1024 threads) that holds a row in registers,
+// or 0 when the row does not fit, is empty or does not start 16-byte aligned (row_len a
+// multiple of the vector, every pointer aligned).
 int row_team(int64_t row_len, int element_bytes, bool aligned);
 
 // Whether the pipelined pass takes a layout: long rows, or groups of long planes.
