@@ -10,7 +10,8 @@
 # eval and predict), cnn (cnn-gn and cnn-bn trained with the defaults, eval, predict),
 # cnnbench (bench/conv and one CNN epoch beside PyTorch eager and torch.compile),
 # kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch),
-# norms (the normalization benchmark), transformer (bench/attention and the transformer-shape
+# norms (the normalization benchmark), normsfresh (the same with each case in a fresh process,
+# median and range of NORMS_RUNS runs, the GPU's clock, temperature and power logged), transformer (bench/attention and the transformer-shape
 # norms beside PyTorch's back ends), gemm (the Linear + GroupNorm + min + bias model against
 # its GEMM, beside PyTorch), compare (the benchmarks of the baseline
 # build staged by BASELINE=DIR bash bench/gpu_stage.sh and of this one, alternating: those of
@@ -130,6 +131,11 @@ for section in "${sections[@]}"; do
     norms)
       echo "== benchmark: the normalization kernels"
       "$run/norms" --json "$out/norms.json"
+      ;;
+    normsfresh)
+      echo "== benchmark: the normalization kernels, each case in a fresh process, median of ${NORMS_RUNS:-3} runs"
+      python3 bench/norms_fresh.py "$run/norms" --runs "${NORMS_RUNS:-3}" --json "$out/norms-fresh.json" \
+        2> "$out/norms-fresh.log"
       ;;
     transformer)
       echo "== benchmark: attention and the transformer norms, normcore then PyTorch"

@@ -3,7 +3,9 @@
 // sweep of layer-norm row lengths over a fixed 256 MB tensor. Times are CUDA-event medians
 // after a warm-up; each case reports ms, GB/s on its floor bytes and the fraction of the
 // device-copy bandwidth measured in the same run. Writes one JSON line per case.
-//   norms [--filter SUBSTRING] [--reps N] [--no-sweep] [--json FILE]
+// --list prints the case names; --case NAME runs that case alone (bench/norms_fresh.py runs
+// each case in a process of its own that way).
+//   norms [--filter SUBSTRING | --case NAME] [--reps N] [--no-sweep] [--json FILE] [--list]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,7 +25,7 @@ namespace {
 
 using bench::median_ms;
 
-enum class Op { LayerNorm, RMSNorm, GroupNorm, L1Norm, Frobenius };
+enum class Op { LayerNorm, RMSNorm, GroupNorm, BatchNorm, L1Norm, Frobenius };
 
 struct Case {
   std::string name;
@@ -61,15 +63,22 @@ Timing run_case(const Case& c) {
     }
     weight = nc::ones(normalized, nc::TensorOptions(c.dtype, gpu));
     if (c.op == Op::LayerNorm) bias = nc::zeros(normalized, nc::TensorOptions(c.dtype, gpu));
-  } else if (c.op == Op::GroupNorm) {
+  } else if (c.op == Op::GroupNorm || c.op == Op::BatchNorm) {
     weight = nc::ones({c.shape[1]}, nc::TensorOptions(c.dtype, gpu));
     bias = nc::zeros({c.shape[1]}, nc::TensorOptions(c.dtype, gpu));
+  }
+  // Batch norm trains: batch statistics, running statistics updated in place.
+  Tensor running_mean, running_var;
+  if (c.op == Op::BatchNorm) {
+    running_mean = nc::zeros({c.shape[1]}, nc::TensorOptions(c.dtype, gpu));
+    running_var = nc::ones({c.shape[1]}, nc::TensorOptions(c.dtype, gpu));
   }
   auto forward = [&](const Tensor& in, const Tensor& w, const Tensor& b) {
     switch (c.op) {
       case Op::LayerNorm: return nc::layer_norm(in, normalized, w, b);
       case Op::RMSNorm: return nc::rms_norm(in, normalized, w);
       case Op::GroupNorm: return nc::group_norm(in, c.param_dims, w, b);
+      case Op::BatchNorm: return nc::batch_norm(in, running_mean, running_var, w, b, true);
       case Op::L1Norm: return nc::l1_norm(in, 1);
       case Op::Frobenius: return nc::frobenius_norm(in);
     }
@@ -107,47 +116,9 @@ std::string shape_text(const nc::Shape& shape) {
   return s;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string filter, json_path;
-  int reps_override = 0;
-  bool sweep = true;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "norms: %s needs a value\n", arg.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (arg == "--filter") filter = value();
-    else if (arg == "--reps") reps_override = std::atoi(value().c_str());
-    else if (arg == "--no-sweep") sweep = false;
-    else if (arg == "--json") json_path = value();
-    else {
-      std::fprintf(stderr, "usage: norms [--filter SUBSTRING] [--reps N] [--no-sweep] [--json FILE]\n");
-      return 2;
-    }
-  }
-  if (!nc::cuda_is_available()) {
-    std::fprintf(stderr, "norms: needs a CUDA device\n");
-    return 1;
-  }
-  FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
-
-  // Device copy bandwidth, read + write, of 4 GiB.
-  double copy_gbps = 0;
-  {
-    Tensor src = nc::empty({int64_t{1} << 30}, nc::TensorOptions(DType::F32, nc::Device::cuda(0)));
-    src.fill_(1.0);
-    Tensor dst = nc::empty_like(src);
-    double ms = median_ms([&] { dst.copy_(src); }, 10);
-    copy_gbps = 2.0 * 4.0 * static_cast<double>(src.numel()) / (ms * 1e-3) / 1e9;
-    std::printf("device copy of 4 GiB: %.3f ms, %.0f GB/s (read + write)\n", ms, copy_gbps);
-  }
-
+// Every case, in the order they run: the anchors' problems, training shapes, then (with
+// sweep) the layer-norm row sweep.
+std::vector<Case> all_cases(bool sweep) {
   std::vector<Case> cases = {
       {"layernorm_16x(64x256x256)", Op::LayerNorm, {16, 64, 256, 256}, DType::F32, 3},
       {"groupnorm_112x64x512x512_g8", Op::GroupNorm, {112, 64, 512, 512}, DType::F32, 8, 2, 5, 5},
@@ -169,6 +140,16 @@ int main(int argc, char** argv) {
       cases.push_back({"layernorm_" + tag + shape, Op::LayerNorm, {16384, hidden}, dtype, 1});
     }
   }
+  // Batch norm over NCHW activations of ResNet-50 at batch 32, training mode. A channel's
+  // values (N * H * W) do not fit on one SM, so the floor reads x twice forward (statistics,
+  // then the output) and x and dy twice backward.
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const std::string tag = dtype == DType::F32 ? "f32" : "bf16";
+    for (const nc::Shape& shape : std::vector<nc::Shape>{{32, 64, 112, 112}, {32, 256, 56, 56}, {32, 512, 28, 28},
+                                                         {32, 2048, 7, 7}}) {
+      cases.push_back({"batchnorm_" + tag + "_" + shape_text(shape), Op::BatchNorm, shape, dtype, 0, 3, 8});
+    }
+  }
   if (sweep) {
     const int64_t elements = int64_t{1} << 26;  // 256 MB of f32
     for (int64_t row_len = 64; row_len <= (int64_t{1} << 22); row_len *= 4) {
@@ -177,10 +158,67 @@ int main(int argc, char** argv) {
     }
   }
 
+  return cases;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string filter, only, json_path;
+  int reps_override = 0;
+  bool sweep = true, list = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "norms: %s needs a value\n", arg.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (arg == "--filter") filter = value();
+    else if (arg == "--case") only = value();
+    else if (arg == "--list") list = true;
+    else if (arg == "--reps") reps_override = std::atoi(value().c_str());
+    else if (arg == "--no-sweep") sweep = false;
+    else if (arg == "--json") json_path = value();
+    else {
+      std::fprintf(stderr,
+                   "usage: norms [--filter SUBSTRING | --case NAME] [--reps N] [--no-sweep] [--json FILE] [--list]\n");
+      return 2;
+    }
+  }
+  std::vector<Case> cases = all_cases(sweep);
+  if (list) {
+    for (const Case& c : cases) std::printf("%s\n", c.name.c_str());
+    return 0;
+  }
+  if (!only.empty() && std::none_of(cases.begin(), cases.end(), [&](const Case& c) { return c.name == only; })) {
+    std::fprintf(stderr, "norms: no case named '%s' (--list prints them)\n", only.c_str());
+    return 2;
+  }
+  if (!nc::cuda_is_available()) {
+    std::fprintf(stderr, "norms: needs a CUDA device\n");
+    return 1;
+  }
+  FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
+
+  // Device copy bandwidth, read + write, of 4 GiB.
+  double copy_gbps = 0;
+  {
+    Tensor src = nc::empty({int64_t{1} << 30}, nc::TensorOptions(DType::F32, nc::Device::cuda(0)));
+    src.fill_(1.0);
+    Tensor dst = nc::empty_like(src);
+    double ms = median_ms([&] { dst.copy_(src); }, 10);
+    copy_gbps = 2.0 * 4.0 * static_cast<double>(src.numel()) / (ms * 1e-3) / 1e9;
+    std::printf("device copy of 4 GiB: %.3f ms, %.0f GB/s (read + write)\n", ms, copy_gbps);
+  }
+
   std::printf("\n%-34s %-5s %9s %8s %6s %10s %8s %6s\n", "case", "dtype", "fwd ms", "GB/s", "copy", "fwd+bwd ms",
               "GB/s", "copy");
   for (Case& c : cases) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+    if (!only.empty() && c.name != only) continue;
     if (reps_override > 0) c.reps = reps_override;
     Timing t = run_case(c);
     const double fwd_gbps = t.fwd_bytes / (t.fwd_ms * 1e-3) / 1e9;
