@@ -149,6 +149,32 @@ TEST(NormPlans, AffinePathForEachLayout) {
   }
 }
 
+// A row's team holds it in 3 or 4 vectors a thread (the kernels are built for those two):
+// 3 where they are enough, which leaves registers for more rows in flight.
+TEST(NormPlans, RowTeamsHoldThreeOrFourVectorsAThread) {
+  struct Case {
+    int64_t row_len;
+    int element_bytes, team, vectors;
+  };
+  for (const Case& c : std::vector<Case>{{768, 4, 64, 3},     // 192 vectors over 64 threads
+                                         {768, 2, 32, 3},     // 96 over a warp
+                                         {1024, 2, 32, 4},    // 128 over a warp
+                                         {512, 4, 32, 4},     // 128 over a warp
+                                         {128, 4, 32, 3},     // one each: the smaller build
+                                         {2560, 4, 256, 3},   // 640 over 256
+                                         {4096, 4, 256, 4},   // 1024 over 256
+                                         {16384, 4, 1024, 4}}) {
+    SCOPED_TRACE(std::to_string(c.row_len) + " elements of " + std::to_string(c.element_bytes) + " bytes");
+    for (const cuda::AffinePlan& plan :
+         {cuda::plan_affine_forward(cuda::layer_layout(64, c.row_len), c.element_bytes, true, true, kH100),
+          cuda::plan_affine_backward(cuda::layer_layout(64, c.row_len), c.element_bytes, true, true, kH100)}) {
+      EXPECT_EQ(plan.path, cuda::AffinePath::Rows);
+      EXPECT_EQ(plan.team, c.team);
+      EXPECT_EQ(plan.vector, c.vectors);
+    }
+  }
+}
+
 TEST(NormPlans, SharedGroupsFollowTheDevicesSharedMemory) {
   const cuda::GroupLayout groups = cuda::group_layout(32, 32, 384, 4096);  // 192 KB of f32 per group
   EXPECT_EQ(cuda::plan_affine_forward(groups, 4, true, true, kH100).path, cuda::AffinePath::SharedGroups);

@@ -359,16 +359,21 @@ __global__ void __launch_bounds__(kBlock) group_norm_shared_backward(
 // ---------------------------------------------------------------- launchers
 bool aligned_or_null(const void* p) { return p == nullptr || is_aligned(p, 16); }
 
-// Calls f(std::integral_constant<int, team>{}) for a team of plan_affine_*'s.
+// Calls f(std::integral_constant<int, team>{}, std::integral_constant<int, vectors>{}) for
+// a Rows plan: teams of 32 to 1024 threads holding 3 or 4 vectors each.
 template <class F>
-void with_team(int team, F&& f) {
-  switch (team) {
-    case 32: return f(std::integral_constant<int, 32>{});
-    case 64: return f(std::integral_constant<int, 64>{});
-    case 128: return f(std::integral_constant<int, 128>{});
-    case 256: return f(std::integral_constant<int, 256>{});
-    case 512: return f(std::integral_constant<int, 512>{});
-    default: return f(std::integral_constant<int, 1024>{});
+void with_row_team(const AffinePlan& plan, F&& f) {
+  auto with_vectors = [&](auto team) {
+    if (plan.vector == 3) return f(team, std::integral_constant<int, 3>{});
+    return f(team, std::integral_constant<int, kRowVecs>{});
+  };
+  switch (plan.team) {
+    case 32: return with_vectors(std::integral_constant<int, 32>{});
+    case 64: return with_vectors(std::integral_constant<int, 64>{});
+    case 128: return with_vectors(std::integral_constant<int, 128>{});
+    case 256: return with_vectors(std::integral_constant<int, 256>{});
+    case 512: return with_vectors(std::integral_constant<int, 512>{});
+    default: return with_vectors(std::integral_constant<int, 1024>{});
   }
 }
 
@@ -442,9 +447,10 @@ void affine_forward(const char* op, const Tensor& x_t, const Tensor& weight_t, c
                           aligned_or_null(weight) && aligned_or_null(bias), launch.limits());
   switch (plan.path) {
     case AffinePath::Rows:
-      return with_team(plan.team, [&](auto team) {
-        constexpr int kTeam = decltype(team)::value, V = 16 / sizeof(T), threads = team_block<kTeam>();
-        auto kernel = layer_norm_rows_forward<T, kTeam, V>;
+      return with_row_team(plan, [&](auto team, auto vectors) {
+        constexpr int kTeam = decltype(team)::value, kVecs = decltype(vectors)::value, V = 16 / sizeof(T);
+        constexpr int threads = team_block<kTeam>();
+        auto kernel = layer_norm_rows_forward<T, kTeam, V, kVecs>;
         launch(kernel, launch.resident_grid(kernel, threads, 0, ceil_div(rows, threads / kTeam)), threads, 0, rows,
                row_len, x, weight, bias, eps_a, y, mean, rstd);
       });
@@ -509,8 +515,7 @@ void column_param_grads(const Launcher& launch, const GroupLayout& l, const T* g
     launch(column_grads_kernel<T, A>, grid, kThreads, 0, grad_y, x, mean, rstd, batch, channels, l.groups,
            l.group_channels, rows_per_slice, partial_w.as<A>(), partial_b.as<A>());
   }
-  if (grad_weight) sum_slices(launch, partial_w.as<const A>(), slices, channels, grad_weight);
-  if (grad_bias) sum_slices(launch, partial_b.as<const A>(), slices, channels, grad_bias);
+  sum_slices(launch, partial_w.as<const A>(), partial_b.as<const A>(), slices, channels, grad_weight, grad_bias);
 }
 
 // coef[row] = {mean(w * dy), mean(w * dy * xhat)} through the chunked reduction (spatial == 1).
@@ -591,22 +596,23 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
   switch (plan.path) {
     case AffinePath::Rows:
       // grad_x, and the parameter gradients as per-block partials of the same pass.
-      return with_team(plan.team, [&](auto team) {
-        constexpr int kTeam = decltype(team)::value, V = 16 / sizeof(T), threads = team_block<kTeam>();
+      return with_row_team(plan, [&](auto team, auto vectors) {
+        constexpr int kTeam = decltype(team)::value, kVecs = decltype(vectors)::value, V = 16 / sizeof(T);
+        constexpr int threads = team_block<kTeam>();
         const int64_t wanted = ceil_div(rows, threads / kTeam);
         if (!grad_weight && !grad_bias) {
-          auto kernel = layer_norm_rows_backward<T, kTeam, V, false>;
+          auto kernel = layer_norm_rows_backward<T, kTeam, V, kVecs, false>;
           return launch(kernel, launch.resident_grid(kernel, threads, 0, wanted), threads, 0, rows, row_len, grad_y,
                         x, weight, mean, rstd, grad_x, nullptr, nullptr);
         }
-        auto kernel = layer_norm_rows_backward<T, kTeam, V, true>;
+        auto kernel = layer_norm_rows_backward<T, kTeam, V, kVecs, true>;
         const unsigned blocks = launch.resident_grid(kernel, threads, 0, wanted);
         const size_t partial_bytes = static_cast<size_t>(blocks) * static_cast<size_t>(row_len) * sizeof(A);
         const DeviceBuffer partial_w = launch.buffer(partial_bytes), partial_b = launch.buffer(partial_bytes);
         launch(kernel, blocks, threads, 0, rows, row_len, grad_y, x, weight, mean, rstd, grad_x, partial_w.as<A>(),
                partial_b.as<A>());
-        if (grad_weight) sum_slices(launch, partial_w.as<const A>(), blocks, row_len, grad_weight);
-        if (grad_bias) sum_slices(launch, partial_b.as<const A>(), blocks, row_len, grad_bias);
+        sum_slices(launch, partial_w.as<const A>(), partial_b.as<const A>(), blocks, row_len, grad_weight,
+                   grad_bias);
       });
     case AffinePath::Columns: {
       // grad_x and the parameter gradients in one pass along columns.
@@ -624,8 +630,8 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
           launch(layer_norm_columns_backward<T, V>, g.grid, kThreads, 0, rows, row_len, g.rows_per_slice, grad_y, x,
                  weight, mean, rstd, coef.as<const A>(), grad_x, partial_w.as<A>(), partial_b.as<A>());
         }
-        if (grad_weight) sum_slices(launch, partial_w.as<const A>(), g.slices, row_len, grad_weight);
-        if (grad_bias) sum_slices(launch, partial_b.as<const A>(), g.slices, row_len, grad_bias);
+        sum_slices(launch, partial_w.as<const A>(), partial_b.as<const A>(), g.slices, row_len, grad_weight,
+                   grad_bias);
       });
     }
     case AffinePath::Pipeline:

@@ -13,10 +13,10 @@ namespace cuda {
 // ---------------------------------------------------------------- rows kept in registers
 // Layer norm over rows of up to 16384 elements: a team of threads (a warp, 64 or 128 threads
 // of a 256-thread block, or a block of 256 to 1024; plan.h picks the smallest whose registers
-// hold the row) holds a whole row in registers, kRowVecs 16-byte vectors per
-// thread, so x is read once forward and x and dy once backward. Statistics are two-pass
-// over the registers. Rows must start 16-byte aligned (row_len a multiple of the vector
-// width); other rows take the column passes below.
+// hold the row) holds a whole row in registers, kVecs (3 or 4) 16-byte vectors per thread, so
+// x is read once forward and x and dy once backward. Statistics are two-pass over the
+// registers. Rows must start 16-byte aligned (row_len a multiple of the vector width); other
+// rows take the column passes below.
 template <int kTeam>
 constexpr int team_block() {
   return kTeam < kThreads ? kThreads : kTeam;
@@ -44,28 +44,29 @@ __device__ __forceinline__ R rows_team_reduce(R r, const Combine& combine) {
   }
 }
 
-// The team's row in registers: vector j = lane + k * kTeam of the row, k < kRowVecs.
-template <class T, int V>
+// The team's row in registers as loaded, vector j = lane + k * kTeam of the row, k < kVecs:
+// 16-bit elements stay packed, half the registers of widened ones, and are widened where
+// used (at() converts).
+template <class T, int V, int kVecs>
 struct RowSlice {
   using A = compute_t<T>;
-  A v[kRowVecs][V];
+  Vec<T, V> raw[kVecs];
   __device__ __forceinline__ void load(const T* row, int64_t vecs, int lane, int team_size) {
 #pragma unroll
-    for (int k = 0; k < kRowVecs; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       const int64_t j = lane + static_cast<int64_t>(k) * team_size;
       if (j < vecs) {
-        const Vec<T, V> raw = reinterpret_cast<const Vec<T, V>*>(row)[j];
-#pragma unroll
-        for (int e = 0; e < V; ++e) v[k][e] = convert<A>(raw.v[e]);
+        raw[k] = load_vec<T, V>(row, j);
       } else {
-#pragma unroll
-        for (int e = 0; e < V; ++e) v[k][e] = A(0);
+        const uint4 zero = {0, 0, 0, 0};  // 0.0 in every floating type
+        memcpy(&raw[k], &zero, sizeof(raw[k]));
       }
     }
   }
+  __device__ __forceinline__ A at(int k, int e) const { return convert<A>(raw[k].v[e]); }
 };
 
-template <class T, int kTeam, int V>
+template <class T, int kTeam, int V, int kVecs>
 __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
     int64_t rows, int64_t row_len, const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
     compute_t<T> eps, T* __restrict__ y, compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
@@ -75,42 +76,35 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
   const int64_t vecs = row_len / V;
   const A inv_len = A(1) / static_cast<A>(row_len);
   // Every team runs the same number of iterations, so block-wide syncs inside stay matched.
-  // Where a slice is at most 16 values (float32), the next row's loads are issued before
-  // this row's reductions; twice the registers for 16-bit rows cost more than they gain.
-  constexpr bool kPrefetch = kRowVecs * V <= 16;
+  // The next row's loads are issued before this row's reductions.
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kTeams;
-  auto load_row = [&](RowSlice<T, V>& slice, int64_t first) {
+  auto load_row = [&](RowSlice<T, V, kVecs>& slice, int64_t first) {
     const int64_t row = first + threadIdx.x / kTeam;
     const bool active = row < rows;
     slice.load(x + (active ? row : 0) * row_len, active ? vecs : 0, lane, kTeam);
   };
-  RowSlice<T, V> next;
-  if constexpr (kPrefetch) load_row(next, static_cast<int64_t>(blockIdx.x) * kTeams);
+  RowSlice<T, V, kVecs> next;
+  load_row(next, static_cast<int64_t>(blockIdx.x) * kTeams);
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * kTeams; first < rows; first += stride) {
     const int64_t row = first + threadIdx.x / kTeam;
     const bool active = row < rows;
-    RowSlice<T, V> slice;
-    if constexpr (kPrefetch) {
-      slice = next;
-      if (first + stride < rows) load_row(next, first + stride);
-    } else {
-      load_row(slice, first);
-    }
+    const RowSlice<T, V, kVecs> slice = next;
+    if (first + stride < rows) load_row(next, first + stride);
     A mean = 0;
     if (mean_out) {  // the same for the whole block, so the team's barriers stay matched
       Sums<A, 1> s{{A(0)}};
 #pragma unroll
-      for (int k = 0; k < kRowVecs; ++k)
+      for (int k = 0; k < kVecs; ++k)
 #pragma unroll
-        for (int e = 0; e < V; ++e) s.v[0] += slice.v[k][e];
+        for (int e = 0; e < V; ++e) s.v[0] += slice.at(k, e);
       mean = rows_team_reduce<kTeam>(s, Merge{}).v[0] * inv_len;
     }
     Sums<A, 1> sq{{A(0)}};
 #pragma unroll
-    for (int k = 0; k < kRowVecs; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       if (lane + static_cast<int64_t>(k) * kTeam < vecs) {
 #pragma unroll
-        for (int e = 0; e < V; ++e) sq.v[0] += (slice.v[k][e] - mean) * (slice.v[k][e] - mean);
+        for (int e = 0; e < V; ++e) sq.v[0] += (slice.at(k, e) - mean) * (slice.at(k, e) - mean);
       }
     }
     const A rstd = A(1) / sqrt(rows_team_reduce<kTeam>(sq, Merge{}).v[0] * inv_len + eps);
@@ -120,7 +114,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
       rstd_out[row] = rstd;
     }
 #pragma unroll
-    for (int k = 0; k < kRowVecs; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
       if (j >= vecs) continue;
       Vec<T, V> w, b, out;
@@ -128,7 +122,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
       if (bias) b = load_vec<T, V>(bias, j);
 #pragma unroll
       for (int e = 0; e < V; ++e) {
-        A v = (slice.v[k][e] - mean) * rstd;
+        A v = (slice.at(k, e) - mean) * rstd;
         if (weight) v *= convert<A>(w.v[e]);
         if (bias) v += convert<A>(b.v[e]);
         out.v[e] = convert<T>(v);
@@ -142,10 +136,24 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
 // scheme): every thread keeps the same columns of each row it handles, so it sums dy * xhat
 // and dy for its columns in registers over its rows; at the end the teams of a block add
 // theirs in team order through shared memory and the block writes one row of partials
-// ([gridDim.x, row_len] each), which sum_slices adds in block order. x and dy are read once
-// for everything, instead of once more by a column pass.
-template <class T, int kTeam, int V, bool kParams>
-__global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
+// ([gridDim.x, row_len] each), which sum_slices adds in a fixed order. x and dy are read once
+// for everything, instead of once more by a column pass. x and dy stay as loaded (packed
+// 16-bit) and xhat and w * dy are computed twice, for the sums and for grad_x: registers,
+// not arithmetic, limit how many rows an SM has in flight.
+// Blocks of 256 threads an SM must hold of a backward row kernel (the registers ptxas may
+// use): 16-bit rows of 4 vectors a thread come to about 150 registers unbounded, one block an
+// SM, 8 warps to hide each row's loads and reductions; held to two blocks (128 registers, a
+// few bytes spilled). f32 rows of 3 vectors fit three blocks without spilling. Measured on
+// the H200 (docs/PERFORMANCE.md).
+template <class T, int kTeam, int kVecs>
+constexpr int rows_backward_min_blocks() {
+  if (team_block<kTeam>() != 256) return 1;
+  if (sizeof(T) == 2) return 2;
+  return sizeof(T) == 4 && kVecs == 3 ? 3 : 1;
+}
+
+template <class T, int kTeam, int V, int kVecs, bool kParams>
+__global__ void __launch_bounds__(team_block<kTeam>(), rows_backward_min_blocks<T, kTeam, kVecs>()) layer_norm_rows_backward(
     int64_t rows, int64_t row_len, const T* __restrict__ grad_y, const T* __restrict__ x,
     const T* __restrict__ weight, const compute_t<T>* __restrict__ mean_in, const compute_t<T>* __restrict__ rstd_in,
     T* __restrict__ grad_x, compute_t<T>* __restrict__ partial_w, compute_t<T>* __restrict__ partial_b) {
@@ -154,10 +162,10 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
   const int lane = threadIdx.x % kTeam;
   const int64_t vecs = row_len / V;
   const A inv_len = A(1) / static_cast<A>(row_len);
-  A sum_w[kParams ? kRowVecs : 1][V], sum_b[kParams ? kRowVecs : 1][V];
+  A sum_w[kParams ? kVecs : 1][V], sum_b[kParams ? kVecs : 1][V];
   if constexpr (kParams) {
 #pragma unroll
-    for (int k = 0; k < kRowVecs; ++k)
+    for (int k = 0; k < kVecs; ++k)
 #pragma unroll
       for (int e = 0; e < V; ++e) sum_w[k][e] = sum_b[k][e] = A(0);
   }
@@ -166,42 +174,44 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
     const int64_t row = first + threadIdx.x / kTeam;
     const bool active = row < rows;
     const int64_t offset = (active ? row : 0) * row_len;
-    RowSlice<T, V> xs, gs;
+    RowSlice<T, V, kVecs> xs, gs;
     xs.load(x + offset, active ? vecs : 0, lane, kTeam);
     gs.load(grad_y + offset, active ? vecs : 0, lane, kTeam);
     const A mean = active && mean_in ? mean_in[row] : A(0), rstd = active ? rstd_in[row] : A(0);
-    // g = w * dy, kept in gs; sums of g and g * xhat. An inactive row loaded zeros, which add
-    // nothing to the parameter sums.
-    Sums<A, 2> s{{A(0), A(0)}};
+    // f(k, e, xhat, g = w * dy) for each element the thread holds. An inactive row loaded
+    // zeros, which add nothing to the parameter sums.
+    auto each_element = [&](auto&& f) {
 #pragma unroll
-    for (int k = 0; k < kRowVecs; ++k) {
-      const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
-      if (j >= vecs) continue;
-      Vec<T, V> w;
-      if (weight) w = load_vec<T, V>(weight, j);
+      for (int k = 0; k < kVecs; ++k) {
+        const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
+        if (j >= vecs) continue;
+        Vec<T, V> w;
+        if (weight) w = load_vec<T, V>(weight, j);
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        xs.v[k][e] = (xs.v[k][e] - mean) * rstd;
-        if constexpr (kParams) {
-          sum_w[k][e] += gs.v[k][e] * xs.v[k][e];
-          sum_b[k][e] += gs.v[k][e];
+        for (int e = 0; e < V; ++e) {
+          const A xhat = (xs.at(k, e) - mean) * rstd, dy = gs.at(k, e);
+          f(k, e, xhat, dy, weight ? dy * convert<A>(w.v[e]) : dy);
         }
-        if (weight) gs.v[k][e] *= convert<A>(w.v[e]);
-        s.v[0] += gs.v[k][e];
-        s.v[1] += gs.v[k][e] * xs.v[k][e];
       }
-    }
+    };
+    Sums<A, 2> s{{A(0), A(0)}};  // sums of g and g * xhat
+    each_element([&](int k, int e, A xhat, A dy, A g) {
+      if constexpr (kParams) {
+        sum_w[k][e] += dy * xhat;
+        sum_b[k][e] += dy;
+      }
+      s.v[0] += g;
+      s.v[1] += g * xhat;
+    });
     s = rows_team_reduce<kTeam>(s, Merge{});
     if (!active) continue;
     const A mean_g = mean_in ? s.v[0] * inv_len : A(0), mean_g_xhat = s.v[1] * inv_len;
+    Vec<T, V> out[kVecs];
+    each_element([&](int k, int e, A xhat, A, A g) { out[k].v[e] = convert<T>(rstd * (g - mean_g - xhat * mean_g_xhat)); });
 #pragma unroll
-    for (int k = 0; k < kRowVecs; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
-      if (j >= vecs) continue;
-      Vec<T, V> out;
-#pragma unroll
-      for (int e = 0; e < V; ++e) out.v[e] = convert<T>(rstd * (gs.v[k][e] - mean_g - xs.v[k][e] * mean_g_xhat));
-      reinterpret_cast<Vec<T, V>*>(grad_x + offset)[j] = out;
+      if (j < vecs) reinterpret_cast<Vec<T, V>*>(grad_x + offset)[j] = out[k];
     }
   }
   if constexpr (kParams) {
@@ -210,7 +220,7 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
     // f(column, this thread's sum of dy * xhat, of dy) for each column the thread holds.
     auto each_column = [&](auto&& f) {
 #pragma unroll
-      for (int k = 0; k < kRowVecs; ++k) {
+      for (int k = 0; k < kVecs; ++k) {
         const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
         if (j >= vecs) continue;
 #pragma unroll
@@ -223,8 +233,8 @@ __global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_backward(
         out_b[c] = b;
       });
     } else {
-      // Teams smaller than the block hold rows of at most kTeam * kRowVecs * V elements.
-      constexpr int kMaxLen = kTeam * kRowVecs * V;
+      // Teams smaller than the block hold rows of at most kTeam * kVecs * V elements.
+      constexpr int kMaxLen = kTeam * kVecs * V;
       __shared__ A block_w[kMaxLen], block_b[kMaxLen];
       for (int64_t c = threadIdx.x; c < row_len; c += blockDim.x) block_w[c] = block_b[c] = A(0);
       __syncthreads();
@@ -378,14 +388,77 @@ __global__ void column_grads_kernel(const T* grad_y, const T* x, const A* mean, 
   }
 }
 
-// out[c] = sum over k < count of partials[k * channels + c], in order of k.
+// grad_weight[c] and grad_bias[c] = the sums over k < count of partial_w[k * channels + c]
+// and partial_b[...] (either output may be null), in a fixed order, so the same bits every
+// run. Many slices (a row kernel's blocks: hundreds) take two steps: blocks of kColumnTile
+// columns by kColumnRows thread rows, `groups` of them along the slices, sum a run of
+// slices each (every thread row a strided part, then the rows in order) into a row of group
+// sums; then a thread per column adds its groups in order. With one thread per column
+// summing 264 slices in a chain, each output took 34 us on the H100 (ncu); with only the
+// column tiles (24 blocks for 768 columns), 22-32 us: too few loads in flight.
+template <class Out, class A>
+__global__ void sum_slice_groups_kernel(const A* __restrict__ partial_w, const A* __restrict__ partial_b,
+                                        int64_t count, int64_t channels, int64_t per_group, bool want_w, bool want_b,
+                                        Out* __restrict__ out_w, Out* __restrict__ out_b) {
+  __shared__ A tile_w[kColumnRows][kColumnTile + 1];
+  __shared__ A tile_b[kColumnRows][kColumnTile + 1];
+  const int tx = threadIdx.x % kColumnTile, ty = threadIdx.x / kColumnTile;
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * kColumnTile + tx;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * per_group, end = min(first + per_group, count);
+  A sum_w = 0, sum_b = 0;
+  if (column < channels) {
+#pragma unroll 4
+    for (int64_t k = first + ty; k < end; k += kColumnRows) {
+      if (want_w) sum_w += partial_w[k * channels + column];
+      if (want_b) sum_b += partial_b[k * channels + column];
+    }
+  }
+  tile_w[ty][tx] = sum_w;
+  tile_b[ty][tx] = sum_b;
+  __syncthreads();
+  if (ty != 0 || column >= channels) return;
+  for (int r = 1; r < kColumnRows; ++r) {
+    sum_w += tile_w[r][tx];
+    sum_b += tile_b[r][tx];
+  }
+  const int64_t at = static_cast<int64_t>(blockIdx.y) * channels + column;
+  if (want_w) out_w[at] = convert<Out>(sum_w);
+  if (want_b) out_b[at] = convert<Out>(sum_b);
+}
+
 template <class T, class A>
-void sum_slices(const Launcher& launch, const A* partials, int64_t count, int64_t channels, T* out) {
-  for_each_index(launch, channels, [=] __device__(int64_t c) {
-    A total = 0;
-    for (int64_t k = 0; k < count; ++k) total += partials[k * channels + c];
-    out[c] = convert<T>(total);
-  });
+void sum_slices(const Launcher& launch, const A* partial_w, const A* partial_b, int64_t count, int64_t channels,
+                T* grad_w, T* grad_b) {
+  if ((!grad_w && !grad_b) || channels == 0) return;
+  auto sum_in_order = [&](const A* part_w, const A* part_b, int64_t parts) {
+    for_each_index(launch, channels, [=] __device__(int64_t c) {
+      A sum_w = 0, sum_b = 0;
+      for (int64_t k = 0; k < parts; ++k) {
+        if (grad_w) sum_w += part_w[k * channels + c];
+        if (grad_b) sum_b += part_b[k * channels + c];
+      }
+      if (grad_w) grad_w[c] = convert<T>(sum_w);
+      if (grad_b) grad_b[c] = convert<T>(sum_b);
+    });
+  };
+  if (count <= 2 * kColumnRows) return sum_in_order(partial_w, partial_b, count);
+  // Enough groups for about two blocks an SM, each with a slice or more per thread row.
+  const int64_t tiles = ceil_div(channels, kColumnTile);
+  const int64_t wanted =
+      std::min(ceil_div(2 * static_cast<int64_t>(launch.multiprocessors()), tiles), count / kColumnRows);
+  const int64_t per_group = ceil_div(count, std::max<int64_t>(wanted, 1));
+  const int64_t groups = ceil_div(count, per_group);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(groups));
+  if (groups == 1) {
+    return launch(sum_slice_groups_kernel<T, A>, grid, kThreads, 0, partial_w, partial_b, count, channels, per_group,
+                  grad_w != nullptr, grad_b != nullptr, grad_w, grad_b);
+  }
+  const DeviceBuffer group_sums = launch.buffer(2 * static_cast<size_t>(groups * channels) * sizeof(A));
+  A* group_w = group_sums.as<A>();
+  A* group_b = group_w + groups * channels;
+  launch(sum_slice_groups_kernel<A, A>, grid, kThreads, 0, partial_w, partial_b, count, channels, per_group,
+         grad_w != nullptr, grad_b != nullptr, group_w, group_b);
+  sum_in_order(group_w, group_b, groups);
 }
 
 }  // namespace cuda

@@ -18,6 +18,11 @@ int row_team(int64_t row_len, int element_bytes, bool aligned) {
   return 0;
 }
 
+int row_vectors(int64_t row_len, int element_bytes, int team) {
+  const int64_t vecs = row_len / (16 / element_bytes);
+  return vecs <= 3 * static_cast<int64_t>(team) ? 3 : kRowVecs;
+}
+
 bool takes_pipeline(const GroupLayout& l) {
   return l.row_len() >= kPipelineMinRow && (l.spatial == 1 || l.spatial >= kPipelineMinPlane);
 }
@@ -52,7 +57,9 @@ AffinePlan plan_affine_forward(const GroupLayout& l, int element_bytes, bool dat
                                const DeviceLimits& device) {
   if (l.is_rows()) {
     const bool aligned = data_aligned && params_aligned;
-    if (const int team = row_team(l.row_len(), element_bytes, aligned)) return {AffinePath::Rows, team, 0};
+    if (const int team = row_team(l.row_len(), element_bytes, aligned)) {
+      return {AffinePath::Rows, team, row_vectors(l.row_len(), element_bytes, team)};
+    }
     return {AffinePath::Columns, 0, column_vector(l.row_len(), element_bytes, aligned)};
   }
   if (const int vector = shared_group_vector(l, element_bytes, data_aligned, 1, device)) {
@@ -66,7 +73,9 @@ AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool da
                                 const DeviceLimits& device) {
   if (l.is_rows()) {
     const bool aligned = data_aligned && params_aligned;
-    if (const int team = row_team(l.row_len(), element_bytes, aligned)) return {AffinePath::Rows, team, 0};
+    if (const int team = row_team(l.row_len(), element_bytes, aligned)) {
+      return {AffinePath::Rows, team, row_vectors(l.row_len(), element_bytes, team)};
+    }
     return {AffinePath::Columns, 0, column_vector(l.row_len(), element_bytes, aligned)};
   }
   if (const int vector = shared_group_vector(l, element_bytes, data_aligned, 2, device)) {

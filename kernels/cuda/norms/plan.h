@@ -22,7 +22,7 @@ using kernels::layer_layout;
 constexpr int64_t kPipelineMinRow = 16384;
 constexpr int64_t kPipelineMinPlane = 1024;
 
-// Rows kept in registers: kRowVecs 16-byte vectors per thread, rows up to kRowsMaxLen.
+// Rows kept in registers: at most kRowVecs 16-byte vectors per thread, rows up to kRowsMaxLen.
 constexpr int kRowVecs = 4;
 constexpr int64_t kRowsMaxLen = 16384;
 
@@ -30,6 +30,11 @@ constexpr int64_t kRowsMaxLen = 16384;
 // or 0 when the row does not fit, is empty or does not start 16-byte aligned (row_len a
 // multiple of the vector, every pointer aligned).
 int row_team(int64_t row_len, int element_bytes, bool aligned);
+
+// The vectors each thread of that team holds, as the kernels are built: 3 where that is
+// enough, else kRowVecs. A smaller count is fewer registers (more blocks per SM); a team
+// larger than a warp always needs 3 or 4, as the next smaller team did not hold the row.
+int row_vectors(int64_t row_len, int element_bytes, int team);
 
 // Whether the pipelined pass takes a layout: long rows, or groups of long planes.
 bool takes_pipeline(const GroupLayout& l);
@@ -50,7 +55,7 @@ enum class AffinePath {
 struct AffinePlan {
   AffinePath path;
   int team = 0;    // Rows: threads per row; SharedGroups: per block
-  int vector = 0;  // Columns, SharedGroups: elements per load
+  int vector = 0;  // Columns, SharedGroups: elements per load; Rows: vectors per thread (row_vectors)
 };
 
 // Groups of at least this many elements may take SharedGroups; shorter ones are cheaper as
