@@ -153,7 +153,8 @@ constexpr int rows_backward_min_blocks() {
 }
 
 template <class T, int kTeam, int V, int kVecs, bool kParams>
-__global__ void __launch_bounds__(team_block<kTeam>(), rows_backward_min_blocks<T, kTeam, kVecs>()) layer_norm_rows_backward(
+__global__ void __launch_bounds__(team_block<kTeam>(), rows_backward_min_blocks<T, kTeam, kVecs>())
+    layer_norm_rows_backward(
     int64_t rows, int64_t row_len, const T* __restrict__ grad_y, const T* __restrict__ x,
     const T* __restrict__ weight, const compute_t<T>* __restrict__ mean_in, const compute_t<T>* __restrict__ rstd_in,
     T* __restrict__ grad_x, compute_t<T>* __restrict__ partial_w, compute_t<T>* __restrict__ partial_b) {
@@ -178,40 +179,56 @@ __global__ void __launch_bounds__(team_block<kTeam>(), rows_backward_min_blocks<
     xs.load(x + offset, active ? vecs : 0, lane, kTeam);
     gs.load(grad_y + offset, active ? vecs : 0, lane, kTeam);
     const A mean = active && mean_in ? mean_in[row] : A(0), rstd = active ? rstd_in[row] : A(0);
-    // f(k, e, xhat, g = w * dy) for each element the thread holds. An inactive row loaded
-    // zeros, which add nothing to the parameter sums.
-    auto each_element = [&](auto&& f) {
+    // f(k, j, w) for each vector k the thread holds (vector j of the row; w: j of weight).
+    // An inactive row loaded zeros, which add nothing to the parameter sums.
+    auto each_vector = [&](auto&& f) {
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
         const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
         if (j >= vecs) continue;
         Vec<T, V> w;
         if (weight) w = load_vec<T, V>(weight, j);
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const A xhat = (xs.at(k, e) - mean) * rstd, dy = gs.at(k, e);
-          f(k, e, xhat, dy, weight ? dy * convert<A>(w.v[e]) : dy);
-        }
+        f(k, j, w);
       }
     };
-    Sums<A, 2> s{{A(0), A(0)}};  // sums of g and g * xhat
-    each_element([&](int k, int e, A xhat, A dy, A g) {
-      if constexpr (kParams) {
-        sum_w[k][e] += dy * xhat;
-        sum_b[k][e] += dy;
+    auto xhat_at = [&](int k, int e) { return (xs.at(k, e) - mean) * rstd; };
+    auto g_at = [&](int k, int e, const Vec<T, V>& w) {
+      return weight ? gs.at(k, e) * convert<A>(w.v[e]) : gs.at(k, e);
+    };
+    Sums<A, 2> s{{A(0), A(0)}};  // sums of g = w * dy and g * xhat
+    each_vector([&](int k, int64_t, const Vec<T, V>& w) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const A xhat = xhat_at(k, e), g = g_at(k, e, w);
+        if constexpr (kParams) {
+          sum_w[k][e] += gs.at(k, e) * xhat;
+          sum_b[k][e] += gs.at(k, e);
+        }
+        s.v[0] += g;
+        s.v[1] += g * xhat;
       }
-      s.v[0] += g;
-      s.v[1] += g * xhat;
     });
     s = rows_team_reduce<kTeam>(s, Merge{});
     if (!active) continue;
     const A mean_g = mean_in ? s.v[0] * inv_len : A(0), mean_g_xhat = s.v[1] * inv_len;
-    Vec<T, V> out[kVecs];
-    each_element([&](int k, int e, A xhat, A, A g) { out[k].v[e] = convert<T>(rstd * (g - mean_g - xhat * mean_g_xhat)); });
+    // The stores go out together after the arithmetic, except in 1024-thread blocks, whose
+    // 64 registers a thread have no room for the outputs (they spilled).
+    constexpr bool kStoresLast = team_block<kTeam>() < 1024;
+    Vec<T, V> out[kStoresLast ? kVecs : 1];
+    each_vector([&](int k, int64_t j, const Vec<T, V>& w) {
+      Vec<T, V>& o = out[kStoresLast ? k : 0];
 #pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
-      if (j < vecs) reinterpret_cast<Vec<T, V>*>(grad_x + offset)[j] = out[k];
+      for (int e = 0; e < V; ++e) {
+        o.v[e] = convert<T>(rstd * (g_at(k, e, w) - mean_g - xhat_at(k, e) * mean_g_xhat));
+      }
+      if constexpr (!kStoresLast) reinterpret_cast<Vec<T, V>*>(grad_x + offset)[j] = o;
+    });
+    if constexpr (kStoresLast) {
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        const int64_t j = lane + static_cast<int64_t>(k) * kTeam;
+        if (j < vecs) reinterpret_cast<Vec<T, V>*>(grad_x + offset)[j] = out[k];
+      }
     }
   }
   if constexpr (kParams) {
