@@ -133,6 +133,8 @@ std::vector<Case> all_cases(bool sweep) {
                        dtype, 1});
     }
     cases.push_back({"groupnorm_" + tag + "_32x320x64x64_g32", Op::GroupNorm, {32, 320, 64, 64}, dtype, 32});
+    // A diffusion U-Net's widest groups: 16 channels of 64x64 (256 KB of f32).
+    cases.push_back({"groupnorm_" + tag + "_8x512x64x64_g32", Op::GroupNorm, {8, 512, 64, 64}, dtype, 32});
     // Transformer activations: tokens x hidden.
     for (int64_t hidden : {1024, 4096, 8192}) {
       const std::string shape = "_16384x" + std::to_string(hidden);

@@ -55,13 +55,14 @@ TEST(KernelFamilies, EachFamilyHasItsImplementationPerDevice) {
 #ifdef NORMCORE_HAS_CUDA
 namespace cuda = normcore::cuda;
 
-constexpr cuda::DeviceLimits kH100{132, 232448};
+constexpr cuda::DeviceLimits kH100{132, 232448, 8};
 
 const char* path_name(cuda::AffinePath p) {
   switch (p) {
     case cuda::AffinePath::Rows: return "rows";
     case cuda::AffinePath::Columns: return "columns";
     case cuda::AffinePath::SharedGroups: return "shared groups";
+    case cuda::AffinePath::ClusterGroups: return "cluster groups";
     case cuda::AffinePath::Pipeline: return "pipeline";
     case cuda::AffinePath::Elementwise: return "elementwise";
   }
@@ -74,7 +75,7 @@ struct AffineRow {
   int element_bytes;
   bool data_aligned, params_aligned;
   cuda::AffinePath forward;
-  int forward_team_or_vector;  // the team of Rows, the vector of Columns and SharedGroups, else 0
+  int forward_team_or_vector;  // the team of Rows, the vector of Columns, SharedGroups and ClusterGroups, else 0
   cuda::AffinePath backward;
   int backward_team_or_vector;
 };
@@ -103,9 +104,11 @@ const std::vector<AffineRow> kAffineRows = {
     {"group norm of one group over [N, C] is layer norm", cuda::group_layout(32, 1, 768, 1), 4, true, true,
      cuda::AffinePath::Rows, 64, cuda::AffinePath::Rows, 64},
     {"group norm f32 32x320x64x64 g32: 160 KB groups", cuda::group_layout(32, 32, 320, 4096), 4, true, true,
-     cuda::AffinePath::SharedGroups, 4, cuda::AffinePath::Pipeline, 0},
-    {"group norm bf16 32x320x64x64 g32: 80 KB groups, x and dy fit", cuda::group_layout(32, 32, 320, 4096), 2, true,
-     true, cuda::AffinePath::SharedGroups, 8, cuda::AffinePath::SharedGroups, 8},
+     cuda::AffinePath::ClusterGroups, 4, cuda::AffinePath::ClusterGroups, 4},
+    {"group norm bf16 32x320x64x64 g32: 80 KB groups", cuda::group_layout(32, 32, 320, 4096), 2, true, true,
+     cuda::AffinePath::ClusterGroups, 8, cuda::AffinePath::ClusterGroups, 8},
+    {"group norm f32 8x64x64x64 g32: 32 KB groups, 64 KB with dy", cuda::group_layout(8, 32, 64, 4096), 4, true, true,
+     cuda::AffinePath::SharedGroups, 4, cuda::AffinePath::SharedGroups, 4},
     {"group norm f32 64x64x56x56 g32: 25 KB groups", cuda::group_layout(64, 32, 64, 3136), 4, true, true,
      cuda::AffinePath::SharedGroups, 4, cuda::AffinePath::SharedGroups, 4},
     {"group norm bf16 64x256x14x14 g32: planes of 196, 8-byte loads", cuda::group_layout(64, 32, 256, 196), 2, true,
@@ -114,7 +117,9 @@ const std::vector<AffineRow> kAffineRows = {
      cuda::AffinePath::Elementwise, 0, cuda::AffinePath::Elementwise, 0},
     {"group norm 112x64x512x512 g8: 8 MB groups", cuda::group_layout(112, 8, 64, 262144), 4, true, true,
      cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
-    {"group norm f32, groups just over shared memory", cuda::group_layout(2, 1, 1, 58113), 4, true, true,
+    {"group norm f32, groups just over shared memory: over a cluster", cuda::group_layout(2, 1, 1, 58113), 4, true,
+     true, cuda::AffinePath::ClusterGroups, 1, cuda::AffinePath::ClusterGroups, 1},
+    {"group norm f32, groups of 2 MB: a slice over shared memory", cuda::group_layout(2, 1, 1, 524288), 4, true, true,
      cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
     {"group norm, misaligned data", cuda::group_layout(32, 32, 320, 4096), 4, false, true,
      cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
@@ -130,7 +135,8 @@ int team_or_vector(const cuda::AffinePlan& plan) {
   switch (plan.path) {
     case cuda::AffinePath::Rows: return plan.team;
     case cuda::AffinePath::Columns:
-    case cuda::AffinePath::SharedGroups: return plan.vector;
+    case cuda::AffinePath::SharedGroups:
+    case cuda::AffinePath::ClusterGroups: return plan.vector;
     default: return 0;
   }
 }
@@ -177,9 +183,54 @@ TEST(NormPlans, RowTeamsHoldThreeOrFourVectorsAThread) {
 
 TEST(NormPlans, SharedGroupsFollowTheDevicesSharedMemory) {
   const cuda::GroupLayout groups = cuda::group_layout(32, 32, 384, 4096);  // 192 KB of f32 per group
-  EXPECT_EQ(cuda::plan_affine_forward(groups, 4, true, true, kH100).path, cuda::AffinePath::SharedGroups);
-  EXPECT_EQ(cuda::plan_affine_forward(groups, 4, true, true, {108, 166912}).path, cuda::AffinePath::Pipeline);
-  EXPECT_EQ(cuda::plan_affine_forward(groups, 2, true, true, {108, 166912}).path, cuda::AffinePath::SharedGroups);
+  const cuda::DeviceLimits h100_without_clusters{132, 232448, 0}, a100{108, 166912, 0};
+  EXPECT_EQ(cuda::plan_affine_forward(groups, 4, true, true, h100_without_clusters).path,
+            cuda::AffinePath::SharedGroups);
+  EXPECT_EQ(cuda::plan_affine_forward(groups, 4, true, true, a100).path, cuda::AffinePath::Pipeline);
+  EXPECT_EQ(cuda::plan_affine_forward(groups, 2, true, true, a100).path, cuda::AffinePath::SharedGroups);
+}
+
+// Groups of more than 64 KB of input go over a cluster where the device has them: the fewest
+// blocks (a power of two, up to the device's cluster size) that leave each at most 48 KB,
+// larger slices where 8 blocks are not enough, as long as a slice fits in a block.
+TEST(NormPlans, ClusterGroupsSplitAGroupOverTwoToEightBlocks) {
+  struct Case {
+    const char* what;
+    cuda::GroupLayout layout;
+    int element_bytes;
+    bool backward;
+    cuda::AffinePath path;
+    int blocks;
+  };
+  const std::vector<Case> cases = {
+      {"f32 32x320x64x64 g32: 160 KB in 4 slices", cuda::group_layout(32, 32, 320, 4096), 4, false,
+       cuda::AffinePath::ClusterGroups, 4},
+      {"its backward: 320 KB of x and dy in 8", cuda::group_layout(32, 32, 320, 4096), 4, true,
+       cuda::AffinePath::ClusterGroups, 8},
+      {"bf16 32x320x64x64 g32: 80 KB in 2", cuda::group_layout(32, 32, 320, 4096), 2, false,
+       cuda::AffinePath::ClusterGroups, 2},
+      {"its backward: 160 KB in 4", cuda::group_layout(32, 32, 320, 4096), 2, true, cuda::AffinePath::ClusterGroups, 4},
+      {"64 KB exactly: one block", cuda::group_layout(8, 32, 64, 4096), 2, true, cuda::AffinePath::SharedGroups, 0},
+      {"800 KB: 8 slices of 100 KB", cuda::group_layout(2, 2, 4, 100000), 4, false, cuda::AffinePath::ClusterGroups,
+       8},
+      {"1.6 MB with dy: 8 slices of 200 KB", cuda::group_layout(2, 2, 4, 100000), 4, true,
+       cuda::AffinePath::ClusterGroups, 8},
+      {"2 MB of f64: slices over shared memory", cuda::group_layout(2, 1, 4, 65536), 8, false,
+       cuda::AffinePath::Pipeline, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const cuda::AffinePlan plan = c.backward ? cuda::plan_affine_backward(c.layout, c.element_bytes, true, true, kH100)
+                                             : cuda::plan_affine_forward(c.layout, c.element_bytes, true, true, kH100);
+    EXPECT_STREQ(path_name(plan.path), path_name(c.path));
+    EXPECT_EQ(plan.cluster, c.blocks);
+    // Without clusters, the same groups take a block each or the pipelined pass.
+    const cuda::DeviceLimits no_clusters{132, 232448, 0};
+    const cuda::AffinePlan fallback = c.backward
+                                          ? cuda::plan_affine_backward(c.layout, c.element_bytes, true, true, no_clusters)
+                                          : cuda::plan_affine_forward(c.layout, c.element_bytes, true, true, no_clusters);
+    EXPECT_NE(fallback.path, cuda::AffinePath::ClusterGroups);
+  }
 }
 
 // Batch norm: planes of 32 or more take the per-channel reductions and a sweep, with the

@@ -179,6 +179,10 @@ std::vector<CudaCase> cases() {
       {"group_norm long groups", {2, 4, 100000}, {4}, group_norm_with(2)},
       {"group_norm long groups of short planes", {2, 16, 50, 41}, {16}, group_norm_with(2)},
       {"group_norm groups over 2 MB, streamed twice", {3, 4, 640, 512}, {4}, group_norm_with(2)},
+      {"group_norm groups over a cluster", {2, 20, 64, 64}, {20}, group_norm_with(2)},
+      {"group_norm cluster slices ending inside planes", {2, 12, 70, 70}, {12}, group_norm_with(2)},
+      {"group_norm cluster groups, large mean", {2, 6, 100, 100}, {6}, group_norm_with(1), 1e4},
+      {"group_norm cluster groups, no affine", {3, 8, 80, 80}, {}, group_norm_with(2)},
       {"group_norm large mean", {3, 6, 500}, {6}, group_norm_with(3), 1e4},
       {"group_norm no affine", {5, 9, 17}, {}, group_norm_with(3)},
       {"group_norm empty", {0, 4, 5}, {4}, group_norm_with(2)},
@@ -224,6 +228,8 @@ TEST(NormCuda, ParameterGradientsAreDeterministic) {
   Tensor grad = random({4096, 96}, 22, DType::F32).to(gpu);
   Tensor images = random({16, 8, 40, 40}, 23, DType::F32).to(gpu);
   Tensor image_grad = random({16, 8, 40, 40}, 24, DType::F32).to(gpu);
+  Tensor large = random({4, 16, 64, 64}, 25, DType::F32).to(gpu);  // 256 KB groups: over a cluster
+  Tensor large_grad = random({4, 16, 64, 64}, 26, DType::F32).to(gpu);
   auto grads = [&]() {
     Tensor w = nc::ones({96}, gpu).requires_grad_();
     Tensor b = nc::zeros({96}, gpu).requires_grad_();
@@ -233,7 +239,10 @@ TEST(NormCuda, ParameterGradientsAreDeterministic) {
     nc::group_norm(images, 2, gw, gb).backward(image_grad);
     Tensor rw = nc::ones({96}, gpu).requires_grad_();
     nc::rms_norm(x, {96}, rw).backward(grad);
-    return std::vector<Tensor>{w.grad(), b.grad(), gw.grad(), gb.grad(), rw.grad()};
+    Tensor lw = nc::ones({16}, gpu).requires_grad_();
+    Tensor lb = nc::zeros({16}, gpu).requires_grad_();
+    nc::group_norm(large, 1, lw, lb).backward(large_grad);
+    return std::vector<Tensor>{w.grad(), b.grad(), gw.grad(), gb.grad(), rw.grad(), lw.grad(), lb.grad()};
   };
   std::vector<Tensor> first = grads(), second = grads();
   for (size_t i = 0; i < first.size(); ++i) {

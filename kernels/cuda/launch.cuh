@@ -35,12 +35,32 @@ class Launcher {
   cudaStream_t stream() const { return stream_; }
   int multiprocessors() const { return multiprocessor_count(device_); }
   int shared_memory_per_block() const { return cuda::shared_memory_per_block(device_); }
-  DeviceLimits limits() const { return {multiprocessors(), shared_memory_per_block()}; }
+  DeviceLimits limits() const { return {multiprocessors(), shared_memory_per_block(), cluster_blocks(device_)}; }
 
   // kernel<<<grid, block, shared_bytes, stream>>>(args...), then the launch check.
   template <class... Params, class... Args>
   void operator()(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, Args&&... args) const {
     kernel<<<grid, block, shared_bytes, stream_>>>(std::forward<Args>(args)...);
+    check();
+  }
+
+  // The same in thread-block clusters of cluster_size blocks along x (grid a multiple of it).
+  template <class... Params, class... Args>
+  void clusters(void (*kernel)(Params...), unsigned grid, unsigned block, size_t shared_bytes, unsigned cluster_size,
+                Args&&... args) const {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = cluster_size;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(block);
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream_;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);  // a failure is the launch check's
     check();
   }
 

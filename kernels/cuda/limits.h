@@ -7,6 +7,7 @@ namespace cuda {
 struct DeviceLimits {
   int multiprocessors;
   int shared_memory_per_block;  // bytes one block may opt in to
+  int cluster_blocks = 0;       // blocks a thread-block cluster may hold; 0: no clusters
 };
 
 }  // namespace cuda

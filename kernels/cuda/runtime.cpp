@@ -30,6 +30,7 @@ struct DeviceContext {
   cublasHandle_t cublas = nullptr;
   std::atomic<int> sm_count{0};
   std::atomic<int> shared_memory_optin{-1};
+  std::atomic<int> cluster_blocks{-1};
 };
 
 DeviceContext& context(int device) {
@@ -165,6 +166,18 @@ int shared_memory_per_block(int device) {
     ctx.shared_memory_optin.store(bytes, std::memory_order_relaxed);
   }
   return bytes;
+}
+
+int cluster_blocks(int device) {
+  DeviceContext& ctx = context(device);
+  int blocks = ctx.cluster_blocks.load(std::memory_order_relaxed);
+  if (blocks < 0) {
+    int launch = 0;
+    NC_CUDA_CHECK(cudaDeviceGetAttribute(&launch, cudaDevAttrClusterLaunch, device));
+    blocks = launch ? 8 : 0;  // 8: the portable cluster size
+    ctx.cluster_blocks.store(blocks, std::memory_order_relaxed);
+  }
+  return blocks;
 }
 
 DeviceGuard::DeviceGuard(int device) : previous_(device), device_(device) {

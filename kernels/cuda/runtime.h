@@ -77,6 +77,9 @@ cublasHandle_t cublas_handle(int device);
 int multiprocessor_count(int device);
 // Shared memory one block may opt in to on device, in bytes (cached).
 int shared_memory_per_block(int device);
+// Blocks a thread-block cluster may hold on device: 8 (the portable size) where clusters
+// launch (sm_90 and later), else 0 (cached).
+int cluster_blocks(int device);
 
 // Makes device current for the guard's lifetime.
 class DeviceGuard {

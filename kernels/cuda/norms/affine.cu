@@ -209,6 +209,68 @@ __device__ __forceinline__ void copy_group(const T* src, int64_t vecs, Vec<T, V>
   for (int64_t j = threadIdx.x; j < vecs; j += kBlock) copy_async<sizeof(Vec<T, V>)>(tile + j, src + j * V);
 }
 
+// The thread's sum of (x - mean)^2 over its own vectors of the tile.
+template <int kBlock, class T, int V>
+__device__ __forceinline__ compute_t<T> own_squares(const Ownership<kBlock>& own, const Vec<T, V>* tile,
+                                                    compute_t<T> mean) {
+  using A = compute_t<T>;
+  A squares = 0;
+  for (int64_t k = 0; k < own.count; ++k) {
+    const Vec<T, V> v = tile_at(tile, own.vector(k));
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const A d = convert<A>(v.v[e]) - mean;
+      squares += d * d;
+    }
+  }
+  return squares;
+}
+
+// {sum(dy), sum(dy * (x - m))} over tile vectors [lo, hi), reduced by the block (every
+// thread gets it).
+template <int kBlock, class T, int V>
+__device__ __forceinline__ Sums<compute_t<T>, 2> tile_plane_sums(const Vec<T, V>* x_tile, const Vec<T, V>* dy_tile,
+                                                                 int64_t lo, int64_t hi, compute_t<T> m) {
+  using A = compute_t<T>;
+  Sums<A, 2> s = Sums<A, 2>::identity();
+  for (int64_t j = lo + threadIdx.x; j < hi; j += kBlock) {
+    const Vec<T, V> xv = tile_at(x_tile, j), dv = tile_at(dy_tile, j);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const A d = convert<A>(dv.v[e]);
+      s.v[0] += d;
+      s.v[1] += d * (convert<A>(xv.v[e]) - m);
+    }
+  }
+  return team_reduce<kBlock>(s, Merge{});
+}
+
+// y = (x - mean) * scale + shift for one vector.
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> affine_vector(const Vec<T, V>& v, compute_t<T> mean, compute_t<T> scale,
+                                                   compute_t<T> shift) {
+  using A = compute_t<T>;
+  Vec<T, V> out;
+#pragma unroll
+  for (int e = 0; e < V; ++e) out.v[e] = convert<T>((convert<A>(v.v[e]) - mean) * scale + shift);
+  return out;
+}
+
+// grad_x = r * (w * dy - mean_g - (x - m) * slope) for one vector.
+template <class T, int V>
+__device__ __forceinline__ Vec<T, V> grad_x_vector(const Vec<T, V>& xv, const Vec<T, V>& dv, compute_t<T> m,
+                                                   compute_t<T> r, compute_t<T> w, compute_t<T> mean_g,
+                                                   compute_t<T> slope) {
+  using A = compute_t<T>;
+  Vec<T, V> out;
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    const A d = convert<A>(dv.v[e]), xc = convert<A>(xv.v[e]) - m;
+    out.v[e] = convert<T>(r * (w * d - mean_g - xc * slope));
+  }
+  return out;
+}
+
 // Normalizes row `row` from its tile, given the sum of the thread's own values of it.
 template <class T, int V, int kBlock>
 __device__ __forceinline__ void normalize_group(const Ownership<kBlock>& own, const Vec<T, V>* tile, int64_t row,
@@ -219,16 +281,7 @@ __device__ __forceinline__ void normalize_group(const Ownership<kBlock>& own, co
   using A = compute_t<T>;
   const A inv_len = A(1) / static_cast<A>(row_len);
   const A mean = team_reduce<kBlock>(sum, Plus{}) * inv_len;
-  A squares = 0;
-  for (int64_t k = 0; k < own.count; ++k) {
-    const Vec<T, V> v = tile_at(tile, own.vector(k));
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const A d = convert<A>(v.v[e]) - mean;
-      squares += d * d;
-    }
-  }
-  const A rstd = A(1) / sqrt(team_reduce<kBlock>(squares, Plus{}) * inv_len + eps);
+  const A rstd = A(1) / sqrt(team_reduce<kBlock>(own_squares(own, tile, mean), Plus{}) * inv_len + eps);
   if (threadIdx.x == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
@@ -239,11 +292,7 @@ __device__ __forceinline__ void normalize_group(const Ownership<kBlock>& own, co
     const int64_t j = own.vector(k), channel = first_channel + j * V / spatial;
     const A scale = weight ? rstd * convert<A>(weight[channel]) : rstd;
     const A shift = bias ? convert<A>(bias[channel]) : A(0);
-    const Vec<T, V> v = tile_at(tile, j);
-    Vec<T, V> out;
-#pragma unroll
-    for (int e = 0; e < V; ++e) out.v[e] = convert<T>((convert<A>(v.v[e]) - mean) * scale + shift);
-    store_result(yr, j, out);
+    store_result(yr, j, affine_vector(tile_at(tile, j), mean, scale, shift));
   }
 }
 
@@ -323,17 +372,7 @@ __global__ void __launch_bounds__(kBlock) group_norm_shared_backward(
     const int64_t first_channel = (row % groups) * group_channels;
     A sum_g = 0, sum_g_xc = 0;  // sum(w * dy), sum(w * dy * (x - mean)) over the group
     for (int64_t c = 0; c < group_channels; ++c) {
-      Sums<A, 2> s = Sums<A, 2>::identity();
-      for (int64_t j = c * plane_vecs + threadIdx.x; j < (c + 1) * plane_vecs; j += kBlock) {
-        const Vec<T, V> xv = tile_at(x_tile, j), dv = tile_at(dy_tile, j);
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const A d = convert<A>(dv.v[e]);
-          s.v[0] += d;
-          s.v[1] += d * (convert<A>(xv.v[e]) - m);
-        }
-      }
-      s = team_reduce<kBlock>(s, Merge{});
+      const Sums<A, 2> s = tile_plane_sums<kBlock>(x_tile, dy_tile, c * plane_vecs, (c + 1) * plane_vecs, m);
       if (threadIdx.x == 0) plane_sums[row * group_channels + c] = s;
       const A w = weight ? convert<A>(weight[first_channel + c]) : A(1);
       sum_g += w * s.v[0];
@@ -343,21 +382,181 @@ __global__ void __launch_bounds__(kBlock) group_norm_shared_backward(
     T* gx = grad_x + row * row_len;
     for (int64_t j = threadIdx.x; j < vecs; j += kBlock) {
       const A w = weight ? convert<A>(weight[first_channel + j / plane_vecs]) : A(1);
-      const Vec<T, V> xv = tile_at(x_tile, j), dv = tile_at(dy_tile, j);
-      Vec<T, V> out;
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const A d = convert<A>(dv.v[e]), xc = convert<A>(xv.v[e]) - m;
-        out.v[e] = convert<T>(r * (w * d - mean_g - xc * slope));
-      }
-      store_result(gx, j, out);
+      store_result(gx, j, grad_x_vector(tile_at(x_tile, j), tile_at(dy_tile, j), m, r, w, mean_g, slope));
     }
     __syncthreads();  // the next group overwrites the tiles
   }
 }
 
+// ---------------------------------------------------------------- groups over a cluster
+// A group larger than kClusterMinBytes (plan.h) split over the shared memory of a
+// thread-block cluster: block `rank` of the cluster holds vectors [rank * per, (rank + 1) *
+// per) of the group, so that an SM runs several small blocks and one's copies overlap
+// another's arithmetic, and x (backward: x and dy) is still read once. The blocks combine
+// their statistics through distributed shared memory in rank order (the same bits in every
+// block), then each normalizes its own slice. A block leaves only when the others have read
+// its shared memory (the split cluster barrier: arrive after the reads, wait at the end).
+// Built for sm_90 and later; plan.h takes this path only where the device launches clusters
+// and these kernels were built for it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define NC_CLUSTER_KERNELS 1
+#else
+#define NC_CLUSTER_KERNELS 0
+#endif
+
+// Block rank's slice of a group of vecs vectors, `per` vectors a block.
+struct ClusterSlice {
+  int64_t per, begin, end;
+  __device__ __forceinline__ ClusterSlice(int64_t vecs, int64_t blocks, int64_t rank)
+      : per((vecs + blocks - 1) / blocks), begin(min(vecs, rank * per)), end(min(vecs, begin + per)) {}
+  __device__ __forceinline__ int64_t size() const { return end - begin; }
+};
+
+template <class T, int V, int kBlock>
+__global__ void __launch_bounds__(kBlock) group_norm_cluster_forward(
+    int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial, const T* __restrict__ x,
+    const T* __restrict__ weight, const T* __restrict__ bias, compute_t<T> eps, T* __restrict__ y,
+    compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
+#if NC_CLUSTER_KERNELS
+  using A = compute_t<T>;
+  extern __shared__ __align__(16) unsigned char group_tile[];
+  auto* tile = reinterpret_cast<Vec<T, V>*>(group_tile);
+  __shared__ Welford<A> slice_stats;  // read by every block of the cluster
+  __shared__ A group_stats[2];        // {mean, rstd}
+  const unsigned rank = __clusterRelativeBlockRank(), blocks = __clusterSizeInBlocks();
+  const int64_t row = blockIdx.x / blocks;
+  const ClusterSlice slice(row_len / V, blocks, rank);
+  const Ownership<kBlock> own(slice.size());
+  const T* xs = x + row * row_len + slice.begin * V;
+  // The slice's own two-pass statistics.
+  A sum = 0;
+  copy_and_land(own, xs, tile, [&](int64_t j) {
+    const Vec<T, V> v = tile_at(tile, j);
+#pragma unroll
+    for (int e = 0; e < V; ++e) sum += convert<A>(v.v[e]);
+  });
+  const A count = static_cast<A>(slice.size() * V);
+  sum = team_reduce<kBlock>(sum, Plus{});
+  const A slice_mean = count > A(0) ? sum / count : A(0);
+  const A squares = team_reduce<kBlock>(own_squares(own, tile, slice_mean), Plus{});
+  if (threadIdx.x == 0) slice_stats = {count, slice_mean, squares};
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();  // every block's slice_stats is in
+  if (threadIdx.x == 0) {
+    Welford<A> w = Welford<A>::identity();
+    for (unsigned r = 0; r < blocks; ++r) {
+      w = combine(w, *static_cast<const Welford<A>*>(__cluster_map_shared_rank(&slice_stats, r)));
+    }
+    group_stats[0] = w.mean;
+    group_stats[1] = A(1) / sqrt(w.m2 / w.count + eps);
+    if (rank == 0) {
+      mean_out[row] = group_stats[0];
+      rstd_out[row] = group_stats[1];
+    }
+  }
+  __cluster_barrier_arrive();  // done with the other blocks' shared memory
+  __syncthreads();
+  const A mean = group_stats[0], rstd = group_stats[1];
+  const int64_t first_channel = (row % groups) * group_channels;
+  T* ys = y + row * row_len + slice.begin * V;
+  for (int64_t k = 0; k < own.count; ++k) {
+    const int64_t j = own.vector(k), channel = first_channel + (slice.begin + j) * V / spatial;
+    const A scale = weight ? rstd * convert<A>(weight[channel]) : rstd;
+    const A shift = bias ? convert<A>(bias[channel]) : A(0);
+    store_result(ys, j, affine_vector(tile_at(tile, j), mean, scale, shift));
+  }
+  __cluster_barrier_wait();  // the others have read slice_stats
+#endif
+}
+
+// Backward: each block sums {dy, dy * (x - mean)} over the part of each plane in its slice;
+// the planes' sums (plane_sums, the parameter gradients' terms) and the group's
+// coefficients then come from every block's partials in rank order; grad_x as in the
+// shared-memory kernel.
+template <class T, int V, int kBlock>
+__global__ void __launch_bounds__(kBlock) group_norm_cluster_backward(
+    int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial, int64_t slice_vecs,
+    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
+    const compute_t<T>* __restrict__ mean, const compute_t<T>* __restrict__ rstd, T* __restrict__ grad_x,
+    Sums<compute_t<T>, 2>* __restrict__ plane_sums) {
+#if NC_CLUSTER_KERNELS
+  using A = compute_t<T>;
+  extern __shared__ __align__(16) unsigned char group_tile[];
+  auto* x_tile = reinterpret_cast<Vec<T, V>*>(group_tile);
+  Vec<T, V>* dy_tile = x_tile + slice_vecs;
+  // The slice's partial sums, plane by plane from its first plane (after whole vectors of
+  // at least the sums' alignment).
+  auto* parts = reinterpret_cast<Sums<A, 2>*>(dy_tile + slice_vecs);
+  __shared__ A group_terms[2];  // {sum(w * dy), sum(w * dy * (x - mean))}
+  const unsigned rank = __clusterRelativeBlockRank(), blocks = __clusterSizeInBlocks();
+  const int64_t row = blockIdx.x / blocks, vecs = row_len / V, plane_vecs = spatial / V;
+  const ClusterSlice slice(vecs, blocks, rank);
+  const int64_t offset = row * row_len + slice.begin * V;
+  for (int64_t j = threadIdx.x; j < slice.size(); j += kBlock) {
+    copy_async<sizeof(Vec<T, V>)>(x_tile + j, x + offset + j * V);
+    copy_async<sizeof(Vec<T, V>)>(dy_tile + j, grad_y + offset + j * V);
+  }
+  copies_landed();
+  __syncthreads();
+  const A m = mean[row], r = rstd[row];
+  const int64_t first_plane = slice.begin / plane_vecs;
+  const int64_t last_plane = slice.size() > 0 ? (slice.end - 1) / plane_vecs : first_plane - 1;
+  for (int64_t c = first_plane; c <= last_plane; ++c) {
+    const int64_t lo = max(slice.begin, c * plane_vecs) - slice.begin;
+    const int64_t hi = min(slice.end, (c + 1) * plane_vecs) - slice.begin;
+    const Sums<A, 2> s = tile_plane_sums<kBlock>(x_tile, dy_tile, lo, hi, m);
+    if (threadIdx.x == 0) parts[c - first_plane] = s;
+  }
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();  // every block's parts are in
+  // Thread c % kBlock gathers plane c from the blocks whose slices hold part of it.
+  const int64_t first_channel = (row % groups) * group_channels;
+  Sums<A, 2> terms = Sums<A, 2>::identity();
+  for (int64_t c = threadIdx.x; c < group_channels; c += kBlock) {
+    Sums<A, 2> s = Sums<A, 2>::identity();
+    const int64_t first_rank = c * plane_vecs / slice.per, last_rank = ((c + 1) * plane_vecs - 1) / slice.per;
+    for (int64_t b = first_rank; b <= last_rank; ++b) {
+      const auto* theirs = static_cast<const Sums<A, 2>*>(__cluster_map_shared_rank(parts, static_cast<unsigned>(b)));
+      s = combine(s, theirs[c - b * slice.per / plane_vecs]);
+    }
+    if (rank == 0) plane_sums[row * group_channels + c] = s;
+    const A w = weight ? convert<A>(weight[first_channel + c]) : A(1);
+    terms.v[0] += w * s.v[0];
+    terms.v[1] += w * s.v[1];
+  }
+  __cluster_barrier_arrive();  // done with the other blocks' shared memory
+  terms = team_reduce<kBlock>(terms, Merge{});
+  const A inv_len = A(1) / static_cast<A>(row_len);
+  const A mean_g = terms.v[0] * inv_len, slope = terms.v[1] * r * r * inv_len;
+  T* gx = grad_x + offset;
+  for (int64_t j = threadIdx.x; j < slice.size(); j += kBlock) {
+    const int64_t channel = first_channel + (slice.begin + j) / plane_vecs;
+    const A w = weight ? convert<A>(weight[channel]) : A(1);
+    store_result(gx, j, grad_x_vector(tile_at(x_tile, j), tile_at(dy_tile, j), m, r, w, mean_g, slope));
+  }
+  __cluster_barrier_wait();  // the others have read parts
+#endif
+}
+
 // ---------------------------------------------------------------- launchers
 bool aligned_or_null(const void* p) { return p == nullptr || is_aligned(p, 16); }
+
+// The device's limits for the plans, less clusters where the cluster kernels were not built
+// for it (CMAKE_CUDA_ARCHITECTURES without sm_90 or later: their bodies are empty).
+template <class T>
+DeviceLimits plan_limits(const Launcher& launch) {
+  DeviceLimits limits = launch.limits();
+  if (limits.cluster_blocks > 0) {
+    cudaFuncAttributes built{};
+    constexpr int V = 16 / sizeof(T);
+    if (cudaFuncGetAttributes(&built, group_norm_cluster_forward<T, V, kClusterThreads>) != cudaSuccess ||
+        built.ptxVersion < 90) {
+      cudaGetLastError();  // not sticky
+      limits.cluster_blocks = 0;
+    }
+  }
+  return limits;
+}
 
 // Calls f(std::integral_constant<int, team>{}, std::integral_constant<int, vectors>{}) for
 // a Rows plan: teams of 32 to 1024 threads holding 3 or 4 vectors each.
@@ -384,20 +583,26 @@ void with_vector(int vector, F&& f) {
   return f(std::integral_constant<int, 16 / static_cast<int>(sizeof(T))>{});
 }
 
-// Calls f(std::integral_constant<int, V>{}, std::integral_constant<int, threads>{}) for a
-// SharedGroups plan: V elements of 4, 8 or 16 bytes, blocks of 256 or 1024 threads.
+// Calls f(std::integral_constant<int, V>{}) for a SharedGroups or ClusterGroups plan's
+// vector: V elements of 4, 8 or 16 bytes.
 template <class T, class F>
-void with_shared_group(const AffinePlan& plan, F&& f) {
-  auto with_block = [&](auto vec) {
-    if (plan.team == 1024) return f(vec, std::integral_constant<int, 1024>{});
-    return f(vec, std::integral_constant<int, 256>{});
-  };
+void with_group_vector(const AffinePlan& plan, F&& f) {
   const int bytes = plan.vector * static_cast<int>(sizeof(T));
   if constexpr (sizeof(T) <= 4) {
-    if (bytes == 4) return with_block(std::integral_constant<int, 4 / sizeof(T)>{});
+    if (bytes == 4) return f(std::integral_constant<int, 4 / sizeof(T)>{});
   }
-  if (bytes == 8) return with_block(std::integral_constant<int, 8 / sizeof(T)>{});
-  return with_block(std::integral_constant<int, 16 / sizeof(T)>{});
+  if (bytes == 8) return f(std::integral_constant<int, 8 / sizeof(T)>{});
+  return f(std::integral_constant<int, 16 / sizeof(T)>{});
+}
+
+// Calls f(std::integral_constant<int, V>{}, std::integral_constant<int, threads>{}) for a
+// SharedGroups plan: with_group_vector's V, blocks of 256 or 1024 threads.
+template <class T, class F>
+void with_shared_group(const AffinePlan& plan, F&& f) {
+  with_group_vector<T>(plan, [&](auto vec) {
+    if (plan.team == 1024) return f(vec, std::integral_constant<int, 1024>{});
+    return f(vec, std::integral_constant<int, 256>{});
+  });
 }
 
 // grad_weight[c] = sum over samples of rstd * sum(dy * (x - mean)) over the plane, grad_bias[c]
@@ -444,7 +649,7 @@ void affine_forward(const char* op, const Tensor& x_t, const Tensor& weight_t, c
   const A eps_a = static_cast<A>(eps);
   const AffinePlan plan =
       plan_affine_forward(l, sizeof(T), is_aligned(x, 16) && is_aligned(y, 16),
-                          aligned_or_null(weight) && aligned_or_null(bias), launch.limits());
+                          aligned_or_null(weight) && aligned_or_null(bias), plan_limits<T>(launch));
   switch (plan.path) {
     case AffinePath::Rows:
       return with_row_team(plan, [&](auto team, auto vectors) {
@@ -476,6 +681,16 @@ void affine_forward(const char* op, const Tensor& x_t, const Tensor& weight_t, c
         launch.allow_shared_memory(kernel, bytes);
         launch(kernel, launch.resident_grid(kernel, threads, bytes, rows), threads, bytes, rows, row_len, l.groups,
                l.group_channels, l.spatial, buffers, x, weight, bias, eps_a, y, mean, rstd);
+      });
+    case AffinePath::ClusterGroups:
+      return with_group_vector<T>(plan, [&](auto vec) {
+        constexpr int V = decltype(vec)::value;
+        const int64_t slice_vecs = ceil_div(row_len / V, plan.cluster);
+        const auto bytes = static_cast<size_t>(slice_vecs * V) * sizeof(T);
+        auto kernel = group_norm_cluster_forward<T, V, kClusterThreads>;
+        launch.allow_shared_memory(kernel, bytes);
+        launch.clusters(kernel, static_cast<unsigned>(rows * plan.cluster), kClusterThreads, bytes, plan.cluster,
+                        row_len, l.groups, l.group_channels, l.spatial, x, weight, bias, eps_a, y, mean, rstd);
       });
     case AffinePath::Pipeline: {
       const PipelineShape s = plan_pipeline(rows, row_len, l.spatial == 1 ? row_len : l.spatial, sizeof(T), 1);
@@ -590,7 +805,7 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
   const A inv_len = row_len > 0 ? A(1) / static_cast<A>(row_len) : A(0);
   const AffinePlan plan =
       plan_affine_backward(l, sizeof(T), is_aligned(grad_y, 16) && is_aligned(x, 16) && is_aligned(grad_x, 16),
-                           aligned_or_null(weight), launch.limits());
+                           aligned_or_null(weight), plan_limits<T>(launch));
   // coef[row] = {mean(w * dy), mean(w * dy * xhat)}, for the paths that keep them in memory.
   auto coefficients = [&] { return launch.buffer(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 2 * sizeof(A)); };
   switch (plan.path) {
@@ -680,6 +895,22 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
         launch.allow_shared_memory(kernel, bytes);
         launch(kernel, launch.resident_grid(kernel, threads, bytes, rows), threads, bytes, rows, row_len, groups,
                group_channels, spatial, grad_y, x, weight, mean, rstd, grad_x, plane_buffer.as<Sums<A, 2>>());
+      });
+      return param_grads_from_planes(launch, l, plane_buffer.as<const Sums<A, 2>>(), rstd, grad_weight, grad_bias);
+    }
+    case AffinePath::ClusterGroups: {
+      const DeviceBuffer plane_buffer = launch.buffer(static_cast<size_t>(batch * channels) * sizeof(Sums<A, 2>));
+      with_group_vector<T>(plan, [&](auto vec) {
+        constexpr int V = decltype(vec)::value;
+        const int64_t slice_vecs = ceil_div(row_len / V, plan.cluster);
+        const int64_t slice_planes = slice_vecs * V / spatial + 2;  // at most, partly
+        const auto bytes = static_cast<size_t>(2 * slice_vecs * V) * sizeof(T) +
+                           static_cast<size_t>(slice_planes) * sizeof(Sums<A, 2>);
+        auto kernel = group_norm_cluster_backward<T, V, kClusterThreads>;
+        launch.allow_shared_memory(kernel, bytes);
+        launch.clusters(kernel, static_cast<unsigned>(rows * plan.cluster), kClusterThreads, bytes, plan.cluster,
+                        row_len, groups, group_channels, spatial, slice_vecs, grad_y, x, weight, mean, rstd, grad_x,
+                        plane_buffer.as<Sums<A, 2>>());
       });
       return param_grads_from_planes(launch, l, plane_buffer.as<const Sums<A, 2>>(), rstd, grad_weight, grad_bias);
     }

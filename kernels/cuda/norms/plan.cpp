@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <limits>
 
 namespace normcore {
 namespace cuda {
@@ -34,21 +35,42 @@ int column_vector(int64_t row_len, int element_bytes, bool aligned) {
 
 namespace {
 
-// A group in one block's shared memory (less what reductions and the driver keep), x's
-// (backward: x's and dy's): the load's elements (4 to 16 bytes, dividing the planes so that a
-// vector lies in one channel), or 0 when it does not fit.
-int shared_group_vector(const GroupLayout& l, int element_bytes, bool data_aligned, int inputs,
-                        const DeviceLimits& device) {
+// The load's elements for a group in shared memory: 4 to 16 bytes, dividing the planes so
+// that a vector lies in one channel; 0 when the layout has no planes or is not aligned.
+int group_vector(const GroupLayout& l, int element_bytes, bool data_aligned) {
   if (l.rows() == 0 || l.spatial == 1 || l.row_len() < kSharedGroupMinRow || !data_aligned) return 0;
   int vector = 16 / element_bytes;
   while (vector * element_bytes > 4 && l.spatial % vector != 0) vector /= 2;
-  if (l.spatial % vector != 0) return 0;
-  if (l.row_len() * element_bytes * inputs > device.shared_memory_per_block - 1024) return 0;
+  return l.spatial % vector == 0 ? vector : 0;
+}
+
+// A group in one block's shared memory (less what reductions and the driver keep), x's
+// (backward: x's and dy's): group_vector, or 0 when it does not fit.
+int shared_group_vector(const GroupLayout& l, int element_bytes, bool data_aligned, int inputs,
+                        const DeviceLimits& device) {
+  const int vector = group_vector(l, element_bytes, data_aligned);
+  if (vector == 0 || l.row_len() * element_bytes * inputs > device.shared_memory_per_block - 1024) return 0;
   return vector;
 }
 
 AffinePlan shared_groups(const GroupLayout& l, int vector) {
   return {AffinePath::SharedGroups, l.row_len() >= kPipelineMinRow ? 1024 : 256, vector};
+}
+
+// ClusterGroups for a group of more than kClusterMinBytes of input, or Elementwise (not taken).
+AffinePlan cluster_groups(const GroupLayout& l, int element_bytes, bool data_aligned, int inputs,
+                          const DeviceLimits& device) {
+  const int vector = group_vector(l, element_bytes, data_aligned);
+  const int64_t bytes = l.row_len() * element_bytes * inputs;
+  if (vector == 0 || device.cluster_blocks < 2 || bytes <= kClusterMinBytes) return {AffinePath::Elementwise};
+  int blocks = 2;
+  while (blocks < device.cluster_blocks && bytes > blocks * kClusterSliceBytes) blocks *= 2;
+  if (l.rows() > std::numeric_limits<int32_t>::max() / blocks) return {AffinePath::Elementwise};  // the grid
+  // A slice rounded up to whole vectors, with the backward's per-plane partials.
+  const int64_t slice = (l.row_len() / vector + blocks - 1) / blocks * vector * element_bytes * inputs;
+  const int64_t partials = inputs > 1 ? (slice / inputs / element_bytes / l.spatial + 2) * 16 : 0;
+  if (slice + partials > device.shared_memory_per_block - 1024) return {AffinePath::Elementwise};
+  return {AffinePath::ClusterGroups, kClusterThreads, vector, blocks};
 }
 
 }  // namespace
@@ -61,6 +83,9 @@ AffinePlan plan_affine_forward(const GroupLayout& l, int element_bytes, bool dat
       return {AffinePath::Rows, team, row_vectors(l.row_len(), element_bytes, team)};
     }
     return {AffinePath::Columns, 0, column_vector(l.row_len(), element_bytes, aligned)};
+  }
+  if (const AffinePlan c = cluster_groups(l, element_bytes, data_aligned, 1, device); c.path == AffinePath::ClusterGroups) {
+    return c;
   }
   if (const int vector = shared_group_vector(l, element_bytes, data_aligned, 1, device)) {
     return shared_groups(l, vector);
@@ -77,6 +102,9 @@ AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool da
       return {AffinePath::Rows, team, row_vectors(l.row_len(), element_bytes, team)};
     }
     return {AffinePath::Columns, 0, column_vector(l.row_len(), element_bytes, aligned)};
+  }
+  if (const AffinePlan c = cluster_groups(l, element_bytes, data_aligned, 2, device); c.path == AffinePath::ClusterGroups) {
+    return c;
   }
   if (const int vector = shared_group_vector(l, element_bytes, data_aligned, 2, device)) {
     return shared_groups(l, vector);

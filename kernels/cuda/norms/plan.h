@@ -48,6 +48,7 @@ enum class AffinePath {
   Rows,           // layer layout: a team holds each row in registers (team)
   Columns,        // layer layout: chunked statistics, then a pass along columns (vector)
   SharedGroups,   // groups (backward: and their gradients) that fit in shared memory: a block per group
+  ClusterGroups,  // larger groups: a thread-block cluster per group, a slice in each block's shared memory
   Pipeline,       // long rows or groups of long planes: the pipelined pass
   Elementwise,    // the rest: chunked statistics (or plane sums), then an element-wise pass
 };
@@ -55,12 +56,21 @@ enum class AffinePath {
 struct AffinePlan {
   AffinePath path;
   int team = 0;    // Rows: threads per row; SharedGroups: per block
-  int vector = 0;  // Columns, SharedGroups: elements per load; Rows: vectors per thread (row_vectors)
+  int vector = 0;  // Columns, SharedGroups, ClusterGroups: elements per load; Rows: vectors per thread
+  int cluster = 0;  // ClusterGroups: blocks per group (2 to the device's cluster_blocks)
 };
 
 // Groups of at least this many elements may take SharedGroups; shorter ones are cheaper as
 // chunked statistics and an element-wise pass.
 constexpr int64_t kSharedGroupMinRow = 1024;
+
+// Groups of more than kClusterMinBytes of input (x; backward x and dy) take ClusterGroups
+// where the device launches clusters: a power-of-two number of blocks, the fewest that leave
+// each at most kClusterSliceBytes, up to the device's cluster_blocks; larger groups take
+// ClusterGroups with bigger slices while a slice fits in a block's shared memory.
+constexpr int64_t kClusterMinBytes = 64 << 10;
+constexpr int64_t kClusterSliceBytes = 48 << 10;
+constexpr int kClusterThreads = 256;
 
 // data_aligned: x and y (backward: x, dy and dx) start 16-byte aligned; params_aligned:
 // weight and bias do (or are absent).
