@@ -3,7 +3,7 @@
 # built for it in gpu-run/ (and the Fashion-MNIST files in gpu-run/fashion-mnist);
 # `bash bench/gpu_stage.sh build-gpu` puts them there from a CUDA build.
 #   bash bench/gpu_check.sh [section...]     (default: tests conformance train)
-# Sections: tests (the test suite and the GPU-fault programs), sanitizers (compute-sanitizer's
+# Sections: tests (the test suite, the C API test on cuda:0 and the GPU-fault programs), sanitizers (compute-sanitizer's
 # memcheck, racecheck and synccheck over CUDA tests and the conformance cases; SANITIZER_TOOLS
 # picks tools, SANITIZER_SECONDS bounds each test run),
 # conformance (the PyTorch-made cases on cpu and cuda), train (a default training run with
@@ -46,6 +46,9 @@ for section in "${sections[@]}"; do
       echo "== test suite"
       "$run/normcore_tests" > "$out/tests.log" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$out/tests.log"
+      echo "== the C API from C, on cuda:0"
+      "$run/normcore_c_api_test" "$out" cuda tests/data/images/t10k-0-ankle-boot.pgm > "$out/c-api.log" 2>&1
+      echo "exit $?"; tail -3 "$out/c-api.log"
       echo "== GPU faults, one process each"
       for mode in launch-error illegal-address illegal-address-blocking; do
         "$run/normcore_cuda_faults" $mode > "$out/faults-$mode.log" 2>&1

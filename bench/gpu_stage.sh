@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
 mkdir -p gpu-run
 cp -L "$build"/libnormcore.so* gpu-run/
-cp "$build"/tests/normcore_tests "$build"/tests/normcore_cuda_faults gpu-run/
+cp "$build"/tests/normcore_tests "$build"/tests/normcore_cuda_faults "$build"/tests/normcore_c_api_test gpu-run/
 cp "$build"/normcore gpu-run/
 for program in "$build"/examples/kernelbench_* "$build"/bench/norms "$build"/bench/gemm_gn_min "$build"/bench/mlp_epoch \
   "$build"/bench/conv "$build"/bench/attention; do

@@ -286,6 +286,19 @@ Classifier::Prediction Classifier::predict(const Tensor& image) const {
   NC_CHECK(image.defined(), ValueError, "Classifier::predict: argument 'image' is an undefined tensor");
   NC_CHECK(image.numel() == kSide * kSide, ShapeError, "Classifier::predict: expects a 28x28 image, got ",
            describe(image));
+  const Tensor probs = probabilities(image.reshape({1, kSide * kSide}));
+  const int64_t label = argmax(probs, 1).item<int64_t>();
+  return Prediction{label, fashion_mnist_classes()[label], probs.select(0, 0).select(0, label).item<double>()};
+}
+
+Tensor Classifier::probabilities(const Tensor& images) const {
+  NC_CHECK(images.defined(), ValueError, "Classifier::probabilities: argument 'images' is an undefined tensor");
+  NC_CHECK(is_floating(images.dtype()), DTypeError, "Classifier::probabilities: expects float images, got ",
+           describe(images));
+  const int64_t batch = images.dim() > 0 ? images.size(0) : 0;
+  NC_CHECK(images.dim() >= 2 && images.numel() == batch * kSide * kSide, ShapeError,
+           "Classifier::probabilities: expects images [B, 1, 28, 28], [B, 28, 28] or [B, 784], got ",
+           describe(images));
   double mean = 0.2860, stddev = 0.3530;
   // The checkpoint's normalization; a value that is not a finite number (std: positive) is
   // an IOError naming it, since the file may come from anywhere.
@@ -301,10 +314,8 @@ Classifier::Prediction Classifier::predict(const Tensor& image) const {
   option("std", stddev);
   NC_CHECK(stddev > 0, IOError, "Classifier: the checkpoint's option.std is ", stddev, ", not positive");
   autograd::NoGradGuard no_grad;
-  Tensor x = (image.to(device_, DType::F32).reshape({1, 1, kSide, kSide}) - mean) / stddev;
-  Tensor probs = softmax((*checkpoint_.model)(x), 1);
-  int64_t label = argmax(probs, 1).item<int64_t>();
-  return Prediction{label, fashion_mnist_classes()[label], probs.select(0, 0).select(0, label).item<double>()};
+  Tensor x = (images.to(device_, DType::F32).reshape({batch, 1, kSide, kSide}) - mean) / stddev;
+  return softmax((*checkpoint_.model)(x), 1);
 }
 
 }  // namespace models

@@ -2,7 +2,8 @@
 # Installs the build in ${BUILD_DIR:-build} into a fresh prefix and builds a separate
 # project against it four times: the shared and the static library, each through
 # find_package(normcore) and through pkg-config; every program must train, save, load and
-# predict (tests/consumer), and the static ones must not need libnormcore.so. The installed
+# predict (tests/consumer), and the static ones must not need libnormcore.so; the C example
+# (examples/c) must build as C through pkg-config and label images. The installed
 # normcore program must pass the conformance cases. Prints the installed size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,17 @@ pc_dir=$libdir/pkgconfig
 g++ -std=c++17 tests/consumer/main.cpp -o "$build/consumer/consumer_pkgconfig" \
   $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs normcore) -Wl,-rpath,"$libdir"
 "$build/consumer/consumer_pkgconfig" "$build/consumer/consumer_pkgconfig.safetensors"
+
+# The C example, compiled as C through pkg-config, labels the test images with the
+# consumer's checkpoint.
+# shellcheck disable=SC2046
+cc -std=c99 examples/c/classify.c -o "$build/consumer/classify_c" \
+  $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs normcore) -Wl,-rpath,"$libdir"
+"$build/consumer/classify_c" "$build/consumer/consumer.safetensors" tests/data/images/*.pgm > "$build/consumer/classify_c.log"
+if [ "$(grep -c "%)$" "$build/consumer/classify_c.log")" -ne "$(ls tests/data/images/*.pgm | wc -l)" ]; then
+  echo "FAIL: the C example did not label every image: $(cat "$build/consumer/classify_c.log")" >&2
+  exit 1
+fi
 
 if [ -e "$libdir/libnormcore.a" ] && [ -e "$libdir/libnormcore.so" ]; then
   cmake -S tests/consumer -B "$build/consumer-static" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \

@@ -92,7 +92,7 @@ if [ "${1:-}" = lm ]; then
   exit 0
 fi
 
-normcore=$1 embed=$2 data=$3 images=$4 work=$5
+normcore=$1 embed=$2 data=$3 images=$4 work=$5 classify_c=${6:-}
 mkdir -p "$work"
 cd "$work"
 common=(--data "$data" --device cpu --limit 3000 --batch-size 100 --warmup 10)
@@ -171,6 +171,12 @@ cat predict.log
 [ "$(wc -l < predict.log)" -eq "$(ls "$images" | wc -l)" ] || fail "predict did not label every image"
 grep -q "trouser.pgm: Trouser" predict.log || fail "a trouser was not recognised"
 "$embed" a.safetensors "$images"/t10k-2-trouser.pgm | grep -q "Trouser" || fail "the embedding example failed"
+# The C example (the C API) labels every image as predict does, to the printed digit.
+if [ -n "$classify_c" ]; then
+  "$classify_c" a.safetensors "$images"/*.pgm "$images"/*.png > classify-c.log || fail "the C example failed"
+  sed -E 's/\(class [0-9]+, /(/' predict.log | diff - classify-c.log ||
+    fail "the C example and predict disagree (< predict, > the C example)"
+fi
 
 # The CNNs train on the CPU as well (a short run, evaluated on the first 1,000 test images:
 # a CNN's pass over all 10,000 costs more than its training here); a cnn-bn checkpoint

@@ -80,6 +80,9 @@ class Classifier {
   };
   // image: f32 [1, 28, 28] or [28, 28] in [0, 1] (as read_image gives).
   Prediction predict(const Tensor& image) const;
+  // The class probabilities [B, 10] (on the classifier's device) of a batch of images
+  // [B, 1, 28, 28], [B, 28, 28] or [B, 784] in [0, 1], any float dtype and device.
+  Tensor probabilities(const Tensor& images) const;
   const std::string& model_name() const { return checkpoint_.model_name; }
 
  private:

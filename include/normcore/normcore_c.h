@@ -1,0 +1,123 @@
+/* normcore's C API: what an application in any language needs to run trained models, with
+ * no C++ types across the boundary.
+ *
+ * - Handles are opaque; every create or load has its free (free of NULL does nothing).
+ * - Every call that can fail returns an nc_status; NC_OK is 0. The message of the last
+ *   failure is per thread (nc_last_error), valid until the thread's next failing call, and
+ *   names the function, the argument and the shapes, dtypes or files involved.
+ * - Data crosses the boundary in caller-owned buffers, copied in or out, never shared.
+ * - Devices are strings: "cpu", "cuda" (the first GPU) or "cuda:N".
+ * - Threads: every call may run from any thread, and handles may be shared between
+ *   threads for the calls that read them (nc_tensor_read, nc_file_*, nc_classifier_predict
+ *   from many threads at once on one classifier gives what one thread gets, to the bit, on
+ *   the CPU and on a GPU); a handle is freed once no thread uses it.
+ * - NC_API_VERSION changes when a declaration here changes; functions are only added to a
+ *   version, never changed or removed within it. nc_api_version() gives the version of the
+ *   library at run time.
+ */
+#ifndef NORMCORE_C_H
+#define NORMCORE_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define NC_API __attribute__((visibility("default")))
+#else
+#define NC_API
+#endif
+
+#define NC_API_VERSION 1
+
+typedef enum nc_status {
+  NC_OK = 0,
+  NC_ERROR_VALUE = 1,          /* a bad argument: NULL, out of range, malformed */
+  NC_ERROR_SHAPE = 2,          /* shapes that do not fit the call */
+  NC_ERROR_DTYPE = 3,          /* an element type the call does not take */
+  NC_ERROR_DEVICE = 4,         /* an unknown or absent device */
+  NC_ERROR_INDEX = 5,          /* an index or name that is not there */
+  NC_ERROR_IO = 6,             /* a file that cannot be read or written, or is not what it should be */
+  NC_ERROR_OUT_OF_MEMORY = 7,  /* host or GPU memory exhausted */
+  NC_ERROR_CUDA = 8,           /* a CUDA failure */
+  NC_ERROR_INTERNAL = 9        /* anything else */
+} nc_status;
+
+/* The element types, with their C++ names: the values are part of the ABI. */
+typedef enum nc_dtype {
+  NC_F32 = 0,
+  NC_F64 = 1,
+  NC_F16 = 2,  /* IEEE half, as 16-bit patterns */
+  NC_BF16 = 3, /* bfloat16, as 16-bit patterns */
+  NC_I32 = 4,
+  NC_I64 = 5,
+  NC_U8 = 6,
+  NC_BOOL = 7  /* one byte, 0 or 1 */
+} nc_dtype;
+
+typedef struct nc_tensor nc_tensor;
+typedef struct nc_file nc_file;
+typedef struct nc_classifier nc_classifier;
+
+/* ---- library */
+NC_API int nc_api_version(void);
+NC_API const char* nc_version(void);            /* the library's version, "0.1.0" */
+NC_API const char* nc_status_name(nc_status s); /* "NC_ERROR_SHAPE", ... */
+NC_API const char* nc_last_error(void);         /* "" when this thread has had no failure */
+NC_API int nc_cuda_device_count(void);          /* 0 without CUDA */
+NC_API size_t nc_dtype_size(nc_dtype dtype);    /* bytes per element; 0 for a value not above */
+
+/* ---- tensors: dense, on a device, owned by their handle */
+/* A tensor of shape[0..ndim) (ndim 0: a scalar) on device, holding a copy of data (numel
+ * elements of dtype, row-major), or zeros when data is NULL. */
+NC_API nc_status nc_tensor_create(const void* data, nc_dtype dtype, const int64_t* shape, int ndim,
+                                  const char* device, nc_tensor** out);
+NC_API void nc_tensor_free(nc_tensor* t);
+NC_API int nc_tensor_ndim(const nc_tensor* t);
+/* Copies the shape into shape[0..capacity); NC_ERROR_VALUE when capacity < ndim. */
+NC_API nc_status nc_tensor_shape(const nc_tensor* t, int64_t* shape, int capacity);
+NC_API int64_t nc_tensor_numel(const nc_tensor* t);
+NC_API nc_dtype nc_tensor_dtype(const nc_tensor* t);
+/* Copies the elements, row-major, into dst on the host; bytes must be numel * dtype size. */
+NC_API nc_status nc_tensor_read(const nc_tensor* t, void* dst, size_t bytes);
+
+/* ---- safetensors files (the format PyTorch's safetensors reads and writes) */
+/* Writes count named tensors and metadata_count (key, value) string pairs (metadata holds
+ * 2 * metadata_count strings, key then value) to path, atomically. */
+NC_API nc_status nc_safetensors_save(const char* path, const char* const* names, const nc_tensor* const* tensors,
+                                     size_t count, const char* const* metadata, size_t metadata_count);
+/* Reads path, its tensors created on device. */
+NC_API nc_status nc_safetensors_load(const char* path, const char* device, nc_file** out);
+NC_API void nc_file_free(nc_file* f);
+NC_API size_t nc_file_count(const nc_file* f);
+/* The name of tensor i (in file order); NULL when i is out of range. Valid while f lives. */
+NC_API const char* nc_file_name(const nc_file* f, size_t i);
+/* A new handle to tensor i, or to the tensor called name; free it with nc_tensor_free. */
+NC_API nc_status nc_file_tensor(const nc_file* f, size_t i, nc_tensor** out);
+NC_API nc_status nc_file_find(const nc_file* f, const char* name, nc_tensor** out);
+/* The metadata value of key, or NULL when the file has none. Valid while f lives. */
+NC_API const char* nc_file_metadata(const nc_file* f, const char* key);
+
+/* ---- image classifiers (checkpoints of `normcore train`) */
+NC_API nc_status nc_classifier_load(const char* checkpoint, const char* device, nc_classifier** out);
+NC_API void nc_classifier_free(nc_classifier* c);
+NC_API const char* nc_classifier_model(const nc_classifier* c); /* "mlp", "cnn-gn", ... */
+NC_API int nc_classifier_classes(const nc_classifier* c);       /* 10 */
+/* The name of a class ("T-shirt/top", ...); NULL when label is out of range. */
+NC_API const char* nc_classifier_class_name(const nc_classifier* c, int label);
+/* Reads a 28x28 grayscale image (PGM, or PNG where the library has libpng) into pixels
+ * [784], row-major, in [0, 1]. */
+NC_API nc_status nc_image_read(const char* path, float* pixels);
+/* Labels count 28x28 grayscale images (count * 784 floats in [0, 1], row-major): labels
+ * [count] gets each image's class, probabilities [count * classes] (or NULL) the softmax. */
+NC_API nc_status nc_classifier_predict(const nc_classifier* c, const float* images, int64_t count, int64_t* labels,
+                                       float* probabilities);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NORMCORE_C_H */
