@@ -122,6 +122,7 @@ const char* nc_status_name(nc_status s) {
     case NC_ERROR_OUT_OF_MEMORY: return "NC_ERROR_OUT_OF_MEMORY";
     case NC_ERROR_CUDA: return "NC_ERROR_CUDA";
     case NC_ERROR_INTERNAL: return "NC_ERROR_INTERNAL";
+    case NC_STATUS_MAX_ENUM: break;
   }
   return "an unknown nc_status";
 }

@@ -43,7 +43,8 @@ typedef enum nc_status {
   NC_ERROR_IO = 6,             /* a file that cannot be read or written, or is not what it should be */
   NC_ERROR_OUT_OF_MEMORY = 7,  /* host or GPU memory exhausted */
   NC_ERROR_CUDA = 8,           /* a CUDA failure */
-  NC_ERROR_INTERNAL = 9        /* anything else */
+  NC_ERROR_INTERNAL = 9,       /* anything else */
+  NC_STATUS_MAX_ENUM = 0x7fffffff /* not a status: keeps the enum as wide as an int */
 } nc_status;
 
 /* The element types, with their C++ names: the values are part of the ABI. */
@@ -55,7 +56,8 @@ typedef enum nc_dtype {
   NC_I32 = 4,
   NC_I64 = 5,
   NC_U8 = 6,
-  NC_BOOL = 7  /* one byte, 0 or 1 */
+  NC_BOOL = 7, /* one byte, 0 or 1 */
+  NC_DTYPE_MAX_ENUM = 0x7fffffff /* not a type: keeps the enum as wide as an int in C and C++ alike */
 } nc_dtype;
 
 typedef struct nc_tensor nc_tensor;
