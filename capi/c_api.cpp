@@ -157,7 +157,7 @@ nc_status nc_tensor_create(const void* data, nc_dtype dtype, const int64_t* shap
     }
     const nc::DType type = to_dtype(dtype, fn);
     const nc::Device where = to_device(device, fn);
-    nc::Tensor t = nc::zeros(dims, {type, nc::Device::cpu()});
+    nc::Tensor t = data ? nc::empty(dims, {type, nc::Device::cpu()}) : nc::zeros(dims, {type, nc::Device::cpu()});
     if (data != nullptr && t.nbytes() > 0) std::memcpy(t.data_ptr(), data, t.nbytes());
     *out = new nc_tensor{where.is_cpu() ? std::move(t) : t.to(where)};
   });
@@ -318,8 +318,8 @@ nc_status nc_classifier_predict(const nc_classifier* c, const float* images, int
     require(images, fn, "images");
     require(labels, fn, "labels");
     constexpr int64_t kPixels = 28 * 28;
-    const nc::Tensor batch =
-        nc::from_vector(std::vector<float>(images, images + count * kPixels), {count, kPixels});
+    nc::Tensor batch = nc::empty({count, kPixels}, {nc::DType::F32, nc::Device::cpu()});
+    std::memcpy(batch.data_ptr(), images, batch.nbytes());
     const nc::Tensor probs = c->classifier.probabilities(batch).to(nc::Device::cpu()).contiguous();
     const nc::Tensor best = nc::argmax(probs, 1);
     std::memcpy(labels, best.data_ptr(), static_cast<size_t>(count) * sizeof(int64_t));

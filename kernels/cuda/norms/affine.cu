@@ -542,11 +542,12 @@ __global__ void __launch_bounds__(kBlock) group_norm_cluster_backward(
 bool aligned_or_null(const void* p) { return p == nullptr || is_aligned(p, 16); }
 
 // The device's limits for the plans, less clusters where the cluster kernels were not built
-// for it (CMAKE_CUDA_ARCHITECTURES without sm_90 or later: their bodies are empty).
+// for it (CMAKE_CUDA_ARCHITECTURES without sm_90 or later: their bodies are empty). Only
+// layouts with groups can take them, so layer norm's rows skip the query.
 template <class T>
-DeviceLimits plan_limits(const Launcher& launch) {
+DeviceLimits plan_limits(const Launcher& launch, const GroupLayout& l) {
   DeviceLimits limits = launch.limits();
-  if (limits.cluster_blocks > 0) {
+  if (limits.cluster_blocks > 0 && !l.is_rows()) {
     cudaFuncAttributes built{};
     constexpr int V = 16 / sizeof(T);
     if (cudaFuncGetAttributes(&built, group_norm_cluster_forward<T, V, kClusterThreads>) != cudaSuccess ||
@@ -649,7 +650,7 @@ void affine_forward(const char* op, const Tensor& x_t, const Tensor& weight_t, c
   const A eps_a = static_cast<A>(eps);
   const AffinePlan plan =
       plan_affine_forward(l, sizeof(T), is_aligned(x, 16) && is_aligned(y, 16),
-                          aligned_or_null(weight) && aligned_or_null(bias), plan_limits<T>(launch));
+                          aligned_or_null(weight) && aligned_or_null(bias), plan_limits<T>(launch, l));
   switch (plan.path) {
     case AffinePath::Rows:
       return with_row_team(plan, [&](auto team, auto vectors) {
@@ -805,7 +806,7 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
   const A inv_len = row_len > 0 ? A(1) / static_cast<A>(row_len) : A(0);
   const AffinePlan plan =
       plan_affine_backward(l, sizeof(T), is_aligned(grad_y, 16) && is_aligned(x, 16) && is_aligned(grad_x, 16),
-                           aligned_or_null(weight), plan_limits<T>(launch));
+                           aligned_or_null(weight), plan_limits<T>(launch, l));
   // coef[row] = {mean(w * dy), mean(w * dy * xhat)}, for the paths that keep them in memory.
   auto coefficients = [&] { return launch.buffer(static_cast<size_t>(std::max<int64_t>(rows, 1)) * 2 * sizeof(A)); };
   switch (plan.path) {
