@@ -22,6 +22,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "normcore/distributed.h"
@@ -107,6 +108,9 @@ Env Env::from_environment() {
 
 // ---------------------------------------------------------------- server
 
+// How long the store's process waits at its end for replies it owes (see ~Server).
+constexpr std::chrono::seconds kLinger{30};
+
 struct TcpStore::Server {
   int listener = -1;
   std::thread acceptor;
@@ -116,6 +120,17 @@ struct TcpStore::Server {
   std::vector<int> connections;
   std::vector<std::thread> workers;
   bool stopping = false;
+  std::multiset<std::string> waiting;  // the keys of gets blocked on an absent key
+  int answering = 0;                   // gets whose key came, replies not yet sent
+  std::condition_variable owed;        // waiting or answering changed
+
+  // Whether some get is owed a reply: its key has come, its reply is not sent yet.
+  bool owes_replies() const {
+    if (answering > 0) return true;
+    for (const std::string& key : waiting)
+      if (values.count(key) > 0) return true;
+    return false;
+  }
 
   void serve(int fd) {
     for (;;) {
@@ -136,11 +151,22 @@ struct TcpStore::Server {
         reply.push_back('\0');
       } else if (command == kGet) {
         std::unique_lock<std::mutex> lock(mutex);
+        const auto waiter = waiting.insert(key);
         changed.wait(lock, [&] { return stopping || values.count(key) > 0; });
-        if (stopping) return;
+        waiting.erase(waiter);
+        owed.notify_all();
+        if (values.count(key) == 0) return;  // stopping, the key never came
         const std::string& v = values[key];
         put_u32(reply, static_cast<uint32_t>(v.size()));
         reply += v;
+        ++answering;
+        lock.unlock();
+        const bool sent = send_all(fd, reply.data(), reply.size());
+        lock.lock();
+        --answering;
+        owed.notify_all();
+        if (!sent) return;
+        continue;
       } else if (command == kAdd && value.size() == sizeof(int64_t)) {
         int64_t delta = 0, sum = 0;
         std::memcpy(&delta, value.data(), sizeof delta);
@@ -185,9 +211,14 @@ struct TcpStore::Server {
     }
   }
 
+  // Sends the replies it owes first (for up to kLinger): a rank waiting in the last barrier
+  // before this process exits may not have been sent the key that ended it yet, and
+  // closing its connection now would cut it off. Gets waiting on keys that never came are
+  // cut off at once.
   ~Server() {
     {
-      std::lock_guard<std::mutex> lock(mutex);
+      std::unique_lock<std::mutex> lock(mutex);
+      owed.wait_for(lock, kLinger, [&] { return !owes_replies(); });
       stopping = true;
       for (int fd : connections) ::shutdown(fd, SHUT_RDWR);
     }
