@@ -38,4 +38,13 @@ int cuda_device_count();
 // cuda:0 when a GPU is available, otherwise cpu.
 Device best_device();
 
+// The threads the CPU backend's kernels run on: the calling thread and num_threads() - 1
+// workers of one pool. The default is the environment's NORMCORE_NUM_THREADS when set (a
+// whole number from 1 to 4096), else the cores the process may run on. Results do not
+// depend on it: work is cut by its size alone and partial sums are added in a fixed order.
+// set_num_threads waits for a running parallel kernel and takes effect for the next;
+// ValueError outside [1, 4096].
+int num_threads();
+void set_num_threads(int n);
+
 }  // namespace normcore

@@ -1,15 +1,16 @@
 // CPU reference of the convolution kernels (contracts in kernels/conv.h): for each sample and
-// group, im2col lays the receptive fields out as columns and one Eigen GEMM does the rest.
-// f16/bf16 operands are widened to float once and the result rounded once; f32 and f64
-// compute in their own type.
+// group, im2col lays the receptive fields out as columns and one GEMM (kernels/cpu/gemm.h)
+// does the rest. f16/bf16 operands are widened to float once and the result rounded once;
+// f32 and f64 compute in their own type. Samples run in ranges on the thread pool
+// (kernels/cpu/parallel.h).
 #include <algorithm>
 #include <memory>
 #include <vector>
 
-#include <Eigen/Core>
-
 #include "kernels/conv.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace normcore {
 namespace cpu {
@@ -17,12 +18,15 @@ namespace {
 
 using kernels::Conv2dGeometry;
 
+// A row-major [rows, cols] matrix at p for gemm, or its transpose.
 template <class C>
-using Matrix = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+GemmOperand<C> matrix(const C* p, int64_t cols) {
+  return {p, cols, 1};
+}
 template <class C>
-using Map = Eigen::Map<Matrix<C>>;
-template <class C>
-using ConstMap = Eigen::Map<const Matrix<C>>;
+GemmOperand<C> transposed(const C* p, int64_t cols) {
+  return {p, 1, cols};
+}
 
 // A tensor's elements in the compute type C: the tensor's own memory when its type is C,
 // else a widened copy held by the view.
@@ -82,8 +86,18 @@ struct GroupDims {
 inline int64_t input_row(const Conv2dGeometry& g, int64_t oy, int64_t ky) {
   return oy * g.stride_h - g.pad_h + ky * g.dilation_h;
 }
-inline int64_t input_col(const Conv2dGeometry& g, int64_t ox, int64_t kx) {
-  return ox * g.stride_w - g.pad_w + kx * g.dilation_w;
+
+// The output columns [begin, end) whose input column ox * stride_w - pad_w + kx * dilation_w
+// falls inside the image for kernel column kx; the others read padding.
+struct ColumnSpan {
+  int64_t begin, end, offset;  // input column = ox * stride_w + offset
+};
+inline ColumnSpan column_span(const Conv2dGeometry& g, int64_t kx) {
+  const int64_t offset = kx * g.dilation_w - g.pad_w;
+  const int64_t begin = offset >= 0 ? 0 : std::min(g.out_w, (-offset + g.stride_w - 1) / g.stride_w);
+  const int64_t last = g.w - 1 - offset;  // ox * stride_w <= last
+  const int64_t end = last < 0 ? begin : std::max(begin, std::min(g.out_w, last / g.stride_w + 1));
+  return {begin, end, offset};
 }
 
 // cols [cg * kh * kw, out_h * out_w] from x's channels of one sample and group (image
@@ -94,6 +108,7 @@ void im2col(const Conv2dGeometry& g, const C* image, int64_t cg, C* cols) {
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         C* row = cols + ((c * g.kh + ky) * g.kw + kx) * g.out_h * g.out_w;
+        const ColumnSpan span = column_span(g, kx);
         for (int64_t oy = 0; oy < g.out_h; ++oy) {
           const int64_t iy = input_row(g, oy, ky);
           C* out = row + oy * g.out_w;
@@ -102,10 +117,13 @@ void im2col(const Conv2dGeometry& g, const C* image, int64_t cg, C* cols) {
             continue;
           }
           const C* in = image + (c * g.h + iy) * g.w;
-          for (int64_t ox = 0; ox < g.out_w; ++ox) {
-            const int64_t ix = input_col(g, ox, kx);
-            out[ox] = ix >= 0 && ix < g.w ? in[ix] : C(0);
+          std::fill(out, out + span.begin, C(0));
+          if (g.stride_w == 1) {
+            std::copy(in + span.begin + span.offset, in + span.end + span.offset, out + span.begin);
+          } else {
+            for (int64_t ox = span.begin; ox < span.end; ++ox) out[ox] = in[ox * g.stride_w + span.offset];
           }
+          std::fill(out + span.end, out + g.out_w, C(0));
         }
       }
     }
@@ -119,19 +137,23 @@ void col2im_add(const Conv2dGeometry& g, const C* cols, int64_t cg, C* image) {
     for (int64_t ky = 0; ky < g.kh; ++ky) {
       for (int64_t kx = 0; kx < g.kw; ++kx) {
         const C* row = cols + ((c * g.kh + ky) * g.kw + kx) * g.out_h * g.out_w;
+        const ColumnSpan span = column_span(g, kx);
         for (int64_t oy = 0; oy < g.out_h; ++oy) {
           const int64_t iy = input_row(g, oy, ky);
           if (iy < 0 || iy >= g.h) continue;
           C* out = image + (c * g.h + iy) * g.w;
           const C* in = row + oy * g.out_w;
-          for (int64_t ox = 0; ox < g.out_w; ++ox) {
-            const int64_t ix = input_col(g, ox, kx);
-            if (ix >= 0 && ix < g.w) out[ix] += in[ox];
-          }
+          for (int64_t ox = span.begin; ox < span.end; ++ox) out[ox * g.stride_w + span.offset] += in[ox];
         }
       }
     }
   }
+}
+
+// Samples a range of the thread pool takes: about 2^20 multiply-adds of work (or one sample).
+int64_t sample_grain(const Conv2dGeometry& g) {
+  const GroupDims d(g);
+  return grain_for(g.groups * d.og * d.k * d.hw, int64_t{1} << 20);
 }
 
 template <class T>
@@ -141,19 +163,23 @@ void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, con
   Widened<T, C> xs(x), ws(weight);
   std::unique_ptr<Widened<T, C>> bs(bias.defined() ? new Widened<T, C>(bias) : nullptr);
   Narrowed<T, C> ys(y);
-  std::vector<C> cols(static_cast<size_t>(d.k * d.hw));
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      im2col(g, xs.data() + (n * g.c + grp * d.cg) * g.h * g.w, d.cg, cols.data());
-      ConstMap<C> w(ws.data() + grp * d.og * d.k, d.og, d.k);
-      ConstMap<C> col(cols.data(), d.k, d.hw);
-      Map<C> out(ys.data() + (n * g.o + grp * d.og) * d.hw, d.og, d.hw);
-      out.noalias() = w * col;
-      if (bs) {
-        for (int64_t o = 0; o < d.og; ++o) out.row(o).array() += bs->data()[grp * d.og + o];
+  parallel_for(g.n, sample_grain(g), [&](int64_t begin, int64_t end) {
+    std::vector<C> cols(static_cast<size_t>(d.k * d.hw));
+    for (int64_t n = begin; n < end; ++n) {
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        im2col(g, xs.data() + (n * g.c + grp * d.cg) * g.h * g.w, d.cg, cols.data());
+        C* out = ys.data() + (n * g.o + grp * d.og) * d.hw;
+        parallel_gemm(d.og, d.hw, d.k, matrix(ws.data() + grp * d.og * d.k, d.k), matrix<C>(cols.data(), d.hw), out, d.hw,
+             false);
+        if (bs) {
+          for (int64_t o = 0; o < d.og; ++o) {
+            const C b = bs->data()[grp * d.og + o];
+            for (int64_t i = 0; i < d.hw; ++i) out[o * d.hw + i] += b;
+          }
+        }
       }
     }
-  }
+  });
   ys.finish();
 }
 
@@ -163,36 +189,52 @@ void backward_data(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& 
   const GroupDims d(g);
   Widened<T, C> gys(grad_y), ws(weight);
   Narrowed<T, C> gxs(grad_x);
-  std::fill(gxs.data(), gxs.data() + grad_x.numel(), C(0));
-  std::vector<C> cols(static_cast<size_t>(d.k * d.hw));
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      ConstMap<C> w(ws.data() + grp * d.og * d.k, d.og, d.k);
-      ConstMap<C> gy(gys.data() + (n * g.o + grp * d.og) * d.hw, d.og, d.hw);
-      Map<C> col(cols.data(), d.k, d.hw);
-      col.noalias() = w.transpose() * gy;
-      col2im_add(g, cols.data(), d.cg, gxs.data() + (n * g.c + grp * d.cg) * g.h * g.w);
+  parallel_for(g.n, sample_grain(g), [&](int64_t begin, int64_t end) {
+    std::fill(gxs.data() + begin * g.c * g.h * g.w, gxs.data() + end * g.c * g.h * g.w, C(0));
+    std::vector<C> cols(static_cast<size_t>(d.k * d.hw));
+    for (int64_t n = begin; n < end; ++n) {
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        // cols [k, hw] = w^T [k, og] @ grad_y [og, hw]
+        parallel_gemm(d.k, d.hw, d.og, transposed(ws.data() + grp * d.og * d.k, d.k),
+             matrix(gys.data() + (n * g.o + grp * d.og) * d.hw, d.hw), cols.data(), d.hw, false);
+        col2im_add(g, cols.data(), d.cg, gxs.data() + (n * g.c + grp * d.cg) * g.h * g.w);
+      }
     }
-  }
+  });
   gxs.finish();
 }
 
+// The weight gradient sums over samples: each range of samples sums its own into a partial
+// gradient, and the partials are added in range order (ranges fixed by the shape, so the
+// result does not depend on the thread count). At most 16 ranges.
 template <class T>
 void backward_weight(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& x, const Tensor& grad_weight) {
   using C = compute_t<T>;
   const GroupDims d(g);
   Widened<T, C> gys(grad_y), xs(x);
   Narrowed<T, C> gws(grad_weight);
-  std::fill(gws.data(), gws.data() + grad_weight.numel(), C(0));
-  std::vector<C> cols(static_cast<size_t>(d.k * d.hw));
-  for (int64_t n = 0; n < g.n; ++n) {
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      im2col(g, xs.data() + (n * g.c + grp * d.cg) * g.h * g.w, d.cg, cols.data());
-      ConstMap<C> col(cols.data(), d.k, d.hw);
-      ConstMap<C> gy(gys.data() + (n * g.o + grp * d.og) * d.hw, d.og, d.hw);
-      Map<C> gw(gws.data() + grp * d.og * d.k, d.og, d.k);
-      gw.noalias() += gy * col.transpose();
+  const int64_t size = grad_weight.numel();
+  const int64_t grain = std::max(sample_grain(g), (g.n + 15) / 16);
+  const int64_t ranges = range_count(g.n, grain);
+  std::vector<C> partials(static_cast<size_t>(std::max<int64_t>(ranges - 1, 0) * size));
+  parallel_for(g.n, grain, [&](int64_t begin, int64_t end) {
+    // The first range sums straight into the gradient.
+    C* sum = begin == 0 ? gws.data() : partials.data() + (begin / grain - 1) * size;
+    std::fill(sum, sum + size, C(0));
+    std::vector<C> cols(static_cast<size_t>(d.k * d.hw));
+    for (int64_t n = begin; n < end; ++n) {
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        im2col(g, xs.data() + (n * g.c + grp * d.cg) * g.h * g.w, d.cg, cols.data());
+        // grad_w [og, k] += grad_y [og, hw] @ cols^T [hw, k]
+        parallel_gemm(d.og, d.k, d.hw, matrix(gys.data() + (n * g.o + grp * d.og) * d.hw, d.hw),
+             transposed<C>(cols.data(), d.hw), sum + grp * d.og * d.k, d.k, true);
+      }
     }
+  });
+  if (g.n == 0) std::fill(gws.data(), gws.data() + size, C(0));
+  for (int64_t r = 1; r < ranges; ++r) {
+    const C* part = partials.data() + (r - 1) * size;
+    for (int64_t i = 0; i < size; ++i) gws.data()[i] += part[i];
   }
   gws.finish();
 }

@@ -1,21 +1,17 @@
-// CPU reference matmul through Eigen (contract in kernels/matmul.h): each batch entry maps
-// the operands in place (row- or column-major, any leading dimension); f16/bf16 operands are
-// widened to float once, multiplied, and the result rounded.
+// CPU matmul (contract in kernels/matmul.h) through the backend's GEMM (kernels/cpu/gemm.h):
+// each batch entry takes the operands in place (row- or column-major, any leading
+// dimension); f16/bf16 operands are widened to float once, multiplied, and the result
+// rounded. Large products run in pieces on the thread pool (kernels/cpu/parallel.h).
 #include <vector>
 
-#include <Eigen/Core>
-
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/matmul.h"
 
 namespace normcore {
 namespace cpu {
 namespace {
-
-template <class T>
-using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ColMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 
 // The geometry of one operand [batch, rows, cols] in elements.
 struct Operand {
@@ -23,31 +19,22 @@ struct Operand {
   explicit Operand(const Tensor& t)
       : rows(t.size(1)), cols(t.size(2)), batch_stride(t.stride(0)), row_stride(t.stride(1)), col_stride(t.stride(2)) {}
   Operand(int64_t rows, int64_t cols) : rows(rows), cols(cols), batch_stride(rows * cols), row_stride(cols), col_stride(1) {}
+  // Matrix `batch` from row `row` and column `col` on, for gemm.
+  template <class T>
+  GemmOperand<T> at(const T* base, int64_t batch, int64_t row, int64_t col) const {
+    return {base + batch * batch_stride + row * row_stride + col * col_stride, row_stride, col_stride};
+  }
 };
 
-// Calls f(map) with an Eigen map of matrix `batch` of an operand at base.
-template <class T, class F>
-void with_matrix(const Operand& o, const T* base, int64_t batch, F&& f) {
-  const T* p = base + batch * o.batch_stride;
-  if (o.col_stride == 1) {
-    Eigen::Map<const RowMajor<T>, 0, Eigen::OuterStride<>> m(p, o.rows, o.cols, Eigen::OuterStride<>(o.row_stride));
-    f(m);
-  } else {
-    Eigen::Map<const ColMajor<T>, 0, Eigen::OuterStride<>> m(p, o.rows, o.cols, Eigen::OuterStride<>(o.col_stride));
-    f(m);
-  }
-}
-
-// out [batches, rows, cols] contiguous = a @ b for each batch.
+// out [batches, rows, cols] contiguous = a @ b for each batch: batch entries in ranges on
+// the thread pool, and a single large product cut into pieces by parallel_gemm.
 template <class T>
 void multiply(T* out, int64_t batches, const Operand& a, const T* pa, const Operand& b, const T* pb) {
-  const int64_t rows = a.rows, cols = b.cols;
-  for (int64_t i = 0; i < batches; ++i) {
-    Eigen::Map<RowMajor<T>> o(out + i * rows * cols, rows, cols);
-    with_matrix<T>(a, pa, i, [&](const auto& ma) {
-      with_matrix<T>(b, pb, i, [&](const auto& mb) { o.noalias() = ma * mb; });
-    });
-  }
+  const int64_t rows = a.rows, cols = b.cols, inner = a.cols;
+  parallel_for(batches, grain_for(rows * cols * inner, int64_t{1} << 18), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      parallel_gemm(rows, cols, inner, a.at(pa, i, 0, 0), b.at(pb, i, 0, 0), out + i * rows * cols, cols, false);
+  });
 }
 
 // A 16-bit operand as a contiguous float copy (its batches materialized when broadcast).

@@ -6,12 +6,15 @@
 //   grad_x = rstd * (w_c * dy - mean(w * dy) - xhat * mean(w * dy * xhat)).
 // Batch norm takes the same two-pass statistics per channel, over the channel's batch
 // planes. RMS norm is layer norm without centering: the same templates with no mean (taken
-// as 0, and mean(w * dy) dropped from grad_x). The loops run in a fixed order on one thread,
-// so parameter gradients are deterministic.
+// as 0, and mean(w * dy) dropped from grad_x). Rows (batch norm: channels) run in ranges on
+// the thread pool; parameter gradients sum each range's rows in order and then the ranges in
+// order, ranges fixed by the shape, so they are the same at any thread count.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/norms.h"
 
 namespace normcore {
@@ -29,33 +32,35 @@ void affine_norm_forward(const Tensor& x_t, const Tensor& weight_t, const Tensor
   double* mean_out = data_or_null<double>(mean_t);  // none: RMS norm, no centering
   double* rstd_out = data_as<double>(rstd_t);
   const int64_t row_len = l.row_len();
-  for (int64_t r = 0; r < l.rows(); ++r) {
-    const T* xr = x + r * row_len;
-    T* yr = y + r * row_len;
-    double sum = 0;
-    if (mean_out) {
-      for (int64_t i = 0; i < row_len; ++i) sum += convert<double>(xr[i]);
-    }
-    double mean = row_len > 0 ? sum / static_cast<double>(row_len) : 0.0;
-    double sq = 0;
-    for (int64_t i = 0; i < row_len; ++i) {
-      double d = convert<double>(xr[i]) - mean;
-      sq += d * d;
-    }
-    double var = row_len > 0 ? sq / static_cast<double>(row_len) : 0.0;
-    double rstd = 1.0 / std::sqrt(var + eps);
-    if (mean_out) mean_out[r] = mean;
-    rstd_out[r] = rstd;
-    const int64_t first_channel = (r % l.groups) * l.group_channels;
-    for (int64_t c = 0; c < l.group_channels; ++c) {
-      double w = weight ? convert<double>(weight[first_channel + c]) : 1.0;
-      double b = bias ? convert<double>(bias[first_channel + c]) : 0.0;
-      for (int64_t s = 0; s < l.spatial; ++s) {
-        int64_t i = c * l.spatial + s;
-        yr[i] = convert<T>((convert<double>(xr[i]) - mean) * rstd * w + b);
+  parallel_for(l.rows(), grain_for(row_len), [&](int64_t row_begin, int64_t row_end) {
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const T* xr = x + r * row_len;
+      T* yr = y + r * row_len;
+      double sum = 0;
+      if (mean_out) {
+        for (int64_t i = 0; i < row_len; ++i) sum += convert<double>(xr[i]);
+      }
+      double mean = row_len > 0 ? sum / static_cast<double>(row_len) : 0.0;
+      double sq = 0;
+      for (int64_t i = 0; i < row_len; ++i) {
+        double d = convert<double>(xr[i]) - mean;
+        sq += d * d;
+      }
+      double var = row_len > 0 ? sq / static_cast<double>(row_len) : 0.0;
+      double rstd = 1.0 / std::sqrt(var + eps);
+      if (mean_out) mean_out[r] = mean;
+      rstd_out[r] = rstd;
+      const int64_t first_channel = (r % l.groups) * l.group_channels;
+      for (int64_t c = 0; c < l.group_channels; ++c) {
+        double w = weight ? convert<double>(weight[first_channel + c]) : 1.0;
+        double b = bias ? convert<double>(bias[first_channel + c]) : 0.0;
+        for (int64_t s = 0; s < l.spatial; ++s) {
+          int64_t i = c * l.spatial + s;
+          yr[i] = convert<T>((convert<double>(xr[i]) - mean) * rstd * w + b);
+        }
       }
     }
-  }
+  });
 }
 
 template <class T>
@@ -69,55 +74,65 @@ void affine_norm_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tenso
   const double* rstd_in = data_as<const double>(rstd_t);
   const int64_t row_len = l.row_len();
   const int64_t channels = l.groups * l.group_channels;
-  // Per-channel sums over the rows, in row order: grad_weight = sum(dy * xhat), grad_bias = sum(dy).
-  std::vector<double> dy_xhat_sum(static_cast<size_t>(channels), 0.0);
-  std::vector<double> dy_sum(static_cast<size_t>(channels), 0.0);
-  // Per-channel sums within one row: sum(dy) and sum(dy * (x - mean)).
-  std::vector<double> row_dy(static_cast<size_t>(l.group_channels));
-  std::vector<double> row_dy_xc(static_cast<size_t>(l.group_channels));
+  // Rows run in ranges (at most 64, fixed by the shape); each range sums the parameter
+  // gradients of its rows in row order, grad_weight = sum(dy * xhat) and grad_bias =
+  // sum(dy) per channel, and the ranges' sums are added in range order.
+  const int64_t grain = std::max(grain_for(row_len), (l.rows() + 63) / 64);
+  const int64_t ranges = range_count(l.rows(), grain);
+  std::vector<double> range_sums(static_cast<size_t>(2 * channels * std::max<int64_t>(ranges, 1)), 0.0);
   T* grad_x = data_as<T>(grad_x_t);
-  for (int64_t r = 0; r < l.rows(); ++r) {
-    const T* xr = x + r * row_len;
-    const T* dyr = grad_y + r * row_len;
-    const double mean = mean_in ? mean_in[r] : 0.0, rstd = rstd_in[r];
-    const int64_t first_channel = (r % l.groups) * l.group_channels;
-    double sum_g = 0, sum_g_xc = 0;  // sum(w * dy), sum(w * dy * (x - mean)) over the row
-    for (int64_t c = 0; c < l.group_channels; ++c) {
-      double dy = 0, dy_xc = 0;
-      for (int64_t s = 0; s < l.spatial; ++s) {
-        int64_t i = c * l.spatial + s;
-        double g = convert<double>(dyr[i]);
-        dy += g;
-        dy_xc += g * (convert<double>(xr[i]) - mean);
+  parallel_for(l.rows(), grain, [&](int64_t row_begin, int64_t row_end) {
+    double* dy_xhat_sum = range_sums.data() + 2 * channels * (row_begin / grain);
+    double* dy_sum = dy_xhat_sum + channels;
+    // Per-channel sums within one row: sum(dy) and sum(dy * (x - mean)).
+    std::vector<double> row_dy(static_cast<size_t>(l.group_channels));
+    std::vector<double> row_dy_xc(static_cast<size_t>(l.group_channels));
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const T* xr = x + r * row_len;
+      const T* dyr = grad_y + r * row_len;
+      const double mean = mean_in ? mean_in[r] : 0.0, rstd = rstd_in[r];
+      const int64_t first_channel = (r % l.groups) * l.group_channels;
+      double sum_g = 0, sum_g_xc = 0;  // sum(w * dy), sum(w * dy * (x - mean)) over the row
+      for (int64_t c = 0; c < l.group_channels; ++c) {
+        double dy = 0, dy_xc = 0;
+        for (int64_t s = 0; s < l.spatial; ++s) {
+          int64_t i = c * l.spatial + s;
+          double g = convert<double>(dyr[i]);
+          dy += g;
+          dy_xc += g * (convert<double>(xr[i]) - mean);
+        }
+        row_dy[c] = dy;
+        row_dy_xc[c] = dy_xc;
+        double w = weight ? convert<double>(weight[first_channel + c]) : 1.0;
+        sum_g += w * dy;
+        sum_g_xc += w * dy_xc;
+        dy_sum[first_channel + c] += dy;
+        dy_xhat_sum[first_channel + c] += dy_xc * rstd;
       }
-      row_dy[c] = dy;
-      row_dy_xc[c] = dy_xc;
-      double w = weight ? convert<double>(weight[first_channel + c]) : 1.0;
-      sum_g += w * dy;
-      sum_g_xc += w * dy_xc;
-      dy_sum[first_channel + c] += dy;
-      dy_xhat_sum[first_channel + c] += dy_xc * rstd;
-    }
-    const double inv_len = 1.0 / static_cast<double>(row_len);
-    const double mean_g = mean_in ? sum_g * inv_len : 0.0;
-    const double mean_g_xhat = sum_g_xc * rstd * inv_len;
-    T* gxr = grad_x + r * row_len;
-    for (int64_t c = 0; c < l.group_channels; ++c) {
-      double w = weight ? convert<double>(weight[first_channel + c]) : 1.0;
-      for (int64_t s = 0; s < l.spatial; ++s) {
-        int64_t i = c * l.spatial + s;
-        double xhat = (convert<double>(xr[i]) - mean) * rstd;
-        gxr[i] = convert<T>(rstd * (w * convert<double>(dyr[i]) - mean_g - xhat * mean_g_xhat));
+      const double inv_len = 1.0 / static_cast<double>(row_len);
+      const double mean_g = mean_in ? sum_g * inv_len : 0.0;
+      const double mean_g_xhat = sum_g_xc * rstd * inv_len;
+      T* gxr = grad_x + r * row_len;
+      for (int64_t c = 0; c < l.group_channels; ++c) {
+        double w = weight ? convert<double>(weight[first_channel + c]) : 1.0;
+        for (int64_t s = 0; s < l.spatial; ++s) {
+          int64_t i = c * l.spatial + s;
+          double xhat = (convert<double>(xr[i]) - mean) * rstd;
+          gxr[i] = convert<T>(rstd * (w * convert<double>(dyr[i]) - mean_g - xhat * mean_g_xhat));
+        }
       }
     }
+  });
+  for (int64_t k = 1; k < ranges; ++k) {
+    for (int64_t c = 0; c < 2 * channels; ++c) range_sums[c] += range_sums[2 * channels * k + c];
   }
   if (grad_weight_t.defined()) {
     T* gw = data_as<T>(grad_weight_t);
-    for (int64_t c = 0; c < channels; ++c) gw[c] = convert<T>(dy_xhat_sum[c]);
+    for (int64_t c = 0; c < channels; ++c) gw[c] = convert<T>(range_sums[c]);
   }
   if (grad_bias_t.defined()) {
     T* gb = data_as<T>(grad_bias_t);
-    for (int64_t c = 0; c < channels; ++c) gb[c] = convert<T>(dy_sum[c]);
+    for (int64_t c = 0; c < channels; ++c) gb[c] = convert<T>(range_sums[channels + c]);
   }
 }
 
@@ -144,43 +159,45 @@ void batch_norm_forward_typed(const Tensor& x_t, const Tensor& weight_t, const T
   double* mean_out = data_or_null<double>(mean_t);  // none: RMS norm, no centering
   double* rstd_out = data_as<double>(rstd_t);
   const double count = static_cast<double>(p.count());
-  for (int64_t c = 0; c < p.channels; ++c) {
-    double mean, var;
-    if (training) {
-      double sum = 0;
-      for (int64_t n = 0; n < p.batch; ++n)
-        for (int64_t s = 0; s < p.spatial; ++s) sum += convert<double>(x[p.at(n, c, s)]);
-      mean = count > 0 ? sum / count : 0.0;
-      double sq = 0;
+  parallel_for(p.channels, grain_for(p.count()), [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      double mean, var;
+      if (training) {
+        double sum = 0;
+        for (int64_t n = 0; n < p.batch; ++n)
+          for (int64_t s = 0; s < p.spatial; ++s) sum += convert<double>(x[p.at(n, c, s)]);
+        mean = count > 0 ? sum / count : 0.0;
+        double sq = 0;
+        for (int64_t n = 0; n < p.batch; ++n) {
+          for (int64_t s = 0; s < p.spatial; ++s) {
+            const double d = convert<double>(x[p.at(n, c, s)]) - mean;
+            sq += d * d;
+          }
+        }
+        var = count > 0 ? sq / count : 0.0;
+        if (running_mean) {
+          running_mean[c] = convert<T>((1 - momentum) * convert<double>(running_mean[c]) + momentum * mean);
+        }
+        if (running_var) {
+          running_var[c] = convert<T>((1 - momentum) * convert<double>(running_var[c]) + momentum * sq / (count - 1));
+        }
+      } else {
+        mean = convert<double>(running_mean[c]);
+        var = convert<double>(running_var[c]);
+      }
+      const double rstd = 1.0 / std::sqrt(var + eps);
+      mean_out[c] = mean;
+      rstd_out[c] = rstd;
+      const double w = weight ? convert<double>(weight[c]) : 1.0;
+      const double b = bias ? convert<double>(bias[c]) : 0.0;
       for (int64_t n = 0; n < p.batch; ++n) {
         for (int64_t s = 0; s < p.spatial; ++s) {
-          const double d = convert<double>(x[p.at(n, c, s)]) - mean;
-          sq += d * d;
+          const int64_t i = p.at(n, c, s);
+          y[i] = convert<T>((convert<double>(x[i]) - mean) * rstd * w + b);
         }
       }
-      var = count > 0 ? sq / count : 0.0;
-      if (running_mean) {
-        running_mean[c] = convert<T>((1 - momentum) * convert<double>(running_mean[c]) + momentum * mean);
-      }
-      if (running_var) {
-        running_var[c] = convert<T>((1 - momentum) * convert<double>(running_var[c]) + momentum * sq / (count - 1));
-      }
-    } else {
-      mean = convert<double>(running_mean[c]);
-      var = convert<double>(running_var[c]);
     }
-    const double rstd = 1.0 / std::sqrt(var + eps);
-    mean_out[c] = mean;
-    rstd_out[c] = rstd;
-    const double w = weight ? convert<double>(weight[c]) : 1.0;
-    const double b = bias ? convert<double>(bias[c]) : 0.0;
-    for (int64_t n = 0; n < p.batch; ++n) {
-      for (int64_t s = 0; s < p.spatial; ++s) {
-        const int64_t i = p.at(n, c, s);
-        y[i] = convert<T>((convert<double>(x[i]) - mean) * rstd * w + b);
-      }
-    }
-  }
+  });
 }
 
 template <class T>
@@ -196,31 +213,33 @@ void batch_norm_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const 
   T* grad_weight = data_or_null<T>(grad_weight_t);
   T* grad_bias = data_or_null<T>(grad_bias_t);
   const double inv_count = p.count() > 0 ? 1.0 / static_cast<double>(p.count()) : 0.0;
-  for (int64_t c = 0; c < p.channels; ++c) {
-    const double mean = mean_in[c], rstd = rstd_in[c];
-    double sum_dy = 0, sum_dy_xc = 0;  // sum(dy), sum(dy * (x - mean))
-    for (int64_t n = 0; n < p.batch; ++n) {
-      for (int64_t s = 0; s < p.spatial; ++s) {
-        const int64_t i = p.at(n, c, s);
-        const double dy = convert<double>(grad_y[i]);
-        sum_dy += dy;
-        sum_dy_xc += dy * (convert<double>(x[i]) - mean);
+  parallel_for(p.channels, grain_for(p.count()), [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const double mean = mean_in[c], rstd = rstd_in[c];
+      double sum_dy = 0, sum_dy_xc = 0;  // sum(dy), sum(dy * (x - mean))
+      for (int64_t n = 0; n < p.batch; ++n) {
+        for (int64_t s = 0; s < p.spatial; ++s) {
+          const int64_t i = p.at(n, c, s);
+          const double dy = convert<double>(grad_y[i]);
+          sum_dy += dy;
+          sum_dy_xc += dy * (convert<double>(x[i]) - mean);
+        }
+      }
+      if (grad_weight) grad_weight[c] = convert<T>(sum_dy_xc * rstd);
+      if (grad_bias) grad_bias[c] = convert<T>(sum_dy);
+      const double scale = (weight ? convert<double>(weight[c]) : 1.0) * rstd;
+      // Training: grad_x = scale * (dy - mean(dy) - (x - mean) * rstd^2 * mean(dy * (x - mean))).
+      const double mean_dy = training ? sum_dy * inv_count : 0.0;
+      const double slope = training ? sum_dy_xc * rstd * rstd * inv_count : 0.0;
+      for (int64_t n = 0; n < p.batch; ++n) {
+        for (int64_t s = 0; s < p.spatial; ++s) {
+          const int64_t i = p.at(n, c, s);
+          const double dy = convert<double>(grad_y[i]);
+          grad_x[i] = convert<T>(scale * (dy - mean_dy - (convert<double>(x[i]) - mean) * slope));
+        }
       }
     }
-    if (grad_weight) grad_weight[c] = convert<T>(sum_dy_xc * rstd);
-    if (grad_bias) grad_bias[c] = convert<T>(sum_dy);
-    const double scale = (weight ? convert<double>(weight[c]) : 1.0) * rstd;
-    // Training: grad_x = scale * (dy - mean(dy) - (x - mean) * rstd^2 * mean(dy * (x - mean))).
-    const double mean_dy = training ? sum_dy * inv_count : 0.0;
-    const double slope = training ? sum_dy_xc * rstd * rstd * inv_count : 0.0;
-    for (int64_t n = 0; n < p.batch; ++n) {
-      for (int64_t s = 0; s < p.spatial; ++s) {
-        const int64_t i = p.at(n, c, s);
-        const double dy = convert<double>(grad_y[i]);
-        grad_x[i] = convert<T>(scale * (dy - mean_dy - (convert<double>(x[i]) - mean) * slope));
-      }
-    }
-  }
+  });
 }
 
 // x / max(norm, eps); d(norm)/dx is 0 where the clamp is active (norm < eps), which also

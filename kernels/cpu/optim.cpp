@@ -1,7 +1,9 @@
 // CPU fused optimizer updates (contracts in kernels/optim.h): one pass over contiguous
 // param, grad and state, updated in place with the element math of kernels/scalar/optim.h
-// that the CUDA kernels run too. Param type T, state and math type C = compute_t<T>.
+// that the CUDA kernels run too. Param type T, state and math type C = compute_t<T>. The
+// element updates run in ranges on the thread pool; the gradient norm is one serial sum.
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/loops.h"
 #include "kernels/optim.h"
@@ -25,11 +27,13 @@ class CpuOptim final : public kernels::OptimKernels {
       T* p = data_as<T>(param);
       const T* g = data_as<const T>(grad);
       C* buf = s.use_momentum ? data_as<C>(momentum_buf) : nullptr;
-      for (int64_t i = 0, n = param.numel(); i < n; ++i) {
-        C value = convert<C>(p[i]);
-        sgd_element<C>(value, convert<C>(g[i]), buf ? buf + i : nullptr, s);
-        p[i] = convert<T>(value);
-      }
+      parallel_for(param.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          C value = convert<C>(p[i]);
+          sgd_element<C>(value, convert<C>(g[i]), buf ? buf + i : nullptr, s);
+          p[i] = convert<T>(value);
+        }
+      });
     });
   }
 
@@ -48,11 +52,23 @@ class CpuOptim final : public kernels::OptimKernels {
         const T* g = data_as<const T>(t.grad);
         C* m = data_as<C>(t.exp_avg);
         C* v = data_as<C>(t.exp_avg_sq);
-        for (int64_t i = 0, n = t.param.numel(); i < n; ++i) {
-          C value = convert<C>(p[i]);
-          adam_element<C>(value, convert<C>(g[i]), m[i], v[i], a);
-          p[i] = convert<T>(value);
-        }
+        parallel_for(t.param.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+          // The weight-decay flags as constants of a local copy: the loop has no branch
+          // left and vectorizes.
+          auto run = [&](auto decay_param, auto decay_grad) {
+            AdamParams<C> local = a;
+            local.decay_param = decltype(decay_param)::value;
+            local.decay_grad = decltype(decay_grad)::value;
+            for (int64_t i = begin; i < end; ++i) {
+              C value = convert<C>(p[i]);
+              adam_element<C>(value, convert<C>(g[i]), m[i], v[i], local);
+              p[i] = convert<T>(value);
+            }
+          };
+          if (a.decay_param) run(std::true_type{}, std::false_type{});
+          else if (a.decay_grad) run(std::false_type{}, std::true_type{});
+          else run(std::false_type{}, std::false_type{});
+        });
       });
     }
   }
@@ -83,7 +99,9 @@ class CpuOptim final : public kernels::OptimKernels {
         using C = compute_t<T>;
         T* x = data_as<T>(g);
         const C f = static_cast<C>(factor);
-        for (int64_t i = 0, n = g.numel(); i < n; ++i) x[i] = convert<T>(math::mul_rn(convert<C>(x[i]), f));
+        parallel_for(g.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) x[i] = convert<T>(math::mul_rn(convert<C>(x[i]), f));
+        });
       });
     }
   }

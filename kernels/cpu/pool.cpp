@@ -1,12 +1,14 @@
-// CPU reference pooling kernels (contracts in kernels/pool.h): plain loops over planes and
-// windows, sums in double, one rounding to the storage type. The backward passes scatter
-// each output's gradient into the elements its window read, the plainest reading of the
-// contract (the CUDA kernels gather instead, so the two are written independently).
+// CPU reference pooling kernels (contracts in kernels/pool.h): plain loops over planes (in
+// ranges of planes on the thread pool) and windows, sums in double, one rounding to the
+// storage type. The backward passes scatter each output's gradient into the elements its
+// window read, the plainest reading of the contract (the CUDA kernels gather instead, so
+// the two are written independently).
 #include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/pool.h"
 
 namespace normcore {
@@ -41,32 +43,34 @@ class CpuPool final : public kernels::PoolKernels {
       const T* src = data_as<const T>(x);
       T* dst = data_as<T>(out);
       int64_t* idx = data_or_null<int64_t>(indices);
-      for (int64_t p = 0; p < s.planes; ++p) {
-        const T* plane = src + p * s.in_h * s.in_w;
-        for (int64_t oh = 0; oh < s.out_h; ++oh) {
-          for (int64_t ow = 0; ow < s.out_w; ++ow) {
-            const int64_t h0 = oh * w.stride_h - w.pad_h, w0 = ow * w.stride_w - w.pad_w;
-            double best = -std::numeric_limits<double>::infinity();
-            int64_t best_at = -1;
-            for (int64_t i = kernels::first_tap(h0, w.dilation_h); i < w.kernel_h; ++i) {
-              const int64_t h = h0 + i * w.dilation_h;
-              if (h >= s.in_h) break;
-              for (int64_t j = kernels::first_tap(w0, w.dilation_w); j < w.kernel_w; ++j) {
-                const int64_t c = w0 + j * w.dilation_w;
-                if (c >= s.in_w) break;
-                const double v = convert<double>(plane[h * s.in_w + c]);
-                if (best_at < 0 || kernels::max_pool_takes(v, best)) {
-                  best = v;
-                  best_at = h * s.in_w + c;
+      parallel_for(s.planes, grain_for(s.in_h * s.in_w + s.out_h * s.out_w), [&](int64_t p_begin, int64_t p_end) {
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          const T* plane = src + p * s.in_h * s.in_w;
+          for (int64_t oh = 0; oh < s.out_h; ++oh) {
+            for (int64_t ow = 0; ow < s.out_w; ++ow) {
+              const int64_t h0 = oh * w.stride_h - w.pad_h, w0 = ow * w.stride_w - w.pad_w;
+              double best = -std::numeric_limits<double>::infinity();
+              int64_t best_at = -1;
+              for (int64_t i = kernels::first_tap(h0, w.dilation_h); i < w.kernel_h; ++i) {
+                const int64_t h = h0 + i * w.dilation_h;
+                if (h >= s.in_h) break;
+                for (int64_t j = kernels::first_tap(w0, w.dilation_w); j < w.kernel_w; ++j) {
+                  const int64_t c = w0 + j * w.dilation_w;
+                  if (c >= s.in_w) break;
+                  const double v = convert<double>(plane[h * s.in_w + c]);
+                  if (best_at < 0 || kernels::max_pool_takes(v, best)) {
+                    best = v;
+                    best_at = h * s.in_w + c;
+                  }
                 }
               }
+              const int64_t o = (p * s.out_h + oh) * s.out_w + ow;
+              dst[o] = convert<T>(best);
+              if (idx != nullptr) idx[o] = best_at;
             }
-            const int64_t o = (p * s.out_h + oh) * s.out_w + ow;
-            dst[o] = convert<T>(best);
-            if (idx != nullptr) idx[o] = best_at;
           }
         }
-      }
+      });
     });
   }
 
@@ -77,15 +81,17 @@ class CpuPool final : public kernels::PoolKernels {
       const T* g = data_as<const T>(grad_out);
       const int64_t* idx = data_as<const int64_t>(indices);
       T* dst = data_as<T>(grad_x);
-      PlaneSums<T> sums(s.in_h * s.in_w);
       const int64_t out_plane = s.out_h * s.out_w;
-      for (int64_t p = 0; p < s.planes; ++p) {
-        sums.clear();
-        for (int64_t o = p * out_plane; o < (p + 1) * out_plane; ++o) {
-          if (idx[o] >= 0) sums[idx[o]] += convert<double>(g[o]);
+      parallel_for(s.planes, grain_for(s.in_h * s.in_w + s.out_h * s.out_w), [&](int64_t p_begin, int64_t p_end) {
+        PlaneSums<T> sums(s.in_h * s.in_w);
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          sums.clear();
+          for (int64_t o = p * out_plane; o < (p + 1) * out_plane; ++o) {
+            if (idx[o] >= 0) sums[idx[o]] += convert<double>(g[o]);
+          }
+          sums.store(dst + p * s.in_h * s.in_w);
         }
-        sums.store(dst + p * s.in_h * s.in_w);
-      }
+      });
     });
   }
 
@@ -95,21 +101,23 @@ class CpuPool final : public kernels::PoolKernels {
       using T = typename decltype(tag)::type;
       const T* src = data_as<const T>(x);
       T* dst = data_as<T>(out);
-      for (int64_t p = 0; p < s.planes; ++p) {
-        const T* plane = src + p * s.in_h * s.in_w;
-        for (int64_t oh = 0; oh < s.out_h; ++oh) {
-          const AvgSpan rows = kernels::avg_span(oh, s.in_h, w.kernel_h, w.stride_h, w.pad_h, count_include_pad);
-          for (int64_t ow = 0; ow < s.out_w; ++ow) {
-            const AvgSpan cols = kernels::avg_span(ow, s.in_w, w.kernel_w, w.stride_w, w.pad_w, count_include_pad);
-            double sum = 0;
-            for (int64_t h = rows.begin; h < rows.end; ++h)
-              for (int64_t c = cols.begin; c < cols.end; ++c) sum += convert<double>(plane[h * s.in_w + c]);
-            const bool empty = rows.begin >= rows.end || cols.begin >= cols.end;
-            dst[(p * s.out_h + oh) * s.out_w + ow] =
-                convert<T>(empty ? 0.0 : sum / static_cast<double>(rows.count * cols.count));
+      parallel_for(s.planes, grain_for(s.in_h * s.in_w + s.out_h * s.out_w), [&](int64_t p_begin, int64_t p_end) {
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          const T* plane = src + p * s.in_h * s.in_w;
+          for (int64_t oh = 0; oh < s.out_h; ++oh) {
+            const AvgSpan rows = kernels::avg_span(oh, s.in_h, w.kernel_h, w.stride_h, w.pad_h, count_include_pad);
+            for (int64_t ow = 0; ow < s.out_w; ++ow) {
+              const AvgSpan cols = kernels::avg_span(ow, s.in_w, w.kernel_w, w.stride_w, w.pad_w, count_include_pad);
+              double sum = 0;
+              for (int64_t h = rows.begin; h < rows.end; ++h)
+                for (int64_t c = cols.begin; c < cols.end; ++c) sum += convert<double>(plane[h * s.in_w + c]);
+              const bool empty = rows.begin >= rows.end || cols.begin >= cols.end;
+              dst[(p * s.out_h + oh) * s.out_w + ow] =
+                  convert<T>(empty ? 0.0 : sum / static_cast<double>(rows.count * cols.count));
+            }
           }
         }
-      }
+      });
     });
   }
 
@@ -119,22 +127,24 @@ class CpuPool final : public kernels::PoolKernels {
       using T = typename decltype(tag)::type;
       const T* g = data_as<const T>(grad_out);
       T* dst = data_as<T>(grad_x);
-      PlaneSums<T> sums(s.in_h * s.in_w);
-      for (int64_t p = 0; p < s.planes; ++p) {
-        sums.clear();
-        for (int64_t oh = 0; oh < s.out_h; ++oh) {
-          const AvgSpan rows = kernels::avg_span(oh, s.in_h, w.kernel_h, w.stride_h, w.pad_h, count_include_pad);
-          for (int64_t ow = 0; ow < s.out_w; ++ow) {
-            const AvgSpan cols = kernels::avg_span(ow, s.in_w, w.kernel_w, w.stride_w, w.pad_w, count_include_pad);
-            if (rows.begin >= rows.end || cols.begin >= cols.end) continue;
-            const double share = convert<double>(g[(p * s.out_h + oh) * s.out_w + ow]) /
-                                 static_cast<double>(rows.count * cols.count);
-            for (int64_t h = rows.begin; h < rows.end; ++h)
-              for (int64_t c = cols.begin; c < cols.end; ++c) sums[h * s.in_w + c] += share;
+      parallel_for(s.planes, grain_for(s.in_h * s.in_w + s.out_h * s.out_w), [&](int64_t p_begin, int64_t p_end) {
+        PlaneSums<T> sums(s.in_h * s.in_w);
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          sums.clear();
+          for (int64_t oh = 0; oh < s.out_h; ++oh) {
+            const AvgSpan rows = kernels::avg_span(oh, s.in_h, w.kernel_h, w.stride_h, w.pad_h, count_include_pad);
+            for (int64_t ow = 0; ow < s.out_w; ++ow) {
+              const AvgSpan cols = kernels::avg_span(ow, s.in_w, w.kernel_w, w.stride_w, w.pad_w, count_include_pad);
+              if (rows.begin >= rows.end || cols.begin >= cols.end) continue;
+              const double share = convert<double>(g[(p * s.out_h + oh) * s.out_w + ow]) /
+                                   static_cast<double>(rows.count * cols.count);
+              for (int64_t h = rows.begin; h < rows.end; ++h)
+                for (int64_t c = cols.begin; c < cols.end; ++c) sums[h * s.in_w + c] += share;
+            }
           }
+          sums.store(dst + p * s.in_h * s.in_w);
         }
-        sums.store(dst + p * s.in_h * s.in_w);
-      }
+      });
     });
   }
 
@@ -143,21 +153,23 @@ class CpuPool final : public kernels::PoolKernels {
       using T = typename decltype(tag)::type;
       const T* src = data_as<const T>(x);
       T* dst = data_as<T>(out);
-      for (int64_t p = 0; p < s.planes; ++p) {
-        const T* plane = src + p * s.in_h * s.in_w;
-        for (int64_t oh = 0; oh < s.out_h; ++oh) {
-          const int64_t h0 = kernels::adaptive_begin(oh, s.out_h, s.in_h);
-          const int64_t h1 = kernels::adaptive_end(oh, s.out_h, s.in_h);
-          for (int64_t ow = 0; ow < s.out_w; ++ow) {
-            const int64_t w0 = kernels::adaptive_begin(ow, s.out_w, s.in_w);
-            const int64_t w1 = kernels::adaptive_end(ow, s.out_w, s.in_w);
-            double sum = 0;
-            for (int64_t h = h0; h < h1; ++h)
-              for (int64_t c = w0; c < w1; ++c) sum += convert<double>(plane[h * s.in_w + c]);
-            dst[(p * s.out_h + oh) * s.out_w + ow] = convert<T>(sum / static_cast<double>((h1 - h0) * (w1 - w0)));
+      parallel_for(s.planes, grain_for(s.in_h * s.in_w + s.out_h * s.out_w), [&](int64_t p_begin, int64_t p_end) {
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          const T* plane = src + p * s.in_h * s.in_w;
+          for (int64_t oh = 0; oh < s.out_h; ++oh) {
+            const int64_t h0 = kernels::adaptive_begin(oh, s.out_h, s.in_h);
+            const int64_t h1 = kernels::adaptive_end(oh, s.out_h, s.in_h);
+            for (int64_t ow = 0; ow < s.out_w; ++ow) {
+              const int64_t w0 = kernels::adaptive_begin(ow, s.out_w, s.in_w);
+              const int64_t w1 = kernels::adaptive_end(ow, s.out_w, s.in_w);
+              double sum = 0;
+              for (int64_t h = h0; h < h1; ++h)
+                for (int64_t c = w0; c < w1; ++c) sum += convert<double>(plane[h * s.in_w + c]);
+              dst[(p * s.out_h + oh) * s.out_w + ow] = convert<T>(sum / static_cast<double>((h1 - h0) * (w1 - w0)));
+            }
           }
         }
-      }
+      });
     });
   }
 
@@ -167,23 +179,25 @@ class CpuPool final : public kernels::PoolKernels {
       using T = typename decltype(tag)::type;
       const T* g = data_as<const T>(grad_out);
       T* dst = data_as<T>(grad_x);
-      PlaneSums<T> sums(s.in_h * s.in_w);
-      for (int64_t p = 0; p < s.planes; ++p) {
-        sums.clear();
-        for (int64_t oh = 0; oh < s.out_h; ++oh) {
-          const int64_t h0 = kernels::adaptive_begin(oh, s.out_h, s.in_h);
-          const int64_t h1 = kernels::adaptive_end(oh, s.out_h, s.in_h);
-          for (int64_t ow = 0; ow < s.out_w; ++ow) {
-            const int64_t w0 = kernels::adaptive_begin(ow, s.out_w, s.in_w);
-            const int64_t w1 = kernels::adaptive_end(ow, s.out_w, s.in_w);
-            const double share =
-                convert<double>(g[(p * s.out_h + oh) * s.out_w + ow]) / static_cast<double>((h1 - h0) * (w1 - w0));
-            for (int64_t h = h0; h < h1; ++h)
-              for (int64_t c = w0; c < w1; ++c) sums[h * s.in_w + c] += share;
+      parallel_for(s.planes, grain_for(s.in_h * s.in_w + s.out_h * s.out_w), [&](int64_t p_begin, int64_t p_end) {
+        PlaneSums<T> sums(s.in_h * s.in_w);
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          sums.clear();
+          for (int64_t oh = 0; oh < s.out_h; ++oh) {
+            const int64_t h0 = kernels::adaptive_begin(oh, s.out_h, s.in_h);
+            const int64_t h1 = kernels::adaptive_end(oh, s.out_h, s.in_h);
+            for (int64_t ow = 0; ow < s.out_w; ++ow) {
+              const int64_t w0 = kernels::adaptive_begin(ow, s.out_w, s.in_w);
+              const int64_t w1 = kernels::adaptive_end(ow, s.out_w, s.in_w);
+              const double share =
+                  convert<double>(g[(p * s.out_h + oh) * s.out_w + ow]) / static_cast<double>((h1 - h0) * (w1 - w0));
+              for (int64_t h = h0; h < h1; ++h)
+                for (int64_t c = w0; c < w1; ++c) sums[h * s.in_w + c] += share;
+            }
           }
+          sums.store(dst + p * s.in_h * s.in_w);
         }
-        sums.store(dst + p * s.in_h * s.in_w);
-      }
+      });
     });
   }
 };

@@ -1,0 +1,40 @@
+// The CPU backend's matrix product, C = A B or C += A B, for f32 and f64 on strided
+// operands. It runs Eigen's product compiled twice: for the x86-64 baseline (SSE2) and, in
+// gemm_avx2.cpp, for AVX2 with FMA, which it takes when the processor has both (about twice
+// the speed). NORMCORE_CPU_ISA=baseline in the environment keeps the baseline build.
+// Results may differ in the last bits between the two (FMA rounds once); on one machine
+// they are always the same.
+#pragma once
+
+#include <cstdint>
+
+namespace normcore {
+namespace cpu {
+
+// A [rows, cols] matrix at data with element strides; one of the two strides is 1.
+template <class T>
+struct GemmOperand {
+  const T* data;
+  int64_t row_stride, col_stride;
+};
+
+// c [m, n] row-major with row stride ldc: c = a @ b, or c += a @ b when accumulate; a is
+// [m, k], b [k, n]. Runs on the calling thread.
+void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
+          bool accumulate);
+void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
+          bool accumulate);
+
+// gemm cut into pieces of rows of c (or columns, when there are more of them) whose size
+// is fixed by m, n and k alone, run on the thread pool (kernels/cpu/parallel.h): the same
+// bits at any thread count. Products under 2^18 multiply-adds are one piece.
+void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c,
+                   int64_t ldc, bool accumulate);
+void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c,
+                   int64_t ldc, bool accumulate);
+
+// "avx2+fma" or "baseline": the build of the product in use.
+const char* gemm_isa();
+
+}  // namespace cpu
+}  // namespace normcore

@@ -1,0 +1,201 @@
+// The CPU thread pool (kernels/cpu/parallel.h): num_threads() - 1 workers started on the
+// first parallel region, and the calling thread, claiming ranges from a shared counter.
+#include "kernels/cpu/parallel.h"
+
+#include <sched.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "normcore/device.h"
+#include "normcore/error.h"
+
+namespace normcore {
+namespace cpu {
+namespace {
+
+// True on a thread while it runs a range of a region: a nested call runs inline.
+thread_local bool tls_in_region = false;
+
+struct RegionFlag {
+  bool previous;
+  RegionFlag() : previous(tls_in_region) { tls_in_region = true; }
+  ~RegionFlag() { tls_in_region = previous; }
+};
+
+struct Job {
+  int64_t n, grain, count;
+  void (*fn)(void*, int64_t, int64_t);
+  void* context;
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+
+  // Claims and runs ranges until none is left; after a failure the rest are skipped.
+  void work() {
+    RegionFlag flag;
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < count;) {
+      if (failed.load(std::memory_order_relaxed)) continue;
+      const int64_t begin = i * grain, end = begin + grain < n ? begin + grain : n;
+      try {
+        fn(context, begin, end);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        failed.store(true, std::memory_order_relaxed);
+      }
+    }
+  }
+};
+
+// The cores this process may run on.
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+// NORMCORE_NUM_THREADS when it is a whole number >= 1 (a warning otherwise), else the cores.
+int default_threads() {
+  const char* env = std::getenv("NORMCORE_NUM_THREADS");
+  if (env && *env) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end == '\0' && n >= 1 && n <= 4096) return static_cast<int>(n);
+    std::fprintf(stderr, "normcore: ignoring NORMCORE_NUM_THREADS=\"%s\" (expected a whole number from 1 to 4096)\n",
+                 env);
+  }
+  return available_cores();
+}
+
+class Pool {
+ public:
+  Pool() : threads_(default_threads()) {}
+  ~Pool() { stop_workers(); }
+
+  int threads() const { return threads_.load(); }
+
+  void set_threads(int n) {
+    std::lock_guard<std::mutex> region(region_);  // waits for a running region
+    if (n == threads_.load()) return;
+    stop_workers();
+    threads_.store(n);
+  }
+
+  void run(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t), void* context) {
+    const int64_t count = range_count(n, grain);
+    std::unique_lock<std::mutex> region(region_, std::defer_lock);
+    if (count == 1) {  // one range: its own nested regions may still use the pool
+      fn(context, 0, n);
+      return;
+    }
+    if (tls_in_region || threads_.load() <= 1 || !region.try_lock()) {
+      RegionFlag flag;
+      for (int64_t i = 0; i < count; ++i) fn(context, i * grain, i * grain + grain < n ? i * grain + grain : n);
+      return;
+    }
+    start_workers();
+    Job job;
+    job.n = n;
+    job.grain = grain;
+    job.count = count;
+    job.fn = fn;
+    job.context = context;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &job;
+      ++generation_;
+    }
+    wake_.notify_all();
+    job.work();
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      job_ = nullptr;  // a worker waking from now on finds nothing to do
+      idle_.wait(lock, [&] { return active_ == 0; });
+    }
+    if (job.error) std::rethrow_exception(job.error);
+  }
+
+ private:
+  // Called with region_ held.
+  void start_workers() {
+    const int wanted = threads_.load() - 1;
+    while (static_cast<int>(workers_.size()) < wanted) workers_.emplace_back([this] { worker(); });
+  }
+
+  // Called with region_ held (or from the destructor).
+  void stop_workers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = false;
+  }
+
+  void worker() {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mutex_);
+    seen = generation_;
+    while (true) {
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      Job* job = job_;
+      if (!job) continue;
+      ++active_;
+      lock.unlock();
+      job->work();
+      lock.lock();
+      if (--active_ == 0) idle_.notify_all();
+    }
+  }
+
+  std::atomic<int> threads_;
+  std::mutex region_;  // held by the thread whose region owns the workers
+  std::mutex mutex_;   // guards the fields below
+  std::condition_variable wake_, idle_;
+  std::vector<std::thread> workers_;
+  Job* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int active_ = 0;
+  bool stop_ = false;
+};
+
+Pool& pool() {
+  static Pool instance;
+  return instance;
+}
+
+}  // namespace
+
+void run_ranges(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t), void* context) {
+  if (n <= 0) return;
+  pool().run(n, grain, fn, context);
+}
+
+}  // namespace cpu
+
+int num_threads() { return cpu::pool().threads(); }
+
+void set_num_threads(int n) {
+  NC_CHECK(n >= 1 && n <= 4096, ValueError, "set_num_threads: n must be from 1 to 4096, got ", n);
+  cpu::pool().set_threads(n);
+}
+
+}  // namespace normcore

@@ -1,0 +1,95 @@
+// The CPU matrix product (kernels/cpu/gemm.h) against a double-precision loop, for every
+// operand layout, accumulation, and pieces cut for the thread pool; in whichever build the
+// processor takes (ctest runs it again as cpu.gemm_baseline with NORMCORE_CPU_ISA=baseline).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/gemm.h"
+
+namespace {
+
+using normcore::cpu::GemmOperand;
+
+template <class T>
+struct Matrix {
+  std::vector<T> data;
+  int64_t rows, cols;
+  bool col_major;
+  int64_t ld;  // leading dimension, padded past the logical one
+  Matrix(int64_t r, int64_t c, bool cm, std::mt19937& rng) : rows(r), cols(c), col_major(cm), ld((cm ? r : c) + 3) {
+    std::uniform_real_distribution<double> u(-1, 1);
+    data.resize(static_cast<size_t>(ld * (cm ? c : r)));
+    for (T& v : data) v = static_cast<T>(u(rng));
+  }
+  T at(int64_t i, int64_t j) const { return col_major ? data[j * ld + i] : data[i * ld + j]; }
+  GemmOperand<T> operand() const { return {data.data(), col_major ? 1 : ld, col_major ? ld : 1}; }
+};
+
+template <class T>
+void check(int64_t m, int64_t n, int64_t k, bool a_cm, bool b_cm, bool accumulate, bool parallel) {
+  std::mt19937 rng(static_cast<unsigned>(m * 131 + n * 17 + k));
+  Matrix<T> a(m, k, a_cm, rng), b(k, n, b_cm, rng);
+  const int64_t ldc = n + 2;
+  std::vector<T> c(static_cast<size_t>(m * ldc), T(0.5));
+  if (parallel) normcore::cpu::parallel_gemm(m, n, k, a.operand(), b.operand(), c.data(), ldc, accumulate);
+  else normcore::cpu::gemm(m, n, k, a.operand(), b.operand(), c.data(), ldc, accumulate);
+  const double tol = std::is_same_v<T, float> ? 1e-5 * static_cast<double>(k) + 1e-5 : 1e-12 * static_cast<double>(k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double want = accumulate ? 0.5 : 0.0;
+      for (int64_t p = 0; p < k; ++p) want += static_cast<double>(a.at(i, p)) * static_cast<double>(b.at(p, j));
+      ASSERT_NEAR(static_cast<double>(c[i * ldc + j]), want, tol)
+          << m << "x" << n << "x" << k << " a_cm " << a_cm << " b_cm " << b_cm << " acc " << accumulate << " at " << i
+          << "," << j;
+    }
+    for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], T(0.5)) << "wrote past the row";
+  }
+}
+
+TEST(CpuGemm, MatchesADoubleLoopForEveryLayout) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 40, 100}, {130, 70, 33}, {5, 300, 260}};
+  for (const auto& s : shapes) {
+    for (int layout = 0; layout < 4; ++layout) {
+      for (bool accumulate : {false, true}) {
+        for (bool parallel : {false, true}) {
+          check<float>(s[0], s[1], s[2], layout & 1, layout & 2, accumulate, parallel);
+          check<double>(s[0], s[1], s[2], layout & 1, layout & 2, accumulate, parallel);
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuGemm, EmptyInnerDimensionGivesZerosOrLeavesTheSum) {
+  std::vector<float> c(6, 2.0f);
+  const float dummy = 0;
+  normcore::cpu::gemm(2, 3, 0, {&dummy, 0, 1}, {&dummy, 3, 1}, c.data(), 3, true);
+  for (float v : c) EXPECT_EQ(v, 2.0f);
+  normcore::cpu::gemm(2, 3, 0, {&dummy, 0, 1}, {&dummy, 3, 1}, c.data(), 3, false);
+  for (float v : c) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(CpuGemm, ReportsTheBuildInUse) {
+  const char* env = std::getenv("NORMCORE_CPU_ISA");
+  const std::string isa = normcore::cpu::gemm_isa();
+  if (env && std::strcmp(env, "baseline") == 0) {
+    EXPECT_EQ(isa, "baseline");
+  } else {
+#if defined(__x86_64__) && defined(NORMCORE_GEMM_AVX2)
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    EXPECT_EQ(isa, avx2 ? "avx2+fma" : "baseline");
+#else
+    EXPECT_EQ(isa, "baseline");
+#endif
+  }
+}
+
+}  // namespace
