@@ -104,11 +104,21 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
                as_matrix_batch(b, batch));
   }
   autograd::record(op, out, {a, b}, [sa = autograd::saved(a), sb = autograd::saved(b)](const Tensor& g) {
-    // grad_a = g @ b^T and grad_b = a^T @ g, summed over the batch dims that broadcast.
+    // grad_a = g @ b^T and grad_b = a^T @ g, summed over the batch dims that broadcast. An
+    // operand that is a transposed view (a Linear's weight^T) gets its gradient as the
+    // transpose of (b^T @ g^T)^T resp. (g^T @ a)^T: the same products, laid out so that the
+    // view's backward hands the parameter a contiguous gradient (no copy when it is kept).
     const Tensor& a = sa.get();
     const Tensor& b = sb.get();
-    Tensor ga = autograd::sum_to(matmul(g, b.transpose(-1, -2)), a.shape());
-    Tensor gb = autograd::sum_to(matmul(a.transpose(-1, -2), g), b.shape());
+    auto transposed_view = [](const Tensor& t) {
+      return t.dim() >= 2 && t.size(-2) > 1 && t.size(-1) > 1 && t.stride(-2) == 1 && t.stride(-1) == t.size(-2);
+    };
+    Tensor ga = transposed_view(a) ? matmul(b, g.transpose(-1, -2)).transpose(-1, -2)
+                                   : matmul(g, b.transpose(-1, -2));
+    Tensor gb = transposed_view(b) ? matmul(g.transpose(-1, -2), a).transpose(-1, -2)
+                                   : matmul(a.transpose(-1, -2), g);
+    ga = autograd::sum_to(ga, a.shape());
+    gb = autograd::sum_to(gb, b.shape());
     return std::vector<Tensor>{ga, gb};
   });
   if (a_in.dim() == 1) out = out.squeeze(-2);
