@@ -19,6 +19,7 @@ namespace {
 
 thread_local bool grad_enabled = true;
 thread_local bool anomaly_enabled = false;
+thread_local bool inference_mode = false;
 // The callbacks of the backward() running on this thread (null outside one).
 thread_local std::vector<std::function<void()>>* backward_callbacks = nullptr;
 thread_local uint64_t backward_calls = 0;
@@ -113,6 +114,18 @@ void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
 
 NoGradGuard::NoGradGuard() : previous_(grad_enabled) { grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { grad_enabled = previous_; }
+
+bool is_inference_mode() { return inference_mode; }
+
+InferenceModeGuard::InferenceModeGuard(bool enabled) : previous_grad_(grad_enabled), previous_mode_(inference_mode) {
+  if (!enabled) return;
+  grad_enabled = false;
+  inference_mode = true;
+}
+InferenceModeGuard::~InferenceModeGuard() {
+  grad_enabled = previous_grad_;
+  inference_mode = previous_mode_;
+}
 
 int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {
   NC_CHECK(leaf.defined() && leaf.requires_grad() && leaf.is_leaf(), ValueError,
@@ -258,6 +271,8 @@ std::string Tensor::grad_fn_name() const {
 
 void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
   const char* op = "backward";
+  NC_CHECK(!inference_mode, ValueError, op, ": called on ", describe(*this),
+           " inside an inference-mode guard (autograd::InferenceModeGuard), which records nothing to run");
   NC_CHECK(requires_grad(), ValueError, op, ": tensor ", describe(*this),
            " does not require grad (no input of the ops that made it requires grad)");
   Tensor grad = grad_in;

@@ -232,7 +232,7 @@ std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens,
 
   const bool was_training = model.is_training();
   model.eval();
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceModeGuard inference;
   Generator gen(options.seed);
   GPTCache cache = model.make_cache(1);
   // A fresh prefill of the last `context` bytes of history.

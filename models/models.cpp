@@ -112,7 +112,7 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device devi
   data::DataLoader loader(dataset, options);
   loader.begin_epoch(0);
   model.eval();
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceModeGuard inference;
   Evaluation e;
   e.confusion.assign(10, std::vector<int64_t>(10, 0));
   int64_t correct = 0, seen = 0;
@@ -313,7 +313,7 @@ Tensor Classifier::probabilities(const Tensor& images) const {
   option("mean", mean);
   option("std", stddev);
   NC_CHECK(stddev > 0, IOError, "Classifier: the checkpoint's option.std is ", stddev, ", not positive");
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceModeGuard inference;
   Tensor x = (images.to(device_, DType::F32).reshape({batch, 1, kSide, kSide}) - mean) / stddev;
   return softmax((*checkpoint_.model)(x), 1);
 }

@@ -122,7 +122,7 @@ double evaluate_lm(GPT& model, const std::string& stream, int64_t windows, int64
   const TextBatch all = spaced_windows(stream, windows, model.config.context, device);
   const bool was_training = model.is_training();
   model.eval();
-  autograd::NoGradGuard no_grad;
+  autograd::InferenceModeGuard inference;
   double total = 0;
   for (int64_t first = 0; first < windows; first += batch) {
     const int64_t n = std::min(batch, windows - first);

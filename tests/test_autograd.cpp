@@ -220,6 +220,35 @@ TEST(Autograd, NoGradGuardRecordsNothing) {
   EXPECT_TRUE((x * 2.0).requires_grad());
 }
 
+TEST(Autograd, InferenceModeRecordsNothingAndRefusesBackward) {
+  Tensor w = nc::ones({3, 2}).requires_grad_();
+  Tensor loss = nc::sum(nc::matmul(nc::ones({4, 3}), w));  // recorded before the guard
+  EXPECT_FALSE(nc::autograd::is_inference_mode());
+  {
+    nc::autograd::InferenceModeGuard guard;
+    EXPECT_TRUE(nc::autograd::is_inference_mode());
+    EXPECT_FALSE(nc::autograd::is_grad_enabled());
+    Tensor y = nc::relu(nc::matmul(nc::ones({4, 3}), w));
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(y.is_leaf());
+    EXPECT_EQ(y.to_vector<float>(), std::vector<float>(8, 3.0f));
+    try {
+      loss.backward();
+      ADD_FAILURE() << "backward ran inside an inference-mode guard";
+    } catch (const nc::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("inference-mode"), std::string::npos) << e.what();
+    }
+    {
+      nc::autograd::InferenceModeGuard off(false);  // a disabled guard changes nothing
+      EXPECT_TRUE(nc::autograd::is_inference_mode());
+    }
+  }
+  EXPECT_FALSE(nc::autograd::is_inference_mode());
+  EXPECT_TRUE(nc::autograd::is_grad_enabled());
+  loss.backward();  // the graph made before the guard is intact
+  EXPECT_EQ(w.grad().to_vector<float>(), std::vector<float>(6, 4.0f));
+}
+
 TEST(Autograd, DetachCutsTheHistoryButSharesData) {
   Tensor x = nc::ones({2}).requires_grad_();
   Tensor y = x * 2.0;

@@ -40,6 +40,27 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Inference mode (per thread): what an application serving a trained model runs under.
+// Ops record nothing for backward, so no node, saved tensor or gradient state is made for
+// their results even when their inputs (parameters) require grad, and backward() is a
+// ValueError while it is on; set_grad_enabled(true) inside the guard is undone when it
+// ends. PyTorch's inference mode also skips version counting and view tracking: here a
+// version bump is one relaxed atomic add and views keep no autograd links, so recording off
+// is the whole of it. models::Classifier, TextGenerator and the C API run under it.
+bool is_inference_mode();
+
+class InferenceModeGuard {
+ public:
+  explicit InferenceModeGuard(bool enabled = true);
+  ~InferenceModeGuard();
+  InferenceModeGuard(const InferenceModeGuard&) = delete;
+  InferenceModeGuard& operator=(const InferenceModeGuard&) = delete;
+
+ private:
+  bool previous_grad_;
+  bool previous_mode_;
+};
+
 // Anomaly mode (off by default; per thread): every op that records for backward checks its
 // result, and backward() every gradient a node returns, for NaN and infinity, and throws
 // ValueError naming the op (and whether it produced the value or received it from an
