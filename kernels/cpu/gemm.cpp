@@ -58,9 +58,10 @@ void parallel_gemm_any(int64_t m, int64_t n, int64_t k, GemmOperand<T> a, GemmOp
                        bool accumulate) {
   const bool split_rows = m >= n;
   const int64_t extent = split_rows ? m : n;
-  // At least 64 rows or columns a piece, and at most about 16 pieces, in multiples of 16.
+  // At least 128 rows or columns a piece (each piece packs the whole other operand again),
+  // and at most about 16 pieces, in multiples of 16.
   const int64_t piece =
-      m * n * k < kParallelMacs ? extent : std::max<int64_t>(64, ((extent + 15) / 16 + 15) / 16 * 16);
+      m * n * k < kParallelMacs ? extent : std::max<int64_t>(128, ((extent + 15) / 16 + 15) / 16 * 16);
   parallel_for(range_count(extent, piece), 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t start = p * piece, len = std::min(piece, extent - start);

@@ -1,9 +1,10 @@
 // CPU fused optimizer updates (contracts in kernels/optim.h): one pass over contiguous
 // param, grad and state, updated in place with the element math of kernels/scalar/optim.h
 // that the CUDA kernels run too. Param type T, state and math type C = compute_t<T>. The
-// element updates run in ranges on the thread pool; the gradient norm is one serial sum.
+// element updates and the gradient norm's sums run in ranges on the thread pool.
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/loops.h"
 #include "kernels/optim.h"
@@ -80,11 +81,28 @@ class CpuOptim final : public kernels::OptimKernels {
         using T = typename decltype(tag)::type;
         using C = compute_t<T>;
         const T* x = data_as<const T>(g);
+        // Ranges of kLoopGrain on the pool, each summed into 8 interleaved partials (so the
+        // adds need not wait on each other); partials and ranges added in a fixed order.
+        const int64_t n = g.numel();
+        std::vector<double> range_sums(static_cast<size_t>(range_count(n, kLoopGrain)));
+        parallel_for(n, kLoopGrain, [&](int64_t begin, int64_t end) {
+          double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          int64_t i = begin;
+          for (; i + 8 <= end; i += 8) {
+            for (int j = 0; j < 8; ++j) {
+              const double v = static_cast<double>(convert<C>(x[i + j]));
+              part[j] = math::add_rn(part[j], math::mul_rn(v, v));
+            }
+          }
+          for (int j = 0; i < end; ++i, ++j) {
+            const double v = static_cast<double>(convert<C>(x[i]));
+            part[j] = math::add_rn(part[j], math::mul_rn(v, v));
+          }
+          range_sums[static_cast<size_t>(begin / kLoopGrain)] =
+              ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+        });
         double squares = 0.0;
-        for (int64_t i = 0, n = g.numel(); i < n; ++i) {
-          const double v = static_cast<double>(convert<C>(x[i]));
-          squares = math::add_rn(squares, math::mul_rn(v, v));
-        }
+        for (double r : range_sums) squares = math::add_rn(squares, r);
         const double norm = static_cast<double>(convert<C>(convert<T>(static_cast<C>(math::sqrt_rn(squares)))));
         sum = math::add_rn(sum, math::mul_rn(norm, norm));
       });
