@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <map>
 #include <new>
 #include <string>
@@ -29,6 +30,10 @@ struct nc_file {
 struct nc_classifier {
   nc::models::Classifier classifier;
   std::string model;
+};
+
+struct nc_generator {
+  nc::models::TextGenerator generator;
 };
 
 namespace {
@@ -324,6 +329,47 @@ nc_status nc_classifier_predict(const nc_classifier* c, const float* images, int
     const nc::Tensor best = nc::argmax(probs, 1);
     std::memcpy(labels, best.data_ptr(), static_cast<size_t>(count) * sizeof(int64_t));
     if (probabilities) std::memcpy(probabilities, probs.data_ptr(), probs.nbytes());
+  });
+}
+
+// ---------------------------------------------------------------- text generators
+nc_status nc_generator_load(const char* checkpoint, const char* device, nc_generator** out) {
+  return guarded([&] {
+    const char* fn = "nc_generator_load";
+    require(out, fn, "out");
+    *out = nullptr;
+    require(checkpoint, fn, "checkpoint");
+    const nc::Device where = to_device(device, fn);
+    *out = new nc_generator{nc::models::TextGenerator(checkpoint, where)};
+  });
+}
+
+void nc_generator_free(nc_generator* g) { delete g; }
+
+int64_t nc_generator_context(const nc_generator* g) { return g ? g->generator.model().config.context : 0; }
+
+nc_status nc_generator_generate(nc_generator* g, const char* prompt, int64_t tokens, double temperature,
+                                int64_t top_k, uint64_t seed, char* text, size_t capacity, size_t* length,
+                                nc_text_callback on_text, void* user) {
+  return guarded([&] {
+    const char* fn = "nc_generator_generate";
+    require(g, fn, "g");
+    require(prompt, fn, "prompt");
+    NC_CHECK(tokens >= 0, ValueError, fn, ": argument 'tokens' is ", tokens, ", negative");
+    NC_CHECK(text == nullptr || capacity > static_cast<uint64_t>(tokens), ValueError, fn, ": argument 'capacity' is ",
+             capacity, " bytes, too small for ", tokens, " bytes and the terminating NUL");
+    nc::models::GenerateOptions options;
+    options.temperature = temperature;
+    options.top_k = top_k;
+    options.seed = seed;
+    std::function<void(const std::string&)> stream;
+    if (on_text) stream = [&](const std::string& piece) { on_text(piece.data(), piece.size(), user); };
+    const std::string continuation = g->generator.generate(prompt, tokens, options, stream);
+    if (text) {
+      std::memcpy(text, continuation.data(), continuation.size());
+      text[continuation.size()] = '\0';
+    }
+    if (length) *length = continuation.size();
   });
 }
 

@@ -10,7 +10,8 @@
  * - Threads: every call may run from any thread, and handles may be shared between
  *   threads for the calls that read them (nc_tensor_read, nc_file_*, nc_classifier_predict
  *   from many threads at once on one classifier gives what one thread gets, to the bit, on
- *   the CPU and on a GPU); a handle is freed once no thread uses it.
+ *   the CPU and on a GPU); a generator serves one thread at a time; a handle is freed once
+ *   no thread uses it.
  * - NC_API_VERSION changes when a declaration here changes; functions are only added to a
  *   version, never changed or removed within it. nc_api_version() gives the version of the
  *   library at run time.
@@ -63,6 +64,7 @@ typedef enum nc_dtype {
 typedef struct nc_tensor nc_tensor;
 typedef struct nc_file nc_file;
 typedef struct nc_classifier nc_classifier;
+typedef struct nc_generator nc_generator;
 
 /* ---- library */
 NC_API int nc_api_version(void);
@@ -117,6 +119,26 @@ NC_API nc_status nc_image_read(const char* path, float* pixels);
  * [count] gets each image's class, probabilities [count * classes] (or NULL) the softmax. */
 NC_API nc_status nc_classifier_predict(const nc_classifier* c, const float* images, int64_t count, int64_t* labels,
                                        float* probabilities);
+
+/* ---- text generators (checkpoints of `normcore train-lm`: a byte-level GPT) */
+/* Receives each byte of a continuation as it is chosen (length 1 for this model), with the
+ * user pointer given to nc_generator_generate. */
+typedef void (*nc_text_callback)(const char* text, size_t length, void* user);
+NC_API nc_status nc_generator_load(const char* checkpoint, const char* device, nc_generator** out);
+NC_API void nc_generator_free(nc_generator* g);
+/* The most bytes the model conditions on (its context). */
+NC_API int64_t nc_generator_context(const nc_generator* g);
+/* Continues prompt (NUL-terminated; "" starts a new fortune) by `tokens` bytes (>= 0):
+ * temperature 0 takes the most likely byte each step, else bytes are sampled at that
+ * temperature among the top_k most likely (0: all), from seed (the same seed gives the
+ * same text on a device). Each byte goes to on_text (or nowhere, NULL) as it is chosen;
+ * text (or NULL) gets the whole continuation and a terminating NUL, so capacity must be at
+ * least tokens + 1 (checked before generating), and *length (or NULL) its length (bytes
+ * may be 0). A generator serves one thread at a time; load one per thread to generate in
+ * parallel. */
+NC_API nc_status nc_generator_generate(nc_generator* g, const char* prompt, int64_t tokens, double temperature,
+                                       int64_t top_k, uint64_t seed, char* text, size_t capacity, size_t* length,
+                                       nc_text_callback on_text, void* user);
 
 #ifdef __cplusplus
 }
