@@ -9,7 +9,8 @@
 # conformance (the PyTorch-made cases on cpu and cuda), train (a default training run with
 # eval and predict), cnn (cnn-gn and cnn-bn trained with the defaults, eval, predict),
 # cnnbench (bench/conv and one CNN epoch beside PyTorch eager and torch.compile),
-# kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch),
+# kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch), infer
+# (a classifier's batch forward and one-image latency beside PyTorch),
 # norms (the normalization benchmark), normsfresh (the same with each case in a fresh process,
 # median and range of NORMS_RUNS runs, the GPU's clock, temperature and power logged), transformer (bench/attention and the transformer-shape
 # norms beside PyTorch's back ends), gemm (the Linear + GroupNorm + min + bias model against
@@ -130,6 +131,15 @@ for section in "${sections[@]}"; do
       echo "== benchmark: one MLP epoch, normcore then PyTorch"
       "$run/mlp_epoch" --device cuda --epochs 3 --data "$data"
       python3 bench/mlp_epoch_torch.py --device cuda --epochs 3 --data "$data"
+      ;;
+    infer)
+      echo "== benchmark: inference, a batch of 128 and one image, normcore then PyTorch, alternating"
+      for round in 1 2 3; do
+        for model in mlp cnn-bn; do
+          "$run/infer" --device cuda --model "$model" --reps 50
+          python3 bench/infer_torch.py --device cuda --model "$model" --reps 50
+        done
+      done
       ;;
     norms)
       echo "== benchmark: the normalization kernels"
