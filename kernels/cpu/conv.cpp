@@ -169,8 +169,8 @@ void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, con
       for (int64_t grp = 0; grp < g.groups; ++grp) {
         im2col(g, xs.data() + (n * g.c + grp * d.cg) * g.h * g.w, d.cg, cols.data());
         C* out = ys.data() + (n * g.o + grp * d.og) * d.hw;
-        parallel_gemm(d.og, d.hw, d.k, matrix(ws.data() + grp * d.og * d.k, d.k), matrix<C>(cols.data(), d.hw), out, d.hw,
-             false);
+        parallel_gemm(d.og, d.hw, d.k, matrix(ws.data() + grp * d.og * d.k, d.k), matrix<C>(cols.data(), d.hw), out,
+                      d.hw, false);
         if (bs) {
           for (int64_t o = 0; o < d.og; ++o) {
             const C b = bs->data()[grp * d.og + o];
@@ -196,7 +196,7 @@ void backward_data(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& 
       for (int64_t grp = 0; grp < g.groups; ++grp) {
         // cols [k, hw] = w^T [k, og] @ grad_y [og, hw]
         parallel_gemm(d.k, d.hw, d.og, transposed(ws.data() + grp * d.og * d.k, d.k),
-             matrix(gys.data() + (n * g.o + grp * d.og) * d.hw, d.hw), cols.data(), d.hw, false);
+                      matrix(gys.data() + (n * g.o + grp * d.og) * d.hw, d.hw), cols.data(), d.hw, false);
         col2im_add(g, cols.data(), d.cg, gxs.data() + (n * g.c + grp * d.cg) * g.h * g.w);
       }
     }
@@ -227,7 +227,7 @@ void backward_weight(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor
         im2col(g, xs.data() + (n * g.c + grp * d.cg) * g.h * g.w, d.cg, cols.data());
         // grad_w [og, k] += grad_y [og, hw] @ cols^T [hw, k]
         parallel_gemm(d.og, d.k, d.hw, matrix(gys.data() + (n * g.o + grp * d.og) * d.hw, d.hw),
-             transposed<C>(cols.data(), d.hw), sum + grp * d.og * d.k, d.k, true);
+                      transposed<C>(cols.data(), d.hw), sum + grp * d.og * d.k, d.k, true);
       }
     }
   });

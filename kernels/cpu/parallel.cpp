@@ -30,6 +30,9 @@ struct RegionFlag {
   ~RegionFlag() { tls_in_region = previous; }
 };
 
+// The end of range i of [0, n) cut every grain.
+inline int64_t range_end(int64_t i, int64_t n, int64_t grain) { return i * grain + grain < n ? i * grain + grain : n; }
+
 struct Job {
   int64_t n, grain, count;
   void (*fn)(void*, int64_t, int64_t);
@@ -44,7 +47,7 @@ struct Job {
     RegionFlag flag;
     for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < count;) {
       if (failed.load(std::memory_order_relaxed)) continue;
-      const int64_t begin = i * grain, end = begin + grain < n ? begin + grain : n;
+      const int64_t begin = i * grain, end = range_end(i, n, grain);
       try {
         fn(context, begin, end);
       } catch (...) {
@@ -103,7 +106,7 @@ class Pool {
     }
     if (tls_in_region || threads_.load() <= 1 || !region.try_lock()) {
       RegionFlag flag;
-      for (int64_t i = 0; i < count; ++i) fn(context, i * grain, i * grain + grain < n ? i * grain + grain : n);
+      for (int64_t i = 0; i < count; ++i) fn(context, i * grain, range_end(i, n, grain));
       return;
     }
     start_workers();
