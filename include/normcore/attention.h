@@ -7,6 +7,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 // softmax(q @ k^T * scale + mask) @ v for q [B, H, L, D], k [B, H, S, D], v [B, H, S, Dv]
@@ -18,3 +21,5 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     std::optional<double> scale = std::nullopt);
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

@@ -22,6 +22,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace autocast {
 
@@ -52,3 +55,5 @@ Tensor to_float(const Tensor& t);
 
 }  // namespace autocast
 }  // namespace normcore
+
+#pragma GCC visibility pop

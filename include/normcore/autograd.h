@@ -10,6 +10,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 struct Node;
@@ -115,3 +118,5 @@ bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
                std::string* report = nullptr);
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

@@ -10,6 +10,9 @@
 
 #include "normcore/device.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace conformance {
 
@@ -41,3 +44,5 @@ std::vector<CaseResult> run_dir(const std::string& dir, Device device);
 
 }  // namespace conformance
 }  // namespace normcore
+
+#pragma GCC visibility pop

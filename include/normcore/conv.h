@@ -10,6 +10,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 // A (height, width) pair: Size2(3) is 3x3, Size2(3, 1) or {3, 1} is 3 high and 1 wide.
@@ -56,3 +59,5 @@ Tensor avg_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride = Size2(), Si
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size);
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

@@ -8,6 +8,9 @@
 #include <functional>
 #include <memory>
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace cuda {
 
@@ -125,3 +128,5 @@ class Graph {
 
 }  // namespace cuda
 }  // namespace normcore
+
+#pragma GCC visibility pop

@@ -13,6 +13,9 @@
 #include "normcore/device.h"
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace data {
 
@@ -120,3 +123,5 @@ class DataLoader {
 
 }  // namespace data
 }  // namespace normcore
+
+#pragma GCC visibility pop

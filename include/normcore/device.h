@@ -5,6 +5,9 @@
 #include <ostream>
 #include <string>
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 enum class DeviceType : uint8_t { CPU, CUDA };
@@ -48,3 +51,5 @@ int num_threads();
 void set_num_threads(int n);
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

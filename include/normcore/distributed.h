@@ -23,6 +23,9 @@
 #include "normcore/nn.h"
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace distributed {
 
@@ -265,3 +268,5 @@ class DistributedDataParallel {
 
 }  // namespace distributed
 }  // namespace normcore
+
+#pragma GCC visibility pop

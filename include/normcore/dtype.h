@@ -7,6 +7,9 @@
 #include <cstring>
 #include <string>
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 enum class DType : uint8_t { F32, F64, F16, BF16, I32, I64, U8, Bool };
@@ -77,3 +80,5 @@ template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8;
 template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

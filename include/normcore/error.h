@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 class Error : public std::runtime_error {
@@ -67,3 +70,5 @@ std::string cat_str(const Args&... args) {
   do {                                                                   \
     if (!(cond)) throw ::normcore::ErrorType(::normcore::detail::cat_str(__VA_ARGS__)); \
   } while (0)
+
+#pragma GCC visibility pop

@@ -7,6 +7,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 // y = x @ weight^T + linear_bias; z = group_norm(y, num_groups, gn_weight, gn_bias, eps);
@@ -21,3 +24,5 @@ Tensor gemm_group_norm_min_bias(const Tensor& x, const Tensor& weight, const Ten
                                 int64_t num_groups, double eps = 1e-5);
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

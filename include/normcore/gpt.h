@@ -14,6 +14,9 @@
 #include "normcore/nn.h"
 #include "normcore/random.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace models {
 
@@ -169,3 +172,5 @@ class TextGenerator {
 
 }  // namespace models
 }  // namespace normcore
+
+#pragma GCC visibility pop

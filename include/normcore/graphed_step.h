@@ -32,6 +32,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 class GraphedStep {
@@ -70,3 +73,5 @@ class GraphedStep {
 };
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

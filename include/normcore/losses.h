@@ -7,6 +7,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace nn {
 
@@ -41,3 +44,5 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 
 }  // namespace nn
 }  // namespace normcore
+
+#pragma GCC visibility pop

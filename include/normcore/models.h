@@ -13,6 +13,9 @@
 #include "normcore/nn.h"
 #include "normcore/random.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace models {
 
@@ -92,3 +95,5 @@ class Classifier {
 
 }  // namespace models
 }  // namespace normcore
+
+#pragma GCC visibility pop

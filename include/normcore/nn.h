@@ -18,6 +18,9 @@
 #include "normcore/random.h"
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace nn {
 
@@ -435,3 +438,5 @@ class TransformerBlock : public Module {
 
 }  // namespace nn
 }  // namespace normcore
+
+#pragma GCC visibility pop

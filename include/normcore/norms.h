@@ -10,6 +10,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 // PyTorch's F.layer_norm: statistics over the trailing dims given by normalized_shape
@@ -49,3 +52,5 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

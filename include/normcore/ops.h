@@ -9,6 +9,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 // ---- element-wise unary: [*] -> [*] ----
@@ -150,3 +153,5 @@ Tensor one_hot(const Tensor& index, int64_t num_classes = -1);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

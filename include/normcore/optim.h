@@ -13,6 +13,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace optim {
 
@@ -325,3 +328,5 @@ class GradScaler {
 
 }  // namespace optim
 }  // namespace normcore
+
+#pragma GCC visibility pop

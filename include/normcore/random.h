@@ -8,6 +8,9 @@
 
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 class Generator {
@@ -41,3 +44,5 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opti
                Generator* gen = nullptr);
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

@@ -15,6 +15,9 @@
 #include "normcore/device.h"
 #include "normcore/tensor.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 namespace safetensors {
 
@@ -54,3 +57,5 @@ std::vector<uint8_t> save_bytes(const TensorList& tensors,
 
 }  // namespace safetensors
 }  // namespace normcore
+
+#pragma GCC visibility pop

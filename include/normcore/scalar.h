@@ -6,6 +6,9 @@
 #include <ostream>
 #include <type_traits>
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 class Scalar {
@@ -34,3 +37,5 @@ inline std::ostream& operator<<(std::ostream& os, const Scalar& s) {
 }
 
 }  // namespace normcore
+
+#pragma GCC visibility pop

@@ -17,6 +17,9 @@
 #include "normcore/error.h"
 #include "normcore/scalar.h"
 
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
+
 namespace normcore {
 
 using Shape = std::vector<int64_t>;
@@ -207,3 +210,5 @@ std::string shape_str(const Shape& shape);
 std::string describe(const Tensor& t);
 
 }  // namespace normcore
+
+#pragma GCC visibility pop
