@@ -35,7 +35,11 @@ data=$run/fashion-mnist
 out=${OUT:-/tmp/normcore-gpu}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$run
-[ -f "$run/libnormcore.so.xz" ] && xz -dkf "$run/libnormcore.so.xz"
+# The library and the programs linked statically against it travel compressed.
+for packed in "$run"/*.xz; do
+  case $packed in *.tar.xz | "$run/*.xz") continue ;; esac
+  xz -dkf "$packed" && chmod +x "${packed%.xz}"
+done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 date -u
 sections=("$@")

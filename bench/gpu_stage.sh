@@ -30,6 +30,11 @@ if [ -n "${BASELINE:-}" ]; then
   tar -cJf gpu-run/baseline.tar.xz -C "$base" .
   rm -rf "$base"
 fi
-# The library travels compressed (32 MB, 5 MB as xz); gpu_check.sh unpacks it.
+# The library (50 MB, 8 MB as xz) and the programs that link the static library (the test
+# suite, bench/conv: 40-60 MB each, mostly device code) travel compressed; gpu_check.sh
+# unpacks them.
 xz -T0 -f gpu-run/libnormcore.so
+for program in normcore_tests conv; do
+  [ -f gpu-run/$program ] && xz -T0 -f gpu-run/$program
+done
 du -sh gpu-run
