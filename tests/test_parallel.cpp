@@ -114,7 +114,8 @@ std::vector<std::vector<float>> kernel_results() {
   nc::sum(y * y).backward();
   for (const Tensor& t : {x, w, b, gamma, beta}) keep(t.grad());
 
-  // Matmuls cut by rows and by columns, layer norm with many rows, RMS norm, reductions.
+  // Matmuls cut by rows and by columns, layer norm with many rows, RMS norm, dropout,
+  // reductions.
   Tensor a = nc::randn({300, 200}, {}, &gen).requires_grad_();
   Tensor m1 = nc::randn({200, 700}, {}, &gen).requires_grad_();
   Tensor m2 = nc::randn({700, 90}, {}, &gen).requires_grad_();
@@ -122,6 +123,7 @@ std::vector<std::vector<float>> kernel_results() {
   Tensor lb = nc::randn({700}, {}, &gen).requires_grad_();
   Tensor h = nc::layer_norm(nc::matmul(a, m1), {700}, lw, lb);
   h = nc::rms_norm(nc::gelu(h), {700}, lw);
+  h = nc::nn::dropout(h, 0.3, true, &gen);  // masks drawn in ranges; backward scales by them
   Tensor z = nc::matmul(h, m2);
   keep(z);
   keep(nc::sum(z, {1}));

@@ -2,6 +2,7 @@
 // from philox::generate(seed, offset + i) and the transforms in base/philox.h, as on CUDA.
 #include "base/philox.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/generate.h"
 #include "kernels/scalar/dropout.h"
 
@@ -17,11 +18,17 @@ T below_one() {
   return T(0);
 }
 
-// out[i] = f(i) for every element of contiguous out.
+// A Philox draw costs tens of element-wise operations: ranges of this many elements.
+constexpr int64_t kRandomGrain = 4096;
+
+// out[i] = f(i) for every element of contiguous out, in ranges on the thread pool (element
+// i depends on i alone, so the result does not depend on the thread count).
 template <class T, class F>
 void generate_each(const Tensor& out, F f) {
   T* p = data_as<T>(out);
-  for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] = f(i);
+  parallel_for(out.numel(), kRandomGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) p[i] = f(i);
+  });
 }
 
 class CpuGenerate final : public kernels::GenerateKernels {
@@ -90,10 +97,12 @@ class CpuGenerate final : public kernels::GenerateKernels {
       T* result = data_as<T>(out);
       bool* mask = data_as<bool>(keep);
       const C s = convert<C>(convert<T>(scale));
-      for (int64_t i = 0, n = out.numel(); i < n; ++i) {
-        mask[i] = dropout_keep(seed, offset + static_cast<uint64_t>(i), threshold);
-        result[i] = dropout_apply<T, C>(in[i], mask[i], s);
-      }
+      parallel_for(out.numel(), kRandomGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          mask[i] = dropout_keep(seed, offset + static_cast<uint64_t>(i), threshold);
+          result[i] = dropout_apply<T, C>(in[i], mask[i], s);
+        }
+      });
     });
   }
 
@@ -105,7 +114,9 @@ class CpuGenerate final : public kernels::GenerateKernels {
       T* result = data_as<T>(out);
       const bool* mask = data_as<const bool>(keep);
       const C s = convert<C>(convert<T>(scale));
-      for (int64_t i = 0, n = out.numel(); i < n; ++i) result[i] = dropout_apply<T, C>(in[i], mask[i], s);
+      parallel_for(out.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) result[i] = dropout_apply<T, C>(in[i], mask[i], s);
+      });
     });
   }
 

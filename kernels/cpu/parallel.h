@@ -6,8 +6,8 @@
 // One parallel region runs at a time: a call made while another thread's region holds the
 // pool, or from inside a range of a region of several ranges (a nested call), runs its
 // ranges on the calling thread, in order; a region of one range runs it directly, so the
-// regions inside it may still use the pool. Applications that call normcore from several threads therefore never oversubscribe
-// the cores and never wait on each other for the pool.
+// regions inside it may still use the pool. Applications that call normcore from several
+// threads therefore never oversubscribe the cores and never wait on each other for the pool.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +31,8 @@ template <class Body>
 void parallel_for(int64_t n, int64_t grain, Body&& body) {
   using B = std::remove_reference_t<Body>;
   run_ranges(n, grain < 1 ? 1 : grain,
-                     [](void* context, int64_t begin, int64_t end) { (*static_cast<B*>(context))(begin, end); },
-                     const_cast<void*>(static_cast<const void*>(&body)));
+             [](void* context, int64_t begin, int64_t end) { (*static_cast<B*>(context))(begin, end); },
+             const_cast<void*>(static_cast<const void*>(&body)));
 }
 
 // The grain that cuts n items of `cost` elements of work each into ranges of about

@@ -34,33 +34,50 @@ class PlaneSums {
   std::vector<double> sums_;
 };
 
+// The taps [first, end) of a dilated window starting at start that land in [0, size).
+struct TapSpan {
+  int64_t first, end;
+};
+
+TapSpan tap_span(int64_t start, int64_t kernel, int64_t dilation, int64_t size) {
+  const int64_t first = kernels::first_tap(start, dilation);
+  const int64_t end = start >= size ? 0 : std::min(kernel, (size - start + dilation - 1) / dilation);
+  return {first, std::max(first, end)};
+}
+
 class CpuPool final : public kernels::PoolKernels {
  public:
   void max_pool2d_forward(const Tensor& x, const Pool2dShape& s, const Pool2dWindow& w, const Tensor& out,
                           const Tensor& indices) const override {
     visit_float(x.dtype(), "max_pool2d", [&](auto tag) {
       using T = typename decltype(tag)::type;
+      using C = compute_t<T>;  // holds every T exactly, so comparing in it is comparing the Ts
       const T* src = data_as<const T>(x);
       T* dst = data_as<T>(out);
       int64_t* idx = data_or_null<int64_t>(indices);
+      std::vector<TapSpan> cols(static_cast<size_t>(s.out_w));
+      for (int64_t ow = 0; ow < s.out_w; ++ow) {
+        cols[static_cast<size_t>(ow)] = tap_span(ow * w.stride_w - w.pad_w, w.kernel_w, w.dilation_w, s.in_w);
+      }
       parallel_for(s.planes, grain_for(s.in_h * s.in_w + s.out_h * s.out_w), [&](int64_t p_begin, int64_t p_end) {
         for (int64_t p = p_begin; p < p_end; ++p) {
           const T* plane = src + p * s.in_h * s.in_w;
           for (int64_t oh = 0; oh < s.out_h; ++oh) {
+            const int64_t h0 = oh * w.stride_h - w.pad_h;
+            const TapSpan rows = tap_span(h0, w.kernel_h, w.dilation_h, s.in_h);
             for (int64_t ow = 0; ow < s.out_w; ++ow) {
-              const int64_t h0 = oh * w.stride_h - w.pad_h, w0 = ow * w.stride_w - w.pad_w;
-              double best = -std::numeric_limits<double>::infinity();
+              const int64_t w0 = ow * w.stride_w - w.pad_w;
+              const TapSpan c = cols[static_cast<size_t>(ow)];
+              C best = -std::numeric_limits<C>::infinity();
               int64_t best_at = -1;
-              for (int64_t i = kernels::first_tap(h0, w.dilation_h); i < w.kernel_h; ++i) {
-                const int64_t h = h0 + i * w.dilation_h;
-                if (h >= s.in_h) break;
-                for (int64_t j = kernels::first_tap(w0, w.dilation_w); j < w.kernel_w; ++j) {
-                  const int64_t c = w0 + j * w.dilation_w;
-                  if (c >= s.in_w) break;
-                  const double v = convert<double>(plane[h * s.in_w + c]);
+              for (int64_t i = rows.first; i < rows.end; ++i) {
+                const int64_t row = (h0 + i * w.dilation_h) * s.in_w;
+                for (int64_t j = c.first; j < c.end; ++j) {
+                  const int64_t at = row + w0 + j * w.dilation_w;
+                  const C v = convert<C>(plane[at]);
                   if (best_at < 0 || kernels::max_pool_takes(v, best)) {
                     best = v;
-                    best_at = h * s.in_w + c;
+                    best_at = at;
                   }
                 }
               }
