@@ -53,6 +53,35 @@ void run_ready_hooks(AutogradMeta& leaf) {
   for (const auto& hook : hooks) hook.second();
 }
 
+// grad after a tensor's gradient hooks, each given the previous one's result (on a copy of
+// the list: a hook may remove itself). A replacement must match the gradient it replaces.
+Tensor run_grad_hooks(const std::vector<std::pair<int64_t, GradHook>>& registered, Tensor grad) {
+  if (registered.empty() || !grad.defined()) return grad;
+  const auto hooks = registered;
+  for (const auto& hook : hooks) {
+    const Tensor replacement = hook.second(grad);
+    if (!replacement.defined()) continue;
+    NC_CHECK(replacement.shape() == grad.shape(), ShapeError, "register_hook: a hook returned ",
+             describe(replacement), " for the gradient ", describe(grad), "; the shapes must match");
+    NC_CHECK(replacement.dtype() == grad.dtype(), DTypeError, "register_hook: a hook returned ",
+             describe(replacement), " for the gradient ", describe(grad), "; the dtypes must match");
+    NC_CHECK(replacement.device() == grad.device(), DeviceError, "register_hook: a hook returned ",
+             describe(replacement), " for the gradient ", describe(grad), "; the devices must match");
+    grad = replacement.detach();
+  }
+  return grad;
+}
+
+template <class Owner>
+void erase_hook(Owner& owner, int64_t id) {
+  owner.erase(std::remove_if(owner.begin(), owner.end(), [id](const auto& h) { return h.first == id; }), owner.end());
+}
+
+int64_t next_hook_id() {
+  static std::atomic<int64_t> next{1};
+  return next++;
+}
+
 void run_callbacks(std::vector<std::function<void()>>& callbacks) {
   for (size_t i = 0; i < callbacks.size(); ++i) {
     std::function<void()> fn = std::move(callbacks[i]);  // fn may queue more (reallocating)
@@ -133,17 +162,46 @@ int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook) {
            leaf.defined() ? describe(leaf) : std::string("an undefined tensor"),
            leaf.defined() && !leaf.is_leaf() ? " made by '" + leaf.grad_fn_name() + "'" : std::string());
   NC_CHECK(hook != nullptr, ValueError, "add_grad_ready_hook: the hook is empty");
-  static std::atomic<int64_t> next_id{1};
-  const int64_t id = next_id++;
+  const int64_t id = next_hook_id();
   ensure_meta(leaf).ready_hooks.emplace_back(id, std::move(hook));
   return id;
 }
 
 void remove_grad_ready_hook(const Tensor& leaf, int64_t id) {
   AutogradMeta* m = leaf.defined() ? meta_of(leaf) : nullptr;
-  if (m == nullptr) return;
-  auto& hooks = m->ready_hooks;
-  hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }), hooks.end());
+  if (m != nullptr) erase_hook(m->ready_hooks, id);
+}
+
+}  // namespace autograd
+
+void HookHandle::remove() {
+  if (!remover_) return;
+  const std::function<void()> remover = std::move(remover_);
+  remover_ = nullptr;
+  remover();
+}
+
+namespace autograd {
+
+HookHandle register_hook(const Tensor& t, GradHook hook) {
+  NC_CHECK(t.defined(), ValueError, "register_hook: the tensor is undefined");
+  NC_CHECK(t.requires_grad(), ValueError, "register_hook: ", describe(t),
+           " does not require grad, so no gradient will reach it (requires_grad_() on a leaf first)");
+  NC_CHECK(hook != nullptr, ValueError, "register_hook: the hook is empty");
+  const int64_t id = next_hook_id();
+  AutogradMeta& m = *t.impl().autograd;
+  if (m.grad_fn) {
+    m.grad_fn->grad_hooks.emplace_back(id, std::move(hook));
+    std::weak_ptr<Node> node = m.grad_fn;
+    return HookHandle([node, id] {
+      if (auto n = node.lock()) erase_hook(n->grad_hooks, id);
+    });
+  }
+  m.grad_hooks.emplace_back(id, std::move(hook));
+  std::weak_ptr<AutogradMeta> leaf = t.impl().autograd;
+  return HookHandle([leaf, id] {
+    if (auto l = leaf.lock()) erase_hook(l->grad_hooks, id);
+  });
 }
 
 uint64_t backward_count() { return backward_calls; }
@@ -301,23 +359,31 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
     ~Restore() { backward_callbacks = outer; }
   } restore{outer_callbacks};
   if (!root_meta->grad_fn) {
-    accumulate(*root_meta, grad);
+    accumulate(*root_meta, run_grad_hooks(root_meta->grad_hooks, grad));
     run_ready_hooks(*root_meta);
     run_callbacks(callbacks);
     return;
   }
 
   // Count, for every node reachable from the root, the edges that lead into it, and for
-  // every leaf with ready hooks, the edges into it.
+  // every leaf with hooks, the edges into it (its gradient hooks see the sum of them).
   std::unordered_map<Node*, int> dependencies;
-  std::unordered_map<AutogradMeta*, int> leaf_edges;
+  struct LeafEdges {
+    int remaining = 0;
+    bool summed = false;  // it has gradient hooks: its gradients are summed, then hooked
+  };
+  std::unordered_map<AutogradMeta*, LeafEdges> leaf_edges;
   std::vector<Node*> stack{root_meta->grad_fn.get()};
   std::unordered_set<Node*> seen{stack.back()};
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next) {
-      if (e.leaf && !e.leaf->ready_hooks.empty()) ++leaf_edges[e.leaf.get()];
+      if (e.leaf && (!e.leaf->ready_hooks.empty() || !e.leaf->grad_hooks.empty())) {
+        LeafEdges& counted = leaf_edges[e.leaf.get()];
+        ++counted.remaining;
+        counted.summed = !e.leaf->grad_hooks.empty();
+      }
       if (!e.node) continue;
       ++dependencies[e.node.get()];
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
@@ -325,6 +391,7 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
   }
 
   std::unordered_map<Node*, Tensor> pending{{root_meta->grad_fn.get(), grad}};
+  std::unordered_map<AutogradMeta*, Tensor> leaf_pending;  // the sums for leaves with gradient hooks
   std::vector<std::shared_ptr<Node>> ready{root_meta->grad_fn};
   while (!ready.empty()) {
     std::shared_ptr<Node> node = std::move(ready.back());
@@ -337,6 +404,7 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
              "run backward through it again");
     std::vector<Tensor> grads;
     if (g.defined()) {
+      g = run_grad_hooks(node->grad_hooks, std::move(g));
       grads = node->backward(g);
       NC_CHECK(grads.size() == node->next.size(), Error, op, ": '", node->name, "' returned ",
                grads.size(), " gradients for ", node->next.size(), " inputs");
@@ -357,9 +425,20 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
       const Edge& e = node->next[i];
       const Tensor* gi = i < grads.size() && grads[i].defined() ? &grads[i] : nullptr;
       if (e.leaf) {
-        if (gi) accumulate(*e.leaf, *gi);
-        auto edges = leaf_edges.find(e.leaf.get());
-        if (edges != leaf_edges.end() && --edges->second == 0) run_ready_hooks(*e.leaf);
+        auto counted = leaf_edges.find(e.leaf.get());
+        if (counted == leaf_edges.end() || !counted->second.summed) {
+          if (gi) accumulate(*e.leaf, *gi);
+          if (counted != leaf_edges.end() && --counted->second.remaining == 0) run_ready_hooks(*e.leaf);
+          continue;
+        }
+        Tensor& sum = leaf_pending[e.leaf.get()];
+        if (gi) sum = sum.defined() ? add(sum, *gi) : *gi;
+        if (--counted->second.remaining == 0) {
+          const Tensor total = run_grad_hooks(e.leaf->grad_hooks, std::move(sum));
+          leaf_pending.erase(e.leaf.get());
+          if (total.defined()) accumulate(*e.leaf, total);
+          run_ready_hooks(*e.leaf);
+        }
       } else if (e.node) {
         if (gi) {
           Tensor& slot = pending[e.node.get()];

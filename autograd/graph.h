@@ -28,6 +28,7 @@ struct Node {
   std::vector<Edge> next;  // one per input of the op
   BackwardFn backward;     // empty once released
   bool released = false;
+  std::vector<std::pair<int64_t, GradHook>> grad_hooks;  // on the gradient of the op's result
   Node() = default;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;

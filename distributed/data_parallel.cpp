@@ -229,7 +229,7 @@ Tensor DistributedDataParallel::operator()(const Tensor& x) {
     autograd::NoGradGuard no_grad;
     for (const auto& entry : module_->named_buffers()) group_.broadcast(entry.second, 0);
   }
-  return module_->forward(x);
+  return (*module_)(x);
 }
 
 const std::vector<std::vector<size_t>>& DistributedDataParallel::buckets() const { return reducer_->assignment; }

@@ -1,6 +1,8 @@
 // Module: registration, dotted-name traversal, train/eval, in-place device and dtype
 // conversion, and state_dict save/load. Conversion swaps the data fields of each
 // parameter's TensorImpl (never the handle), so all handles to a parameter stay valid.
+#include <algorithm>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <optional>
@@ -50,6 +52,36 @@ void convert_in_place(const Tensor& t, Device device, std::optional<DType> dtype
 Tensor Module::forward(const Tensor&) {
   throw Error("Module::forward: this module has no single-input forward (override forward(const Tensor&) "
               "or call the module's own forward)");
+}
+
+// ---------------------------------------------------------------- forward hooks
+struct Module::ForwardHooks {
+  std::vector<std::pair<int64_t, ForwardHook>> hooks;
+};
+
+Tensor Module::operator()(const Tensor& x) {
+  Tensor y = forward(x);
+  if (forward_hooks_ && !forward_hooks_->hooks.empty()) {
+    const auto hooks = forward_hooks_->hooks;  // a hook may remove itself
+    for (const auto& hook : hooks) hook.second(*this, x, y);
+  }
+  return y;
+}
+
+HookHandle Module::register_forward_hook(ForwardHook hook) {
+  NC_CHECK(hook != nullptr, ValueError, "register_forward_hook: the hook is empty");
+  static std::atomic<int64_t> next_id{1};
+  const int64_t id = next_id++;
+  if (!forward_hooks_) forward_hooks_ = std::make_shared<ForwardHooks>();
+  forward_hooks_->hooks.emplace_back(id, std::move(hook));
+  std::weak_ptr<ForwardHooks> registered = forward_hooks_;
+  return HookHandle([registered, id] {
+    if (auto list = registered.lock()) {
+      auto& hooks = list->hooks;
+      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
+                  hooks.end());
+    }
+  });
 }
 
 // ---------------------------------------------------------------- registration

@@ -23,7 +23,7 @@ std::shared_ptr<Module> Sequential::operator[](size_t i) const {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& layer : layers_) y = layer->forward(y);
+  for (const auto& layer : layers_) y = (*layer)(y);
   return y;
 }
 

@@ -130,7 +130,7 @@ TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t heads, const std::
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
-  const Tensor h = add(x, attn->forward((*norm1)(x)));
+  const Tensor h = add(x, (*attn)((*norm1)(x)));
   return add(h, (*mlp)((*norm2)(h)));
 }
 

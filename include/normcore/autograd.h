@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normcore/tensor.h"
@@ -17,12 +18,32 @@ namespace normcore {
 
 struct Node;
 
+// A gradient hook (autograd::register_hook): returns the gradient to use instead, or an
+// undefined Tensor to keep the one it was given.
+using GradHook = std::function<Tensor(const Tensor& grad)>;
+
 // Per-tensor autograd state, created on first use.
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
   std::shared_ptr<Node> grad_fn;  // null for leaves
   std::vector<std::pair<int64_t, std::function<void()>>> ready_hooks;  // see add_grad_ready_hook
+  std::vector<std::pair<int64_t, GradHook>> grad_hooks;               // a leaf's; see register_hook
+};
+
+// What registering a hook (autograd::register_hook, Module::register_forward_hook) returns.
+// remove() unregisters the hook; calling it again, or after the tensor or module is gone,
+// does nothing. Dropping the handle leaves the hook registered.
+class HookHandle {
+ public:
+  HookHandle() = default;
+  explicit HookHandle(std::function<void()> remover) : remover_(std::move(remover)) {}
+  void remove();
+  // Whether remove() has yet to be called on a registered hook.
+  bool active() const { return remover_ != nullptr; }
+
+ private:
+  std::function<void()> remover_;
 };
 
 namespace autograd {
@@ -94,6 +115,17 @@ class AnomalyModeGuard {
 // ValueError for a tensor that is not a leaf requiring grad.
 int64_t add_grad_ready_hook(const Tensor& leaf, std::function<void()> hook);
 void remove_grad_ready_hook(const Tensor& leaf, int64_t id);
+
+// Runs hook on t's gradient in every backward() that reaches t, before the gradient goes on
+// (PyTorch's Tensor.register_hook). For a tensor made by a recorded op: the sum of all that
+// flows into it, before its op's backward uses it. For a leaf: the sum this backward gives
+// it, before it is added to grad() and before its ready hooks. The hook returns a tensor
+// of the gradient's shape, dtype and device to use instead, or an undefined Tensor to keep
+// it; hooks run in the order registered, each given the previous one's result, with
+// recording off. A backward that gives t no gradient runs none. ValueError for a tensor
+// that does not require grad; a returned tensor that does not match is a ShapeError,
+// DTypeError or DeviceError naming both. Like a ready hook, the hook must not keep t alive.
+HookHandle register_hook(const Tensor& t, GradHook hook);
 
 // Queues fn to run when the backward() running on this thread has processed every node and
 // run every hook (PyTorch's queue_callback), in the order queued; a callback may queue

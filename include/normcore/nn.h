@@ -7,12 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "normcore/autograd.h"
 #include "normcore/conv.h"
 #include "normcore/losses.h"
 #include "normcore/random.h"
@@ -37,7 +39,17 @@ class Module {
   // The computation on one input. The base class has none and throws Error; modules with
   // other inputs add their own forward overloads.
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x), then the forward hooks. Containers call their children this way.
+  Tensor operator()(const Tensor& x);
+
+  // ---- forward hooks (PyTorch's register_forward_hook): hook(module, input, output) after
+  // every call through operator(), in the order registered, to inspect activations (a
+  // hook that changes output in place changes what the caller gets). A hook on a layer
+  // deep inside a model runs, since containers call their children through operator();
+  // forward() called directly, and forward overloads with other inputs, run none. The
+  // hook must not keep the module alive. HookHandle::remove() unregisters it. ----
+  using ForwardHook = std::function<void(Module& module, const Tensor& input, const Tensor& output)>;
+  HookHandle register_forward_hook(ForwardHook hook);
 
   // ---- registration (normally from a subclass's constructor) ----
   // Names are non-empty, contain no '.', and are unique among a module's parameters,
@@ -93,6 +105,8 @@ class Module {
   // Appends this module's and its descendants' parameters and buffers, keys prefixed.
   void collect_state(const std::string& prefix, bool detached, NamedTensors& out) const;
 
+  struct ForwardHooks;
+  std::shared_ptr<ForwardHooks> forward_hooks_;  // created by the first registration
   NamedTensors parameters_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
