@@ -9,11 +9,16 @@ symbols=$(nm -D --defined-only "$1" | awk '$2 != "A" {print $3}')
 # functions, typeinfo, vtables, thunks, template instantiations); std:: entities (the
 # standard-library instantiations the headers' signatures need), with their typeinfo,
 # vtables, guard variables and function-local statics.
-allowed='^nc_|8normcore|^_Z(Z|GV|T[ISVT]|Th[n0-9_]*|Tv[n0-9_]*)?N?K?(St|S[absiod]|9__gnu_cxx)|^_ZS[tabsiod]'
-# Never: the internal kernel namespaces, Eigen (both builds), nlohmann::json, anonymous
-# namespaces.
+std_entity='^_Z(Z|GV|T[ISVT]|Th[n0-9_]*|Tv[n0-9_]*)?N?K?(St|S[absiod]|9__gnu_cxx)|^_ZS[tabsiod]'
+allowed="^nc_|8normcore|$std_entity"
+# Never: anything of the internal kernel namespaces, Eigen (both builds), nlohmann::json or
+# an anonymous namespace. A std:: template instantiated over such a type is not counted:
+# libstdc++ declares namespace std with default visibility, so an instantiation the
+# compiler keeps out of line (-O2 with sanitizers keeps some that -O3 inlines, e.g. the
+# destructor loop of a vector of JSON values) stays exported, weak and identical wherever
+# it is made.
 internal='8normcore(3cpu|7kernels)|5Eigen|17NormcoreEigenAvx2|8nlohmann|12_GLOBAL__N_'
-bad_internal=$(echo "$symbols" | grep -E "$internal" || true)
+bad_internal=$(echo "$symbols" | grep -vE "$std_entity" | grep -E "$internal" || true)
 unexpected=$(echo "$symbols" | grep -vE "$allowed" || true)
 total=$(echo "$symbols" | wc -l)
 status=0
