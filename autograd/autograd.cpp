@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "autograd/graph.h"
+#include "autograd/hook_list.h"
 #include "base/op_scope.h"
 #include "normcore/autocast.h"
 #include "normcore/ops.h"
@@ -70,16 +71,6 @@ Tensor run_grad_hooks(const std::vector<std::pair<int64_t, GradHook>>& registere
     grad = replacement.detach();
   }
   return grad;
-}
-
-template <class Owner>
-void erase_hook(Owner& owner, int64_t id) {
-  owner.erase(std::remove_if(owner.begin(), owner.end(), [id](const auto& h) { return h.first == id; }), owner.end());
-}
-
-int64_t next_hook_id() {
-  static std::atomic<int64_t> next{1};
-  return next++;
 }
 
 void run_callbacks(std::vector<std::function<void()>>& callbacks) {
@@ -202,6 +193,11 @@ HookHandle register_hook(const Tensor& t, GradHook hook) {
   return HookHandle([leaf, id] {
     if (auto l = leaf.lock()) erase_hook(l->grad_hooks, id);
   });
+}
+
+int64_t next_hook_id() {
+  static std::atomic<int64_t> next{1};
+  return next++;
 }
 
 uint64_t backward_count() { return backward_calls; }

@@ -1,14 +1,13 @@
 // Module: registration, dotted-name traversal, train/eval, in-place device and dtype
 // conversion, and state_dict save/load. Conversion swaps the data fields of each
 // parameter's TensorImpl (never the handle), so all handles to a parameter stay valid.
-#include <algorithm>
-#include <atomic>
 #include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <sstream>
 
+#include "autograd/hook_list.h"
 #include "normcore/autograd.h"
 #include "normcore/nn.h"
 #include "normcore/safetensors.h"
@@ -70,17 +69,12 @@ Tensor Module::operator()(const Tensor& x) {
 
 HookHandle Module::register_forward_hook(ForwardHook hook) {
   NC_CHECK(hook != nullptr, ValueError, "register_forward_hook: the hook is empty");
-  static std::atomic<int64_t> next_id{1};
-  const int64_t id = next_id++;
+  const int64_t id = autograd::next_hook_id();
   if (!forward_hooks_) forward_hooks_ = std::make_shared<ForwardHooks>();
   forward_hooks_->hooks.emplace_back(id, std::move(hook));
   std::weak_ptr<ForwardHooks> registered = forward_hooks_;
   return HookHandle([registered, id] {
-    if (auto list = registered.lock()) {
-      auto& hooks = list->hooks;
-      hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
-                  hooks.end());
-    }
+    if (auto list = registered.lock()) autograd::erase_hook(list->hooks, id);
   });
 }
 
