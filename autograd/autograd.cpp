@@ -73,6 +73,16 @@ Tensor run_grad_hooks(const std::vector<std::pair<int64_t, GradHook>>& registere
   return grad;
 }
 
+// grad after the hooks registered on output output_nr of node.
+Tensor run_node_hooks(const Node& node, int output_nr, Tensor grad) {
+  if (node.grad_hooks.empty() || !grad.defined()) return grad;
+  std::vector<std::pair<int64_t, GradHook>> hooks;
+  for (const NodeHook& h : node.grad_hooks) {
+    if (h.output_nr == output_nr) hooks.emplace_back(h.id, h.hook);
+  }
+  return run_grad_hooks(hooks, std::move(grad));
+}
+
 void run_callbacks(std::vector<std::function<void()>>& callbacks) {
   for (size_t i = 0; i < callbacks.size(); ++i) {
     std::function<void()> fn = std::move(callbacks[i]);  // fn may queue more (reallocating)
@@ -182,10 +192,10 @@ HookHandle register_hook(const Tensor& t, GradHook hook) {
   const int64_t id = next_hook_id();
   AutogradMeta& m = *t.impl().autograd;
   if (m.grad_fn) {
-    m.grad_fn->grad_hooks.emplace_back(id, std::move(hook));
+    m.grad_fn->grad_hooks.push_back(NodeHook{id, m.output_nr, std::move(hook)});
     std::weak_ptr<Node> node = m.grad_fn;
     return HookHandle([node, id] {
-      if (auto n = node.lock()) erase_hook(n->grad_hooks, id);
+      if (auto n = node.lock()) erase_hook(n->grad_hooks, id, [](const NodeHook& h) { return h.id; });
     });
   }
   m.grad_hooks.emplace_back(id, std::move(hook));
@@ -208,21 +218,32 @@ void queue_backward_callback(std::function<void()> fn) {
   backward_callbacks->push_back(std::move(fn));
 }
 
+Edge edge_to(const Tensor& in) {
+  Edge e;
+  if (!in.defined() || !in.requires_grad()) return e;
+  AutogradMeta* m = meta_of(in);
+  if (m->grad_fn) {
+    e.node = m->grad_fn;
+    e.output_nr = m->output_nr;
+  } else {
+    e.leaf = in.impl().autograd;
+  }
+  return e;
+}
+
+void check_anomaly(const char* name, const Tensor& out, const std::vector<Tensor>& inputs) {
+  if (anomaly_enabled) check_result(name, out, inputs);
+}
+
 void record(const char* name, const Tensor& out, const std::vector<Tensor>& inputs, BackwardFn fn) {
   if (!grad_enabled) return;
   auto node = std::make_shared<Node>();
   node->name = name;
   bool any = false;
   for (const Tensor& in : inputs) {
-    Edge e;
-    if (in.defined() && in.requires_grad()) {
-      if (in.is_same(out)) return;  // the op returned its input: nothing to record
-      AutogradMeta* m = meta_of(in);
-      if (m->grad_fn) e.node = m->grad_fn;
-      else e.leaf = in.impl().autograd;
-      any = true;
-    }
-    node->next.push_back(std::move(e));
+    if (in.defined() && in.requires_grad() && in.is_same(out)) return;  // the op returned its input
+    node->next.push_back(edge_to(in));
+    any = any || node->next.back().active();
   }
   if (!any) return;
   if (anomaly_enabled) check_result(name, out, inputs);
@@ -386,22 +407,54 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
     }
   }
 
-  std::unordered_map<Node*, Tensor> pending{{root_meta->grad_fn.get(), grad}};
+  // The gradients waiting for each node: of its one output, or (pending_multi) of each of
+  // the outputs of a node with several.
+  std::unordered_map<Node*, Tensor> pending;
+  std::unordered_map<Node*, std::vector<Tensor>> pending_multi;
   std::unordered_map<AutogradMeta*, Tensor> leaf_pending;  // the sums for leaves with gradient hooks
+  auto add_pending = [&](Node* node, int output_nr, const Tensor& g) {
+    Tensor* slot = nullptr;
+    if (node->num_outputs > 1) {
+      std::vector<Tensor>& slots = pending_multi[node];
+      slots.resize(static_cast<size_t>(node->num_outputs));
+      slot = &slots[static_cast<size_t>(output_nr)];
+    } else {
+      slot = &pending[node];
+    }
+    *slot = slot->defined() ? add(*slot, g) : g;
+  };
+  add_pending(root_meta->grad_fn.get(), root_meta->output_nr, grad);
   std::vector<std::shared_ptr<Node>> ready{root_meta->grad_fn};
   while (!ready.empty()) {
     std::shared_ptr<Node> node = std::move(ready.back());
     ready.pop_back();
     detail::OpScope scope(node->name, " backward");  // names the op in a CUDA failure
-    Tensor g = std::move(pending[node.get()]);
-    pending.erase(node.get());
+    Tensor g;
+    std::vector<Tensor> gs;
+    if (node->num_outputs > 1) {
+      gs = std::move(pending_multi[node.get()]);
+      pending_multi.erase(node.get());
+      gs.resize(static_cast<size_t>(node->num_outputs));
+    } else {
+      g = std::move(pending[node.get()]);
+      pending.erase(node.get());
+    }
     NC_CHECK(!node->released, Error, op, ": the graph through '", node->name,
              "' was already freed by an earlier backward; pass retain_graph=true to that call to "
              "run backward through it again");
     std::vector<Tensor> grads;
-    if (g.defined()) {
-      g = run_grad_hooks(node->grad_hooks, std::move(g));
-      grads = node->backward(g);
+    bool any_grad = g.defined();
+    for (size_t k = 0; k < gs.size(); ++k) {
+      gs[k] = run_node_hooks(*node, static_cast<int>(k), std::move(gs[k]));
+      any_grad = any_grad || gs[k].defined();
+    }
+    if (any_grad) {
+      if (node->num_outputs > 1) {
+        grads = node->backward_multi(gs);
+      } else {
+        g = run_node_hooks(*node, 0, std::move(g));
+        grads = node->backward ? node->backward(g) : node->backward_multi({g});  // a custom function of one output
+      }
       NC_CHECK(grads.size() == node->next.size(), Error, op, ": '", node->name, "' returned ",
                grads.size(), " gradients for ", node->next.size(), " inputs");
       if (anomaly_enabled) {
@@ -415,6 +468,7 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
     }
     if (!retain_graph) {
       node->backward = nullptr;
+      node->backward_multi = nullptr;
       node->released = true;
     }
     for (size_t i = 0; i < node->next.size(); ++i) {
@@ -436,10 +490,7 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
           run_ready_hooks(*e.leaf);
         }
       } else if (e.node) {
-        if (gi) {
-          Tensor& slot = pending[e.node.get()];
-          slot = slot.defined() ? add(slot, *gi) : *gi;
-        }
+        if (gi) add_pending(e.node.get(), e.output_nr, *gi);
         if (--dependencies[e.node.get()] == 0) ready.push_back(e.node);
       }
     }

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "normcore/autograd.h"
@@ -18,17 +19,32 @@ namespace normcore {
 struct Edge {
   std::shared_ptr<Node> node;          // the input was produced by a recorded op
   std::shared_ptr<AutogradMeta> leaf;  // or it is a leaf that requires grad
+  int output_nr = 0;                   // which of node's outputs the input is
   bool active() const { return node || leaf; }
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad)>;
+// The backward of a node of several outputs (a custom function's): one gradient per
+// output, undefined where none flowed.
+using MultiBackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads)>;
+
+// A gradient hook on one output of a node.
+struct NodeHook {
+  int64_t id = 0;
+  int output_nr = 0;
+  GradHook hook;
+};
 
 struct Node {
   const char* name = "";
   std::vector<Edge> next;  // one per input of the op
   BackwardFn backward;     // empty once released
+  // Instead of backward, for a node of num_outputs > 1.
+  MultiBackwardFn backward_multi;
+  int num_outputs = 1;
+  std::string owned_name;  // what name points to when it is not a literal (custom functions)
   bool released = false;
-  std::vector<std::pair<int64_t, GradHook>> grad_hooks;  // on the gradient of the op's result
+  std::vector<NodeHook> grad_hooks;  // on the gradients of the op's results
   Node() = default;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
@@ -44,6 +60,13 @@ template <class... T>
 bool needs_grad(const T&... tensors) {
   return is_grad_enabled() && ((tensors.defined() && tensors.requires_grad()) || ...);
 }
+
+// The edge from a node to its input in: to in's node (and output) when an op made it, to
+// its autograd state when it is a leaf that requires grad, inactive otherwise.
+Edge edge_to(const Tensor& in);
+
+// Anomaly mode's check of a result just recorded (nothing when anomaly mode is off).
+void check_anomaly(const char* name, const Tensor& out, const std::vector<Tensor>& inputs);
 
 // Attaches a node named name to out (which must be a fresh result, not an input) when
 // recording is on and some input requires grad.

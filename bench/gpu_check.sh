@@ -10,7 +10,8 @@
 # eval and predict), cnn (cnn-gn and cnn-bn trained with the defaults, eval, predict),
 # cnnbench (bench/conv and one CNN epoch beside PyTorch eager and torch.compile),
 # kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch), infer
-# (a classifier's batch forward and one-image latency beside PyTorch),
+# (a classifier's batch forward and one-image latency beside PyTorch), customop (the
+# custom-op example with its CUDA kernels, staged from BUILD_DIR/custom-op),
 # norms (the normalization benchmark), normsfresh (the same with each case in a fresh process,
 # median and range of NORMS_RUNS runs, the GPU's clock, temperature and power logged), transformer (bench/attention and the transformer-shape
 # norms beside PyTorch's back ends), gemm (the Linear + GroupNorm + min + bias model against
@@ -59,6 +60,14 @@ for section in "${sections[@]}"; do
         "$run/normcore_cuda_faults" $mode > "$out/faults-$mode.log" 2>&1
         echo "exit $?"; grep -E "^(FAIL|  )|failed$" "$out/faults-$mode.log"
       done
+      ;;
+    customop)
+      # examples/custom_op built against the installed library (BUILD_DIR=build-gpu
+      # scripts/test-install.sh builds it with its CUDA kernels): gradcheck on the CPU and
+      # the GPU, the kernels against the CPU loop.
+      echo "== the custom-op example"
+      "$run/custom_op"
+      echo "exit $?"
       ;;
     sanitizers)
       # memcheck runs the whole suite but the tests that run out of memory on purpose (memcheck

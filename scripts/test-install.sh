@@ -3,8 +3,9 @@
 # project against it four times: the shared and the static library, each through
 # find_package(normcore) and through pkg-config; every program must train, save, load and
 # predict (tests/consumer), and the static ones must not need libnormcore.so; the C example
-# (examples/c) must build as C through pkg-config and label images. The installed
-# normcore program must pass the conformance cases. Prints the installed size.
+# (examples/c) must build as C through pkg-config and label images, and the custom-op
+# example (examples/custom_op) must build and pass its gradcheck. The installed normcore
+# program must pass the conformance cases. Prints the installed size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -53,3 +54,10 @@ if [ -e "$libdir/libnormcore.a" ] && [ -e "$libdir/libnormcore.so" ]; then
     "$program" "$program.safetensors"
   done
 fi
+
+# The custom-op example: an outside project adding a differentiable op (with its own CUDA
+# kernels when the toolkit is there), checked by gradcheck on the CPU here.
+rm -rf "$build/custom-op"
+cmake -S examples/custom_op -B "$build/custom-op" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > /dev/null
+cmake --build "$build/custom-op" > /dev/null
+"$build/custom-op/custom_op" cpu

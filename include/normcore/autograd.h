@@ -29,6 +29,7 @@ struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;  // null for leaves
   std::vector<std::pair<int64_t, std::function<void()>>> ready_hooks;  // see add_grad_ready_hook
   std::vector<std::pair<int64_t, GradHook>> grad_hooks;               // a leaf's; see register_hook
+  int output_nr = 0;  // which output of grad_fn this tensor is (custom functions have several)
 };
 
 // What registering a hook (autograd::register_hook, Module::register_forward_hook) returns.
