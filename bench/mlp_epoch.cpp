@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
   const bool autocast = precision == "bf16" || precision == "fp16";
   const nc::DType lower = precision == "fp16" ? nc::DType::F16 : nc::DType::BF16;
   nc::optim::GradScaler scaler;
-  nc::data::Dataset train = nc::data::load_fashion_mnist(data, true);
-  nc::data::Dataset test = nc::data::load_fashion_mnist(data, false);
+  nc::data::TensorDataset train = nc::data::load_fashion_mnist(data, true);
+  nc::data::TensorDataset test = nc::data::load_fashion_mnist(data, false);
 
   nc::Generator gen(0);
   auto model = nc::models::make_classifier(model_name, &gen);
@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   options.device = device;
   options.num_replicas = env.world_size;
   options.rank = env.rank;
+  options.transforms = {nc::data::transforms::normalize()};
   nc::data::DataLoader loader(train, options);
 
   const bool graphed = device.is_cuda() && graph_option != "off" && !data_parallel;
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
         return loss;
       },
       graphed);
-  auto step = [&](const nc::data::Batch& batch) { graph_step({batch.images, batch.labels}); };
+  auto step = [&](const nc::data::Batch& batch) { graph_step({batch.inputs, batch.targets}); };
 
   // Warm-up: allocator cache, cuBLAS handles, the loader's thread.
   loader.begin_epoch(1000);
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
   if (group) group->barrier();
   if (env.rank != 0) return 0;
   double accuracy = nc::models::evaluate(*model, test, device).accuracy;
-  double rate = static_cast<double>(train.labels.size(0)) / best;
+  double rate = static_cast<double>(train.size()) / best;
   const std::string where = data_parallel ? std::to_string(env.world_size) + " GPU(s) (" + group->backend() + ")"
                                           : device.str();
   std::printf("normcore %s %s epoch on %s%s: %.3f s (%.0f samples/s), test accuracy %.2f%% after %lld epoch(s)\n",

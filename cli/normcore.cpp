@@ -64,6 +64,8 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"out", "normcore-fashion.safetensors", "checkpoint written after every epoch"},
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
     {"limit", "0", "use only the first N training samples (0: all)"},
+    {"workers", "1", "data-loading threads (0: load on the training thread); the batches do not depend on it"},
+    {"augment", "off", "on: each training image randomly cropped (28 x 28 of the image padded by 2) and mirrored"},
     {"stop-after", "0", "stop after this many epochs, as if interrupted (0: run all)"},
     {"detect-anomaly", "off", "on: check every op's result and gradient for NaN/Inf, naming the op (slow)"},
     {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
@@ -92,6 +94,7 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"norm", "layernorm", "layernorm or rmsnorm"},
     {"dropout", "0.1", "dropout on the embeddings and the residual branches"},
     {"batch-size", "64", "windows per step"},
+    {"workers", "1", "data-loading threads (0: load on the training thread); the batches do not depend on it"},
     {"steps", "3000", "optimizer steps"},
     {"lr", "0.001", "peak learning rate"},
     {"min-lr", "0.0001", "learning rate at the end of the cosine schedule"},
@@ -365,8 +368,8 @@ int launch_self(int nproc) {
 // The data-parallel side of train and train-lm. A process a launcher started (WORLD_SIZE
 // set) is a rank of a job, also when alone: it trains on cuda:LOCAL_RANK (--device auto or
 // cuda) or the CPU, joins the process group, wraps its model in DistributedDataParallel and
-// draws its own random numbers (dropout, train-lm's windows); rank 0 alone prints,
-// evaluates and writes checkpoints.
+// draws its own dropout masks; the data loaders shard each epoch's order by rank. Rank 0
+// alone prints, evaluates and writes checkpoints.
 struct DataParallelJob {
   nc::distributed::Env env = nc::distributed::Env::from_environment();
   bool active = std::getenv("WORLD_SIZE") != nullptr;
@@ -375,6 +378,19 @@ struct DataParallelJob {
 
   bool is_main() const { return env.rank == 0; }
   int world_size() const { return active ? env.world_size : 1; }
+
+  // A data loader's options for this rank: its share of each epoch, --workers threads.
+  nc::data::DataLoaderOptions loader_options(const Args& args, int64_t batch_size, uint64_t seed,
+                                             nc::Device device) const {
+    nc::data::DataLoaderOptions options;
+    options.batch_size = batch_size;
+    options.seed = seed;
+    options.device = device;
+    options.num_replicas = world_size();
+    options.rank = active ? env.rank : 0;
+    options.workers = static_cast<int>(integer(args, "workers", 0));
+    return options;
+  }
 
   // --device for this process; a given GPU index would put every rank on one GPU.
   nc::Device device(const std::string& spec) const {
@@ -441,12 +457,12 @@ int train(const Args& args) {
   nc::autograd::set_anomaly_enabled(anomaly == "on");
   Precision precision(args.options.at("precision"), device);
 
-  nc::data::Dataset train_set = nc::data::load_fashion_mnist(args.options.at("data"), true);
-  nc::data::Dataset test_set = nc::data::load_fashion_mnist(args.options.at("data"), false);
-  if (int64_t limit = integer(args, "limit", 0); limit > 0 && limit < train_set.images.size(0)) {
-    train_set.images = train_set.images.narrow(0, 0, limit);
-    train_set.labels = train_set.labels.narrow(0, 0, limit);
-  }
+  nc::data::TensorDataset train_set = nc::data::load_fashion_mnist(args.options.at("data"), true);
+  const nc::data::TensorDataset test_set = nc::data::load_fashion_mnist(args.options.at("data"), false);
+  if (int64_t limit = integer(args, "limit", 0); limit > 0 && limit < train_set.size()) train_set = train_set.head(limit);
+  const std::string augment = args.options.at("augment");
+  NC_CHECK(augment == "on" || augment == "off", ValueError, "option --augment: must be on or off, got '", augment,
+           "'");
 
   nc::Generator gen(seed);
   std::shared_ptr<nc::nn::Module> model;
@@ -487,12 +503,11 @@ int train(const Args& args) {
     throw nc::ValueError("option --optimizer: unknown optimizer '" + optimizer_name + "' (sgd, adam, adamw)");
   }
 
-  nc::data::DataLoaderOptions loader_options;
-  loader_options.batch_size = batch_size;
-  loader_options.seed = seed;
-  loader_options.device = device;
-  loader_options.num_replicas = job.world_size();
-  loader_options.rank = job.env.rank;
+  nc::data::DataLoaderOptions loader_options = job.loader_options(args, batch_size, seed, device);
+  if (augment == "on")
+    loader_options.transforms = {nc::data::transforms::random_crop(28, 28, 2),
+                                 nc::data::transforms::random_horizontal_flip()};
+  loader_options.transforms.push_back(nc::data::transforms::normalize());
   nc::data::DataLoader loader(train_set, loader_options);
   const int64_t steps = epochs * loader.num_batches();
   const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
@@ -534,7 +549,7 @@ int train(const Args& args) {
                 "%s lr %g, batch %lld%s, %lld epochs%s\n",
                 model_name.c_str(), static_cast<long long>(params), device.str().c_str(), ranks.c_str(),
                 args.options.at("precision").c_str(), graphed ? " with CUDA graphs" : "",
-                static_cast<long long>(train_set.images.size(0)), static_cast<long long>(test_set.images.size(0)),
+                static_cast<long long>(train_set.size()), static_cast<long long>(test_set.size()),
                 optimizer_name.c_str(), lr, static_cast<long long>(batch_size),
                 job.active ? (" per rank (" + std::to_string(batch_size * job.world_size()) + " in all)").c_str() : "",
                 static_cast<long long>(epochs),
@@ -550,9 +565,9 @@ int train(const Args& args) {
     double loss_sum = 0;
     int64_t loss_count = 0, samples = 0;
     for (nc::data::Batch batch; loader.next(batch);) {
-      const nc::Tensor loss = train_step({batch.images, batch.labels});
+      const nc::Tensor loss = train_step({batch.inputs, batch.targets});
       schedule.step();
-      samples += batch.labels.size(0);
+      samples += batch.targets.size(0);
       // Reading the loss waits for the device: do it for the progress display only (rank 0's
       // batches in a data-parallel job).
       if (main_rank && (batch.index % 20 == 0 || batch.index + 1 == loader.num_batches())) {
@@ -586,7 +601,7 @@ int train(const Args& args) {
 int eval(const Args& args) {
   nc::Device device = pick_device(args.options.at("device"));
   nc::models::Checkpoint c = nc::models::load_checkpoint(args.options.at("checkpoint"), device);
-  nc::data::Dataset test = nc::data::load_fashion_mnist(args.options.at("data"), false);
+  const nc::data::TensorDataset test = nc::data::load_fashion_mnist(args.options.at("data"), false);
   nc::models::Evaluation e = nc::models::evaluate(*c.model, test, device);
   const auto& names = nc::models::fashion_mnist_classes();
   std::printf("%s: model %s after %lld epochs, test accuracy %.2f%% on %s\n\n", args.options.at("checkpoint").c_str(),
@@ -699,7 +714,7 @@ int train_lm(const Args& args) {
     model->to(device);
   }
   model->train();
-  // Each rank draws its own windows and dropout masks.
+  // Each rank draws its own dropout masks.
   job.start(args, model, device, gen, seed);
   const nc::models::GPTConfig& config = model->config;
   const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
@@ -748,6 +763,14 @@ int train_lm(const Args& args) {
     std::fflush(stdout);
   }
 
+  // Every window of the training stream, shuffled each epoch (the same order on every rank,
+  // each rank its share); a step is a batch, so step s is batch s % batches of epoch
+  // s / batches, which is where a resumed run starts.
+  nc::data::DataLoaderOptions loader_options = job.loader_options(args, batch_size, seed, device);
+  nc::data::DataLoader loader(nc::data::TextWindows(corpus.train, config.context), loader_options);
+  const int64_t epoch_steps = loader.num_batches();
+  loader.begin_epoch(static_cast<uint64_t>(first_step / epoch_steps), first_step % epoch_steps);
+
   const int64_t stop_after = integer(args, "stop-after", 0);
   const int64_t last_step = stop_after > 0 ? std::min(steps, stop_after) : steps;
   for (int64_t step = first_step; step < last_step;) {
@@ -756,8 +779,11 @@ int train_lm(const Args& args) {
     double loss_sum = 0;
     int64_t loss_count = 0, tokens = 0;
     for (; step < interval_end; ++step) {
-      const nc::models::TextBatch batch =
-          nc::models::random_windows(corpus.train, batch_size, config.context, gen, device);
+      nc::data::Batch batch;
+      if (!loader.next(batch)) {
+        loader.begin_epoch(static_cast<uint64_t>(step / epoch_steps));
+        loader.next(batch);
+      }
       const nc::Tensor loss = train_step({batch.inputs, batch.targets});
       optimizer.step_schedules();  // also after a skipped fp16 step
       tokens += batch.inputs.numel() * job.world_size();

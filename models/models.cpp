@@ -104,12 +104,15 @@ const std::vector<std::string>& fashion_mnist_classes() {
   return names;
 }
 
-Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device device) {
+Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device device,
+                    const std::vector<data::Transform>& transforms) {
   data::DataLoaderOptions options;
   options.batch_size = 1000;
   options.shuffle = false;
   options.device = device;
-  data::DataLoader loader(dataset, options);
+  options.transforms = transforms;
+  // The loader lives within this call, the caller's dataset longer.
+  data::DataLoader loader(std::shared_ptr<const data::Dataset>(&dataset, [](const data::Dataset*) {}), options);
   loader.begin_epoch(0);
   model.eval();
   autograd::InferenceModeGuard inference;
@@ -118,11 +121,11 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device devi
   int64_t correct = 0, seen = 0;
   const int64_t classes = static_cast<int64_t>(e.confusion.size());
   for (data::Batch batch; loader.next(batch);) {
-    const Tensor logits = model(batch.images);
+    const Tensor logits = model(batch.inputs);
     NC_CHECK(logits.dim() == 2 && logits.size(1) == classes, ShapeError, "evaluate: the model gives ",
-             describe(logits), " for ", batch.images.size(0), " images; expected ", classes, " scores per image");
+             describe(logits), " for ", batch.inputs.size(0), " images; expected ", classes, " scores per image");
     std::vector<int64_t> predicted = argmax(logits, 1).to_vector<int64_t>();
-    std::vector<int64_t> truth = batch.labels.to_vector<int64_t>();
+    std::vector<int64_t> truth = batch.targets.to_vector<int64_t>();
     for (size_t i = 0; i < truth.size(); ++i) {
       NC_CHECK(truth[i] >= 0 && truth[i] < classes, IndexError, "evaluate: label ", truth[i], " of sample ",
                seen + static_cast<int64_t>(i), " is outside 0 to ", classes - 1);

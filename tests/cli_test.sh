@@ -37,6 +37,8 @@ if [ "${1:-}" = lm ]; then
   awk -v a="$loss20" -v b="$loss40" 'BEGIN { exit !(b < a && b < 3.7) }' ||
     fail "validation loss did not fall below 3.7: $loss20 at step 20, $loss40 at step 40"
   grep -q "^sample" lm-a.log || fail "train-lm printed no sample"
+  "$normcore" train-lm "${lm[@]}" --steps 40 --seed 1 --workers 0 --out lm-w.safetensors > lm-w.log
+  [ "$(lm_summary 40 lm-a.log)" = "$(lm_summary 40 lm-w.log)" ] || fail "--workers 0 changed train-lm's run"
 
   "$normcore" train-lm "${lm[@]}" --steps 40 --stop-after 20 --seed 1 --out lm-c.safetensors > lm-c1.log
   grep -q "^step 40/" lm-c1.log && fail "--stop-after 20 ran past step 20"
@@ -107,6 +109,14 @@ cat a.log
 accuracy=$(summary 2 a.log | sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/')
 awk -v a="$accuracy" 'BEGIN { exit !(a > 70) }' || fail "test accuracy $accuracy% after 2 short epochs"
 
+# The batches do not depend on the number of loading threads; augmentation still learns.
+"$normcore" train "${common[@]}" --epochs 2 --seed 7 --workers 3 --out w.safetensors > w.log
+[ "$(summary 2 a.log)" = "$(summary 2 w.log)" ] || fail "--workers 3 changed the run: $(summary 2 w.log)"
+"$normcore" train "${common[@]}" --epochs 2 --seed 7 --augment on --out aug.safetensors > aug.log
+aug_accuracy=$(summary 2 aug.log | sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/')
+awk -v a="$aug_accuracy" 'BEGIN { exit !(a > 65) }' || fail "test accuracy $aug_accuracy% with --augment on"
+[ "$(summary 2 a.log)" != "$(summary 2 aug.log)" ] || fail "--augment on changed nothing"
+
 "$normcore" train "${common[@]}" --epochs 2 --stop-after 1 --seed 7 --out c.safetensors > c1.log
 grep -q "^epoch 2/" c1.log && fail "--stop-after 1 ran a second epoch"
 "$normcore" train "${common[@]}" --epochs 2 --resume c.safetensors --out c.safetensors > c2.log
@@ -157,6 +167,8 @@ grep -q "loss scale" h.log || fail "an fp16 run did not report its loss scale"
 [ -n "$(summary 2 h.log)" ] || fail "the fp16 run printed no summary for epoch 2"
 [ "$(summary 2 h.log)" = "$(summary 2 h2.log)" ] || fail "resuming fp16 changed the run: $(summary 2 h.log) vs $(summary 2 h2.log)"
 expect_error "must be fp32, tf32, bf16 or fp16" "$normcore" train "${common[@]}" --precision f8
+expect_error "--augment: must be on or off" "$normcore" train "${common[@]}" --augment yes
+expect_error "--workers expects a whole number >= 0" "$normcore" train "${common[@]}" --workers -1
 
 # Anomaly mode checks every op and gradient and changes nothing when all are finite.
 "$normcore" train "${common[@]}" --epochs 2 --stop-after 1 --seed 7 --detect-anomaly on --out d.safetensors > d.log

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -286,9 +287,9 @@ bool have_fashion_mnist() {
 }
 
 // Loaded once: decompressing the training images takes a noticeable fraction of a second.
-const ncd::Dataset& fashion_mnist(bool train) {
-  static const ncd::Dataset train_set = ncd::load_fashion_mnist(kFashionMnistDir, true);
-  static const ncd::Dataset test_set = ncd::load_fashion_mnist(kFashionMnistDir, false);
+const ncd::TensorDataset& fashion_mnist(bool train) {
+  static const ncd::TensorDataset train_set = ncd::load_fashion_mnist(kFashionMnistDir, true);
+  static const ncd::TensorDataset test_set = ncd::load_fashion_mnist(kFashionMnistDir, false);
   return train ? train_set : test_set;
 }
 
@@ -314,19 +315,19 @@ TEST(DataFashionMnist, SplitsMatchTheFiles) {
   SKIP_WITHOUT_FASHION_MNIST();
   for (const SplitFacts& s : kSplits) {
     SCOPED_TRACE(s.train ? "train" : "t10k");
-    const ncd::Dataset& d = fashion_mnist(s.train);
-    ASSERT_EQ(d.images.dtype(), nc::DType::U8);
-    ASSERT_EQ(d.images.shape(), (nc::Shape{s.samples, 28, 28}));
-    ASSERT_EQ(d.labels.dtype(), nc::DType::I64);
-    ASSERT_EQ(d.labels.shape(), (nc::Shape{s.samples}));
-    const std::vector<int64_t> labels = d.labels.to_vector<int64_t>();
+    const ncd::TensorDataset& d = fashion_mnist(s.train);
+    ASSERT_EQ(d.inputs().dtype(), nc::DType::U8);
+    ASSERT_EQ(d.inputs().shape(), (nc::Shape{s.samples, 28, 28}));
+    ASSERT_EQ(d.targets().dtype(), nc::DType::I64);
+    ASSERT_EQ(d.targets().shape(), (nc::Shape{s.samples}));
+    const std::vector<int64_t> labels = d.targets().to_vector<int64_t>();
     EXPECT_EQ(std::vector<int64_t>(labels.begin(), labels.begin() + 5), s.first_labels);
     std::vector<int64_t> histogram(10, 0);
     for (int64_t l : labels) ++histogram[l];
     EXPECT_EQ(histogram, std::vector<int64_t>(10, s.samples / 10));
-    EXPECT_EQ(nc::sum(d.images.select(0, 0)).item<int64_t>(), s.first_image_sum);
-    EXPECT_EQ(nc::sum(d.images.select(0, s.samples - 1)).item<int64_t>(), s.last_image_sum);
-    EXPECT_EQ(nc::sum(d.images).item<int64_t>(), s.pixel_sum);
+    EXPECT_EQ(nc::sum(d.inputs().select(0, 0)).item<int64_t>(), s.first_image_sum);
+    EXPECT_EQ(nc::sum(d.inputs().select(0, s.samples - 1)).item<int64_t>(), s.last_image_sum);
+    EXPECT_EQ(nc::sum(d.inputs()).item<int64_t>(), s.pixel_sum);
   }
 }
 
@@ -372,13 +373,13 @@ class DataFashionMnistFiles : public DataFiles {
 TEST_F(DataFashionMnistFiles, GzipAndPlainLayoutsLoad) {
   write_split("train", small_split({3, 1, 4}), true);
   write_split("t10k", small_split({9, 0}), false);
-  const ncd::Dataset train = ncd::load_fashion_mnist(dir_.string(), true);
-  EXPECT_EQ(train.images.shape(), (nc::Shape{3, 28, 28}));
-  EXPECT_EQ(bytes_of(train.images), host_bytes(pattern(3 * 28 * 28)));
-  EXPECT_EQ(train.labels.to_vector<int64_t>(), (std::vector<int64_t>{3, 1, 4}));
-  const ncd::Dataset test = ncd::load_fashion_mnist(dir_.string(), false);
-  EXPECT_EQ(test.images.shape(), (nc::Shape{2, 28, 28}));
-  EXPECT_EQ(test.labels.to_vector<int64_t>(), (std::vector<int64_t>{9, 0}));
+  const ncd::TensorDataset train = ncd::load_fashion_mnist(dir_.string(), true);
+  EXPECT_EQ(train.inputs().shape(), (nc::Shape{3, 28, 28}));
+  EXPECT_EQ(bytes_of(train.inputs()), host_bytes(pattern(3 * 28 * 28)));
+  EXPECT_EQ(train.targets().to_vector<int64_t>(), (std::vector<int64_t>{3, 1, 4}));
+  const ncd::TensorDataset test = ncd::load_fashion_mnist(dir_.string(), false);
+  EXPECT_EQ(test.inputs().shape(), (nc::Shape{2, 28, 28}));
+  EXPECT_EQ(test.targets().to_vector<int64_t>(), (std::vector<int64_t>{9, 0}));
 }
 
 TEST_F(DataFashionMnistFiles, EachDefectNamesTheFile) {
@@ -414,7 +415,7 @@ TEST_F(DataFashionMnistFiles, MissingFilesAreNamed) {
 
 // n samples of shape sample_shape; pixel k of sample i is (31 i + k) mod 256 and its label
 // is i, so a batch's labels say which samples it holds.
-ncd::Dataset numbered(int64_t n, const nc::Shape& sample_shape = {2, 3}) {
+ncd::TensorDataset numbered(int64_t n, const nc::Shape& sample_shape = {2, 3}) {
   nc::Shape shape = {n};
   shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
   nc::Tensor images = nc::empty(shape, nc::TensorOptions(nc::DType::U8));
@@ -422,18 +423,20 @@ ncd::Dataset numbered(int64_t n, const nc::Shape& sample_shape = {2, 3}) {
   uint8_t* pixels = images.data<uint8_t>();
   for (int64_t i = 0; i < n; ++i)
     for (int64_t k = 0; k < row; ++k) pixels[i * row + k] = static_cast<uint8_t>((31 * i + k) % 256);
-  return {images, nc::arange(n)};
+  return ncd::TensorDataset(images, nc::arange(n));
 }
 
 float normalized(int v, float mean = ncd::kFashionMnistMean, float stddev = ncd::kFashionMnistStd) {
   return (static_cast<float>(v) / 255.0f - mean) / stddev;
 }
 
+// Fashion-MNIST's normalization, as training uses it.
 ncd::DataLoaderOptions options(int64_t batch_size, bool shuffle = false, uint64_t seed = 0) {
   ncd::DataLoaderOptions o;
   o.batch_size = batch_size;
   o.shuffle = shuffle;
   o.seed = seed;
+  o.transforms = {ncd::transforms::normalize()};
   return o;
 }
 
@@ -442,7 +445,7 @@ std::vector<int64_t> epoch_samples(ncd::DataLoader& loader, uint64_t epoch) {
   loader.begin_epoch(epoch);
   std::vector<int64_t> samples;
   for (ncd::Batch batch; loader.next(batch);) {
-    const std::vector<int64_t> labels = batch.labels.to_vector<int64_t>();
+    const std::vector<int64_t> labels = batch.targets.to_vector<int64_t>();
     samples.insert(samples.end(), labels.begin(), labels.end());
   }
   return samples;
@@ -479,7 +482,7 @@ TEST(DataLoader, BatchShapesAndDtypes) {
     SCOPED_TRACE(c.name);
     ncd::DataLoaderOptions o = options(c.batch_size);
     o.drop_last = c.drop_last;
-    o.flatten = c.flatten;
+    if (c.flatten) o.transforms.push_back(ncd::transforms::flatten());
     ncd::DataLoader loader(numbered(c.samples, c.sample_shape), o);
     EXPECT_EQ(loader.size(), c.samples);
     EXPECT_EQ(loader.num_batches(), static_cast<int64_t>(c.batch_sizes.size()));
@@ -490,12 +493,12 @@ TEST(DataLoader, BatchShapesAndDtypes) {
       nc::Shape expected = {c.batch_sizes[b]};
       expected.insert(expected.end(), c.image_shape.begin(), c.image_shape.end());
       EXPECT_EQ(batch.index, static_cast<int64_t>(b));
-      EXPECT_EQ(batch.images.shape(), expected);
-      EXPECT_EQ(batch.images.dtype(), nc::DType::F32);
-      EXPECT_EQ(batch.images.device(), nc::Device::cpu());
-      EXPECT_TRUE(batch.images.is_contiguous());
-      EXPECT_EQ(batch.labels.shape(), (nc::Shape{c.batch_sizes[b]}));
-      EXPECT_EQ(batch.labels.dtype(), nc::DType::I64);
+      EXPECT_EQ(batch.inputs.shape(), expected);
+      EXPECT_EQ(batch.inputs.dtype(), nc::DType::F32);
+      EXPECT_EQ(batch.inputs.device(), nc::Device::cpu());
+      EXPECT_TRUE(batch.inputs.is_contiguous());
+      EXPECT_EQ(batch.targets.shape(), (nc::Shape{c.batch_sizes[b]}));
+      EXPECT_EQ(batch.targets.dtype(), nc::DType::I64);
     }
     EXPECT_FALSE(loader.next(batch));
     EXPECT_FALSE(loader.next(batch));  // an exhausted epoch stays exhausted
@@ -516,8 +519,8 @@ TEST(DataLoader, EverySampleOncePerEpochWithItsOwnPixels) {
     loader.begin_epoch(epoch);
     std::vector<int64_t> seen;
     for (ncd::Batch batch; loader.next(batch);) {
-      const std::vector<int64_t> labels = batch.labels.to_vector<int64_t>();
-      const std::vector<float> pixels = batch.images.to_vector<float>();
+      const std::vector<int64_t> labels = batch.targets.to_vector<int64_t>();
+      const std::vector<float> pixels = batch.inputs.to_vector<float>();
       for (size_t r = 0; r < labels.size(); ++r)
         for (int k = 0; k < 6; ++k)
           ASSERT_EQ(pixels[r * 6 + k], normalized(static_cast<int>((31 * labels[r] + k) % 256)));
@@ -581,8 +584,8 @@ RankEpoch rank_epoch(ncd::DataLoader& loader, uint64_t epoch) {
   RankEpoch out;
   for (ncd::Batch batch; loader.next(batch);) {
     EXPECT_EQ(batch.index, static_cast<int64_t>(out.batch_sizes.size()));
-    const std::vector<int64_t> labels = batch.labels.to_vector<int64_t>();
-    const std::vector<float> pixels = batch.images.to_vector<float>();
+    const std::vector<int64_t> labels = batch.targets.to_vector<int64_t>();
+    const std::vector<float> pixels = batch.inputs.to_vector<float>();
     for (size_t r = 0; r < labels.size(); ++r)
       EXPECT_EQ(pixels[r * 6 + 5], normalized(static_cast<int>((31 * labels[r] + 5) % 256))) << labels[r];
     out.samples.insert(out.samples.end(), labels.begin(), labels.end());
@@ -688,8 +691,8 @@ TEST(DataLoader, OneReplicaIsTheUnshardedLoader) {
         for (ncd::Batch expected, got; a.next(expected); ++batches) {
           ASSERT_TRUE(b.next(got));
           EXPECT_EQ(got.index, expected.index);
-          EXPECT_EQ(bytes_of(got.images), bytes_of(expected.images));
-          EXPECT_EQ(bytes_of(got.labels), bytes_of(expected.labels));
+          EXPECT_EQ(bytes_of(got.inputs), bytes_of(expected.inputs));
+          EXPECT_EQ(bytes_of(got.targets), bytes_of(expected.targets));
         }
         ncd::Batch rest;
         EXPECT_FALSE(b.next(rest));
@@ -719,7 +722,7 @@ TEST(DataLoader, DropLastDropsEachRanksIncompleteBatch) {
 TEST(DataLoader, Normalization) {
   // One image holding every pixel value.
   nc::Tensor images = nc::arange(256, nc::TensorOptions(nc::DType::U8)).reshape({1, 16, 16});
-  const ncd::Dataset data{images, nc::zeros({1}, nc::TensorOptions(nc::DType::I64))};
+  const ncd::TensorDataset data(images, nc::zeros({1}, nc::TensorOptions(nc::DType::I64)));
   struct Case {
     float mean;
     float stddev;
@@ -727,14 +730,12 @@ TEST(DataLoader, Normalization) {
   for (const Case& c : {Case{ncd::kFashionMnistMean, ncd::kFashionMnistStd}, Case{0.5f, 0.25f}, Case{0, 1}}) {
     SCOPED_TRACE(c.mean);
     ncd::DataLoaderOptions o = options(1);
-    o.mean = c.mean;
-    o.stddev = c.stddev;
-    o.flatten = true;
+    o.transforms = {ncd::transforms::normalize({c.mean}, {c.stddev}), ncd::transforms::flatten()};
     ncd::DataLoader loader(data, o);
     loader.begin_epoch(0);
     ncd::Batch batch;
     ASSERT_TRUE(loader.next(batch));
-    const std::vector<float> values = batch.images.to_vector<float>();
+    const std::vector<float> values = batch.inputs.to_vector<float>();
     ASSERT_EQ(values.size(), 256u);
     for (int v = 0; v < 256; ++v) EXPECT_FLOAT_EQ(values[v], normalized(v, c.mean, c.stddev)) << v;
   }
@@ -754,7 +755,7 @@ TEST(DataLoader, RejectsBadArguments) {
     std::function<bool(const nc::Error&)> right_type;
     const char* reason;
   };
-  const auto with = [](ncd::Dataset data, std::function<void(ncd::DataLoaderOptions&)> edit) {
+  const auto with = [](ncd::TensorDataset data, std::function<void(ncd::DataLoaderOptions&)> edit) {
     return [=] {
       ncd::DataLoaderOptions o = options(4);
       edit(o);
@@ -762,22 +763,20 @@ TEST(DataLoader, RejectsBadArguments) {
     };
   };
   const auto keep = [](ncd::DataLoaderOptions&) {};
-  const ncd::Dataset good = numbered(10);
-  const nc::Tensor labels = good.labels;
+  const ncd::TensorDataset good = numbered(10);
+  const nc::Tensor labels = good.targets();
   const Case cases[] = {
       {"zero_batch", with(good, [](auto& o) { o.batch_size = 0; }), is<nc::ValueError>, "batch_size must be positive, got 0"},
       {"negative_batch", with(good, [](auto& o) { o.batch_size = -3; }), is<nc::ValueError>, "got -3"},
       {"empty", with(numbered(0), keep), is<nc::ValueError>, "the dataset is empty"},
-      {"count_mismatch", with({good.images, nc::arange(9)}, keep), is<nc::ShapeError>, "10 images but 9 labels"},
-      {"float_images", with({good.images.to(nc::DType::F32), labels}, keep), is<nc::DTypeError>, "images must be u8"},
-      {"flat_images", with({good.images.reshape({10, 6}), labels}, keep), is<nc::ShapeError>,
-       "images must be [N, H, W] or [N, C, H, W], got u8 [10, 6]"},
-      {"u8_labels", with({good.images, labels.to(nc::DType::U8)}, keep), is<nc::DTypeError>, "labels must be i64"},
-      {"matrix_labels", with({good.images, labels.reshape({10, 1})}, keep), is<nc::ShapeError>, "labels must be [N]"},
-      {"undefined_images", with({nc::Tensor(), labels}, keep), is<nc::ValueError>, "images are an undefined tensor"},
-      {"undefined_labels", with({good.images, nc::Tensor()}, keep), is<nc::ValueError>, "labels are an undefined tensor"},
-      {"zero_std", with(good, [](auto& o) { o.stddev = 0; }), is<nc::ValueError>, "stddev must be positive"},
-      {"nan_mean", with(good, [](auto& o) { o.mean = NAN; }), is<nc::ValueError>, "mean must be finite"},
+      {"count_mismatch", [=] { ncd::TensorDataset(good.inputs(), nc::arange(9)); }, is<nc::ShapeError>,
+       "10 inputs but 9 targets"},
+      {"undefined_inputs", [=] { ncd::TensorDataset(nc::Tensor(), labels); }, is<nc::ValueError>,
+       "inputs are an undefined tensor"},
+      {"undefined_targets", [=] { ncd::TensorDataset(good.inputs(), nc::Tensor()); }, is<nc::ValueError>,
+       "targets are an undefined tensor"},
+      {"negative_workers", with(good, [](auto& o) { o.workers = -2; }), is<nc::ValueError>,
+       "workers must not be negative, got -2"},
       {"drop_last_no_batch", with(good, [](auto& o) { o.batch_size = 11; o.drop_last = true; }), is<nc::ValueError>,
        "leaves no batch"},
       // 10 samples are enough for a batch of 4, a share of 10 over 3 ranks (4, padded) is not
@@ -819,53 +818,74 @@ TEST(DataLoader, RejectsBadArguments) {
   }
 }
 
-TEST(DataLoader, TransformErrorsReachTheCaller) {
-  // A dataset with a label the transform rejects: sample 25 lands in the third batch of 10.
-  ncd::Dataset data = numbered(40);
-  data.labels = nc::where(nc::eq(data.labels, int64_t(25)), int64_t(-1), data.labels);
-  ncd::DataLoaderOptions o = options(10);
-  o.transform = [](ncd::Batch& batch) {
-    for (int64_t label : batch.labels.to_vector<int64_t>())
-      if (label < 0) throw nc::ValueError("transform: negative label in batch " + std::to_string(batch.index));
+// A transform that throws for a sample whose target is negative.
+ncd::Transform reject_negative_targets() {
+  return [](ncd::Example sample, ncd::SampleRandom&) {
+    const int64_t target = sample.target.item<int64_t>();
+    if (target < 0) throw nc::ValueError("transform: negative target " + std::to_string(target));
+    return sample;
   };
-  ncd::DataLoader loader(data, o);
-  for (uint64_t epoch : {0, 1}) {  // the next epoch starts cleanly after the failure
-    loader.begin_epoch(epoch);
-    ncd::Batch batch;
-    ASSERT_TRUE(loader.next(batch));
-    ASSERT_TRUE(loader.next(batch));
-    EXPECT_EQ(batch.index, 1);
-    try {
-      loader.next(batch);
-      ADD_FAILURE() << "expected the transform's ValueError";
-    } catch (const nc::ValueError& e) {
-      EXPECT_STREQ(e.what(), "transform: negative label in batch 2");
+}
+
+TEST(DataLoader, TransformErrorsReachTheCaller) {
+  // Sample 25's target is made negative: it lands in the third batch of 10. The batches
+  // made before the failure come first, with any number of workers.
+  ncd::TensorDataset numbers = numbered(40);
+  const ncd::TensorDataset data(numbers.inputs(),
+                                nc::where(nc::eq(numbers.targets(), int64_t(25)), int64_t(-1), numbers.targets()));
+  for (int workers : {0, 1, 3}) {
+    SCOPED_TRACE(workers);
+    ncd::DataLoaderOptions o = options(10);
+    o.workers = workers;
+    o.transforms.push_back(reject_negative_targets());
+    ncd::DataLoader loader(data, o);
+    for (uint64_t epoch : {0, 1}) {  // the next epoch starts cleanly after the failure
+      loader.begin_epoch(epoch);
+      ncd::Batch batch;
+      ASSERT_TRUE(loader.next(batch));
+      ASSERT_TRUE(loader.next(batch));
+      EXPECT_EQ(batch.index, 1);
+      try {
+        loader.next(batch);
+        ADD_FAILURE() << "expected the transform's ValueError";
+      } catch (const nc::ValueError& e) {
+        EXPECT_STREQ(e.what(), "transform: negative target -1");
+      }
+      EXPECT_FALSE(loader.next(batch));  // the failure ended the epoch
     }
-    EXPECT_FALSE(loader.next(batch));  // the failure ended the epoch
   }
 }
 
 TEST(DataLoader, ForeignExceptionTypesSurvive) {
   ncd::DataLoaderOptions o = options(4);
-  o.transform = [](ncd::Batch&) { throw std::out_of_range("from the transform"); };
+  o.transforms.push_back([](ncd::Example, ncd::SampleRandom&) -> ncd::Example {
+    throw std::out_of_range("from the transform");
+  });
   ncd::DataLoader loader(numbered(8), o);
   loader.begin_epoch(0);
   ncd::Batch batch;
   EXPECT_THROW(loader.next(batch), std::out_of_range);
 }
 
-TEST(DataLoader, TransformRunsOnTheLoaderThreadAndItsEditsArrive) {
+TEST(DataLoader, TransformsRunOnTheWorkersAndTheirEditsArrive) {
   const std::thread::id caller = std::this_thread::get_id();
-  std::vector<std::thread::id> threads;  // written by the loader thread, read after the epoch
+  std::mutex mutex;
+  std::vector<std::thread::id> threads;
   ncd::DataLoaderOptions o = options(4);
-  o.transform = [&](ncd::Batch& batch) {
-    threads.push_back(std::this_thread::get_id());
-    batch.images.zero_();
-  };
+  o.workers = 2;
+  o.transforms.push_back([&](ncd::Example sample, ncd::SampleRandom&) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      threads.push_back(std::this_thread::get_id());
+    }
+    sample.input = nc::zeros_like(sample.input);
+    return sample;
+  });
   ncd::DataLoader loader(numbered(8), o);
   loader.begin_epoch(0);
-  for (ncd::Batch batch; loader.next(batch);) EXPECT_EQ(nc::max(batch.images).item<float>(), 0.0f);
-  ASSERT_EQ(threads.size(), 2u);
+  for (ncd::Batch batch; loader.next(batch);) EXPECT_EQ(nc::max(batch.inputs).item<float>(), 0.0f);
+  std::lock_guard<std::mutex> lock(mutex);
+  ASSERT_EQ(threads.size(), 8u);
   for (const auto& id : threads) EXPECT_NE(id, caller);
 }
 
@@ -883,7 +903,7 @@ TEST(DataLoader, RestartingMidEpochBeginsAfresh) {
 }
 
 TEST(DataLoader, DestructionStopsTheThreadAtAnyPoint) {
-  const ncd::Dataset data = numbered(1000);
+  const ncd::TensorDataset data = numbered(1000);
   { ncd::DataLoader never_started(data, options(1)); }
   { ncd::DataLoader loader(data, options(1)); loader.begin_epoch(0); }  // queue filling up
   {
@@ -894,9 +914,13 @@ TEST(DataLoader, DestructionStopsTheThreadAtAnyPoint) {
     ASSERT_TRUE(loader.next(batch));
   }
   {
-    // The loader thread is inside a slow transform when the loader goes away.
+    // The workers are inside a slow transform when the loader goes away.
     ncd::DataLoaderOptions o = options(1);
-    o.transform = [](ncd::Batch&) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+    o.workers = 3;
+    o.transforms.push_back([](ncd::Example sample, ncd::SampleRandom&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return sample;
+    });
     ncd::DataLoader loader(data, o);
     loader.begin_epoch(0);
     ncd::Batch batch;
@@ -904,7 +928,7 @@ TEST(DataLoader, DestructionStopsTheThreadAtAnyPoint) {
   }
   {
     ncd::DataLoaderOptions o = options(10);
-    o.transform = [](ncd::Batch&) { throw std::runtime_error("never read"); };
+    o.transforms.push_back([](ncd::Example, ncd::SampleRandom&) -> ncd::Example { throw std::runtime_error("never read"); });
     ncd::DataLoader failed_unread(data, o);
     failed_unread.begin_epoch(0);
   }
@@ -912,9 +936,9 @@ TEST(DataLoader, DestructionStopsTheThreadAtAnyPoint) {
 
 TEST(DataLoader, FullFashionMnistEpochCoversEverySample) {
   SKIP_WITHOUT_FASHION_MNIST();
-  const ncd::Dataset& train = fashion_mnist(true);
+  const ncd::TensorDataset& train = fashion_mnist(true);
   ncd::DataLoaderOptions o = options(128, true, 0);
-  o.flatten = true;
+  o.transforms.push_back(ncd::transforms::flatten());
   ncd::DataLoader loader(train, o);
   EXPECT_EQ(loader.num_batches(), 469);
   loader.begin_epoch(0);
@@ -922,10 +946,10 @@ TEST(DataLoader, FullFashionMnistEpochCoversEverySample) {
   double sum = 0, sum_squares = 0;
   std::vector<int64_t> histogram(10, 0);
   for (ncd::Batch batch; loader.next(batch); ++batches) {
-    ASSERT_EQ(batch.images.size(1), 784);
-    samples += batch.labels.numel();
-    for (int64_t l : batch.labels.to_vector<int64_t>()) ++histogram[l];
-    for (float v : batch.images.to_vector<float>()) {
+    ASSERT_EQ(batch.inputs.size(1), 784);
+    samples += batch.targets.numel();
+    for (int64_t l : batch.targets.to_vector<int64_t>()) ++histogram[l];
+    for (float v : batch.inputs.to_vector<float>()) {
       sum += v;
       sum_squares += double(v) * v;
     }
@@ -941,10 +965,13 @@ TEST(DataLoader, FullFashionMnistEpochCoversEverySample) {
 
 TEST(DataLoader, CudaBatchesMatchCpuBatches) {
   if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
-  const ncd::Dataset data = numbered(300, {28, 28});
+  const ncd::TensorDataset data = numbered(300, {28, 28});
   ncd::DataLoaderOptions o = options(32, true, 9);
+  o.transforms = {ncd::transforms::random_crop(26, 26, 1), ncd::transforms::random_horizontal_flip(),
+                  ncd::transforms::normalize()};
   ncd::DataLoader cpu(data, o);
   o.device = nc::Device::cuda(0);
+  o.workers = 3;
   ncd::DataLoader gpu(data, o);
   for (uint64_t epoch : {0, 1}) {
     cpu.begin_epoch(epoch);
@@ -953,10 +980,10 @@ TEST(DataLoader, CudaBatchesMatchCpuBatches) {
     int64_t batches = 0;
     while (cpu.next(expected)) {
       ASSERT_TRUE(gpu.next(got));
-      EXPECT_EQ(got.images.device(), nc::Device::cuda(0));
-      EXPECT_EQ(got.labels.device(), nc::Device::cuda(0));
-      EXPECT_EQ(bytes_of(got.images), bytes_of(expected.images));
-      EXPECT_EQ(bytes_of(got.labels), bytes_of(expected.labels));
+      EXPECT_EQ(got.inputs.device(), nc::Device::cuda(0));
+      EXPECT_EQ(got.targets.device(), nc::Device::cuda(0));
+      EXPECT_EQ(bytes_of(got.inputs), bytes_of(expected.inputs));
+      EXPECT_EQ(bytes_of(got.targets), bytes_of(expected.targets));
       ++batches;
     }
     EXPECT_FALSE(gpu.next(got));
@@ -965,6 +992,304 @@ TEST(DataLoader, CudaBatchesMatchCpuBatches) {
   gpu.begin_epoch(2);  // destroyed with uploads in flight and batches queued
   ncd::Batch batch;
   ASSERT_TRUE(gpu.next(batch));
+}
+
+// ---- any dataset, several workers, per-sample transforms ----
+
+// One epoch's batches: index, then the bytes of inputs and targets.
+struct EpochBytes {
+  std::vector<int64_t> indices;
+  std::vector<Bytes> inputs, targets;
+  bool operator==(const EpochBytes& o) const {
+    return indices == o.indices && inputs == o.inputs && targets == o.targets;
+  }
+};
+
+EpochBytes epoch_bytes(ncd::DataLoader& loader, uint64_t epoch, int64_t first_batch = 0) {
+  loader.begin_epoch(epoch, first_batch);
+  EpochBytes out;
+  for (ncd::Batch batch; loader.next(batch);) {
+    out.indices.push_back(batch.index);
+    out.inputs.push_back(bytes_of(batch.inputs));
+    out.targets.push_back(bytes_of(batch.targets));
+  }
+  return out;
+}
+
+ncd::DataLoaderOptions augmenting(int64_t batch_size, int workers, int num_replicas = 1, int rank = 0) {
+  ncd::DataLoaderOptions o = sharded(batch_size, true, num_replicas, rank, 21);
+  o.workers = workers;
+  o.transforms = {ncd::transforms::random_crop(5, 4, 2), ncd::transforms::random_horizontal_flip(),
+                  ncd::transforms::normalize()};
+  return o;
+}
+
+TEST(DataLoader, TheSameBatchesForAnyNumberOfWorkers) {
+  const ncd::TensorDataset data = numbered(203, {3, 6, 5});
+  for (int replicas : {1, 2}) {
+    for (int rank = 0; rank < replicas; ++rank) {
+      SCOPED_TRACE(::testing::Message() << "num_replicas " << replicas << " rank " << rank);
+      ncd::DataLoader one(data, augmenting(16, 1, replicas, rank));
+      const EpochBytes epoch0 = epoch_bytes(one, 0), epoch1 = epoch_bytes(one, 1);
+      ASSERT_EQ(static_cast<int64_t>(epoch0.inputs.size()), one.num_batches());
+      EXPECT_NE(epoch0.inputs, epoch1.inputs);  // each epoch draws its own crops and flips
+      for (int workers : {0, 2, 4}) {
+        SCOPED_TRACE(workers);
+        ncd::DataLoader loader(data, augmenting(16, workers, replicas, rank));
+        EXPECT_TRUE(epoch_bytes(loader, 0) == epoch0);
+        EXPECT_TRUE(epoch_bytes(loader, 1) == epoch1);
+      }
+    }
+  }
+}
+
+TEST(DataLoader, BeginEpochAtABatchResumesTheEpoch) {
+  const ncd::TensorDataset data = numbered(50, {4, 4});
+  ncd::DataLoader loader(data, augmenting(6, 2));
+  const EpochBytes whole = epoch_bytes(loader, 3);
+  ASSERT_EQ(whole.indices.size(), 9u);
+  for (int64_t first : {0, 1, 5, 8, 9}) {
+    SCOPED_TRACE(first);
+    const EpochBytes rest = epoch_bytes(loader, 3, first);
+    EXPECT_EQ(rest.indices, std::vector<int64_t>(whole.indices.begin() + first, whole.indices.end()));
+    EXPECT_EQ(rest.inputs, std::vector<Bytes>(whole.inputs.begin() + first, whole.inputs.end()));
+    EXPECT_EQ(rest.targets, std::vector<Bytes>(whole.targets.begin() + first, whole.targets.end()));
+  }
+}
+
+TEST(DataLoader, SampleRandomDependsOnSeedEpochAndPositionOnly) {
+  const auto draws = [](uint64_t seed, uint64_t epoch, uint64_t position) {
+    ncd::SampleRandom random(seed, epoch, position);
+    std::vector<uint32_t> out;
+    for (int i = 0; i < 9; ++i) out.push_back(random.bits());  // past one Philox block
+    return out;
+  };
+  EXPECT_EQ(draws(1, 2, 3), draws(1, 2, 3));
+  EXPECT_NE(draws(1, 2, 3), draws(1, 2, 4));
+  EXPECT_NE(draws(1, 2, 3), draws(1, 3, 3));
+  EXPECT_NE(draws(1, 2, 3), draws(2, 2, 3));
+  ncd::SampleRandom random(5, 0, 0);
+  std::vector<int64_t> counts(7, 0);
+  double sum = 0;
+  for (int i = 0; i < 7000; ++i) {
+    const int64_t k = random.integer(-3, 4);
+    ASSERT_GE(k, -3);
+    ASSERT_LT(k, 4);
+    ++counts[static_cast<size_t>(k + 3)];
+    const double u = random.uniform();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  for (int64_t c : counts) EXPECT_NEAR(c, 1000, 150);  // about 5 standard deviations
+  EXPECT_NEAR(sum / 7000, 0.5, 0.02);
+}
+
+// A 2-channel u8 image whose pixel (c, y, x) is 100 c + 10 y + x + 1 (never 0).
+nc::Tensor coded_image(int64_t height, int64_t width) {
+  std::vector<uint8_t> values;
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t y = 0; y < height; ++y)
+      for (int64_t x = 0; x < width; ++x) values.push_back(static_cast<uint8_t>(100 * c + 10 * y + x + 1));
+  return nc::from_vector(values, {2, height, width});
+}
+
+ncd::Example apply(const ncd::Transform& transform, const nc::Tensor& input, uint64_t position) {
+  ncd::SampleRandom random(0, 0, position);
+  return transform(ncd::Example{input, nc::zeros({})}, random);
+}
+
+TEST(DataTransforms, RandomCropIsAWindowOfThePaddedImage) {
+  const nc::Tensor image = coded_image(4, 5);
+  const std::vector<uint8_t> pixels = image.to_vector<uint8_t>();
+  const auto padded = [&](int64_t c, int64_t y, int64_t x) -> uint8_t {  // padding 1
+    y -= 1;
+    x -= 1;
+    if (y < 0 || y >= 4 || x < 0 || x >= 5) return 0;
+    return pixels[static_cast<size_t>((c * 4 + y) * 5 + x)];
+  };
+  const ncd::Transform crop = ncd::transforms::random_crop(3, 4, 1);
+  std::vector<int64_t> seen(4 * 4, 0);  // (top, left) of the padded 6 x 7 image
+  for (uint64_t position = 0; position < 400; ++position) {
+    const nc::Tensor out = apply(crop, image, position).input;
+    ASSERT_EQ(out.shape(), (nc::Shape{2, 3, 4}));
+    ASSERT_EQ(out.dtype(), nc::DType::U8);
+    const std::vector<uint8_t> got = out.to_vector<uint8_t>();
+    int matches = 0;
+    for (int64_t top = 0; top < 4; ++top)
+      for (int64_t left = 0; left < 4; ++left) {
+        bool same = true;
+        for (int64_t c = 0; c < 2; ++c)
+          for (int64_t y = 0; y < 3; ++y)
+            for (int64_t x = 0; x < 4; ++x)
+              same = same && got[static_cast<size_t>((c * 3 + y) * 4 + x)] == padded(c, top + y, left + x);
+        if (same) {
+          ++seen[static_cast<size_t>(top * 4 + left)];
+          ++matches;
+        }
+      }
+    ASSERT_EQ(matches, 1) << "position " << position;  // pixels are unique, so one place fits
+  }
+  for (int64_t count : seen) EXPECT_GT(count, 5);  // every place is drawn (25 expected)
+  // Without padding, a crop the image's size is the image; a 2-D image stays 2-D.
+  EXPECT_EQ(bytes_of(apply(ncd::transforms::random_crop(4, 5), image, 3).input), bytes_of(image));
+  const nc::Tensor plane = image.select(0, 1);
+  EXPECT_EQ(apply(ncd::transforms::random_crop(2, 2, 0), plane, 3).input.shape(), (nc::Shape{2, 2}));
+  EXPECT_THROW(apply(ncd::transforms::random_crop(7, 2, 1), image, 0), nc::ShapeError);
+}
+
+TEST(DataTransforms, RandomHorizontalFlipMirrorsRows) {
+  const nc::Tensor image = coded_image(3, 4).to(nc::DType::F32);
+  const std::vector<float> pixels = image.to_vector<float>();
+  std::vector<float> mirrored(pixels.size());
+  for (int64_t row = 0; row < 6; ++row)
+    for (int64_t x = 0; x < 4; ++x) mirrored[static_cast<size_t>(row * 4 + x)] = pixels[static_cast<size_t>(row * 4 + 3 - x)];
+  for (double p : {0.0, 0.5, 1.0}) {
+    SCOPED_TRACE(p);
+    const ncd::Transform flip = ncd::transforms::random_horizontal_flip(p);
+    int flipped = 0;
+    for (uint64_t position = 0; position < 1000; ++position) {
+      const std::vector<float> got = apply(flip, image, position).input.to_vector<float>();
+      if (got == mirrored) ++flipped;
+      else ASSERT_EQ(got, pixels);
+    }
+    EXPECT_NEAR(flipped, 1000 * p, 80);  // 5 standard deviations at p = 0.5
+  }
+}
+
+TEST(DataTransforms, NormalizePerChannel) {
+  const nc::Tensor image = coded_image(2, 2);  // u8 [2, 2, 2]
+  const ncd::Transform normalize = ncd::transforms::normalize({0.1f, 0.5f}, {0.2f, 0.25f});
+  const ncd::Example out = apply(normalize, image, 0);
+  ASSERT_EQ(out.input.shape(), (nc::Shape{2, 2, 2}));
+  ASSERT_EQ(out.input.dtype(), nc::DType::F32);
+  const std::vector<uint8_t> pixels = image.to_vector<uint8_t>();
+  const std::vector<float> got = out.input.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float mean = i < 4 ? 0.1f : 0.5f, stddev = i < 4 ? 0.2f : 0.25f;
+    EXPECT_FLOAT_EQ(got[i], (pixels[i] / 255.0f - mean) / stddev) << i;
+  }
+  // f32 images are taken as they are; a 2-D one gets its channel.
+  const nc::Tensor f32 = nc::from_vector(std::vector<float>{0.5f, 1.5f}, {1, 2});
+  const nc::Tensor one = apply(ncd::transforms::normalize({0.5f}, {2.0f}), f32, 0).input;
+  EXPECT_EQ(one.shape(), (nc::Shape{1, 1, 2}));
+  EXPECT_EQ(one.to_vector<float>(), (std::vector<float>{0.0f, 0.5f}));
+  EXPECT_THROW(apply(normalize, coded_image(2, 2).to(nc::DType::I32), 0), nc::DTypeError);
+  EXPECT_THROW(apply(ncd::transforms::normalize({0, 0, 0}, {1, 1, 1}), image, 0), nc::ShapeError);
+  EXPECT_THROW(apply(normalize, nc::zeros({4}, nc::TensorOptions(nc::DType::U8)), 0), nc::ShapeError);
+}
+
+// A dataset computed on the fly: sample i is input f32 [i, 2 i] and target i.
+class Computed : public ncd::Dataset {
+ public:
+  explicit Computed(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  ncd::Example get(int64_t index) const override {
+    const float v = static_cast<float>(index);
+    return {nc::from_vector(std::vector<float>{v, 2 * v}, {2}), nc::from_vector(std::vector<int64_t>{index}, {})};
+  }
+
+ private:
+  int64_t n_;
+};
+
+TEST(DataLoader, AnyDatasetAndCollate) {
+  ncd::DataLoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = false;
+  o.workers = 3;
+  ncd::DataLoader loader(Computed(10), o);
+  loader.begin_epoch(0);
+  ncd::Batch batch;
+  ASSERT_TRUE(loader.next(batch));
+  ASSERT_TRUE(loader.next(batch));
+  EXPECT_EQ(batch.inputs.shape(), (nc::Shape{4, 2}));
+  EXPECT_EQ(batch.inputs.to_vector<float>(), (std::vector<float>{4, 8, 5, 10, 6, 12, 7, 14}));
+  EXPECT_EQ(batch.targets.to_vector<int64_t>(), (std::vector<int64_t>{4, 5, 6, 7}));
+  // A collate of one's own: the inputs summed per batch, the first target.
+  o.collate = [](const std::vector<ncd::Example>& samples) {
+    ncd::Batch b = ncd::collate(samples);
+    b.inputs = nc::sum(b.inputs, {0});
+    b.targets = b.targets.narrow(0, 0, 1);
+    return b;
+  };
+  ncd::DataLoader summing(std::make_shared<Computed>(10), o);
+  summing.begin_epoch(0);
+  std::vector<float> sums;
+  for (ncd::Batch b; summing.next(b);) {
+    const std::vector<float> v = b.inputs.to_vector<float>();
+    sums.insert(sums.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(sums, (std::vector<float>{6, 12, 22, 44, 17, 34}));
+  // A collate that gives nothing is named.
+  o.collate = [](const std::vector<ncd::Example>&) { return ncd::Batch(); };
+  ncd::DataLoader empty(Computed(10), o);
+  empty.begin_epoch(0);
+  try {
+    empty.next(batch);
+    ADD_FAILURE() << "expected a ValueError";
+  } catch (const nc::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("collate gave batch 0 an undefined inputs tensor"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DataLoader, UnlikeSamplesAreNamedWhenStacked) {
+  const ncd::TensorDataset data = numbered(6, {4, 4});
+  ncd::DataLoaderOptions o = options(3);
+  // Sample 4 loses a row: the second batch cannot be stacked.
+  o.transforms.push_back([](ncd::Example sample, ncd::SampleRandom&) {
+    if (sample.target.item<int64_t>() == 4) sample.input = sample.input.narrow(1, 0, 3);
+    return sample;
+  });
+  ncd::DataLoader loader(data, o);
+  loader.begin_epoch(0);
+  ncd::Batch batch;
+  ASSERT_TRUE(loader.next(batch));
+  try {
+    loader.next(batch);
+    ADD_FAILURE() << "expected a ShapeError";
+  } catch (const nc::ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("collate: sample 1's input is f32 [1, 3, 4] cpu, sample 0's is f32 [1, 4, 4] cpu"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DataText, WindowsOfAStream) {
+  const ncd::TextWindows windows("abcdefg", 3);
+  EXPECT_EQ(windows.size(), 4);
+  const ncd::Example first = windows.get(0), last = windows.get(3);
+  EXPECT_EQ(first.input.dtype(), nc::DType::I64);
+  EXPECT_EQ(first.input.to_vector<int64_t>(), (std::vector<int64_t>{'a', 'b', 'c'}));
+  EXPECT_EQ(first.target.to_vector<int64_t>(), (std::vector<int64_t>{'b', 'c', 'd'}));
+  EXPECT_EQ(last.input.to_vector<int64_t>(), (std::vector<int64_t>{'d', 'e', 'f'}));
+  EXPECT_EQ(last.target.to_vector<int64_t>(), (std::vector<int64_t>{'e', 'f', 'g'}));
+  // Bytes above 127 are tokens 128 to 255, not negative.
+  EXPECT_EQ(ncd::TextWindows(std::string("\xff\x80x", 3), 1).get(0).input.to_vector<int64_t>(),
+            (std::vector<int64_t>{255}));
+  // Through the loader: every window once per epoch, in batches [B, context].
+  ncd::DataLoaderOptions o;
+  o.batch_size = 3;
+  o.seed = 4;
+  o.workers = 2;
+  ncd::DataLoader loader(ncd::TextWindows("abcdefghij", 4), o);  // 6 windows
+  loader.begin_epoch(0);
+  std::vector<int64_t> starts;
+  for (ncd::Batch batch; loader.next(batch);) {
+    ASSERT_EQ(batch.inputs.shape(), (nc::Shape{3, 4}));
+    ASSERT_EQ(batch.targets.shape(), (nc::Shape{3, 4}));
+    const std::vector<int64_t> in = batch.inputs.to_vector<int64_t>(), out = batch.targets.to_vector<int64_t>();
+    for (size_t r = 0; r < 3; ++r) {
+      starts.push_back(in[r * 4] - 'a');
+      for (size_t t = 0; t < 4; ++t) {
+        EXPECT_EQ(in[r * 4 + t], 'a' + starts.back() + static_cast<int64_t>(t));
+        EXPECT_EQ(out[r * 4 + t], in[r * 4 + t] + 1);
+      }
+    }
+  }
+  std::sort(starts.begin(), starts.end());
+  EXPECT_EQ(starts, iota(6));
 }
 
 }  // namespace

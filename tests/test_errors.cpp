@@ -100,8 +100,8 @@ nc::optim::StateDict without_entry(const nc::optim::StateDict& state, const std:
 }
 
 // A dataset of n blank 2x2 images with the given dtypes and label count.
-nc::data::Dataset images(int64_t n, DType image_dtype = DType::U8, int64_t labels = -1,
-                         DType label_dtype = DType::I64) {
+nc::data::TensorDataset images(int64_t n, DType image_dtype = DType::U8, int64_t labels = -1,
+                               DType label_dtype = DType::I64) {
   return {nc::zeros({n, 2, 2}, image_dtype), nc::zeros({labels < 0 ? n : labels}, label_dtype)};
 }
 nc::data::DataLoaderOptions loader_options(int64_t batch_size = 2) {
@@ -1249,7 +1249,7 @@ TEST(Errors, ScheduleAndClippingErrors) {
 TEST(Errors, DataErrors) {
   namespace data = nc::data;
   const Tensor undefined;
-  const auto loader = [](data::Dataset dataset, data::DataLoaderOptions options) {
+  const auto loader = [](data::TensorDataset dataset, data::DataLoaderOptions options) {
     data::DataLoader(std::move(dataset), std::move(options));
   };
   const auto with = [](const std::function<void(data::DataLoaderOptions&)>& change) {
@@ -1260,38 +1260,64 @@ TEST(Errors, DataErrors) {
   ScratchDir dir;
   const std::string text = dir.write("text.txt", "not an IDX file");
   run_table({
-      bad<nc::ValueError>("DataLoader undefined images",
-                          [&] { loader({undefined, nc::zeros({4}, DType::I64)}, loader_options()); },
-                          {"DataLoader", "images", "undefined"}),
-      bad<nc::ValueError>("DataLoader undefined labels",
-                          [&] { loader({nc::zeros({4, 2, 2}, DType::U8), undefined}, loader_options()); },
-                          {"DataLoader", "labels", "undefined"}),
-      bad<nc::DTypeError>("DataLoader f32 images", [&] { loader(images(4, DType::F32), loader_options()); },
-                          {"DataLoader", "images", "u8", "f32 [4, 2, 2]"}),
-      bad<nc::ShapeError>("DataLoader 2-D images",
-                          [&] { loader({nc::zeros({4, 4}, DType::U8), nc::zeros({4}, DType::I64)}, loader_options()); },
-                          {"DataLoader", "images", "[N, H, W]", "u8 [4, 4]"}),
-      bad<nc::DTypeError>("DataLoader i32 labels",
-                          [&] { loader(images(4, DType::U8, 4, DType::I32), loader_options()); },
-                          {"DataLoader", "labels", "i64", "i32 [4]"}),
-      bad<nc::ShapeError>("DataLoader 2-D labels",
-                          [&] {
-                            loader({nc::zeros({4, 2, 2}, DType::U8), nc::zeros({4, 1}, DType::I64)}, loader_options());
-                          },
-                          {"DataLoader", "labels", "[N]", "i64 [4, 1]"}),
-      bad<nc::ShapeError>("DataLoader counts differ", [&] { loader(images(4, DType::U8, 3), loader_options()); },
-                          {"DataLoader", "4 images", "3 labels"}),
+      bad<nc::ValueError>("TensorDataset undefined inputs",
+                          [&] { data::TensorDataset(undefined, nc::zeros({4}, DType::I64)); },
+                          {"TensorDataset", "inputs", "undefined"}),
+      bad<nc::ValueError>("TensorDataset undefined targets",
+                          [&] { data::TensorDataset(nc::zeros({4, 2, 2}, DType::U8), undefined); },
+                          {"TensorDataset", "targets", "undefined"}),
+      bad<nc::ValueError>("TensorDataset 0-dim inputs",
+                          [&] { data::TensorDataset(nc::zeros({}), nc::zeros({1}, DType::I64)); },
+                          {"TensorDataset", "inputs", "sample dimension", "f32 []"}),
+      bad<nc::ShapeError>("TensorDataset counts differ", [&] { images(4, DType::U8, 3); },
+                          {"TensorDataset", "4 inputs but 3 targets", "u8 [4, 2, 2]", "i64 [3]"}),
+      bad<nc::IndexError>("TensorDataset::get past the end", [&] { images(4).get(4); },
+                          {"TensorDataset::get", "index 4", "[0, 4)"}),
+      bad<nc::ValueError>("TextWindows context 0", [&] { data::TextWindows("abc", 0); },
+                          {"TextWindows", "context", "0"}),
+      bad<nc::ValueError>("TextWindows stream too short", [&] { data::TextWindows("abc", 3); },
+                          {"TextWindows", "3 bytes", "no window of 4"}),
+      bad<nc::IndexError>("TextWindows::get past the end", [&] { data::TextWindows("abcd", 2).get(2); },
+                          {"TextWindows::get", "index 2", "[0, 2)"}),
       bad<nc::ValueError>("DataLoader empty dataset", [&] { loader(images(0), loader_options()); },
-                          {"DataLoader", "empty", "u8 [0, 2, 2]"}),
+                          {"DataLoader", "empty", "size() is 0"}),
+      bad<nc::ValueError>("DataLoader null dataset",
+                          [&] { data::DataLoader(std::shared_ptr<const data::Dataset>(), loader_options()); },
+                          {"DataLoader", "null"}),
       bad<nc::ValueError>("DataLoader batch_size 0", [&] { loader(images(4), loader_options(0)); },
                           {"DataLoader", "batch_size", "0"}),
-      bad<nc::ValueError>("DataLoader NaN mean", [&] { loader(images(4), with([](auto& o) { o.mean = NAN; })); },
-                          {"DataLoader", "mean", "nan"}),
-      bad<nc::ValueError>("DataLoader stddev 0", [&] { loader(images(4), with([](auto& o) { o.stddev = 0; })); },
-                          {"DataLoader", "stddev", "0"}),
-      bad<nc::ValueError>("DataLoader infinite stddev",
-                          [&] { loader(images(4), with([](auto& o) { o.stddev = INFINITY; })); },
-                          {"DataLoader", "stddev", "inf"}),
+      bad<nc::ValueError>("DataLoader negative workers", [&] { loader(images(4), with([](auto& o) { o.workers = -1; })); },
+                          {"DataLoader", "workers", "-1"}),
+      bad<nc::ValueError>("DataLoader empty transform",
+                          [&] { loader(images(4), with([](auto& o) { o.transforms = {data::Transform()}; })); },
+                          {"DataLoader", "transform 0", "empty"}),
+      bad<nc::ValueError>("normalize NaN mean", [&] { data::transforms::normalize({NAN}, {1}); },
+                          {"normalize", "mean", "nan"}),
+      bad<nc::ValueError>("normalize stddev 0", [&] { data::transforms::normalize({0}, {0}); },
+                          {"normalize", "stddev", "0"}),
+      bad<nc::ValueError>("normalize infinite stddev", [&] { data::transforms::normalize({0}, {INFINITY}); },
+                          {"normalize", "stddev", "inf"}),
+      bad<nc::ValueError>("normalize counts differ", [&] { data::transforms::normalize({0, 0}, {1}); },
+                          {"normalize", "2 and 1"}),
+      bad<nc::ValueError>("random_crop 0 wide", [&] { data::transforms::random_crop(2, 0); },
+                          {"random_crop", "2 x 0"}),
+      bad<nc::ValueError>("random_crop negative padding", [&] { data::transforms::random_crop(2, 2, -1); },
+                          {"random_crop", "padding", "-1"}),
+      bad<nc::ValueError>("random_horizontal_flip p 1.5", [&] { data::transforms::random_horizontal_flip(1.5); },
+                          {"random_horizontal_flip", "p", "1.5"}),
+      bad<nc::ValueError>("SampleRandom empty range", [&] { data::SampleRandom(0, 0, 0).integer(3, 3); },
+                          {"SampleRandom::integer", "[3, 3)"}),
+      bad<nc::ShapeError>("collate of unlike shapes",
+                          [&] {
+                            data::collate({{nc::zeros({2}), nc::zeros({})}, {nc::zeros({3}), nc::zeros({})}});
+                          },
+                          {"collate", "sample 1's input", "f32 [3]", "f32 [2]"}),
+      bad<nc::DTypeError>("collate of unlike dtypes",
+                          [&] {
+                            data::collate({{nc::zeros({2}), nc::zeros({})}, {nc::zeros({2}), nc::zeros({}, DType::I64)}});
+                          },
+                          {"collate", "sample 1's target", "i64 []", "f32 []"}),
+      bad<nc::ValueError>("collate of no samples", [&] { data::collate({}); }, {"collate", "no samples"}),
       bad<nc::ValueError>("DataLoader drop_last leaves nothing",
                           [&] {
                             loader(images(4), with([](auto& o) {
@@ -1300,6 +1326,9 @@ TEST(Errors, DataErrors) {
                                    }));
                           },
                           {"DataLoader", "drop_last", "4 samples", "batch_size 8"}),
+      bad<nc::ValueError>("DataLoader::begin_epoch first_batch past the end",
+                          [] { data::DataLoader(images(4), loader_options()).begin_epoch(0, 3); },
+                          {"DataLoader::begin_epoch", "first_batch 3", "[0, 2]"}),
       bad<nc::ValueError>("DataLoader::begin_epoch 2^32",
                           [] { data::DataLoader(images(4), loader_options()).begin_epoch(uint64_t(1) << 32); },
                           {"DataLoader::begin_epoch", "epoch 4294967296"}),
@@ -1542,20 +1571,20 @@ TEST(Errors, EvaluateChecksLabelsAndScores) {
   const Tensor images = nc::zeros({3, 28, 28}, DType::U8);
   run_table({
       bad<nc::IndexError>("label past the classes",
-                          [&] { models::evaluate(*model, {images, i64({0, 12, 1}, {3})}, nc::Device::cpu()); },
+                          [&] { models::evaluate(*model, nc::data::TensorDataset(images, i64({0, 12, 1}, {3})), nc::Device::cpu()); },
                           {"evaluate", "label 12", "sample 1", "0 to 9"}),
       bad<nc::IndexError>("negative label",
-                          [&] { models::evaluate(*model, {images, i64({-1, 0, 1}, {3})}, nc::Device::cpu()); },
+                          [&] { models::evaluate(*model, nc::data::TensorDataset(images, i64({-1, 0, 1}, {3})), nc::Device::cpu()); },
                           {"evaluate", "label -1", "sample 0"}),
       bad<nc::ShapeError>("a model with 3 scores",
                           [&] {
                             nc::nn::Sequential three({std::make_shared<nc::nn::Flatten>(),
                                                       std::make_shared<nc::nn::Linear>(784, 3)});
-                            models::evaluate(three, {images, i64({0, 1, 2}, {3})}, nc::Device::cpu());
+                            models::evaluate(three, nc::data::TensorDataset(images, i64({0, 1, 2}, {3})), nc::Device::cpu());
                           },
                           {"evaluate", "[3, 3]", "expected 10 scores"}),
   });
-  const models::Evaluation e = models::evaluate(*model, {images, i64({0, 9, 4}, {3})}, nc::Device::cpu());
+  const models::Evaluation e = models::evaluate(*model, nc::data::TensorDataset(images, i64({0, 9, 4}, {3})), nc::Device::cpu());
   int64_t counted = 0;
   for (const auto& row : e.confusion)
     for (int64_t c : row) counted += c;

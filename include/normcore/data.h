@@ -1,6 +1,7 @@
-// Data loading: the IDX file format (MNIST, Fashion-MNIST), the Fashion-MNIST dataset, and a
-// DataLoader that batches, shuffles, normalizes and (for data-parallel training) shards a
-// dataset on a background thread.
+// Data loading: the IDX file format (MNIST, Fashion-MNIST), the Dataset interface with
+// tensor, text-window and Fashion-MNIST datasets, per-sample transforms, and a DataLoader
+// that shuffles, transforms, batches and (for data-parallel training) shards any dataset
+// on worker threads.
 // Readers validate everything before allocating from a size the file states and throw
 // IOError naming the file and the defect. Loaded tensors live on the CPU and own their memory.
 #pragma once
@@ -9,6 +10,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "normcore/device.h"
 #include "normcore/tensor.h"
@@ -26,29 +30,121 @@ namespace data {
 // truncated or trailing-garbage gzip stream are IOErrors.
 Tensor read_idx(const std::string& path);
 
-// Images u8 [N, H, W] or [N, C, H, W]; labels i64 [N].
-struct Dataset {
-  Tensor images;
-  Tensor labels;
+// ---------------------------------------------------------------- datasets
+// One sample: what a model reads and what it should give. Tensors on the CPU.
+struct Example {
+  Tensor input;
+  Tensor target;
+};
+
+// A dataset is a size and a way to get one sample by its index. The DataLoader's workers
+// call get() from several threads at once, so get() must not change shared state without
+// a lock of its own. What it returns may be views of the dataset's memory: the loader
+// reads samples and never writes them.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  // Sample index, 0 <= index < size().
+  virtual Example get(int64_t index) const = 0;
+};
+
+// Samples that are rows of two tensors: sample i is {inputs[i], targets[i]} (views).
+class TensorDataset : public Dataset {
+ public:
+  TensorDataset() = default;
+  // ValueError for an undefined tensor or a 0-dim one; ShapeError when their first
+  // dimensions differ. Both are moved to the CPU.
+  TensorDataset(Tensor inputs, Tensor targets);
+  int64_t size() const override { return inputs_.defined() ? inputs_.size(0) : 0; }
+  Example get(int64_t index) const override;
+  const Tensor& inputs() const { return inputs_; }
+  const Tensor& targets() const { return targets_; }
+  // The first n samples (n <= size()), sharing memory.
+  TensorDataset head(int64_t n) const;
+
+ private:
+  Tensor inputs_;
+  Tensor targets_;
+};
+
+// Every window of context + 1 bytes of a byte stream: sample i has input the bytes
+// [i, i + context) and target the bytes [i + 1, i + context + 1), both i64 [context]
+// (next-token prediction). size() = stream size - context. ValueError for context < 1 or a
+// stream of context bytes or fewer.
+class TextWindows : public Dataset {
+ public:
+  TextWindows(std::string stream, int64_t context);
+  int64_t size() const override { return static_cast<int64_t>(stream_.size()) - context_; }
+  Example get(int64_t index) const override;
+  int64_t context() const { return context_; }
+
+ private:
+  std::string stream_;
+  int64_t context_;
 };
 
 // Fashion-MNIST's training (train = true: 60000 samples) or test split (10000) from dir,
 // which holds {train,t10k}-{images-idx3,labels-idx1}-ubyte, each gzip-compressed (".gz")
-// or plain. Images u8 [N, 28, 28], labels i64 [N] in [0, 10). Throws IOError naming the
+// or plain. Inputs u8 [N, 28, 28], targets i64 [N] in [0, 10). Throws IOError naming the
 // file when a file is unreadable, has another shape or dtype, or a label is 10 or more.
-Dataset load_fashion_mnist(const std::string& dir, bool train);
+TensorDataset load_fashion_mnist(const std::string& dir, bool train);
 
 // Fashion-MNIST's training-set pixel mean and standard deviation (of x / 255).
 constexpr float kFashionMnistMean = 0.2860f;
 constexpr float kFashionMnistStd = 0.3530f;
 
-// One batch: images f32 [B, C, H, W] (C = 1 for [N, H, W] datasets) or [B, C*H*W] when
-// flattened, labels i64 [B], both on the loader's device; index counts batches in the epoch.
+// ---------------------------------------------------------------- per-sample transforms
+// The random numbers of one sample's transforms: Philox-4x32-10 keyed by the loader's seed,
+// the epoch and the sample's position in the epoch's order, so that a sample's draws depend
+// on neither the worker that makes it, nor the number of workers, nor the batch size.
+class SampleRandom {
+ public:
+  SampleRandom(uint64_t seed, uint64_t epoch, uint64_t position);
+  uint32_t bits();
+  // Uniform on [0, 1), 53 bits.
+  double uniform();
+  // Uniform on [low, high); ValueError when high <= low.
+  int64_t integer(int64_t low, int64_t high);
+
+ private:
+  uint64_t key_;
+  uint64_t counter_ = 0;
+  uint32_t words_[4] = {0, 0, 0, 0};
+  int used_ = 4;
+};
+
+// A per-sample transform: the sample in, the changed sample out (CPU tensors). It runs on
+// a loader worker, several at once, so it must not change shared state without a lock.
+using Transform = std::function<Example(Example sample, SampleRandom& random)>;
+
+namespace transforms {
+// Images u8 or f32, [H, W] or [C, H, W], to f32 [C, H, W] (C = 1 for [H, W]) holding
+// (x - mean[c]) / stddev[c], where x is the pixel divided by 255 for u8 and the value for
+// f32 (as PyTorch's ToTensor then Normalize). mean and stddev hold one value for all
+// channels or one per channel. The target is kept.
+Transform normalize(std::vector<float> mean = {kFashionMnistMean}, std::vector<float> stddev = {kFashionMnistStd});
+// A height x width window of the image ([H, W] or [C, H, W], any dtype) padded by
+// `padding` zeros on every side, at a uniformly drawn place.
+Transform random_crop(int64_t height, int64_t width, int64_t padding = 0);
+// The image mirrored left to right with probability p.
+Transform random_horizontal_flip(double p = 0.5);
+// The input as one dimension (a view).
+Transform flatten();
+}  // namespace transforms
+
+// ---------------------------------------------------------------- the loader
+// One batch: inputs [B, ...] and targets [B, ...] (the samples' shapes, stacked), both on
+// the loader's device; index counts batches in the epoch.
 struct Batch {
-  Tensor images;
-  Tensor labels;
+  Tensor inputs;
+  Tensor targets;
   int64_t index = 0;
 };
+
+// Stacks the samples' inputs and their targets (each sample's the same shape and dtype;
+// ShapeError or DTypeError naming the sample otherwise) into contiguous CPU tensors.
+Batch collate(const std::vector<Example>& samples);
 
 struct DataLoaderOptions {
   int64_t batch_size = 64;
@@ -67,22 +163,23 @@ struct DataLoaderOptions {
   int num_replicas = 1;
   int rank = 0;
   Device device = Device::cpu();
-  // Images become (x / 255 - mean) / stddev in f32.
-  float mean = kFashionMnistMean;
-  float stddev = kFashionMnistStd;
-  // Images [B, C*H*W] instead of [B, C, H, W].
-  bool flatten = false;
-  // Runs on the loader's thread on each batch's CPU tensors, before the copy to the device
-  // (augmentation, checks). What it throws is rethrown by the next() that reaches the batch.
-  std::function<void(Batch&)> transform;
+  // Threads that make batches (get, transforms, collate), each a whole batch at a time;
+  // 0 makes them in next(), on the calling thread. The batches do not depend on it.
+  int workers = 1;
+  // Applied in order to each sample after get().
+  std::vector<Transform> transforms;
+  // Turns a batch's samples into a Batch on the CPU (collate() when empty). Runs on a worker.
+  std::function<Batch(const std::vector<Example>&)> collate;
 };
 
-// Iterates over a dataset in batches. A background thread gathers and normalizes up to two
-// batches ahead (into page-locked memory when the device is a GPU); next() copies a batch to
-// the device on the calling thread, so the copy is queued on that device's current stream
-// before the work that uses it. One thread drives a loader; the loader keeps the dataset's
-// tensors alive.
+// Iterates over a dataset in batches. Worker threads make up to two batches each ahead of
+// the caller (stacked into page-locked memory when the device is a GPU and collate is the
+// default); next() hands them out in order and copies a batch to the device on the calling
+// thread, so the copy is queued on that device's current stream before the work that uses
+// it. One thread drives a loader; the loader keeps the dataset alive.
 //
+//   DataLoaderOptions options;
+//   options.transforms = {transforms::normalize()};
 //   DataLoader loader(data::load_fashion_mnist(dir, true), options);
 //   for (uint64_t epoch = 0; epoch < epochs; ++epoch) {
 //     loader.begin_epoch(epoch);
@@ -90,24 +187,28 @@ struct DataLoaderOptions {
 //   }
 class DataLoader {
  public:
-  // Throws ValueError for batch_size <= 0, an empty dataset, stddev <= 0, num_replicas < 1, rank
-  // outside [0, num_replicas), or drop_last with a rank's share smaller than one batch;
-  // ShapeError / DTypeError when images and labels are not as Dataset describes or their counts
-  // differ; DeviceError for a device that does not exist.
-  DataLoader(Dataset dataset, DataLoaderOptions options);
-  // Stops the background thread, also in the middle of an epoch.
+  // Throws ValueError for a null or empty dataset, batch_size <= 0, workers < 0,
+  // num_replicas < 1, rank outside [0, num_replicas), or drop_last with a rank's share
+  // smaller than one batch; DeviceError for a device that does not exist.
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options);
+  // A copy of a dataset given by value (TensorDataset, TextWindows, your own).
+  template <class D, class = std::enable_if_t<std::is_base_of<Dataset, std::decay_t<D>>::value>>
+  DataLoader(D&& dataset, DataLoaderOptions options)
+      : DataLoader(std::make_shared<const std::decay_t<D>>(std::forward<D>(dataset)), std::move(options)) {}
+  // Stops the workers, also in the middle of an epoch.
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Starts epoch number epoch (< 2^32), abandoning any unfinished one. With shuffle, the
-  // order is a Fisher-Yates shuffle drawn from Philox-4x32-10 keyed by seed, so it depends
-  // on seed and epoch alone, on every platform; without, samples come in dataset order.
-  // The loader then gives this rank's share of that order (see DataLoaderOptions::rank).
-  void begin_epoch(uint64_t epoch);
+  // Starts epoch number epoch (< 2^32) at batch first_batch (to resume within an epoch),
+  // abandoning any unfinished one. With shuffle, the order is a Fisher-Yates shuffle drawn
+  // from Philox-4x32-10 keyed by seed, so it depends on seed and epoch alone, on every
+  // platform; without, samples come in dataset order. The loader then gives this rank's
+  // share of that order (see DataLoaderOptions::rank).
+  void begin_epoch(uint64_t epoch, int64_t first_batch = 0);
   // The next batch of the epoch into out; false once the epoch is exhausted. Rethrows what
-  // failed while the batch was being prepared; the epoch then ends. Throws ValueError
-  // before the first begin_epoch().
+  // failed while the batch was being made (in get, a transform or collate), naming the
+  // batch; the epoch then ends. Throws ValueError before the first begin_epoch().
   bool next(Batch& out);
 
   // This rank's batches per epoch (the same on every rank).

@@ -40,10 +40,11 @@ struct Evaluation {
   std::vector<std::vector<int64_t>> confusion;  // [true label][predicted label], 10 x 10
 };
 
-// Test accuracy and confusion matrix of a classifier over a labelled dataset (normalized
-// as the DataLoader does), in batches of 1000 on device, in eval mode with recording off.
-// The model is left in training mode.
-Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device device);
+// Test accuracy and confusion matrix of a classifier over a labelled dataset (each sample
+// through transforms: Fashion-MNIST's normalization by default), in batches of 1000 on
+// device, in eval mode with recording off. The model is left in training mode.
+Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device device,
+                    const std::vector<data::Transform>& transforms = {data::transforms::normalize()});
 
 // Fashion-MNIST's class names, by label.
 const std::vector<std::string>& fashion_mnist_classes();
