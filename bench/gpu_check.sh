@@ -27,7 +27,8 @@
 # CUDA graphs beside PyTorch eager and torch.compile; GRAPH_CASES picks "model:precision"
 # epochs, GRAPH_GPT=0 skips the GPT), distributed (the distributed tests on NCCL, one rank
 # through the launcher against plain training, and with several GPUs a `train --nproc`
-# run on all of them).
+# run on all of them), archs (bench/cuda_arch_cost.sh: the library's CUDA sources compiled
+# for sm_90 alone and for the portable default set, their CPU time and size).
 # Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
@@ -144,6 +145,10 @@ for section in "${sections[@]}"; do
       echo "== benchmark: one MLP epoch, normcore then PyTorch"
       "$run/mlp_epoch" --device cuda --epochs 3 --data "$data"
       python3 bench/mlp_epoch_torch.py --device cuda --epochs 3 --data "$data"
+      ;;
+    archs)
+      echo "== build cost: the CUDA sources for sm_90 alone and for the portable set"
+      bash bench/cuda_arch_cost.sh "$run/nvcc-commands.txt" "90" "80-real;86-real;89-real;90"
       ;;
     infer)
       echo "== benchmark: inference, a batch of 128 and one image, normcore then PyTorch, alternating"

@@ -30,6 +30,11 @@ if [ -n "${BASELINE:-}" ]; then
   tar -cJf gpu-run/baseline.tar.xz -C "$base" .
   rm -rf "$base"
 fi
+# The nvcc commands of the library's CUDA sources, for bench/cuda_arch_cost.sh: the tree's
+# root, the architecture flags and the object folder left as @ROOT@, @ARCH@ and @OUT@.
+ninja -C "$build" -t commands normcore_objects | grep '/nvcc ' |
+  sed -E -e "s#$(pwd)#@ROOT@#g" -e 's#--generate-code=[^ ]+##g' -e 's#-MD -MT [^ ]+ -MF [^ ]+##' \
+    -e 's# -o [^ ]*/([^/ ]+)$# @ARCH@ -o @OUT@/\1#' > gpu-run/nvcc-commands.txt || true
 # The library (50 MB, 8 MB as xz) and the programs that link the static library (the test
 # suite, bench/conv: 40-60 MB each, mostly device code) travel compressed; gpu_check.sh
 # unpacks them.
