@@ -1,6 +1,7 @@
 // One trained model shared by many threads: predictions made at once from 8 threads are
 // those one thread makes, to the bit, on the CPU and on the GPU; separate models used by
-// separate threads at once, for inference and for training. Also through the C API.
+// separate threads at once, for inference and for training. Also through the C API; and
+// the DataLoader's worker threads.
 #include <atomic>
 #include <string>
 #include <thread>
@@ -177,4 +178,41 @@ TEST_F(Concurrency, CApiErrorsArePerThread) {
   for (auto& thread : pool) thread.join();
   nc_classifier_free(classifier);
   EXPECT_EQ(bad.load(), 0);
+}
+
+// The DataLoader's workers: four of them, transforms drawing random numbers, epochs
+// abandoned half-way and loaders destroyed with workers busy, give the batches the loader
+// makes on the calling thread alone (workers = 0), to the byte.
+TEST(ConcurrencyData, FourWorkersGiveTheBatchesOfNone) {
+  namespace data = nc::data;
+  nc::Generator gen(3);
+  const data::TensorDataset dataset(nc::randint(0, 256, {300, 1, 10, 10}, nc::DType::U8, &gen),
+                                    nc::arange(300));
+  const auto options = [](int workers) {
+    data::DataLoaderOptions o;
+    o.batch_size = 8;
+    o.seed = 11;
+    o.workers = workers;
+    o.transforms = {data::transforms::random_crop(8, 8, 1), data::transforms::random_horizontal_flip(),
+                    data::transforms::normalize()};
+    return o;
+  };
+  const auto epoch = [](data::DataLoader& loader, uint64_t e, int64_t stop_after) {
+    loader.begin_epoch(e);
+    std::vector<std::vector<float>> batches;
+    for (data::Batch batch; (stop_after < 0 || static_cast<int64_t>(batches.size()) < stop_after) &&
+                            loader.next(batch);)
+      batches.push_back(batch.inputs.to_vector<float>());
+    return batches;
+  };
+  data::DataLoader none(dataset, options(0));
+  data::DataLoader four(dataset, options(4));
+  for (uint64_t e : {0, 1}) {
+    EXPECT_EQ(epoch(four, e, 5).size(), 5u);  // abandoned with workers ahead
+    EXPECT_EQ(epoch(four, e, -1), epoch(none, e, -1)) << "epoch " << e;
+  }
+  for (int k = 0; k < 4; ++k) {  // destroyed at once and after a few batches
+    data::DataLoader loader(dataset, options(4));
+    epoch(loader, static_cast<uint64_t>(k), k);
+  }
 }
