@@ -14,7 +14,8 @@ cp -L "$build"/libnormcore.so* gpu-run/
 cp "$build"/tests/normcore_tests "$build"/tests/normcore_cuda_faults "$build"/tests/normcore_c_api_test gpu-run/
 cp "$build"/normcore gpu-run/
 for program in "$build"/examples/kernelbench_* "$build"/bench/norms "$build"/bench/gemm_gn_min "$build"/bench/mlp_epoch \
-  "$build"/bench/conv "$build"/bench/attention "$build"/bench/infer "$build"/custom-op/custom_op; do
+  "$build"/bench/conv "$build"/bench/attention "$build"/bench/infer "$build"/bench/safetensors_load \
+  "$build"/custom-op/custom_op; do
   [ -f "$program" ] && [ -x "$program" ] && cp "$program" gpu-run/
 done
 # The data set (30 MB) only for the train, cnn, cnnbench and mlp sections: what travels is limited in size.

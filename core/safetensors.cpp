@@ -27,6 +27,9 @@
 #include <nlohmann/json.hpp>
 
 #include "normcore/error.h"
+#ifdef NORMCORE_HAS_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 
 // Tensor memory is copied to and from the file byte for byte, and the format is little-endian.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -253,26 +256,57 @@ Header parse_header(const char* text, size_t length, uint64_t data_size, const s
   return header;
 }
 
+// Copies n host bytes to dst on device (a GPU: a CPU-only build has none to load to).
+void copy_to_device(void* dst, Device device, const void* src, size_t n) {
+#ifdef NORMCORE_HAS_CUDA
+  cuda::copy_bytes(dst, device, src, Device::cpu(), n);
+#else
+  (void)dst, (void)src, (void)n;
+  throw DeviceError(detail::cat_str("safetensors: cannot load to ", device, " in a build without CUDA"));
+#endif
+}
+
+// A load to a GPU passes the data through a host buffer of at most this many bytes, so that
+// host memory holds a piece of one tensor at a time, not a whole tensor.
+constexpr size_t kStagingBytes = size_t(16) << 20;
+
+// Anything but 0 and 1 in a bool would break ops that index by it. first is the index of
+// bytes[0] in the tensor.
+void check_bools(const uint8_t* bytes, size_t n, size_t first, const Entry& entry, const std::string& source) {
+  for (size_t i = 0; i < n; ++i)
+    if (bytes[i] > 1)
+      fail(source, "tensor \"", entry.name, "\": invalid BOOL byte ", int(bytes[i]), " at element ", first + i);
+}
+
 // Creates the tensors of a validated header. read_next copies the next bytes of the data
 // area into its destination; tensors are read in data order, so the reads are sequential.
+// CPU tensors are read straight into their memory; device tensors through the staging
+// buffer, piece by piece.
 File build_file(Header header, const std::function<void(void*, size_t)>& read_next, Device device,
                 const std::string& source) {
   File file;
   file.source = source;
   file.metadata = std::move(header.metadata);
   file.tensors.reserve(header.entries.size());
+  std::vector<uint8_t> staging;
   for (Entry& entry : header.entries) {
-    Tensor host = empty(entry.shape, TensorOptions(entry.dtype, Device::cpu()));
+    Tensor tensor = empty(entry.shape, TensorOptions(entry.dtype, device));
     const size_t nbytes = static_cast<size_t>(entry.end - entry.begin);
-    if (nbytes > 0) read_next(host.data_ptr(), nbytes);
-    if (entry.dtype == DType::Bool) {
-      // Anything but 0 and 1 in a bool would break ops that index by it.
-      const uint8_t* bytes = static_cast<const uint8_t*>(host.data_ptr());
-      for (size_t i = 0; i < nbytes; ++i)
-        if (bytes[i] > 1)
-          fail(source, "tensor \"", entry.name, "\": invalid BOOL byte ", int(bytes[i]), " at element ", i);
+    if (device.is_cpu()) {
+      if (nbytes > 0) read_next(tensor.data_ptr(), nbytes);
+      if (entry.dtype == DType::Bool) check_bools(static_cast<const uint8_t*>(tensor.data_ptr()), nbytes, 0, entry, source);
+    } else {
+      staging.resize(std::max(staging.size(), std::min(nbytes, kStagingBytes)));
+      for (size_t done = 0; done < nbytes;) {
+        const size_t n = std::min(kStagingBytes, nbytes - done);
+        read_next(staging.data(), n);
+        if (entry.dtype == DType::Bool) check_bools(staging.data(), n, done, entry, source);
+        // Complete on return from pageable memory: the buffer can be refilled.
+        copy_to_device(static_cast<uint8_t*>(tensor.data_ptr()) + done, device, staging.data(), n);
+        done += n;
+      }
     }
-    file.tensors.emplace_back(std::move(entry.name), device.is_cpu() ? host : host.to(device));
+    file.tensors.emplace_back(std::move(entry.name), tensor);
   }
   return file;
 }

@@ -237,6 +237,8 @@ TEST(SafetensorsRoundTrip, SaveRejectsBadInput) {
   EXPECT_THROW(st::save_bytes({{"bad\xff", x}}), nc::ValueError);
 }
 
+std::vector<uint8_t> with_header(const std::string& header, size_t data_bytes);
+
 TEST(SafetensorsRoundTrip, Cuda) {
   if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
   const nc::Tensor host = make<nc::BFloat16>(
@@ -250,6 +252,15 @@ TEST(SafetensorsRoundTrip, Cuda) {
   EXPECT_EQ(file.at("t").device(), nc::Device::cuda());
   EXPECT_EQ(file.at("e").device(), nc::Device::cuda());
   EXPECT_EQ(bytes_of(file.at("t")), bytes_of(host.t()));
+  // A bool byte that is neither 0 nor 1 is refused on the way to the GPU too, named.
+  auto bad = with_header(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", 0);
+  bad.insert(bad.end(), {1, 0, 2});
+  try {
+    st::load_bytes(bad.data(), bad.size(), nc::Device::cuda());
+    ADD_FAILURE() << "expected an IOError";
+  } catch (const nc::IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid BOOL byte 2 at element 2"), std::string::npos) << e.what();
+  }
 }
 
 // ---- conformance cases ----
@@ -591,6 +602,42 @@ TEST_F(SafetensorsSave, SaveThenLoad) {
   EXPECT_EQ(bytes_of(file.at("w")), bytes_of<double>({1.25, -3}));
   EXPECT_EQ(bytes_of(file.at("n")), bytes_of<int64_t>({4}));
   EXPECT_EQ(list_dir(dir_), std::set<std::string>{"model.safetensors"});
+}
+
+// Tensors larger than the 16 MiB staging buffer of a load to a GPU, at offsets that are
+// not multiples of anything, come out whole on the CPU and on the GPU, and they own their
+// memory, so they outlive the file.
+TEST_F(SafetensorsSave, LargeTensorsLoadWholeAndOutliveTheFile) {
+  const std::string path = (dir_ / "large.safetensors").string();
+  const int64_t n = (int64_t{40} << 20) / 4 + 3;  // a little over 40 MiB of F32: three pieces
+  nc::Tensor big = nc::empty({n}, nc::TensorOptions(nc::DType::F32));
+  float* values = big.data<float>();
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 1000003) - 0.25f;
+  const st::TensorList tensors = {{"head", make<uint8_t>({1, 2, 3}, {3})},
+                                  {"big", big},
+                                  {"mask", make<bool>({true, false, true, true, false}, {5})},
+                                  {"tail", make<int64_t>({-7, 1099511627776}, {2})}};
+  std::vector<nc::Device> devices = {nc::Device::cpu()};
+  if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda(0));
+  for (const nc::Device device : devices) {
+    SCOPED_TRACE(device.str());
+    st::save(path, tensors);
+    st::File file = st::load(path, device);
+    fs::remove(path);
+    EXPECT_EQ(file.source, path);
+    ASSERT_EQ(layout(file), "head:U8[3] big:F32[" + std::to_string(n) + "] mask:BOOL[5] tail:I64[2]");
+    for (const auto& entry : file.tensors) EXPECT_EQ(entry.second.device(), device) << entry.first;
+    EXPECT_EQ(bytes_of(file.at("head").to(nc::Device::cpu())), bytes_of<uint8_t>({1, 2, 3}));
+    EXPECT_EQ(bytes_of(file.at("mask").to(nc::Device::cpu())), bytes_of<bool>({true, false, true, true, false}));
+    EXPECT_EQ(bytes_of(file.at("tail").to(nc::Device::cpu())), bytes_of<int64_t>({-7, 1099511627776}));
+    const nc::Tensor loaded_big = file.at("big").to(nc::Device::cpu());
+    const float* loaded = loaded_big.data<float>();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += loaded[i] != static_cast<float>(i % 1000003) - 0.25f;
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(loaded[n - 1], static_cast<float>((n - 1) % 1000003) - 0.25f);
+    EXPECT_TRUE(list_dir(dir_).empty());
+  }
 }
 
 TEST_F(SafetensorsSave, RelativePath) {

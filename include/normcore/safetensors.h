@@ -37,7 +37,10 @@ struct File {
   const Tensor& at(const std::string& name) const;
 };
 
-// Reads path and creates its tensors on device (contiguous, in the file's dtypes).
+// Reads path and creates its tensors on device (contiguous, in the file's dtypes). The file
+// is read once: to the CPU each tensor's bytes go straight into its memory (peak memory
+// about the file's size); to a GPU through a 16 MiB host buffer, so host memory never holds
+// a whole tensor.
 File load(const std::string& path, Device device = Device::cpu());
 // The same for a file already in memory; data is only read during the call.
 File load_bytes(const uint8_t* data, size_t size, Device device = Device::cpu());
