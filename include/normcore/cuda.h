@@ -86,7 +86,7 @@ class StreamGuard {
 //   Tensor loss;
 //   graph.capture(0, [&] { loss = train_step(x, y); });
 //   for (const Batch& b : batches) {
-//     x.copy_(b.images); y.copy_(b.labels);
+//     x.copy_(b.inputs); y.copy_(b.targets);
 //     graph.replay();                           // loss, the grads and the params update
 //   }
 //

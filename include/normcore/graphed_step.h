@@ -12,7 +12,7 @@
 //     return loss;
 //   });
 //   for (Batch b; loader.next(b);) {
-//     Tensor loss = step({b.images, b.labels});  // valid until the next call
+//     Tensor loss = step({b.inputs, b.targets});  // valid until the next call
 //     schedule.step();                            // between steps, never inside
 //   }
 //
