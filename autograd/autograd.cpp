@@ -253,19 +253,21 @@ void record(const char* name, const Tensor& out, const std::vector<Tensor>& inpu
   m.grad_fn = std::move(node);
 }
 
-const Tensor& SavedTensor::get() const {
-  if (!tensor_.defined()) return tensor_;
-  const uint64_t now = tensor_.version();
-  if (now != version_) {
+const Tensor& check_saved(const Tensor& t, uint64_t version) {
+  if (!t.defined()) return t;
+  const uint64_t now = t.version();
+  if (now != version) {
     std::string op = detail::current_op();
     if (op.empty()) op = "backward";
-    throw Error(detail::cat_str(op, ": a tensor saved for the gradient (", describe(tensor_),
+    throw Error(detail::cat_str(op, ": a tensor saved for the gradient (", describe(t),
                                 ") was written in place after the forward: its storage is at version ", now,
-                                ", it was saved at version ", version_,
+                                ", it was saved at version ", version,
                                 "; the gradient would use the new values. Write into a clone(), or after backward()"));
   }
-  return tensor_;
+  return t;
 }
+
+const Tensor& SavedTensor::get() const { return check_saved(tensor_, version_); }
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
@@ -453,7 +455,7 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
         grads = node->backward_multi(gs);
       } else {
         g = run_node_hooks(*node, 0, std::move(g));
-        grads = node->backward ? node->backward(g) : node->backward_multi({g});  // a custom function of one output
+        grads = node->backward(g);
       }
       NC_CHECK(grads.size() == node->next.size(), Error, op, ": '", node->name, "' returned ",
                grads.size(), " gradients for ", node->next.size(), " inputs");

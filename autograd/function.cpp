@@ -52,16 +52,8 @@ void FunctionContext::save_for_backward(const std::vector<Tensor>& tensors) {
 std::vector<Tensor> FunctionContext::saved() const {
   std::vector<Tensor> out;
   out.reserve(saved_.size());
-  for (size_t i = 0; i < saved_.size(); ++i) {
-    const Tensor& t = saved_[i].first;
-    if (t.defined() && t.version() != saved_[i].second) {
-      throw Error(detail::cat_str(name_, ": saved tensor ", i, " (", describe(t),
-                                  ") was written in place after the forward: its storage is at version ", t.version(),
-                                  ", it was saved at version ", saved_[i].second,
-                                  "; the gradient would use the new values. Write into a clone(), or after backward()"));
-    }
-    out.push_back(t);
-  }
+  // In a backward the current op is "<name> backward", which the error names.
+  for (const auto& [tensor, version] : saved_) out.push_back(check_saved(tensor, version));
   return out;
 }
 
@@ -122,8 +114,8 @@ std::vector<Tensor> apply_function(const std::string& name, const std::vector<Te
     input_meta.push_back(meta_of(in));
   }
   for (const Tensor& out : outputs) output_meta.push_back(meta_of(out));
-  node->backward_multi = [ctx, backward = std::move(backward), differentiable, input_meta,
-                          output_meta](const std::vector<Tensor>& grads) {
+  MultiBackwardFn backward_all = [ctx, backward = std::move(backward), differentiable, input_meta,
+                                 output_meta](const std::vector<Tensor>& grads) {
     std::vector<Tensor> given(grads.size());
     for (size_t k = 0; k < grads.size(); ++k) {
       if (!differentiable[k]) continue;
@@ -145,6 +137,11 @@ std::vector<Tensor> apply_function(const std::string& name, const std::vector<Te
     }
     return result;
   };
+  // A node of one output takes its gradient as every built-in op's does.
+  if (outputs.size() == 1)
+    node->backward = [backward_all](const Tensor& grad) { return backward_all({grad}); };
+  else
+    node->backward_multi = std::move(backward_all);
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!differentiable[k]) continue;
     check_anomaly(node->name, outputs[k], inputs);

@@ -76,6 +76,11 @@ void record(const char* name, const Tensor& out, const std::vector<Tensor>& inpu
 // its storage when it was saved. get() returns it, and throws Error (naming the op being
 // differentiated, the tensor and both versions) when an in-place op has written to the
 // storage since: the gradient would silently use the new values.
+// t, saved at storage version `version`, while its storage is still at that version;
+// otherwise Error naming the current op: the gradient would use values written after the
+// forward. SavedTensor and custom functions' saved tensors check through it.
+const Tensor& check_saved(const Tensor& t, uint64_t version);
+
 class SavedTensor {
  public:
   SavedTensor() = default;
