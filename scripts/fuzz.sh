@@ -10,12 +10,7 @@ cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-600}
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(safetensors idx checkpoint)
-if ! command -v clang++ > /dev/null; then
-  echo "normcore: installing clang"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq clang > /dev/null
-fi
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh clang
 sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DNORMCORE_CUDA=OFF -DNORMCORE_FUZZ=ON -DBUILD_SHARED_LIBS=OFF \

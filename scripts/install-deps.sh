@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages normcore builds, tests and trains with (run as root), the
-# Fashion-MNIST data set included. Skips
-# apt-get entirely when everything is already installed.
+# Fashion-MNIST data set included, and any packages named as arguments (a script's own needs,
+# e.g. clang). Skips apt-get entirely when everything is already installed.
+#   install-deps.sh [package...]
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libeigen3-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libpng-dev
-          dataset-fashion-mnist fortunes)
+          dataset-fashion-mnist fortunes "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,9 +5,12 @@
 # predict (tests/consumer), and the static ones must not need libnormcore.so; the C example
 # (examples/c) must build as C through pkg-config and label images, and the custom-op
 # example (examples/custom_op) must build and pass its gradcheck. The installed normcore
-# program must pass the conformance cases. Prints the installed size.
+# program must pass the conformance cases. A program that references every symbol the
+# installed headers declare (tests/exports) must link against each library and find them all
+# there. Prints the installed size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh clang
 build=${BUILD_DIR:-build}
 prefix=$PWD/$build/install-test
 rm -rf "$prefix" "$build/consumer" "$build/consumer-static"
@@ -54,6 +57,41 @@ if [ -e "$libdir/libnormcore.a" ] && [ -e "$libdir/libnormcore.so" ]; then
     "$program" "$program.safetensors"
   done
 fi
+
+# Every function, template instantiation (per dtype), variable and class type information the
+# installed headers declare without defining, listed from clang's AST of the headers, must
+# come from the library: a missing export fails here, as it would fail a user's link.
+exports=$build/consumer/exports
+mkdir -p "$exports"
+for header in "$prefix"/include/normcore/*.h; do echo "#include \"normcore/$(basename "$header")\""; done \
+  > "$exports/api_headers.h"
+# shellcheck disable=SC2046
+for filter in normcore nc_; do
+  clang++ -std=c++17 -x c++ -fsyntax-only $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags normcore) \
+    -Xclang -ast-dump=json -Xclang -ast-dump-filter -Xclang "$filter" "$exports/api_headers.h" > "$exports/ast_$filter.json"
+done
+g++ -std=c++17 -O1 tests/exports/api_symbols.cpp -o "$exports/api_symbols"
+"$exports/api_symbols" "$exports"/ast_*.json --symbols "$exports/symbols.cpp" --types "$exports/types.cpp" \
+  --list "$exports/symbols.txt"
+api_check() {  # api_check shared|static pkg-config-package [linker flags...]
+  local kind=$1 package=$2
+  shift 2
+  # shellcheck disable=SC2046
+  if ! g++ -std=c++17 -I"$exports" tests/exports/main.cpp "$exports/symbols.cpp" "$exports/types.cpp" \
+      -o "$exports/api_check_$kind" $(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs "$package") "$@" -ldl \
+      2> "$exports/api_check_$kind.log"; then
+    echo "FAIL: a program using every declaration of the installed headers does not link against the $kind library:" >&2
+    if [ "$kind" = shared ]; then
+      nm -D --defined-only "$libdir/libnormcore.so" | awk '{print $3}' | sort > "$exports/exported.txt"
+      sort "$exports/symbols.txt" | comm -23 - "$exports/exported.txt" | c++filt | sed 's/^/  not exported: /' | head -40 >&2
+    fi
+    grep -m 20 "undefined reference" "$exports/api_check_$kind.log" >&2 || tail -20 "$exports/api_check_$kind.log" >&2
+    exit 1
+  fi
+  "$exports/api_check_$kind" "$kind"
+}
+if [ -e "$libdir/libnormcore.so" ]; then api_check shared normcore -Wl,-rpath,"$libdir"; fi
+if [ -e "$libdir/libnormcore.a" ]; then api_check static normcore-static; fi
 
 # The custom-op example: an outside project adding a differentiable op (with its own CUDA
 # kernels when the toolkit is there), checked by gradcheck on the CPU here.

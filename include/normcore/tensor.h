@@ -143,9 +143,10 @@ class Tensor {
 
   // Value of a one-element tensor.
   Scalar item() const;
+  // As T, one of the element types of dtype_of (the instantiations below the class).
   template <class T>
   T item() const;
-  // All elements in row-major order, converted to T.
+  // All elements in row-major order, converted to T (one of the element types of dtype_of).
   template <class T>
   std::vector<T> to_vector() const;
 
@@ -182,9 +183,26 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
-// A tensor holding a copy of values, with the given shape (numel must match).
+// A tensor holding a copy of values, with the given shape (numel must match). The visibility
+// pragma does not reach instantiations of a free function template, hence the attribute.
 template <class T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());
+__attribute__((visibility("default"))) Tensor from_vector(const std::vector<T>& values, const Shape& shape,
+                                                          Device device = Device::cpu());
+
+// The element types item, to_vector and from_vector exist for, instantiated in the library.
+#define NC_DECLARE_ELEMENT_ACCESS(T)                                       \
+  extern template T Tensor::item<T>() const;                               \
+  extern template std::vector<T> Tensor::to_vector<T>() const;             \
+  extern template Tensor from_vector<T>(const std::vector<T>&, const Shape&, Device);
+NC_DECLARE_ELEMENT_ACCESS(float)
+NC_DECLARE_ELEMENT_ACCESS(double)
+NC_DECLARE_ELEMENT_ACCESS(Half)
+NC_DECLARE_ELEMENT_ACCESS(BFloat16)
+NC_DECLARE_ELEMENT_ACCESS(int32_t)
+NC_DECLARE_ELEMENT_ACCESS(int64_t)
+NC_DECLARE_ELEMENT_ACCESS(uint8_t)
+NC_DECLARE_ELEMENT_ACCESS(bool)
+#undef NC_DECLARE_ELEMENT_ACCESS
 
 // ---- factories ----
 // Default dtype f32 unless the factory says otherwise.
