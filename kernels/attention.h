@@ -10,7 +10,10 @@
 // alignment of PyTorch's is_causal; with L > S every row keeps j = 0);
 // lse[i] = log(sum_j exp(scores[i, j])), p[i, j] = exp(scores[i, j] - lse[i]);
 // out[i] = sum_j p[i, j] v[j]. S == 0 gives out = 0 and lse = -inf.
-// Backward, with dp[i, j] = dot(grad_out[i], v[j]) and delta[i] = dot(grad_out[i], out[i]):
+// Backward, with dp[i, j] = dot(grad_out[i], v[j]) and delta[i] = sum_j p[i, j] dp[i, j]
+// (dot(grad_out[i], out[i]) in exact arithmetic, which the f32, f16 and bf16 CUDA kernels use
+// with p from lse; the CPU and f64 kernels recompute p from the row's max and sum and sum
+// delta so, which keeps a saturated softmax's gradient as exact as PyTorch's):
 // ds = p * (dp - delta); grad_q = scale * ds k, grad_k = scale * ds^T q, grad_v = p^T grad_out.
 // Every output is written (=); sums run in a fixed order, so results are deterministic.
 #pragma once

@@ -1,7 +1,10 @@
 // CPU reference of the attention kernels (contracts in kernels/attention.h): per (batch,
-// head, query row), the row of scores in double, its max and log-sum-exp, then the weighted
-// sum of v. Backward recomputes each row's probabilities from the saved log-sum-exp, as the
-// CUDA kernels do, and sums over rows and keys in a fixed order on one thread.
+// head, query row), the row of scores in double, its max m and sum l of exp(score - m), the
+// probabilities exp(score - m) / l and the weighted sum of v. Backward recomputes each row's
+// probabilities the same way (not from the saved log-sum-exp m + log l, whose rounding is
+// |m| times the precision: large for a saturated softmax) and takes delta as
+// sum_j p_j dp_j, so that dp_j - delta cancels in consistently rounded terms; it sums over
+// rows and keys in a fixed order on one thread.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -36,34 +39,43 @@ inline int64_t visible_keys(int64_t i, const kernels::AttentionShape& s, bool ca
   return causal ? std::min(i + 1, s.S) : s.S;
 }
 
+// probs[j] = exp(score_j - m) / l for the first keys keys of k seen by query qi; returns the
+// row's log-sum-exp m + log l (-inf when keys == 0).
+template <class T>
+double row_probabilities(const T* qi, const Heads<T>& k, int64_t b, int64_t h, int64_t keys,
+                         const kernels::AttentionShape& s, double scale, std::vector<double>& probs) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < keys; ++j) {
+    probs[j] = scale * dot(qi, k.row(b, h, j), s.D);
+    max = std::max(max, probs[j]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < keys; ++j) {
+    probs[j] = std::exp(probs[j] - max);
+    sum += probs[j];
+  }
+  for (int64_t j = 0; j < keys; ++j) probs[j] /= sum;
+  return keys > 0 ? max + std::log(sum) : -std::numeric_limits<double>::infinity();
+}
+
 template <class T>
 void forward(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kernels::AttentionShape& s, bool causal,
              double scale, const Tensor& out_t, const Tensor& lse_t) {
   const Heads<T> q(q_t), k(k_t), v(v_t);
   T* out = data_as<T>(out_t);
   double* lse = data_as<double>(lse_t);
-  std::vector<double> scores(static_cast<size_t>(s.S)), acc(static_cast<size_t>(s.Dv));
+  std::vector<double> probs(static_cast<size_t>(s.S)), acc(static_cast<size_t>(s.Dv));
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
       for (int64_t i = 0; i < s.L; ++i) {
         const int64_t keys = visible_keys(i, s, causal);
-        const T* qi = q.row(b, h, i);
-        double max = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < keys; ++j) {
-          scores[j] = scale * dot(qi, k.row(b, h, j), s.D);
-          max = std::max(max, scores[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < keys; ++j) sum += std::exp(scores[j] - max);
-        const double row_lse = keys > 0 ? max + std::log(sum) : -std::numeric_limits<double>::infinity();
+        const int64_t row = (b * s.heads + h) * s.L + i;
+        lse[row] = row_probabilities(q.row(b, h, i), k, b, h, keys, s, scale, probs);
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < keys; ++j) {
-          const double p = std::exp(scores[j] - row_lse);
           const T* vj = v.row(b, h, j);
-          for (int64_t d = 0; d < s.Dv; ++d) acc[d] += p * convert<double>(vj[d]);
+          for (int64_t d = 0; d < s.Dv; ++d) acc[d] += probs[j] * convert<double>(vj[d]);
         }
-        const int64_t row = (b * s.heads + h) * s.L + i;
-        lse[row] = row_lse;
         for (int64_t d = 0; d < s.Dv; ++d) out[row * s.Dv + d] = convert<T>(acc[d]);
       }
     }
@@ -71,16 +83,15 @@ void forward(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kern
 }
 
 template <class T>
-void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& out_t,
-              const Tensor& lse_t, const kernels::AttentionShape& s, bool causal, double scale,
-              const Tensor& grad_q_t, const Tensor& grad_k_t, const Tensor& grad_v_t) {
+void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
+              const kernels::AttentionShape& s, bool causal, double scale, const Tensor& grad_q_t,
+              const Tensor& grad_k_t, const Tensor& grad_v_t) {
   const Heads<T> q(q_t), k(k_t), v(v_t);
   const T* grad_out = data_as<const T>(grad_out_t);
-  const T* out = data_as<const T>(out_t);
-  const double* lse = data_as<const double>(lse_t);
   // Accumulated in double per (batch, head), written once at the end.
   std::vector<double> gq(static_cast<size_t>(s.L * s.D)), gk(static_cast<size_t>(s.S * s.D)),
       gv(static_cast<size_t>(s.S * s.Dv));
+  std::vector<double> probs(static_cast<size_t>(s.S)), dp(static_cast<size_t>(s.S));
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
       std::fill(gq.begin(), gq.end(), 0.0);
@@ -88,16 +99,19 @@ void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, co
       std::fill(gv.begin(), gv.end(), 0.0);
       const int64_t head = b * s.heads + h;
       for (int64_t i = 0; i < s.L; ++i) {
-        const int64_t row = head * s.L + i;
+        const int64_t keys = visible_keys(i, s, causal);
         const T* qi = q.row(b, h, i);
-        const T* doi = grad_out + row * s.Dv;
-        const double delta = dot(doi, out + row * s.Dv, s.Dv);
-        for (int64_t j = 0; j < visible_keys(i, s, causal); ++j) {
+        const T* doi = grad_out + (head * s.L + i) * s.Dv;
+        row_probabilities(qi, k, b, h, keys, s, scale, probs);
+        double delta = 0;
+        for (int64_t j = 0; j < keys; ++j) {
+          dp[j] = dot(doi, v.row(b, h, j), s.Dv);
+          delta += probs[j] * dp[j];
+        }
+        for (int64_t j = 0; j < keys; ++j) {
           const T* kj = k.row(b, h, j);
-          const T* vj = v.row(b, h, j);
-          const double p = std::exp(scale * dot(qi, kj, s.D) - lse[row]);
-          const double ds = p * (dot(doi, vj, s.Dv) - delta);
-          for (int64_t d = 0; d < s.Dv; ++d) gv[j * s.Dv + d] += p * convert<double>(doi[d]);
+          const double ds = probs[j] * (dp[j] - delta);
+          for (int64_t d = 0; d < s.Dv; ++d) gv[j * s.Dv + d] += probs[j] * convert<double>(doi[d]);
           for (int64_t d = 0; d < s.D; ++d) {
             gq[i * s.D + d] += scale * ds * convert<double>(kj[d]);
             gk[j * s.D + d] += scale * ds * convert<double>(qi[d]);
@@ -125,12 +139,12 @@ class CpuAttention final : public kernels::AttentionKernels {
     });
   }
 
-  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, const kernels::AttentionShape& shape, bool causal, double scale,
+  // out and lse are not read: the rows are recomputed (see the top of the file).
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
+                          const Tensor&, const kernels::AttentionShape& shape, bool causal, double scale,
                           const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override {
     visit_float(q.dtype(), "scaled_dot_product_attention backward", [&](auto tag) {
-      backward<typename decltype(tag)::type>(grad_out, q, k, v, out, lse, shape, causal, scale, grad_q, grad_k,
-                                             grad_v);
+      backward<typename decltype(tag)::type>(grad_out, q, k, v, shape, causal, scale, grad_q, grad_k, grad_v);
     });
   }
 };

@@ -2,8 +2,9 @@
 // attention/flash.cuh. plan_attention picks the path: f16/bf16 on tensor cores, head dims
 // padded to 32, 64 or 128; f32 on the register-tiled SIMT kernels, padded the same way; f64 on
 // the row-per-warp SIMT kernels. Forward: one kernel writing out and
-// lse. Backward: delta = rowsum(grad_out * out), then grad_k and grad_v over key tiles, then
-// grad_q over query tiles; every gradient is written (=) once, so results are deterministic.
+// lse. Backward: delta = rowsum(grad_out * out) (f64: the rows' statistics and delta =
+// sum_j p_j dp_j, flash.cuh says why), then grad_k and grad_v over key tiles, then grad_q over
+// query tiles; every gradient is written (=) once, so results are deterministic.
 #include "kernels/attention.h"
 #include "kernels/cuda/attention/flash.cuh"
 #include "kernels/cuda/loops.cuh"
@@ -176,7 +177,7 @@ class CudaAttention final : public kernels::AttentionKernels {
       const int64_t rows = shape.batch * shape.heads * shape.L;
       const DeviceBuffer delta = launch.buffer(sizeof(C) * static_cast<size_t>(rows));
       p.delta = delta.as<C>();
-      if (rows > 0) {
+      if (rows > 0 && plan.path != AttentionPath::RowSimt) {
         launch(flash::delta_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, flash::kDeltaRowsPerBlock)),
                flash::kDeltaRowsPerBlock * flash::kWarp, 0, p.grad_out, p.out, rows, p.Dv, p.delta);
       }
@@ -189,8 +190,13 @@ class CudaAttention final : public kernels::AttentionKernels {
           tiled_run(launch, flash::tiled_backward_q_kernel<HD>, flash::tiled_backward_q_shared_bytes<HD>(), p.L, p);
         });
       } else {
+        // The rows' statistics and delta (see flash.cuh), then the gradients.
+        const DeviceBuffer stats = launch.buffer(2 * sizeof(C) * static_cast<size_t>(rows));
+        p.row_max = stats.as<C>();
+        p.row_sum = p.row_max + rows;
+        simt_run<T>(launch, flash::simt_query_rows_kernel<T, true>, p.L, p);
         simt_run<T>(launch, flash::simt_backward_kv_kernel<T>, p.S, p);
-        simt_run<T>(launch, flash::simt_backward_q_kernel<T>, p.L, p);
+        simt_run<T>(launch, flash::simt_query_rows_kernel<T, false>, p.L, p);
       }
     });
   }

@@ -41,6 +41,12 @@ struct AttentionParams {
   C* lse = nullptr;
   const T* grad_out = nullptr;
   C* delta = nullptr;
+  // Row-per-warp backward (f64): each row's score max and sum of exp(score - max), written by
+  // simt_query_rows_kernel<T, true> with delta; p = exp(score - row_max) / row_sum there, not
+  // exp(score - lse): lse's rounding is |max| times the precision, large when the softmax
+  // saturates.
+  C* row_max = nullptr;
+  C* row_sum = nullptr;
   T* grad_q = nullptr;
   T* grad_k = nullptr;
   T* grad_v = nullptr;
@@ -1070,11 +1076,13 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
 
 // ---------------------------------------------------------------- row-per-warp SIMT kernels (f64)
 // f64 runs here: the 64-row tiles of the kernels above would not fit shared memory in f64 at
-// HD = 128 (the kernel lab also times these in f32, as the baseline of the tiled kernels).
-// One warp per row (a query row forward and for grad_q, a key row for grad_k/grad_v),
-// kSimtRows rows per block; the other side streams through shared memory in chunks of 32
-// rows, one per lane for the dot products, then every lane sums over the chunk for its
-// kSimtCols head-dim columns (lane + 32 c). T accumulates in T.
+// HD = 128. One warp per row (a query row forward, for the row statistics and for grad_q, a
+// key row for grad_k/grad_v), kSimtRows rows per block; the other side streams through shared
+// memory in chunks of 32 rows, one per lane for the dot products, then every lane sums over
+// the chunk for its kSimtCols head-dim columns (lane + 32 c). T accumulates in T. The
+// backward starts with the rows' statistics, which take delta as sum_j p_j dp_j with the
+// p_j and dp_j the gradient kernels recompute bit for bit, so that dp_j - delta cancels in
+// consistently rounded terms (rowsum(grad_out * out) would not, with a saturated softmax).
 constexpr int kSimtRows = 8;
 constexpr int kSimtChunk = kWarp;
 constexpr int kSimtCols = 4;  // 4 * 32 = 128 columns, the largest head dim
@@ -1084,7 +1092,7 @@ constexpr int kSimtThreads = kSimtRows * kWarp;
 // their own rows hit distinct banks) and kSimtRows rows of each side's own vectors.
 template <class T>
 constexpr size_t simt_shared_bytes(int D, int Dv) {
-  return sizeof(T) * (size_t{kSimtChunk} * (D + 1 + Dv + 1) + size_t{kSimtRows} * (D + Dv) + 2 * kSimtChunk);
+  return sizeof(T) * (size_t{kSimtChunk} * (D + 1 + Dv + 1) + size_t{kSimtRows} * (D + Dv) + 3 * kSimtChunk);
 }
 
 // rows [row0, row0 + kSimtChunk) of src into tile (rows of width + 1), zero past `rows`.
@@ -1159,6 +1167,12 @@ __global__ void __launch_bounds__(kSimtThreads) simt_forward_kernel(const Attent
   if (lane == 0) p.lse[bh * p.L + row] = row_sum > 0 ? row_max + log(row_sum) : T(-INFINITY);
 }
 
+// p(score) of the row-per-warp backward: exp(score - row_max) / row_sum.
+template <class T>
+__device__ __forceinline__ T simt_prob(T score, T row_max, T row_sum) {
+  return exp(score - row_max) / row_sum;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const AttentionParams<T, T> p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1166,8 +1180,9 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const At
   T* do_s = q_s + kSimtChunk * (p.D + 1);               // [32][Dv + 1]
   T* k_rows = do_s + kSimtChunk * (p.Dv + 1);           // [kSimtRows][D]
   T* v_rows = k_rows + kSimtRows * p.D;                 // [kSimtRows][Dv]
-  T* lse_s = v_rows + kSimtRows * p.Dv;                 // [32]
-  T* delta_s = lse_s + kSimtChunk;                      // [32]
+  T* max_s = v_rows + kSimtRows * p.Dv;                 // [32]
+  T* sum_s = max_s + kSimtChunk;                        // [32]
+  T* delta_s = sum_s + kSimtChunk;                      // [32]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int n_tiles = (p.S + kSimtRows - 1) / kSimtRows;
   const int64_t bh = blockIdx.x / n_tiles;
@@ -1190,14 +1205,16 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const At
     stage_chunk(q_s, q, p.q_stride.row, m0, p.L, p.D);
     stage_chunk(do_s, grad_out, p.Dv, m0, p.L, p.Dv);
     for (int r = threadIdx.x; r < kSimtChunk; r += kSimtThreads) {
-      lse_s[r] = m0 + r < p.L ? p.lse[bh * p.L + m0 + r] : T(0);
-      delta_s[r] = m0 + r < p.L ? p.delta[bh * p.L + m0 + r] : T(0);
+      const bool in = m0 + r < p.L;
+      max_s[r] = in ? p.row_max[bh * p.L + m0 + r] : T(0);
+      sum_s[r] = in ? p.row_sum[bh * p.L + m0 + r] : T(1);
+      delta_s[r] = in ? p.delta[bh * p.L + m0 + r] : T(0);
     }
     __syncthreads();
     const int i = m0 + lane;
     T prob = 0, ds = 0;
     if (key_valid && i < p.L && !(p.causal && key > i)) {
-      prob = exp(dot_rows(q_s + lane * (p.D + 1), k_row, p.D) * scale - lse_s[lane]);
+      prob = simt_prob(dot_rows(q_s + lane * (p.D + 1), k_row, p.D) * scale, max_s[lane], sum_s[lane]);
       ds = prob * (dot_rows(do_s + lane * (p.Dv + 1), v_row, p.Dv) - delta_s[lane]);
     }
     const int chunk = min(kSimtChunk, p.L - m0);
@@ -1220,8 +1237,11 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const At
   }
 }
 
-template <class T>
-__global__ void __launch_bounds__(kSimtThreads) simt_backward_q_kernel(const AttentionParams<T, T> p) {
+// One warp per query row. ROW_STATS: the row's row_max, row_sum (0 with no key) and delta =
+// sum_j p_j dp_j, in two passes over the keys (the statistics, then delta with the final
+// ones), before the gradient kernels; else grad_q.
+template <class T, bool ROW_STATS>
+__global__ void __launch_bounds__(kSimtThreads) simt_query_rows_kernel(const AttentionParams<T, T> p) {
   extern __shared__ __align__(16) unsigned char smem[];
   T* k_s = reinterpret_cast<T*>(smem);                  // [32][D + 1]
   T* v_s = k_s + kSimtChunk * (p.D + 1);                // [32][Dv + 1]
@@ -1233,43 +1253,68 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_q_kernel(const Att
   const int m0 = (m_tiles - 1 - static_cast<int>(blockIdx.x - bh * m_tiles)) * kSimtRows;
   const int row = m0 + warp;
   const bool row_valid = row < p.L;
+  const int64_t at = bh * p.L + row;
   const T* q = head_rows(p.q, p.q_stride, bh, p.heads);
   const T* k = head_rows(p.k, p.k_stride, bh, p.heads);
   const T* v = head_rows(p.v, p.v_stride, bh, p.heads);
   T* q_row = q_rows + warp * p.D;
   T* do_row = do_rows + warp * p.Dv;
   for (int c = lane; c < p.D; c += kWarp) q_row[c] = row_valid ? q[row * p.q_stride.row + c] : T(0);
-  for (int c = lane; c < p.Dv; c += kWarp) do_row[c] = row_valid ? p.grad_out[(bh * p.L + row) * p.Dv + c] : T(0);
-  const T lse = row_valid ? p.lse[bh * p.L + row] : T(0);
-  const T delta = row_valid ? p.delta[bh * p.L + row] : T(0);
+  for (int c = lane; c < p.Dv; c += kWarp) do_row[c] = row_valid ? p.grad_out[at * p.Dv + c] : T(0);
   const int key_end = p.causal ? min(p.S, min(m0 + kSimtRows, p.L)) : p.S;
   const T scale = static_cast<T>(p.scale);
-
-  T grad_q[kSimtCols] = {};
-  for (int n0 = 0; n0 < key_end; n0 += kSimtChunk) {
-    __syncthreads();
+  // The chunk of keys from n0 staged (v only when wanted); each lane's score, -inf past the
+  // keys this row sees.
+  auto stage = [&](int n0, bool with_v) {
+    __syncthreads();  // every warp is done with the previous chunk
     stage_chunk(k_s, k, p.k_stride.row, n0, p.S, p.D);
-    stage_chunk(v_s, v, p.v_stride.row, n0, p.S, p.Dv);
+    if (with_v) stage_chunk(v_s, v, p.v_stride.row, n0, p.S, p.Dv);
     __syncthreads();
     const int j = n0 + lane;
-    T ds = 0;
-    if (row_valid && j < p.S && !(p.causal && j > row)) {
-      const T prob = exp(dot_rows(q_row, k_s + lane * (p.D + 1), p.D) * scale - lse);
-      ds = prob * (dot_rows(do_row, v_s + lane * (p.Dv + 1), p.Dv) - delta);
+    return row_valid && j < p.S && !(p.causal && j > row) ? dot_rows(q_row, k_s + lane * (p.D + 1), p.D) * scale
+                                                            : T(-INFINITY);
+  };
+  const auto dp = [&] { return dot_rows(do_row, v_s + lane * (p.Dv + 1), p.Dv); };
+
+  if constexpr (ROW_STATS) {
+    T row_max = -INFINITY, row_sum = 0, delta = 0;
+    for (int n0 = 0; n0 < key_end; n0 += kSimtChunk) {  // online max and sum
+      const T score = stage(n0, false);
+      const T new_max = max(row_max, warp_reduce<kWarp>(score, Max{}));
+      if (new_max == -INFINITY) continue;  // every key so far masked (uniform over the warp)
+      row_sum = row_sum * exp(row_max - new_max) + warp_reduce<kWarp>(exp(score - new_max), Plus{});
+      row_max = new_max;
     }
-    const int chunk = min(kSimtChunk, p.S - n0);
-    for (int jj = 0; jj < chunk; ++jj) {
-      const T dsj = __shfl_sync(kFullMask, ds, jj);
+    for (int n0 = 0; n0 < key_end; n0 += kSimtChunk) {
+      const T score = stage(n0, true);
+      delta += warp_reduce<kWarp>(score == -INFINITY ? T(0) : simt_prob(score, row_max, row_sum) * dp(), Plus{});
+    }
+    if (!row_valid || lane != 0) return;
+    p.row_max[at] = row_max;
+    p.row_sum[at] = row_sum;
+    p.delta[at] = delta;
+  } else {
+    const T row_max = row_valid ? p.row_max[at] : T(0);
+    const T row_sum = row_valid ? p.row_sum[at] : T(1);
+    const T delta = row_valid ? p.delta[at] : T(0);
+    T grad_q[kSimtCols] = {};
+    for (int n0 = 0; n0 < key_end; n0 += kSimtChunk) {
+      const T score = stage(n0, true);
+      const T ds = score == -INFINITY ? T(0) : simt_prob(score, row_max, row_sum) * (dp() - delta);
+      const int chunk = min(kSimtChunk, p.S - n0);
+      for (int jj = 0; jj < chunk; ++jj) {
+        const T dsj = __shfl_sync(kFullMask, ds, jj);
 #pragma unroll
-      for (int c = 0; c < kSimtCols; ++c) {
-        if (lane + c * kWarp < p.D) grad_q[c] += dsj * k_s[jj * (p.D + 1) + lane + c * kWarp];
+        for (int c = 0; c < kSimtCols; ++c) {
+          if (lane + c * kWarp < p.D) grad_q[c] += dsj * k_s[jj * (p.D + 1) + lane + c * kWarp];
+        }
       }
     }
-  }
-  if (!row_valid) return;
+    if (!row_valid) return;
 #pragma unroll
-  for (int c = 0; c < kSimtCols; ++c) {
-    if (lane + c * kWarp < p.D) p.grad_q[(bh * p.L + row) * p.D + lane + c * kWarp] = grad_q[c] * scale;
+    for (int c = 0; c < kSimtCols; ++c) {
+      if (lane + c * kWarp < p.D) p.grad_q[at * p.D + lane + c * kWarp] = grad_q[c] * scale;
+    }
   }
 }
 
