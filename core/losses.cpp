@@ -133,7 +133,7 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction r
   const Tensor logits = autocast::to_float(logits_arg);
   NC_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, op,
            ": label_smoothing must be in [0, 1], got ", label_smoothing);
-  Tensor loss, log_probs, rows_target, kept;
+  Tensor loss, log_probs, rows_target, keep;
   int64_t classes = 0;
   {
     autograd::NoGradGuard no_grad;
@@ -141,9 +141,9 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction r
     classes = cr.classes;
     rows_target = cr.target;
     if (cr.maybe_ignored) {
-      // Rows whose target is ignore_index: kept = 0, and class 0 stands in for the target.
-      const Tensor keep = ne(cr.target, Scalar(ignore_index));
-      kept = keep.to(compute_dtype(logits.dtype()));
+      // Rows whose target is ignore_index contribute nothing, to the loss or to the gradient,
+      // whatever their logits hold (a NaN there stays there); class 0 stands in for the target.
+      keep = ne(cr.target, Scalar(ignore_index));
       rows_target = where(keep, cr.target, Scalar(int64_t{0}));
     }
     log_probs = log_softmax(cr.rows.to(compute_dtype(logits.dtype())), 1);
@@ -151,10 +151,11 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction r
     Tensor per_row = mul(picked, -(1.0 - label_smoothing));
     if (label_smoothing > 0 && classes > 0)
       per_row = sub(per_row, mul(sum(log_probs, {1}), label_smoothing / static_cast<double>(classes)));
-    if (kept.defined()) {
+    if (keep.defined()) {
       // The mean is over the rows that count (NaN when none does, as in PyTorch).
-      per_row = mul(per_row, kept).reshape(cr.loss_shape);
-      loss = reduction == Reduction::Mean ? div(sum(per_row), sum(kept)) : reduce(per_row, reduction);
+      per_row = where(keep, per_row, Scalar(0.0)).reshape(cr.loss_shape);
+      loss = reduction == Reduction::Mean ? div(sum(per_row), sum(keep.to(per_row.dtype())))
+                                          : reduce(per_row, reduction);
     } else {
       loss = reduce(per_row.reshape(cr.loss_shape), reduction);
     }
@@ -162,10 +163,11 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction r
   }
   if (!autograd::needs_grad(logits)) return loss;
   autograd::record(op, loss, {logits}, [lps = autograd::saved(log_probs), ts = autograd::saved(rows_target),
-                                        ks = autograd::saved(kept), classes, reduction, label_smoothing,
+                                        ks = autograd::saved(keep), classes, reduction, label_smoothing,
                                         shape = logits.shape(), dtype = logits.dtype()](const Tensor& grad) {
     // (softmax - q) * g_row, with q = (1 - s) onehot + s / C: subtract s / C everywhere,
-    // then 1 - s more at each row's target class; ignored rows get none.
+    // then 1 - s more at each row's target class; ignored rows get zeros (selected, not
+    // multiplied: their logits may hold NaN or infinity).
     const Tensor& lp = lps.get();
     const Tensor& t = ts.get();
     const Tensor& k = ks.get();
@@ -173,8 +175,9 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction r
     Tensor g_row;
     if (k.defined()) {
       Tensor g = grad.to(lp.dtype());
-      if (reduction == Reduction::Mean) g = div(g, sum(k));
-      g_row = mul(spread_grad(g, reduction == Reduction::Mean ? Reduction::Sum : reduction, {rows}), k);
+      // Over the kept rows; with none kept the gradient is zero (the loss is NaN).
+      if (reduction == Reduction::Mean) g = div(g, maximum(sum(k.to(lp.dtype())), Scalar(1.0)));
+      g_row = where(k, spread_grad(g, reduction == Reduction::Mean ? Reduction::Sum : reduction, {rows}), Scalar(0.0));
     } else {
       g_row = spread_grad(grad.to(lp.dtype()), reduction, {rows});
     }
@@ -182,6 +185,7 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction r
     double uniform = classes > 0 ? label_smoothing / static_cast<double>(classes) : 0.0;
     Tensor grad_rows = mul(sub(exp(lp), uniform), g_row);
     grad_rows = scatter_add(grad_rows, 1, t.unsqueeze(1), mul(g_row, -(1.0 - label_smoothing)));
+    if (k.defined()) grad_rows = where(k.unsqueeze(1), grad_rows, Scalar(0.0));
     return std::vector<Tensor>{from_class_rows(grad_rows, shape).to(dtype)};
   });
   return loss;

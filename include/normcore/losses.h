@@ -20,8 +20,9 @@ enum class Reduction { Mean, Sum, None };
 // label_smoothing / C (PyTorch's smoothing). Shapes: logits [N, C] with target [N];
 // logits [C] with a 0-dim target; logits [N, C, d1, ...] with target [N, d1, ...].
 // target is i64 with values in [0, C) or ignore_index (IndexError names the first bad value
-// otherwise); a target equal to ignore_index adds no loss and no gradient, and Mean divides by
-// the number of the other targets (NaN when there are none, as in PyTorch).
+// otherwise); a target equal to ignore_index adds no loss and no gradient, whatever its row of
+// logits holds (NaN and infinities included), and Mean divides by the number of the other
+// targets (NaN when there are none, as in PyTorch, with a zero gradient).
 // label_smoothing in [0, 1]. f16/bf16 logits are computed in f32.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                      double label_smoothing = 0.0, int64_t ignore_index = -100);
