@@ -251,6 +251,9 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   DType dtype = x.dtype();
   if (min) dtype = promote_types(dtype, result_type(x, *min));
   if (max) dtype = promote_types(dtype, result_type(x, *max));
+  // A bound is written where it clamps: it must fit the result's dtype, as in PyTorch.
+  if (min) check_representable(op, "min", *min, dtype);
+  if (max) check_representable(op, "max", *max, dtype);
   if (is_floating(dtype)) {
     // The gradient passes where min <= x <= max, as in PyTorch (so not at a NaN).
     return unary_op(op, UnaryOp::Clamp, x.to(dtype), true, kInput,
@@ -274,8 +277,11 @@ Tensor pow(const Tensor& x, Scalar exponent) {
     // Integer powers stay integers, as in PyTorch; they have no negative exponents.
     NC_CHECK(exponent.to_int() >= 0, ValueError, op, ": integer tensor ", describe(x),
              " cannot be raised to the negative integer power ", exponent);
-    return binary_op(op, BinaryOp::Pow, x, wrap_scalar(op, "x", x, exponent));
   }
+  // The exponent is taken in the result's dtype, as in PyTorch: one it cannot hold (u8 to
+  // the power 256) is refused, not wrapped.
+  check_representable(op, "exponent", exponent, dtype);
+  if (!is_floating(dtype)) return binary_op(op, BinaryOp::Pow, x, wrap_scalar(op, "x", x, exponent));
   return unary_op(op, UnaryOp::PowScalar, x.to(dtype), true, kInput,
                   [](const Tensor& g, const Tensor& x, const Tensor&, double e, double) {
                     if (e == 0) return zeros_like(g);
@@ -385,11 +391,12 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// The scalar is written into the result: it must fit the result's dtype (docs/ERRORS.md).
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
-  return where(cond, a, wrap_scalar("where", "a", a, b));
+  return where(cond, a, wrap_scalar("where", "a", a, b, ScalarUse::Exact));
 }
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
-  return where(cond, wrap_scalar("where", "b", b, a), b);
+  return where(cond, wrap_scalar("where", "b", b, a, ScalarUse::Exact), b);
 }
 
 // ---------------------------------------------------------------- operators

@@ -78,8 +78,9 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options) {
   }
   if (!options.dtype) options.dtype = all_int ? DType::I64 : DType::F32;
   if (n > 0) {
-    check_representable(op, "start", start, *options.dtype);
-    check_representable(op, "last value", s + static_cast<double>(n - 1) * st, *options.dtype);
+    // As values, not scalars to write: u8's wrapping of -255 to -1 does not apply.
+    check_representable(op, "start", Scalar(s), *options.dtype);
+    check_representable(op, "last value", Scalar(s + static_cast<double>(n - 1) * st), *options.dtype);
   }
   Tensor out = empty({n}, options);
   if (n > 0) kernels::generate(out.device()).arange(out, s, st);

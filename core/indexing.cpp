@@ -1,5 +1,6 @@
 // Joining, splitting and indexing: cat, stack, split, index_select, gather, scatter_add,
 // one_hot, masked_fill. Index tensors may be i32 or i64; the backends get contiguous i64.
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -274,8 +275,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   check_same_device(op, "x", x, "mask", mask);
   NC_CHECK(mask.dtype() == DType::Bool, DTypeError, op, ": mask must be bool, got ", describe(mask));
   broadcast_shapes(x.shape(), mask.shape(), op);  // x and mask broadcast together, as in PyTorch
-  NC_CHECK(is_floating(x.dtype()) || value.is_integral(), ValueError, op, ": value ", value,
-           " is not an integer but x is ", describe(x));
+  const double whole = value.to_double();
+  NC_CHECK(is_floating(x.dtype()) || value.is_integral() || (std::isfinite(whole) && whole == std::trunc(whole)),
+           ValueError, op, ": value ", value, " is not an integer but x is ", describe(x));
   check_representable(op, "value", value, x.dtype());
   return where(mask, full({}, value, TensorOptions(x.dtype(), x.device())), x);
 }

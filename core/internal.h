@@ -26,8 +26,11 @@ Tensor new_tensor(const Shape& shape, DType dtype, Device device);
 void check_same_device(const char* op, const char* name_a, const Tensor& a, const char* name_b,
                        const Tensor& b);
 void check_defined(const char* op, const char* name, const Tensor& t);
-// ValueError unless value converts to dtype without overflow: for i32, i64 and u8 a finite
-// value inside the dtype's range (fractions truncate, as C++ converts them).
+// ValueError unless value converts to dtype without overflow, by PyTorch's rule: for i32, i64
+// and u8 an integer inside the dtype's range (u8 also -255 to -1, which wrap) or a finite
+// float inside it (fractions truncate); for f32, f16 and bf16 an infinity, a NaN or a value
+// at most the dtype's largest finite one in magnitude. Every op that writes a scalar into a
+// tensor checks it (docs/ERRORS.md, "Scalars written into a tensor").
 void check_representable(const char* op, const char* what, Scalar value, DType dtype);
 
 }  // namespace detail

@@ -22,14 +22,18 @@ void check_pair(const char* op, const char* name, Size2 v, int64_t min) {
            ")");
 }
 
-// x defined, floating, [N, C, H, W] or [C, H, W] with H and W non-zero (N and C may be 0).
-void check_input(const char* op, const Tensor& x) {
+// x defined, floating, [N, C, H, W] or [C, H, W] with H and W non-zero. N may be 0; C may be
+// 0 only where empty_channels says so (PyTorch's adaptive pooling allows it, max and average
+// pooling do not).
+void check_input(const char* op, const Tensor& x, bool empty_channels = false) {
   check_defined(op, "x", x);
   NC_CHECK(is_floating(x.dtype()), DTypeError, op, ": x must be a floating tensor, got ", describe(x),
            " (convert with .to(DType::F32))");
   NC_CHECK(x.dim() == 3 || x.dim() == 4, ShapeError, op, ": x must be [N, C, H, W] or [C, H, W], got ",
            describe(x));
   NC_CHECK(x.size(-2) > 0 && x.size(-1) > 0, ShapeError, op, ": x must have non-zero H and W, got ", describe(x));
+  NC_CHECK(empty_channels || x.size(-3) > 0, ShapeError, op,
+           ": x must have a non-zero channel count C (only the batch N may be 0), got ", describe(x));
 }
 
 // kernel_size, stride (kernel_size when not given), padding and dilation checked and
@@ -141,7 +145,7 @@ Tensor avg_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride, Size2 paddin
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size) {
   const OpScope op("adaptive_avg_pool2d");
-  check_input(op, x);
+  check_input(op, x, /*empty_channels=*/true);
   check_pair(op, "output_size", output_size, 1);
   Pool2dShape shape;
   shape.planes = x.dim() == 4 ? x.size(0) * x.size(1) : x.size(0);

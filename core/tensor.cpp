@@ -2,6 +2,7 @@
 #include "normcore/tensor.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -70,19 +71,33 @@ Tensor new_tensor(const Shape& shape, DType dtype, Device device) {
 }
 
 void check_representable(const char* op, const char* what, Scalar value, DType dtype) {
-  if (is_floating(dtype) || dtype == DType::Bool) return;
-  const double lo = dtype == DType::U8 ? 0.0 : dtype == DType::I32 ? -2147483648.0 : -0x1p63;
-  const double hi = dtype == DType::U8 ? 256.0 : dtype == DType::I32 ? 2147483648.0 : 0x1p63;  // exclusive
-  bool fits;
-  if (value.is_integral()) {
+  if (dtype == DType::Bool || dtype == DType::F64) return;
+  // PyTorch's rule (c10's overflows): f32, f16 and bf16 take infinities, NaN and values up to
+  // their largest finite one in magnitude; integer dtypes take an integer inside their range
+  // (u8 also -255 to -1, which wrap: -1 is 255) or a finite float inside it (a fraction
+  // truncates).
+  bool fits = true;
+  const char* limit = "";
+  if (is_floating(dtype)) {
+    const double largest = dtype == DType::F32 ? 3.4028234663852886e38 : dtype == DType::F16 ? 65504.0
+                                                                                              : 3.3895313892515355e38;
+    const double v = value.to_double();
+    fits = !std::isfinite(v) || std::fabs(v) <= largest;
+    limit = dtype == DType::F32 ? " (its largest finite value is 3.40282e+38)"
+                                : dtype == DType::F16 ? " (its largest finite value is 65504)"
+                                                      : " (its largest finite value is 3.38953e+38)";
+  } else if (value.is_integral()) {
     const int64_t v = value.to_int();
-    fits = dtype == DType::I64 || (static_cast<double>(v) >= lo && static_cast<double>(v) < hi);
+    if (dtype == DType::I32) fits = v >= INT32_MIN && v <= INT32_MAX;
+    if (dtype == DType::U8) fits = v >= -255 && v <= 255;
   } else {
-    const double v = std::trunc(value.to_double());
-    fits = std::isfinite(v) && v >= lo && v < hi;
+    const double v = value.to_double();
+    if (dtype == DType::I64) fits = v >= -0x1p63 && v < 0x1p63;  // false for NaN
+    if (dtype == DType::I32) fits = v >= -2147483648.0 && v <= 2147483647.0;
+    if (dtype == DType::U8) fits = v >= 0.0 && v <= 255.0;
   }
   NC_CHECK(fits, ValueError, op, ": ", what, " ", value, " cannot be converted to ", dtype_name(dtype),
-           " without overflow");
+           " without overflow", limit);
 }
 
 void check_defined(const char* op, const char* name, const Tensor& t) {
@@ -482,11 +497,54 @@ void transfer(const Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
+namespace {
+
+// Whether t's elements are distinct and fill numel() consecutive slots of its storage, in some
+// order of its dims (a contiguous tensor or a permutation of one).
+bool is_dense(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims of more than one element
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+// PyTorch's check (assert_no_partial_overlap): dst and src of one storage, both dense, whose
+// element ranges meet without being the same elements in the same order; the copy would
+// read elements it has already written. Other layouts are not checked, as in PyTorch.
+bool overlaps_partially(const Tensor& dst, const Tensor& src) {
+  if (dst.storage() != src.storage() || dst.numel() == 0 || src.numel() == 0) return false;
+  if (!is_dense(dst) || !is_dense(src)) return false;
+  // In elements: views of one storage share its dtype.
+  const int64_t dst_begin = dst.offset(), dst_end = dst_begin + dst.numel();
+  const int64_t src_begin = src.offset(), src_end = src_begin + src.numel();
+  if (dst_begin == src_begin && dst_end == src_end) return dst.strides() != src.strides() || dst.shape() != src.shape();
+  return dst_begin < src_end && src_begin < dst_end;
+}
+
+}  // namespace
+
 Tensor& Tensor::copy_(const Tensor& src) {
   const OpScope op("copy_");
   check_defined(op, "src", src);
   NC_CHECK(broadcast_shapes(shape(), src.shape(), op) == shape(), ShapeError, op, ": src of shape ",
            src.shape(), " does not broadcast to the destination's shape ", shape());
+  // A destination whose elements share memory (an expand() view: stride 0 along a dim of
+  // more than one element) would keep whichever write came last; PyTorch refuses it too.
+  // fill_ may write into one: every element gets the same value.
+  for (int64_t d = 0; d < dim(); ++d) {
+    NC_CHECK(size(d) <= 1 || stride(d) != 0, ValueError, op, ": the destination ", describe(*this), " (strides ",
+             strides(), ") has elements that share memory along dim ", d,
+             " (an expand() view); copy into a clone() of it instead");
+  }
+  NC_CHECK(!overlaps_partially(*this, src), ValueError, op, ": the destination ", describe(*this), " (strides ",
+           strides(), ") and src ", describe(src), " (strides ", src.strides(),
+           ") share some of their elements (views of one tensor); copy from a clone() of src instead");
   NC_CHECK(!(autograd::is_grad_enabled() && requires_grad()), ValueError, op, ": cannot write in place into ",
            describe(*this), ", which requires grad (write under autograd::NoGradGuard, or into detach())");
   autograd::NoGradGuard no_grad;  // copy_ itself records nothing

@@ -120,7 +120,8 @@ std::vector<ValueCase> value_cases() {
       {"max [C, H, W]", counting({2, 2, 2}), max_pool(2), {2, 1, 1}, {4, 8}, {1, 2}, {0, 0, 0, 1, 0, 0, 0, 2}},
       {"max 2 x 2 planes", counting({2, 2, 2, 2}), max_pool({2, 1}), {2, 2, 1, 2}, {3, 4, 7, 8, 11, 12, 15, 16}},
       {"max empty batch", nc::zeros({0, 3, 4, 4}, DType::F64), max_pool(2), {0, 3, 2, 2}, {}, {}, {}},
-      {"max no channels", nc::zeros({2, 0, 4, 4}, DType::F64), max_pool(2), {2, 0, 2, 2}, {}, {}, {}},
+      {"adaptive no channels (max and avg pooling refuse them)", nc::zeros({2, 0, 4, 4}, DType::F64), adaptive(1),
+       {2, 0, 1, 1}, {}, {}, {}},
 
       {"avg 2x2", counting({1, 1, 4, 4}), avg_pool(2), {1, 1, 2, 2}, {3.5, 5.5, 11.5, 13.5},
        {4, 8, 12, 16}, {1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}},

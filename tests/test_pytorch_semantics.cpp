@@ -1,8 +1,10 @@
 // Semantics settled against PyTorch 2.x, one row per case, on the CPU and on every CUDA
 // device: integer tensors divided by integer scalars that do not fit their dtype, gradients
 // at zeros and NaNs, signed zeros, bool subtraction, empty tensors in cat, cross_entropy's
-// ignored rows. Each row holds what PyTorch 2.11 computes for the same expression (where
-// normcore departs from it on purpose, the row says so and docs/ERRORS.md says why; the wider
+// ignored rows; and what PyTorch refuses: scalars a dtype cannot hold, writes into a
+// destination whose elements share memory, empty channels in pooling.
+// Each row holds what PyTorch 2.11 computes or raises for the same expression (where normcore
+// departs from it on purpose, the row says so and docs/ERRORS.md says why; the wider
 // differential suite is test_differential.cpp).
 #include <gtest/gtest.h>
 
@@ -10,7 +12,9 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "normcore/normcore.h"
@@ -169,12 +173,27 @@ const std::vector<ValueCase>& value_cases() {
       {"cross_entropy, NaN logits in an ignored row, label smoothing",
        [](Device d) { return cross_entropy_and_grad({1, 2, 3, NAN, 0, 1}, 3, {0, 1}, nc::nn::Reduction::Mean, 0.2, 1, d); },
        DType::F32, {2.2076059644443804, -0.7766360934962863, 0.17806180438813096, 0.5985742891081551, 0, 0, 0}},
+      // Scalars that fit: u8 to the power 255 wraps its result (not its exponent), an
+      // infinity fills f16, fill_ writes one value into an expand() view (PyTorch allows it).
+      {"pow(u8, 255)", [](Device d) { return nc::pow(nc::from_vector<uint8_t>({2, 3}, {2}, d), 255); }, DType::U8,
+       {0, 171}},
+      {"full(f16, inf)",
+       [](Device d) { return nc::full({2}, INFINITY, nc::TensorOptions(DType::F16, d)); }, DType::F16,
+       {INFINITY, INFINITY}},
+      {"fill_ of an expand() view",
+       [](Device d) {
+         Tensor x = nc::zeros({1, 3}, nc::TensorOptions(DType::F32, d)).expand({2, 3});
+         x.fill_(2);
+         return x;
+       },
+       DType::F32, {2, 2, 2, 2, 2, 2}},
   };
   return cases;
 }
 
 bool same(double got, double expected) {
   if (std::isnan(expected)) return std::isnan(got);
+  if (std::isinf(expected)) return got == expected;
   if (expected == 0) return got == 0 && std::signbit(got) == std::signbit(expected);
   return std::fabs(got - expected) <= 1e-6 * std::fabs(expected) + 1e-12;
 }
@@ -214,6 +233,120 @@ TEST(PyTorchSemantics, SubtractionRefusesBools) {
       }
     }
     EXPECT_EQ(nc::add(ints, true).to_vector<int32_t>(), (std::vector<int32_t>{2, 3})) << "only subtraction refuses";
+  }
+}
+
+// What PyTorch refuses, each refused with a typed error naming the op and the argument.
+struct Refusal {
+  const char* name;
+  std::function<void(Device)> call;
+  const std::type_info& type;
+  std::vector<std::string> fragments;  // all in the message
+};
+
+const std::vector<Refusal>& refusals() {
+  using nc::TensorOptions;
+  static const std::vector<Refusal> rows = {
+      // A scalar written into a tensor must fit its dtype ("value cannot be converted to
+      // type c10::Half without overflow"); where's scalar too, though PyTorch writes an
+      // infinity there for floating dtypes (`where-scalar-overflow`).
+      {"full(f16, 1e6)", [](Device d) { nc::full({2}, 1e6, TensorOptions(DType::F16, d)); }, typeid(nc::ValueError),
+       {"full: value 1e+06 cannot be converted to f16 without overflow", "65504"}},
+      {"full(f16, 65519)", [](Device d) { nc::full({2}, 65519.0, TensorOptions(DType::F16, d)); }, typeid(nc::ValueError),
+       {"full: value 65519", "f16"}},
+      {"full(bf16, 1e39)", [](Device d) { nc::full({2}, 1e39, TensorOptions(DType::BF16, d)); }, typeid(nc::ValueError),
+       {"full: value 1e+39", "bf16"}},
+      {"full(f32, 1e39)", [](Device d) { nc::full({2}, 1e39, TensorOptions(DType::F32, d)); }, typeid(nc::ValueError),
+       {"full: value 1e+39", "f32"}},
+      {"fill_(f16, 1e6)", [](Device d) { nc::zeros({2}, TensorOptions(DType::F16, d)).fill_(1e6); }, typeid(nc::ValueError),
+       {"fill_: value 1e+06", "f16"}},
+      {"fill_(f16, -1e6)", [](Device d) { nc::zeros({2}, TensorOptions(DType::F16, d)).fill_(-1e6); },
+       typeid(nc::ValueError), {"fill_: value -1e+06", "f16"}},
+      {"masked_fill(f16, 1e6)",
+       [](Device d) { nc::masked_fill(nc::zeros({2}, TensorOptions(DType::F16, d)), nc::from_vector<bool>({true, false}, {2}, d), 1e6); },
+       typeid(nc::ValueError), {"masked_fill: value 1e+06", "f16"}},
+      {"masked_fill(bf16, 1e39)",
+       [](Device d) { nc::masked_fill(nc::zeros({2}, TensorOptions(DType::BF16, d)), nc::from_vector<bool>({true, false}, {2}, d), 1e39); },
+       typeid(nc::ValueError), {"masked_fill: value 1e+39", "bf16"}},
+      {"where(f16, 1e6)",
+       [](Device d) { nc::where(nc::from_vector<bool>({true, false}, {2}, d), nc::zeros({2}, TensorOptions(DType::F16, d)), 1e6); },
+       typeid(nc::ValueError), {"where: scalar 1e+06", "f16"}},
+      {"where(i32, 2^40)",
+       [](Device d) { nc::where(nc::from_vector<bool>({true, false}, {2}, d), nc::zeros({2}, TensorOptions(DType::I32, d)), int64_t{1} << 40); },
+       typeid(nc::ValueError), {"where: scalar 1099511627776", "i32"}},
+      {"clamp(f16, max = 1e6)", [](Device d) { nc::clamp(nc::zeros({2}, TensorOptions(DType::F16, d)), std::nullopt, 1e6); },
+       typeid(nc::ValueError), {"clamp: max 1e+06", "f16"}},
+      {"clamp(f16, min = -1e6)", [](Device d) { nc::clamp(nc::zeros({2}, TensorOptions(DType::F16, d)), -1e6, std::nullopt); },
+       typeid(nc::ValueError), {"clamp: min -1e+06", "f16"}},
+      {"clamp(u8, max = 300)", [](Device d) { nc::clamp(nc::zeros({2}, TensorOptions(DType::U8, d)), std::nullopt, 300); },
+       typeid(nc::ValueError), {"clamp: max 300", "u8"}},
+      // An exponent the result's dtype cannot hold is refused, not wrapped (u8 ** 256 is not
+      // u8 ** 0).
+      {"pow(u8, 256)", [](Device d) { nc::pow(nc::from_vector<uint8_t>({2, 3}, {2}, d), 256); }, typeid(nc::ValueError),
+       {"pow: exponent 256 cannot be converted to u8"}},
+      {"pow(i32, 2^32)", [](Device d) { nc::pow(nc::from_vector<int32_t>({2, 1}, {2}, d), int64_t{1} << 32); },
+       typeid(nc::ValueError), {"pow: exponent 4294967296 cannot be converted to i32"}},
+      {"pow(i32, 2^31)", [](Device d) { nc::pow(nc::from_vector<int32_t>({2, 1}, {2}, d), int64_t{1} << 31); },
+       typeid(nc::ValueError), {"pow: exponent 2147483648", "i32"}},
+      {"pow(f16, 1e6)", [](Device d) { nc::pow(nc::ones({2}, TensorOptions(DType::F16, d)), 1e6); }, typeid(nc::ValueError),
+       {"pow: exponent 1e+06", "f16"}},
+      {"pow(u8, -1)", [](Device d) { nc::pow(nc::from_vector<uint8_t>({2, 3}, {2}, d), -1); }, typeid(nc::ValueError),
+       {"pow: integer tensor", "negative integer power -1"}},
+      // copy_ into elements that share memory would keep whichever write came last.
+      {"copy_ into an expand() view",
+       [](Device d) { nc::zeros({1, 3}, TensorOptions(DType::F32, d)).expand({2, 3}).copy_(nc::ones({2, 3}, TensorOptions(DType::F32, d))); },
+       typeid(nc::ValueError), {"copy_: the destination f32 [2, 3]", "share memory along dim 0", "clone()"}},
+      {"copy_ of a row into an expand() view",
+       [](Device d) { nc::zeros({3, 1}, TensorOptions(DType::F32, d)).expand({3, 4}).copy_(nc::ones({1, 4}, TensorOptions(DType::F32, d))); },
+       typeid(nc::ValueError), {"copy_", "share memory along dim 1"}},
+      // ... and copy_ from a view of the destination's own elements, laid out otherwise, would
+      // read elements it has already written.
+      {"copy_ of a tensor into its transpose",
+       [](Device d) {
+         Tensor y = nc::arange(4, nc::TensorOptions(DType::F32, d)).view({2, 2});
+         y.t().copy_(y);
+       },
+       typeid(nc::ValueError), {"copy_: the destination f32 [2, 2]", "share some of their elements", "clone() of src"}},
+      {"copy_ of a shifted slice",
+       [](Device d) {
+         Tensor x = nc::arange(6, nc::TensorOptions(DType::F32, d));
+         x.slice(0, 1, 6).copy_(x.slice(0, 0, 5));
+       },
+       typeid(nc::ValueError), {"copy_", "share some of their elements"}},
+      // Pooling: only the batch may be empty.
+      {"max_pool2d of C = 0", [](Device d) { nc::max_pool2d(nc::zeros({2, 0, 4, 4}, TensorOptions(DType::F32, d)), 2); },
+       typeid(nc::ShapeError), {"max_pool2d: x must have a non-zero channel count", "[2, 0, 4, 4]"}},
+      {"max_pool2d of [0, 4, 4]", [](Device d) { nc::max_pool2d(nc::zeros({0, 4, 4}, TensorOptions(DType::F32, d)), 2); },
+       typeid(nc::ShapeError), {"max_pool2d: x must have a non-zero channel count", "[0, 4, 4]"}},
+      {"avg_pool2d of C = 0", [](Device d) { nc::avg_pool2d(nc::zeros({2, 0, 4, 4}, TensorOptions(DType::F32, d)), 2); },
+       typeid(nc::ShapeError), {"avg_pool2d: x must have a non-zero channel count"}},
+  };
+  return rows;
+}
+
+TEST(PyTorchSemantics, RefusesWhatPyTorchRefuses) {
+  for (Device device : devices()) {
+    for (const Refusal& row : refusals()) {
+      SCOPED_TRACE(std::string(row.name) + " on " + device.str());
+      try {
+        row.call(device);
+        ADD_FAILURE() << "no error";
+      } catch (const nc::Error& e) {
+        EXPECT_EQ(std::string(typeid(e).name()), std::string(row.type.name())) << e.what();
+        for (const std::string& fragment : row.fragments)
+          EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << "'" << fragment << "' not in: " << e.what();
+      }
+    }
+    // What PyTorch accepts beside them: a copy onto the same elements, between interleaved
+    // views of one tensor, empty batches, and empty channels in adaptive pooling.
+    Tensor x = nc::arange(6, nc::TensorOptions(DType::F32, device));
+    x.copy_(x);
+    x.slice(0, 0, 6, 2).copy_(x.slice(0, 1, 6, 2));
+    EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{1, 1, 3, 3, 5, 5}));
+    EXPECT_EQ(nc::max_pool2d(nc::zeros({0, 3, 4, 4}, nc::TensorOptions(DType::F32, device)), 2).shape(),
+              (nc::Shape{0, 3, 2, 2}));
+    EXPECT_EQ(nc::adaptive_avg_pool2d(nc::zeros({2, 0, 4, 4}, nc::TensorOptions(DType::F32, device)), 1).shape(),
+              (nc::Shape{2, 0, 1, 1}));
   }
 }
 

@@ -44,7 +44,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // padding. Output size floor((H + 2 padding - dilation (kernel - 1) - 1) / stride) + 1 (or
 // ceil), at least 1. As in PyTorch, ties go to the first element in row-major window order
 // and, of several NaNs, to the last; a dilated window that holds padding only gives
-// -infinity and no gradient. N and C may be 0 (an empty result), H and W not.
+// -infinity and no gradient. N may be 0 (an empty result), C, H and W not (PyTorch's rule).
 Tensor max_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride = Size2(), Size2 padding = 0, Size2 dilation = 1,
                   bool ceil_mode = false);
 
@@ -55,7 +55,7 @@ Tensor avg_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride = Size2(), Si
                   bool ceil_mode = false, bool count_include_pad = true);
 
 // The mean over output_size.h x output_size.w bins: bin i of H spans rows floor(i H / h) to
-// ceil((i + 1) H / h) - 1 (bins may overlap). output_size >= 1.
+// ceil((i + 1) H / h) - 1 (bins may overlap). output_size >= 1. N and C may be 0, H and W not.
 Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size);
 
 }  // namespace normcore
