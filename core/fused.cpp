@@ -99,6 +99,10 @@ Tensor gemm_group_norm_min_bias(const Tensor& x, const Tensor& weight, const Ten
   NC_CHECK(channels % num_groups == 0, ShapeError, kOp, ": OUT = ", channels, " (from weight ", describe(weight),
            ") must be divisible by num_groups = ", num_groups);
   NC_CHECK(eps > 0, ValueError, kOp, ": eps must be positive, got ", eps);
+  // group_norm's rule (F.group_norm's): one value per group in the whole batch is refused.
+  NC_CHECK(x.size(0) * (channels / num_groups) != 1, ValueError, kOp,
+           ": expected more than 1 value per group, got B = ", x.size(0), " rows of OUT = ", channels, " with ",
+           num_groups, " groups");
   check_operand("linear_bias", linear_bias, x, {channels}, false);
   check_operand("gn_weight", gn_weight, x, {channels}, false);
   check_operand("gn_bias", gn_bias, x, {channels}, false);

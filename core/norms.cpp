@@ -155,6 +155,10 @@ Tensor group_norm(const Tensor& x_arg, int64_t num_groups, const Tensor& weight_
   check_param(op, "bias", bias, x, {channels});
 
   const int64_t spatial = checked_numel(Shape(x.shape().begin() + 2, x.shape().end()), op);
+  // PyTorch's rule (F.group_norm): refused when the whole batch holds one value per group,
+  // which normalizes to 0 whatever it is.
+  NC_CHECK(batch * (channels / num_groups) * spatial != 1, ValueError, op,
+           ": expected more than 1 value per group, got x ", describe(x), " with ", num_groups, " groups");
   Tensor xc, w, b;
   {
     autograd::NoGradGuard no_grad;  // the copies are private to this op; its node covers them

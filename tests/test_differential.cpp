@@ -221,7 +221,8 @@ const std::map<std::string, OpFn>& ops() {
     t["where_scalar"] = [](const Args& a, const json& at) { return nc::where(a.at(0), a.at(1), scalar(at.at("scalar"))); };
 
     t["cross_entropy"] = [](const Args& a, const json& at) {
-      return nc::nn::cross_entropy(a.at(0), a.at(1), reduction(at.at("reduction")), number(at.at("label_smoothing")));
+      return nc::nn::cross_entropy(a.at(0), a.at(1), reduction(at.at("reduction")), number(at.at("label_smoothing")),
+                                   at.value("ignore_index", int64_t{-100}));
     };
     t["nll_loss"] = [](const Args& a, const json& at) { return nc::nn::nll_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
     t["mse_loss"] = [](const Args& a, const json& at) { return nc::nn::mse_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
@@ -237,7 +238,16 @@ const std::map<std::string, OpFn>& ops() {
       return nc::group_norm(a.at(0), at.at("num_groups"), a.size() > 1 ? a[1] : Tensor(), a.size() > 2 ? a[2] : Tensor(),
                             number(at.at("eps")));
     };
+    t["batch_norm"] = [](const Args& a, const json& at) {
+      return nc::batch_norm(a.at(0), Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, number(at.at("eps")));
+    };
     t["l1_norm"] = [](const Args& a, const json& at) { return nc::l1_norm(a.at(0), at.at("dim"), number(at.at("eps"))); };
+    t["max_pool2d"] = unary([](const Tensor& x) { return nc::max_pool2d(x, 2); });
+    t["avg_pool2d"] = unary([](const Tensor& x) { return nc::avg_pool2d(x, 2); });
+    t["adaptive_avg_pool2d"] = unary([](const Tensor& x) { return nc::adaptive_avg_pool2d(x, 1); });
+    t["sdpa"] = [](const Args& a, const json& at) {
+      return nc::scaled_dot_product_attention(a.at(0), a.at(1), a.at(2), at.at("causal").get<bool>());
+    };
     t["frobenius_norm"] = [](const Args& a, const json& at) { return nc::frobenius_norm(a.at(0), number(at.at("eps"))); };
 
     t["to"] = [](const Args& a, const json& at) { return a.at(0).to(nc::dtype_from_name(at.at("dtype"))); };
@@ -247,6 +257,30 @@ const std::map<std::string, OpFn>& ops() {
       Tensor x = a.at(0);
       x.fill_(scalar(at.at("value")));
       return x;
+    };
+    t["filled"] = [](const Args& a, const json& at) {
+      const nc::autograd::NoGradGuard no_grad;
+      Tensor x = a.at(0).clone();
+      x.fill_(scalar(at.at("value")));
+      return x;
+    };
+    // No tensor argument: on the device of the program's first input, else the CPU (the
+    // replayer passes the device as the attribute "device" it adds).
+    t["full"] = [](const Args&, const json& at) {
+      return nc::full(ints(at.at("shape")), scalar(at.at("value")),
+                      nc::TensorOptions(nc::dtype_from_name(at.at("dtype")), Device(at.at("device").get<std::string>())));
+    };
+    t["expand_copy_"] = [](const Args& a, const json& at) {
+      const nc::autograd::NoGradGuard no_grad;
+      Tensor y = a.at(0).clone().expand(ints(at.at("shape")));
+      y.copy_(a.at(1));
+      return y;
+    };
+    t["expand_fill_"] = [](const Args& a, const json& at) {
+      const nc::autograd::NoGradGuard no_grad;
+      Tensor y = a.at(0).clone().expand(ints(at.at("shape")));
+      y.fill_(scalar(at.at("value")));
+      return y;
     };
     return t;
   }();
@@ -321,14 +355,16 @@ double grad_rtol(DType dtype) {
   }
 }
 
-void run_steps(const json& steps, std::map<std::string, Tensor>& env) {
+void run_steps(const json& steps, std::map<std::string, Tensor>& env, Device device) {
   for (const json& s : steps) {
     const std::string op = s.at("op");
     const auto it = ops().find(op);
     if (it == ops().end()) throw std::runtime_error("the replayer has no op " + op);
     Args args;
     for (const json& name : s.at("args")) args.push_back(env.at(name.get<std::string>()));
-    env[s.at("out").get<std::string>()] = it->second(args, s.at("attrs"));
+    json attrs = s.at("attrs");
+    attrs["device"] = device.str();
+    env[s.at("out").get<std::string>()] = it->second(args, attrs);
   }
 }
 
@@ -355,7 +391,7 @@ std::string replay(const json& c, Device device) {
   const json& steps = c.at("steps");
   const std::string error = c.value("error", "");
   try {
-    run_steps(steps, env);
+    run_steps(steps, env, device);
   } catch (const nc::Error& e) {
     if (error != "forward") out.add(std::string("normcore refused the program: ") + e.what());
     return out.text();
@@ -463,7 +499,7 @@ TEST_P(DifferentialFamily, MatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Families, DifferentialFamily,
                          ::testing::Values("broadcast", "scalar", "unary", "reduce", "views", "matmul", "indexing",
-                                           "losses", "norms", "promotion", "autograd"),
+                                           "losses", "norms", "promotion", "autograd", "edges"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -2,7 +2,7 @@
 // device: integer tensors divided by integer scalars that do not fit their dtype, gradients
 // at zeros and NaNs, signed zeros, bool subtraction, empty tensors in cat, cross_entropy's
 // ignored rows; and what PyTorch refuses: scalars a dtype cannot hold, writes into a
-// destination whose elements share memory, empty channels in pooling.
+// destination whose elements share memory, groups of one value, empty channels in pooling.
 // Each row holds what PyTorch 2.11 computes or raises for the same expression (where normcore
 // departs from it on purpose, the row says so and docs/ERRORS.md says why; the wider
 // differential suite is test_differential.cpp).
@@ -187,6 +187,9 @@ const std::vector<ValueCase>& value_cases() {
          return x;
        },
        DType::F32, {2, 2, 2, 2, 2, 2}},
+      // One value per group within each sample is fine when the batch holds more than one.
+      {"group_norm of [2, 4], 4 groups", [](Device d) { return nc::group_norm(f32({1, 2, 3, 4, 5, 6, 7, 8}, d).view({2, 4}), 4, Tensor(), Tensor()); },
+       DType::F32, {0, 0, 0, 0, 0, 0, 0, 0}},
   };
   return cases;
 }
@@ -313,6 +316,18 @@ const std::vector<Refusal>& refusals() {
          x.slice(0, 1, 6).copy_(x.slice(0, 0, 5));
        },
        typeid(nc::ValueError), {"copy_", "share some of their elements"}},
+      // One value per group (or channel) in the whole batch normalizes to 0 whatever it is.
+      {"group_norm of [1, 4], 4 groups", [](Device d) { nc::group_norm(f32({1, 2, 3, 4}, d).view({1, 4}), 4, Tensor(), Tensor()); },
+       typeid(nc::ValueError), {"group_norm: expected more than 1 value per group", "[1, 4]", "4 groups"}},
+      {"group_norm of [1, 4, 1], 4 groups",
+       [](Device d) { nc::group_norm(f32({1, 2, 3, 4}, d).view({1, 4, 1}), 4, Tensor(), Tensor()); },
+       typeid(nc::ValueError), {"group_norm: expected more than 1 value per group", "[1, 4, 1]"}},
+      {"batch_norm training on [1, 3]",
+       [](Device d) { nc::batch_norm(f32({1, 2, 3}, d).view({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5); },
+       typeid(nc::ValueError), {"batch_norm: expected more than 1 value per channel", "[1, 3]"}},
+      {"batch_norm with eps = 0",
+       [](Device d) { nc::batch_norm(f32({1, 2, 3, 4}, d).view({2, 2}), Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 0.0); },
+       typeid(nc::ValueError), {"batch_norm", "eps"}},
       // Pooling: only the batch may be empty.
       {"max_pool2d of C = 0", [](Device d) { nc::max_pool2d(nc::zeros({2, 0, 4, 4}, TensorOptions(DType::F32, d)), 2); },
        typeid(nc::ShapeError), {"max_pool2d: x must have a non-zero channel count", "[2, 0, 4, 4]"}},

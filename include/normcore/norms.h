@@ -30,7 +30,8 @@ Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, c
 
 // PyTorch's F.group_norm: x [N, C, *] (rank >= 2), C divisible by num_groups; statistics per
 // sample and group over C / num_groups channels and all trailing dims; weight and bias [C],
-// optional. [N, C, *] -> same shape.
+// optional. A batch holding one value per group in all (N = 1, C = num_groups, no trailing
+// size above 1) is refused, as F.group_norm does. [N, C, *] -> same shape.
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   double eps = 1e-5);
 

@@ -37,6 +37,7 @@ COUNTS = {
     "norms": 300,
     "promotion": 300,
     "autograd": 300,
+    "edges": 500,
 }
 
 FLOAT = ["f32", "f64"]
@@ -438,9 +439,97 @@ def gen_autograd(rng):
     return [x], steps
 
 
+# The edges: scalars a dtype may not hold, written by each op that writes one; integer powers
+# past the dtype; cross_entropy's ignored rows (all of them, a class as ignore_index, NaN and
+# infinite logits in them); writes into an expand() view; one value per group or channel;
+# empty dims in pooling; attention, saturated softmax included.
+FIT_VALUES = [1e6, -1e6, 65504.0, 65519.0, 1e39, -1e39, math.inf, -math.inf, math.nan, 300, 255, -3, -255, -256,
+              2 ** 40, 1.5, 7]
+
+
+def gen_edges(rng):
+    kind = rng.choice(["ignored"] * 3 + ["fit"] * 3 + ["pow", "one_value", "overlap", "pool", "attention", "attention"])
+    if kind == "ignored":
+        rows, classes = rng.randint(1, 4), rng.randint(2, 5)
+        ignore = rng.choice([-100, rng.randrange(classes)])
+        everything = rng.random() < 0.3
+        targets = [ignore if everything or rng.random() < 0.4 else rng.randrange(classes) for _ in range(rows)]
+        dtype = rng.choice(FLOAT)
+        values = random_values(rng, dtype, rows * classes)
+        ignored = [r for r in range(rows) if targets[r] == ignore]
+        if ignored and rng.random() < 0.4:
+            values[rng.choice(ignored) * classes + rng.randrange(classes)] = rng.choice([math.nan, math.inf, -math.inf])
+        x = tensor_input(rng, "x", dtype, [rows, classes], requires_grad=True, values=values)
+        t = tensor_input(rng, "t", "i64", [rows], requires_grad=False, values=targets)
+        # The kept rows, for the program that computes normcore's outcome (deliberate()).
+        k = tensor_input(rng, "k", "bool", [rows, 1], requires_grad=False, values=[v != ignore for v in targets])
+        return [x, t, k], [step("cross_entropy", "y", ["x", "t"], reduction=rng.choice(["mean", "sum", "none"]),
+                                label_smoothing=rng.choice([0.0, 0.0, 0.2]), ignore_index=ignore)]
+    if kind == "fit":
+        op = rng.choice(["full", "filled", "masked_fill", "where_scalar", "clamp"])
+        dtype = rng.choice(["f16", "bf16", "f32", "u8", "i32"])
+        value = rng.choice(FIT_VALUES)
+        shape = [rng.randint(1, 3)]
+        x = tensor_input(rng, "x", dtype, shape, requires_grad=False)
+        if op == "full":
+            return [], [step("full", "y", [], shape=shape, value=value, dtype=dtype)]
+        if op == "filled":
+            return [x], [step("filled", "y", ["x"], value=value)]
+        if op == "clamp":
+            if isinstance(value, float) and math.isnan(value):
+                value = 300
+            bound = rng.choice(["min", "max"])
+            return [x], [step("clamp", "y", ["x"], **{bound: value, ("max" if bound == "min" else "min"): None})]
+        mask = tensor_input(rng, "m", "bool", shape, requires_grad=False)
+        if op == "masked_fill":
+            return [x, mask], [step("masked_fill", "y", ["x", "m"], value=value)]
+        return [mask, x], [step("where_scalar", "y", ["m", "x"], scalar=value)]
+    if kind == "pow":
+        dtype = rng.choice(["u8", "i32", "i64", "f16", "f32"])
+        exponent = rng.choice([0, 3, 255, 256, 2 ** 31 - 1, 2 ** 31, 2 ** 32, 2 ** 62, 1e6, -1])
+        shape = [rng.randint(1, 4)]
+        values = [rng.choice([0, 1, 2, 3] + ([-1, -2] if dtype in ("i32", "i64") else [])) for _ in range(shape[0])] \
+            if dtype in INT else None
+        x = tensor_input(rng, "x", dtype, shape, requires_grad=False, values=values)
+        return [x], [step("pow_scalar", "y", ["x"], exponent=exponent)]
+    if kind == "one_value":
+        dtype = rng.choice(FLOAT)
+        channels = rng.randint(1, 4)
+        if rng.random() < 0.5:
+            shape = rng.choice([[1, channels], [1, channels, 1], [2, channels], [1, 2 * channels], [1, channels, 1, 1]])
+            x = tensor_input(rng, "x", dtype, shape, requires_grad=rng.random() < 0.5)
+            return [x], [step("group_norm", "y", ["x"], num_groups=channels, eps=1e-5)]
+        shape = rng.choice([[1, channels], [1, channels, 1, 1], [2, channels], [1, channels, 2]])
+        x = tensor_input(rng, "x", dtype, shape, requires_grad=rng.random() < 0.5)
+        return [x], [step("batch_norm", "y", ["x"], eps=rng.choice([1e-5, 1e-5, 0.0]))]
+    if kind == "overlap":
+        base, target = rng.choice([([1, 3], [2, 3]), ([3], [1, 3]), ([2, 1], [2, 3]), ([2, 3], [2, 3]), ([1], [4]),
+                                   ([1, 1], [1, 1])])
+        dtype = rng.choice(FLOAT)
+        x = tensor_input(rng, "x", dtype, base, requires_grad=False)
+        if rng.random() < 0.5:
+            return [x], [step("expand_fill_", "y", ["x"], shape=target, value=rng.choice([0.0, 2.5, -1]))]
+        src = tensor_input(rng, "s", dtype, rng.choice([target, target[-1:]]), requires_grad=False)
+        return [x, src], [step("expand_copy_", "y", ["x", "s"], shape=target)]
+    if kind == "pool":
+        op = rng.choice(["max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"])
+        shape = rng.choice([[2, 0, 4, 4], [0, 3, 4, 4], [0, 4, 4], [2, 3, 0, 4], [1, 2, 4, 4], [2, 4, 4], [0, 0, 4, 4],
+                            [2, 2, 4, 0]])
+        x = tensor_input(rng, "x", rng.choice(FLOAT), shape)
+        return [x], [step(op, "y", ["x"])]
+    dtype = rng.choice(["f32", "f64", "f64"])
+    batch, heads, L, S = rng.randint(1, 2), rng.randint(1, 2), rng.randint(1, 5), rng.randint(1, 6)
+    D, Dv = rng.choice([2, 4, 8]), rng.choice([2, 4, 8])
+    saturation = rng.choice([1, 1, 10, 30])
+    q = tensor_input(rng, "q", dtype, [batch, heads, L, D], requires_grad=True, lo=-3 * saturation, hi=3 * saturation)
+    k = tensor_input(rng, "k", dtype, [batch, heads, S, D], requires_grad=True)
+    v = tensor_input(rng, "v", dtype, [batch, heads, S, Dv], requires_grad=True)
+    return [q, k, v], [step("sdpa", "y", ["q", "k", "v"], causal=rng.random() < 0.5)]
+
+
 GENERATORS = {"broadcast": gen_broadcast, "scalar": gen_scalar, "unary": gen_unary, "reduce": gen_reduce,
               "views": gen_views, "matmul": gen_matmul, "indexing": gen_indexing, "losses": gen_losses,
-              "norms": gen_norms, "promotion": gen_promotion, "autograd": gen_autograd}
+              "norms": gen_norms, "promotion": gen_promotion, "autograd": gen_autograd, "edges": gen_edges}
 
 
 # ---------------------------------------------------------------- running a program
@@ -562,7 +651,8 @@ def run_step(env, s, wide):
     if op == "where_scalar":
         return torch.where(a[0], a[1], at["scalar"])
     if op == "cross_entropy":
-        return F.cross_entropy(a[0], a[1], reduction=at["reduction"], label_smoothing=at["label_smoothing"])
+        return F.cross_entropy(a[0], a[1], reduction=at["reduction"], label_smoothing=at["label_smoothing"],
+                               ignore_index=at.get("ignore_index", -100))
     if op == "nll_loss":
         return F.nll_loss(a[0], a[1], reduction=at["reduction"])
     if op == "mse_loss":
@@ -574,8 +664,16 @@ def run_step(env, s, wide):
     if op == "layer_norm":
         return F.layer_norm(a[0], at["normalized_shape"], *(a[1:3] if len(a) > 1 else (None, None)), eps=at["eps"])
     if op == "group_norm":
-        # The op itself: F.group_norm also refuses groups of one element, a training-time check.
-        return torch.group_norm(a[0], at["num_groups"], *(a[1:3] if len(a) > 1 else (None, None)), at["eps"])
+        # F.group_norm refuses a batch of one value per group, as normcore does.
+        return F.group_norm(a[0], at["num_groups"], *(a[1:3] if len(a) > 1 else (None, None)), eps=at["eps"])
+    if op == "batch_norm":
+        return F.batch_norm(a[0], None, None, training=True, eps=at["eps"])
+    if op in ("max_pool2d", "avg_pool2d"):
+        return (F.max_pool2d if op == "max_pool2d" else F.avg_pool2d)(a[0], 2)
+    if op == "adaptive_avg_pool2d":
+        return F.adaptive_avg_pool2d(a[0], 1)
+    if op == "sdpa":
+        return F.scaled_dot_product_attention(a[0], a[1], a[2], is_causal=at["causal"])
     if op == "l1_norm":
         return a[0] / torch.clamp(torch.mean(torch.abs(a[0]), at["dim"], keepdim=True), min=at["eps"])
     if op == "frobenius_norm":
@@ -593,6 +691,20 @@ def run_step(env, s, wide):
     if op == "fill_":
         with torch.no_grad():
             return a[0].fill_(at["value"])
+    if op == "filled":
+        with torch.no_grad():
+            return a[0].clone().fill_(at["value"])
+    if op == "full":
+        dtype = TORCH[at["dtype"]]
+        if wide and dtype.is_floating_point:
+            # The value is checked against the case dtype, then computed wide like the rest.
+            torch.full(at["shape"], at["value"], dtype=dtype)
+            dtype = torch.float64
+        return torch.full(at["shape"], at["value"], dtype=dtype)
+    if op in ("expand_copy_", "expand_fill_"):
+        with torch.no_grad():
+            y = a[0].clone().expand(*at["shape"])
+            return y.copy_(a[1]) if op == "expand_copy_" else y.fill_(at["value"])
     raise KeyError("unknown op " + op)
 
 
@@ -725,10 +837,32 @@ def dtype_of(inputs, name):
     return next((inp["dtype"] for inp in inputs if inp["name"] == name), None)
 
 
+def nonfinite_in_ignored_row(inputs, logits, target):
+    x = next(inp for inp in inputs if inp["name"] == logits)
+    kept = next(inp for inp in inputs if inp["name"] == "k")["values"]
+    classes = x["shape"][1]
+    return any(not kept[r] and not all(math.isfinite(v) for v in x["values"][r * classes:(r + 1) * classes])
+               for r in range(len(kept)))
+
+
 def deliberate(inputs, steps, outcome):
     ran = "error" not in outcome
     for s in steps:
         op, args, at = s["op"], s["args"], s["attrs"]
+        if op == "cross_entropy" and ran and dtype_of(inputs, "k") == "bool" and \
+                nonfinite_in_ignored_row(inputs, args[0], args[1]):
+            # The ignored rows' logits replaced by zeros: the same loss, a zero gradient there.
+            return "cross-entropy-ignored-nonfinite", [step("where_scalar", "__kept", ["k", args[0]], scalar=0.0),
+                                                       step(op, s["out"], ["__kept", args[1]], **at)] + steps[1:]
+        if op == "filled" and ran and dtype_of(inputs, args[0]) == "bf16":
+            value = at["value"]
+            if not isinstance(value, bool) and math.isfinite(value) and abs(value) > 3.3895313892515355e38:
+                return "fill-bf16-overflow", "refuses"
+        if op == "where_scalar" and ran and dtype_of(inputs, args[1]) in ("f16", "bf16", "f32"):
+            value = at["scalar"]
+            largest = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
+            if not isinstance(value, bool) and math.isfinite(value) and abs(value) > largest[dtype_of(inputs, args[1])]:
+                return "where-scalar-overflow", "refuses"
         if op == "masked_fill" and ran and dtype_of(inputs, args[0]) not in FLOAT + ["f16", "bf16"]:
             value = at["value"]
             if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
