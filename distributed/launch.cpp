@@ -2,7 +2,9 @@
 // Each child's stdout and stderr come through pipes and are forwarded line by line with a
 // "[rank R] " prefix; the parent polls the pipes and reaps children as they exit. The first
 // failure stops the others: SIGTERM, then SIGKILL after the grace period. Children also get
-// SIGTERM when the launcher itself dies (PR_SET_PDEATHSIG).
+// SIGTERM when the launcher itself dies (PR_SET_PDEATHSIG). The ranks get the job secret
+// through their environment, never their command line, which every user of the machine can
+// read.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/job_secret.h"
 #include "normcore/distributed.h"
 
 namespace normcore {
@@ -102,6 +105,11 @@ int launch(const std::vector<std::string>& command, const LaunchOptions& options
            options.node_rank, " must be in [0, ", options.nnodes, ")");
   NC_CHECK(options.master_port >= 1 && options.master_port <= 65535, ValueError,
            "launch: master_port must be in 1..65535, got ", options.master_port);
+  NC_CHECK(options.nnodes == 1 || job_secret_in_environment(), ValueError, "launch: a job of ", options.nnodes,
+           " machines needs the same ", kJobSecretVariable, " in every launcher's environment (make one with: "
+           "openssl rand -hex 32)");
+  // The launcher's own secret (checked as a store would), else one for this job alone.
+  const std::string secret = job_secret_in_environment() ? resolve_job_secret("", "launch") : make_job_secret();
   const int world_size = options.nnodes * options.nproc;
   std::vector<Child> children(static_cast<size_t>(options.nproc));
   for (int i = 0; i < options.nproc; ++i) {
@@ -113,7 +121,8 @@ int launch(const std::vector<std::string>& command, const LaunchOptions& options
                    {"WORLD_SIZE", std::to_string(world_size)},
                    {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
                    {"MASTER_ADDR", options.master_addr},
-                   {"MASTER_PORT", std::to_string(options.master_port)}},
+                   {"MASTER_PORT", std::to_string(options.master_port)},
+                   {kJobSecretVariable, secret}},
                   &c.out, &c.err);
   }
 

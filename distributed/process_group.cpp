@@ -159,20 +159,33 @@ class StoreBackend : public ProcessGroup::Impl {
  private:
   uint64_t sequence_ = 0;
 
-  // Every rank's bytes of t in rank order (only root's when root >= 0).
+  // Every rank's bytes of t in rank order (only root's when root >= 0). A value in the store
+  // holds at most TcpStore::kMaxValueBytes, so a larger tensor goes in pieces of that size;
+  // every rank knows how many from t's size.
   std::vector<std::string> exchange(int root, const Tensor& t) {
     const std::string key = prefix + std::to_string(sequence_++) + "/";
+    const size_t bytes = t.nbytes(), piece_bytes = TcpStore::kMaxValueBytes;
+    const size_t pieces = std::max<size_t>(1, (bytes + piece_bytes - 1) / piece_bytes);
+    auto piece_key = [&](int r, size_t piece) { return key + std::to_string(r) + "/" + std::to_string(piece); };
+    std::vector<int> senders;
+    for (int r = 0; r < world_size; ++r)
+      if (root < 0 || r == root) senders.push_back(r);
     if (root < 0 || root == rank) {
-      store->set(key + std::to_string(rank), std::string(static_cast<const char*>(t.data_ptr()), t.nbytes()));
+      const char* data = static_cast<const char*>(t.data_ptr());
+      for (size_t piece = 0; piece < pieces; ++piece) {
+        const size_t start = piece * piece_bytes;
+        store->set(piece_key(rank, piece), std::string(data + start, std::min(piece_bytes, bytes - start)));
+      }
     }
     std::vector<std::string> all;
-    for (int r = 0; r < world_size; ++r) {
-      if (root < 0 || r == root) all.push_back(store->get(key + std::to_string(r)));
+    for (int r : senders) {
+      std::string& whole = all.emplace_back();
+      whole.reserve(bytes);
+      for (size_t piece = 0; piece < pieces; ++piece) whole += store->get(piece_key(r, piece));
     }
     if (store->add(key + "read", 1) == world_size) {
-      for (int r = 0; r < world_size; ++r) {
-        if (root < 0 || r == root) store->remove(key + std::to_string(r));
-      }
+      for (int r : senders)
+        for (size_t piece = 0; piece < pieces; ++piece) store->remove(piece_key(r, piece));
       store->remove(key + "read");
     }
     return all;

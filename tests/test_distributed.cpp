@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -166,6 +168,75 @@ TEST(TcpStore, TimeoutsRefusalsAndALostServerAreErrors) {
   throws<normcore::ValueError>([] { nd::TcpStore s("127.0.0.1", 70000, 1, true); }, {"port", "70000"})();
 }
 
+// The environment's part in the store's security: NORMCORE_JOB_SECRET is the secret a store
+// takes when given none, NORMCORE_STORE_BIND_ALL=1 listens on every interface, and the
+// launcher hands its ranks a secret through their environment.
+TEST(TcpStore, TakesTheSecretAndTheBindingFromTheEnvironment) {
+  const std::string secret = "a secret of the environment, 32 b";
+  nd::TcpStoreOptions options;
+  options.timeout = milliseconds(3000);
+  options.secret = secret;
+  nd::TcpStore server("127.0.0.1", 0, 2, true, options);
+  {
+    ScopedEnv env(ScopedEnv::Values{{"NORMCORE_JOB_SECRET", secret}});
+    nd::TcpStore client("127.0.0.1", server.port(), 2, false, milliseconds(3000));
+    client.set("k", "v");
+    EXPECT_EQ(server.get("k"), "v");
+  }
+  {
+    ScopedEnv env(ScopedEnv::Values{{"NORMCORE_JOB_SECRET", ""}});
+    throws<normcore::DistributedError>(
+        [&] { nd::TcpStore client("127.0.0.1", server.port(), 2, false, milliseconds(3000)); },
+        {"authentication failed", "this process has no NORMCORE_JOB_SECRET"})();
+  }
+  {
+    ScopedEnv env(ScopedEnv::Values{{"NORMCORE_JOB_SECRET", "short"}});
+    throws<normcore::ValueError>([&] { nd::TcpStore client("127.0.0.1", server.port(), 2, false); },
+                                 {"NORMCORE_JOB_SECRET has 5 bytes", "16 to 4096"})();
+  }
+  {
+    ScopedEnv env(ScopedEnv::Values{{"NORMCORE_STORE_BIND_ALL", "1"}});
+    nd::TcpStore everywhere("127.0.0.1", 0, 1, true);
+    EXPECT_EQ(everywhere.listen_address(), "0.0.0.0");
+  }
+  {
+    ScopedEnv env(ScopedEnv::Values{{"NORMCORE_STORE_BIND_ALL", "yes"}});
+    throws<normcore::ValueError>([] { nd::TcpStore s("127.0.0.1", 0, 1, true); },
+                                 {"NORMCORE_STORE_BIND_ALL must be 0 or 1", "'yes'"})();
+  }
+}
+
+class Launch : public normcore_test::TempDirTest {
+ protected:
+  // The secret each of the ranks of a launch of two found in its environment.
+  std::vector<std::string> secrets_of_a_launch(const nd::LaunchOptions& options) {
+    const std::string out = (dir_ / "secret.").string();
+    EXPECT_EQ(nd::launch({"sh", "-c", "printf %s \"$NORMCORE_JOB_SECRET\" > " + out + "$LOCAL_RANK"}, options), 0);
+    std::vector<std::string> secrets;
+    for (int r = 0; r < options.nproc; ++r) {
+      std::ifstream in(out + std::to_string(r));
+      secrets.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    return secrets;
+  }
+};
+
+TEST_F(Launch, HandsItsRanksAJobSecretThroughTheEnvironment) {
+  nd::LaunchOptions options;
+  options.nproc = 2;
+  ScopedEnv unset(ScopedEnv::Values{{"NORMCORE_JOB_SECRET", ""}});
+  const std::vector<std::string> first = secrets_of_a_launch(options);
+  EXPECT_EQ(first[0].size(), 64u);  // 32 random bytes in hex
+  EXPECT_EQ(first[0], first[1]);
+  EXPECT_NE(secrets_of_a_launch(options)[0], first[0]);  // a new one for every job
+  options.nnodes = 2;  // node 0 of two: the other launcher must have the same secret
+  throws<normcore::ValueError>([&] { nd::launch({"true"}, options); },
+                               {"a job of 2 machines", "NORMCORE_JOB_SECRET"})();
+  const std::string given = "a secret given to every launcher";
+  ScopedEnv set(ScopedEnv::Values{{"NORMCORE_JOB_SECRET", given}});
+  EXPECT_EQ(secrets_of_a_launch(options), (std::vector<std::string>{given, given}));
+}
+
 TEST(Nccl, AMissingOrWrongLibraryIsAClearError) {
   throws<normcore::DistributedError>([] { nd::nccl::load("/nonexistent/libnccl.so.2"); },
                                      {"NCCL: cannot load /nonexistent/libnccl.so.2", "NORMCORE_NCCL_LIBRARY"})();
@@ -260,6 +331,20 @@ TEST(ProcessGroupStore, CollectivesGiveEveryRankTheRightValues) {
     EXPECT_TRUE(work.completed());
     EXPECT_EQ(values(t), (std::vector<double>{6, 60, -3}));
     g.barrier();
+  });
+}
+
+TEST(ProcessGroupStore, ATensorLargerThanAStoreValueGoesInPieces) {
+  run_ranks(2, [](nd::ProcessGroup& g) {
+    // Two whole pieces and three floats.
+    const int64_t n = static_cast<int64_t>(2 * nd::TcpStore::kMaxValueBytes / sizeof(float)) + 3;
+    nc::Tensor t = nc::add(nc::arange(0, n, 1, nc::DType::F32), double(g.rank()));
+    g.all_reduce(t);
+    const std::vector<float> sum = t.to_vector<float>();
+    for (int64_t i : {int64_t(0), n / 2, n - 4, n - 1}) EXPECT_EQ(sum[static_cast<size_t>(i)], 2.0f * i + 1) << i;
+    nc::Tensor b = nc::full({n}, g.rank() + 0.5);
+    g.broadcast(b, 1);
+    EXPECT_EQ(b.to_vector<float>()[static_cast<size_t>(n - 1)], 1.5f);
   });
 }
 

@@ -1,8 +1,8 @@
 // Running one process per GPU, on one machine or several: where a process stands in the job
 // (Env, from the usual environment variables) and the small TCP key-value store the
 // processes meet through (TcpStore: rank 0 serves it at MASTER_ADDR:MASTER_PORT, every rank
-// connects). The NCCL process group, its collectives and DistributedDataParallel build on
-// these.
+// connects and proves it knows the job's secret). The NCCL process group, its collectives
+// and DistributedDataParallel build on these.
 //
 // On top of them: ProcessGroup (collectives over NCCL on a GPU, or through the store on the
 // CPU) and DistributedDataParallel (gradients averaged over the ranks in buckets, while
@@ -14,6 +14,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,6 +45,28 @@ struct Env {
   static Env from_environment();
 };
 
+// How a TcpStore listens, whom it lets in, and how long it waits.
+struct TcpStoreOptions {
+  // The longest a client waits: for the server to come up, and for a reply.
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // The job's secret: every connection proves it knows it (and the server proves it back)
+  // before the store hears a request. Empty: NORMCORE_JOB_SECRET from the environment
+  // (`normcore launch` sets it for its ranks); when that is unset too, a secret of this
+  // process alone, which its own clients share and every other process lacks. 16 to 4096
+  // bytes (ValueError otherwise).
+  std::string secret;
+  // Server: listen on every interface rather than on host's address alone; also turned on
+  // by NORMCORE_STORE_BIND_ALL=1.
+  bool bind_all = false;
+  // Server: the most connections it holds at once, authenticated or not; one more is
+  // refused (and its client retries until timeout). 0: 2 * world_size + 64.
+  int max_connections = 0;
+  // Server: a connection that has not authenticated within this time, or that leaves a
+  // request unfinished this long, is closed. Between requests a client may be silent as
+  // long as it likes.
+  std::chrono::milliseconds stall_timeout = std::chrono::seconds(10);
+};
+
 // A key-value store for rendezvous. The server runs inside the rank-0 process on a thread of
 // its own; every rank (rank 0 included) is a client. Values are byte strings.
 //   set(k, v)      stores v under k (replacing any value);
@@ -51,10 +74,22 @@ struct Env {
 //   add(k, delta)  adds to the 64-bit counter under k (0 when unset) and returns the sum;
 //   barrier(name)  returns once all world_size ranks have called it with that name (every
 //                  rank calls its barriers in the same order; a name may be reused).
+// Keys hold at most kMaxKeyBytes and values kMaxValueBytes (ValueError beyond). The server
+// closes a connection that fails to authenticate, breaks these bounds or the protocol, or
+// stalls (TcpStoreOptions); the other connections go on.
 class TcpStore {
  public:
-  // Server (is_server): listens on port (0 picks a free port, see port()) on every
-  // interface. Client: connects to host:port, retrying until timeout.
+  static constexpr size_t kMaxKeyBytes = 4096;
+  // A value takes at most 4 MiB (an NCCL id takes 128 bytes; the CPU process group sends
+  // larger tensors in pieces of this size).
+  static constexpr size_t kMaxValueBytes = size_t(4) << 20;
+
+  // Server (is_server): listens on host's address and port (0 picks a free port, see
+  // port()), or on every interface with bind_all; a host that is not an address of this
+  // machine is a DistributedError. Client: connects to host:port, retrying until timeout,
+  // and authenticates; a server that does not share the secret is a DistributedError
+  // saying authentication failed.
+  TcpStore(const std::string& host, int port, int world_size, bool is_server, const TcpStoreOptions& options);
   TcpStore(const std::string& host, int port, int world_size, bool is_server,
            std::chrono::milliseconds timeout = std::chrono::seconds(300));
   ~TcpStore();
@@ -70,14 +105,20 @@ class TcpStore {
   void remove(const std::string& key);
 
   int port() const;
+  // The numeric address a server listens on ("127.0.0.1"; "0.0.0.0" or "::" on every
+  // interface); empty for a client.
+  std::string listen_address() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
   struct Server;
   // A request answered by one byte (set, remove).
   void acknowledged(const char* what, uint8_t command, const std::string& key, const std::string& value);
+  // Sends a request after checking the bounds of its key and value.
+  void send_request(const char* what, uint8_t command, const std::string& key, const std::string& value);
   std::unique_ptr<Server> server_;
   int socket_ = -1;
+  std::string host_;  // as given, for messages
   int port_ = 0;
   int world_size_;
   int64_t barriers_ = 0;  // barriers passed, which tells repeated names apart
@@ -95,12 +136,14 @@ struct LaunchOptions {
 };
 
 // Runs command (argv[0] looked up in PATH) as ranks node_rank * nproc ... + nproc - 1 of
-// nnodes * nproc, each with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
-// MASTER_PORT set, and forwards each line of their stdout and stderr with a "[rank R] "
-// prefix. When a rank fails (a non-zero exit or a signal), the others (and what they
-// started) get SIGTERM, then SIGKILL after the grace period, and launch returns the
-// failing rank's status (128 + signal for a signal); 0 when every rank succeeded. Bad
-// options throw ValueError.
+// nnodes * nproc, each with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT and NORMCORE_JOB_SECRET set (the launcher's own NORMCORE_JOB_SECRET when it
+// has one, else a random one made for the job; a job of several machines needs the same
+// one given to every launcher, ValueError otherwise), and forwards each line of their
+// stdout and stderr with a "[rank R] " prefix. When a rank fails (a non-zero exit or a
+// signal), the others (and what they started) get SIGTERM, then SIGKILL after the grace
+// period, and launch returns the failing rank's status (128 + signal for a signal); 0 when
+// every rank succeeded. Bad options throw ValueError.
 int launch(const std::vector<std::string>& command, const LaunchOptions& options);
 
 // ---------------------------------------------------------------- process groups
