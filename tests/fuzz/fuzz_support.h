@@ -31,6 +31,13 @@ void expect_only_normcore_errors(F&& f) {
   }
 }
 
+// A property of the input's result that must hold; when it does not, a finding.
+inline void require(bool holds, const char* property) {
+  if (holds) return;
+  std::fprintf(stderr, "finding: %s\n", property);
+  std::abort();
+}
+
 // Reads every byte of t, so that a tensor over memory it does not own shows up under
 // AddressSanitizer.
 inline void touch(const normcore::Tensor& t) {

@@ -49,3 +49,18 @@ write('corpus/idx/f64.idx', idx(0x0E, [2, 1], struct.pack('>2d', 0.25, -8.0)))
 write('corpus/idx/f32.idx.gz', gzip.compress(idx(0x0D, [2], struct.pack('>2f', 1.5, 2.5)), mtime=0))
 write('corpus/idx/i16.idx', idx(0x0B, [2], struct.pack('>2h', -3, 4)))
 write('corpus/idx/i8.idx', idx(0x09, [2], struct.pack('>2b', -3, 4)))
+
+
+def store_request(command, key, value=b''):  # u8 command, u32 key length, key, u32 value length, value
+    return bytes([command]) + struct.pack('<I', len(key)) + key + struct.pack('<I', len(value)) + value
+
+
+SET, GET, ADD, REMOVE = 1, 2, 3, 4
+write('corpus/store/set_get.bin', store_request(SET, b'pg/0/1/0', bytes(range(40))) + store_request(GET, b'pg/0/1/0'))
+write('corpus/store/barrier.bin', store_request(ADD, b'barrier/step/0', struct.pack('<q', 1)) +
+      store_request(SET, b'barrier/step/0/done', b'1') + store_request(GET, b'barrier/step/0/done') +
+      store_request(REMOVE, b'barrier/step/0'))
+write('corpus/store/partial.bin', store_request(SET, b'pg/nccl-id', bytes(128)) + store_request(GET, b'pg/nccl-id')[:7])
+write('corpus/store/absent_and_negative.bin', store_request(GET, b'never') + store_request(ADD, b'c', struct.pack('<q', -5)) +
+      store_request(ADD, b'c', struct.pack('<q', 2**63 - 1)))
+
