@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <type_traits>
 
 #include "normcore/autograd.h"
@@ -20,15 +21,50 @@ namespace {
 
 constexpr const char* kFormat = "normcore-gpt";
 
+// What is wrong with c, naming its fields with prefix ("config." in a checkpoint); empty
+// when nothing is.
+std::string config_problem(const GPTConfig& c, const std::string& prefix) {
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", c.vocab_size}, {"context", c.context},
+                                                   {"layers", c.layers},         {"heads", c.heads},
+                                                   {"embed", c.embed}};
+  for (const auto& [name, value] : sizes)
+    if (value <= 0) return detail::cat_str(prefix, name, " must be positive, got ", value);
+  if (c.embed % c.heads != 0)
+    return detail::cat_str(prefix, "embed ", c.embed, " is not divisible by ", prefix, "heads ", c.heads);
+  if (!(c.dropout >= 0 && c.dropout < 1)) return detail::cat_str(prefix, "dropout must be in [0, 1), got ", c.dropout);
+  if (c.norm != "layernorm" && c.norm != "rmsnorm")
+    return detail::cat_str(prefix, "norm must be 'layernorm' or 'rmsnorm', got '", c.norm, "'");
+  return "";
+}
+
 GPTConfig checked(const GPTConfig& c) {
-  NC_CHECK(c.vocab_size > 0 && c.context > 0 && c.layers > 0 && c.heads > 0 && c.embed > 0, ValueError,
-           "GPT: vocab_size, context, layers, heads and embed must be positive, got ", c.vocab_size, ", ", c.context,
-           ", ", c.layers, ", ", c.heads, ", ", c.embed);
-  NC_CHECK(c.embed % c.heads == 0, ValueError, "GPT: embed ", c.embed, " is not divisible by heads ", c.heads);
-  NC_CHECK(c.dropout >= 0 && c.dropout < 1, ValueError, "GPT: dropout must be in [0, 1), got ", c.dropout);
-  NC_CHECK(c.norm == "layernorm" || c.norm == "rmsnorm", ValueError,
-           "GPT: norm must be 'layernorm' or 'rmsnorm', got '", c.norm, "'");
+  const std::string problem = config_problem(c, "");
+  NC_CHECK(problem.empty(), ValueError, "GPT: ", problem);
   return c;
+}
+
+// The number of parameters GPT(c) has (GPT::parameter_count), or -1 when it overflows int64;
+// computed without building the model, so that a checkpoint's config can be checked
+// against the file before anything is allocated for it.
+int64_t parameter_count(const GPTConfig& c) {
+  bool overflow = false;
+  auto product = [&overflow](std::initializer_list<int64_t> factors) {
+    int64_t p = 1;
+    for (int64_t f : factors) overflow = __builtin_mul_overflow(p, f, &p) || overflow;
+    return p;
+  };
+  const int64_t norm_vectors = c.norm == "layernorm" && c.bias ? 2 : 1;  // weight (and bias)
+  const int64_t terms[] = {
+      product({c.vocab_size, c.embed}),              // tok_emb
+      product({c.context, c.embed}),                 // pos_emb
+      product({c.layers, 12, c.embed, c.embed}),     // qkv 3 C^2, proj C^2, fc 4 C^2, proj 4 C^2
+      product({c.layers, c.bias ? 9 : 0, c.embed}),  // their biases
+      product({c.layers, 2 * norm_vectors, c.embed}),
+      product({norm_vectors, c.embed}),  // norm_f
+  };
+  int64_t count = 0;
+  for (int64_t term : terms) overflow = __builtin_add_overflow(count, term, &count) || overflow;
+  return overflow ? -1 : count;
 }
 
 bool ends_with(const std::string& s, const std::string& tail) {
@@ -166,13 +202,27 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
   NC_CHECK(parse_whole(meta("config.dropout"), &c.dropout), IOError, "load_gpt_checkpoint: ", path,
            " has a malformed config.dropout '", meta("config.dropout"), "'");
   c.norm = meta("config.norm");
+  NC_CHECK(meta("config.bias") == "0" || meta("config.bias") == "1", IOError, "load_gpt_checkpoint: ", path,
+           " has a malformed config.bias '", meta("config.bias"), "' (0 or 1)");
   c.bias = meta("config.bias") == "1";
+  const std::string problem = config_problem(c, "config.");
+  NC_CHECK(problem.empty(), IOError, "load_gpt_checkpoint: ", path, " has a bad config: ", problem);
+  // The model is built only when the file holds every value its config calls for, so a
+  // config cannot make the loader allocate more than the file's own size warrants.
+  const nn::NamedTensors weights = take_prefixed(file.tensors, "model.");
+  int64_t values = 0;
+  for (const auto& [name, t] : weights) values += t.numel();
+  const int64_t expected = parameter_count(c);
+  NC_CHECK(expected == values, IOError, "load_gpt_checkpoint: ", path, " has a config (config.layers ", c.layers,
+           ", config.embed ", c.embed, ", config.context ", c.context, ", config.vocab_size ", c.vocab_size,
+           ") that calls for ", expected < 0 ? std::string("more than 2^63") : std::to_string(expected),
+           " parameters, but its model tensors hold ", values, " values");
   GPTCheckpoint out;
   out.step = whole("step", 0);
   // Building draws an initialization from gen that the saved weights replace (a caller
   // restoring a generator's state does so after loading, as train-lm does).
   out.model = std::make_shared<GPT>(c, gen);
-  out.model->load_state_dict(take_prefixed(file.tensors, "model."));
+  out.model->load_state_dict(weights);
   out.model->to(device);
   out.optimizer_state = take_prefixed(file.tensors, "optim.");
   out.schedule_state = take_prefixed(file.tensors, "schedule.");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -304,6 +305,52 @@ TEST_F(GPTCheckpoint, RoundTrip) {
   const std::string other = (dir_ / "other.safetensors").string();
   nc::safetensors::save(other, {{"w", nc::zeros({2})}}, {});
   throws<nc::IOError>([&] { models::load_gpt_checkpoint(other); }, {"not a normcore GPT checkpoint", "format"})();
+}
+
+TEST_F(GPTCheckpoint, EveryNormAndBiasLayoutLoads) {
+  for (const char* norm : {"layernorm", "rmsnorm"}) {
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(std::string(norm) + (bias ? " with" : " without") + " bias");
+      const models::GPT model(tiny_config(norm, bias));
+      const std::string path = (dir_ / "layout.safetensors").string();
+      models::save_gpt_checkpoint(path, model, 1, {}, {}, {});
+      expect_same_state(model, *models::load_gpt_checkpoint(path).model);
+    }
+  }
+}
+
+// A config in a checkpoint is read like the rest of the file: what is wrong with it is an
+// IOError naming the file and the field, found before the model is built (a config that
+// claims more than the file holds allocates nothing).
+TEST_F(GPTCheckpoint, ABadConfigIsAnIOErrorNamingTheFileAndTheField) {
+  const std::string good = (dir_ / "good.safetensors").string();
+  models::save_gpt_checkpoint(good, models::GPT(tiny_config()), 1, {}, {}, {});
+  const nc::safetensors::File file = nc::safetensors::load(good);
+  struct Case {
+    const char* field;
+    const char* value;
+    std::vector<std::string> fragments;
+  };
+  const std::vector<Case> cases = {
+      {"config.heads", "3", {"config.embed 16 is not divisible by config.heads 3"}},
+      {"config.dropout", "1.5", {"config.dropout must be in [0, 1), got 1.5"}},
+      {"config.dropout", "nan", {"config.dropout must be in [0, 1)"}},
+      {"config.norm", "batchnorm", {"config.norm must be 'layernorm' or 'rmsnorm', got 'batchnorm'"}},
+      {"config.bias", "yes", {"malformed config.bias 'yes'"}},
+      {"config.layers", "3", {"config.layers 3", "but its model tensors hold"}},
+      {"config.embed", "4000000000", {"config.embed 4000000000", "more than 2^63 parameters"}},
+      {"config.context", "9", {"config.context 9", "parameters, but"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.field) + " " + c.value);
+    std::map<std::string, std::string> metadata = file.metadata;
+    metadata[c.field] = c.value;
+    const std::string bad = (dir_ / "bad.safetensors").string();
+    nc::safetensors::save(bad, file.tensors, metadata);
+    std::vector<std::string> fragments = c.fragments;
+    fragments.push_back("load_gpt_checkpoint: " + bad);
+    throws<nc::IOError>([&] { models::load_gpt_checkpoint(bad); }, fragments)();
+  }
 }
 
 // The same steps straight through, or interrupted by a checkpoint and resumed, give the
