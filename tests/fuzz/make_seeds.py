@@ -64,3 +64,47 @@ write('corpus/store/partial.bin', store_request(SET, b'pg/nccl-id', bytes(128)) 
 write('corpus/store/absent_and_negative.bin', store_request(GET, b'never') + store_request(ADD, b'c', struct.pack('<q', -5)) +
       store_request(ADD, b'c', struct.pack('<q', 2**63 - 1)))
 
+
+def gpt(vocab, context, layers, heads, embed, norm='layernorm', bias=True, optimizer=False):
+    """A normcore GPT checkpoint (models/gpt.cpp's layout) with small f32 weights."""
+    tensors = {}
+
+    def f32(name, *shape):
+        n = 1
+        for d in shape:
+            n *= d
+        tensors[name] = ("F32", list(shape), struct.pack('<%df' % n, *[(i % 7 - 3) * 0.01 for i in range(n)]))
+
+    def layer_norm(prefix):
+        f32(prefix + '.weight', embed)
+        if norm == 'layernorm' and bias:
+            f32(prefix + '.bias', embed)
+
+    def linear(prefix, out, inp):
+        f32(prefix + '.weight', out, inp)
+        if bias:
+            f32(prefix + '.bias', out)
+
+    f32('model.tok_emb.weight', vocab, embed)
+    f32('model.pos_emb.weight', context, embed)
+    for i in range(layers):
+        b = 'model.blocks.%d.' % i
+        layer_norm(b + 'norm1')
+        linear(b + 'attn.qkv', 3 * embed, embed)
+        linear(b + 'attn.proj', embed, embed)
+        layer_norm(b + 'norm2')
+        linear(b + 'mlp.fc', 4 * embed, embed)
+        linear(b + 'mlp.proj', embed, 4 * embed)
+    layer_norm('model.norm_f')
+    if optimizer:
+        f32('optim.step', 1)
+        f32('schedule.last', 1)
+    return safetensors(tensors, {"format": "normcore-gpt", "step": "3", "config.vocab_size": str(vocab),
+                                 "config.context": str(context), "config.layers": str(layers),
+                                 "config.heads": str(heads), "config.embed": str(embed), "config.dropout": "0",
+                                 "config.norm": norm, "config.bias": "1" if bias else "0", "option.lr": "0.001"})
+
+
+write('corpus/gpt_checkpoint/layernorm.safetensors', gpt(3, 4, 1, 2, 4))
+write('corpus/gpt_checkpoint/rmsnorm_no_bias.safetensors', gpt(2, 3, 2, 1, 2, 'rmsnorm', False, optimizer=True))
+write('corpus/gpt_checkpoint/layernorm_no_bias.safetensors', gpt(2, 2, 1, 2, 2, 'layernorm', False))
