@@ -580,6 +580,15 @@ std::string operation(const char* what, const std::string& key, const std::strin
   return detail::cat_str("TcpStore.", what, "('", key, "') at ", endpoint(host, port));
 }
 
+// A request that failed on its way out or back leaves the connection out of step: half of it
+// may have been sent, or its reply may still come and would be read as the next request's.
+// The connection is closed, so that later requests fail plainly.
+[[noreturn]] void drop_connection(int& socket, const std::string& message) {
+  if (socket >= 0) ::close(socket);
+  socket = -1;
+  throw DistributedError(message);
+}
+
 }  // namespace
 
 void TcpStore::set(const std::string& key, const std::string& value) { acknowledged("set", wire::kSet, key, value); }
@@ -593,8 +602,8 @@ void TcpStore::send_request(const char* what, uint8_t command, const std::string
            value.size(), " bytes; the store takes values of at most ", kMaxValueBytes, " (TcpStore::kMaxValueBytes)");
   NC_CHECK(socket_ >= 0, DistributedError, "TcpStore.", what, ": the connection was lost earlier");
   const std::string message = wire::encode_request(command, key, value);
-  NC_CHECK(send_all(socket_, message.data(), message.size()), DistributedError, operation(what, key, host_, port_),
-           ": the store is gone");
+  if (!send_all(socket_, message.data(), message.size()))
+    drop_connection(socket_, operation(what, key, host_, port_) + ": the store is gone");
 }
 
 void TcpStore::acknowledged(const char* what, uint8_t command, const std::string& key, const std::string& value) {
@@ -602,7 +611,7 @@ void TcpStore::acknowledged(const char* what, uint8_t command, const std::string
   const Clock::time_point deadline = Clock::now() + timeout_;
   char ack = 0;
   const std::string error = recv_all(socket_, &ack, 1, deadline);
-  NC_CHECK(error.empty(), DistributedError, operation(what, key, host_, port_), ": ", error);
+  if (!error.empty()) drop_connection(socket_, operation(what, key, host_, port_) + ": " + error);
 }
 
 std::string TcpStore::get(const std::string& key) {
@@ -617,13 +626,10 @@ std::string TcpStore::get(const std::string& key) {
     error = recv_all(socket_, value.data(), length, deadline);
   }
   if (!error.empty()) {
-    // The reply may still come: this connection can no longer be trusted.
-    ::close(socket_);
-    socket_ = -1;
-    throw DistributedError(operation("get", key, host_, port_) + ": " +
-                           (error == "timeout" ? detail::cat_str("no rank set it within ", timeout_.count(), " ms",
-                                                                 server_ ? server_->refusals() : "")
-                                               : error));
+    drop_connection(socket_, operation("get", key, host_, port_) + ": " +
+                                 (error == "timeout" ? detail::cat_str("no rank set it within ", timeout_.count(), " ms",
+                                                                       server_ ? server_->refusals() : "")
+                                                     : error));
   }
   return value;
 }
@@ -633,7 +639,7 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
   const Clock::time_point deadline = Clock::now() + timeout_;
   int64_t sum = 0;
   const std::string error = recv_all(socket_, &sum, sizeof sum, deadline);
-  NC_CHECK(error.empty(), DistributedError, operation("add", key, host_, port_), ": ", error);
+  if (!error.empty()) drop_connection(socket_, operation("add", key, host_, port_) + ": " + error);
   return sum;
 }
 

@@ -125,6 +125,24 @@ class RawClient {
   nd::Nonce nonce_{};
 };
 
+// A socket listening on a free loopback port, for a false server; port 0 when that failed.
+struct Listener {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int port = 0;
+  Listener() {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(fd, 4) != 0) return;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    port = ntohs(address.sin_port);
+  }
+  ~Listener() { ::close(fd); }
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+};
+
 // The job goes on: a client with the secret sets a key the server reads, and the reverse.
 void expect_job_goes_on(nd::TcpStore& server, const std::string& key) {
   nd::TcpStore client("127.0.0.1", server.port(), 2, false, store_options());
@@ -194,17 +212,11 @@ TEST(TcpStoreSecurity, AServerThatCannotProveTheSecretIsRefusedByItsClient) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    ASSERT_EQ(::listen(listener, 4), 0);
-    ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
-    const int port = ntohs(address.sin_port);
+    const Listener listener;
+    ASSERT_GT(listener.port, 0);
+    const int port = listener.port;
     std::thread fake([&] {
-      const int fd = ::accept(listener, nullptr, nullptr);
+      const int fd = ::accept(listener.fd, nullptr, nullptr);
       c.serve(fd);
       char sink[64];
       ::recv(fd, sink, sizeof sink, 0);  // until the client hangs up
@@ -213,8 +225,46 @@ TEST(TcpStoreSecurity, AServerThatCannotProveTheSecretIsRefusedByItsClient) {
     throws<nc::DistributedError>([&] { nd::TcpStore client("127.0.0.1", port, 2, false, store_options()); },
                                  c.fragments)();
     fake.join();
-    ::close(listener);
   }
+}
+
+// A reply that comes after its request timed out is not taken for the next request's: the
+// client drops the connection, and the next request says it was lost.
+TEST(TcpStoreSecurity, ALateReplyIsNotTakenForTheNextOne) {
+  const Listener listener;
+  ASSERT_GT(listener.port, 0);
+  // A store that proves the secret, then acknowledges each request 600 ms late.
+  std::thread slow_store([&] {
+    const int fd = ::accept(listener.fd, nullptr, nullptr);
+    nd::Nonce server_nonce{};
+    server_nonce.fill('n');
+    std::string hello(wire::kMagic, sizeof wire::kMagic);
+    hello += std::string{static_cast<char>(wire::kVersion), static_cast<char>(wire::kReady)};
+    hello += std::string(server_nonce.begin(), server_nonce.end());
+    ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+    char answer[wire::kAnswerBytes];
+    ::recv(fd, answer, sizeof answer, MSG_WAITALL);
+    nd::Nonce client_nonce;
+    std::memcpy(client_nonce.data(), answer, client_nonce.size());
+    const nd::Proof proof = nd::make_proof(kSecret, nd::Role::Server, server_nonce, client_nonce);
+    const std::string accepted = std::string(1, wire::kAccepted) + std::string(proof.begin(), proof.end());
+    ::send(fd, accepted.data(), accepted.size(), MSG_NOSIGNAL);
+    char request[64];
+    while (::recv(fd, request, sizeof request, 0) > 0) {
+      std::this_thread::sleep_for(milliseconds(600));
+      ::send(fd, "", 1, MSG_NOSIGNAL);  // the acknowledgement, one zero byte
+    }
+    ::close(fd);
+  });
+  {
+    nd::TcpStoreOptions options = store_options();
+    options.timeout = milliseconds(300);
+    nd::TcpStore client("127.0.0.1", listener.port, 2, false, options);
+    throws<nc::DistributedError>([&] { client.set("first", "1"); }, {"TcpStore.set('first')", "timeout"})();
+    std::this_thread::sleep_for(milliseconds(500));  // the late acknowledgement has come
+    throws<nc::DistributedError>([&] { client.set("second", "2"); }, {"TcpStore.set", "the connection was lost earlier"})();
+  }
+  slow_store.join();
 }
 
 TEST(TcpStoreSecurity, BadRequestsAndStallsCloseTheirConnectionOnly) {
