@@ -286,9 +286,11 @@ double normwise_error(const Tensor& got, const std::vector<long double>& exact) 
 
 // A saturated softmax in f64 (scores up to about 100): every gradient on every device is as
 // close to the exact one as the math PyTorch runs in f64 (softmax from the row max and its
-// backward, here composed of normcore's matmul and softmax on the CPU). Probabilities taken
-// through the saved log-sum-exp, or delta as rowsum(grad_out * out), were 10 to 1000 times
-// further off.
+// backward, here composed of normcore's matmul and softmax on the CPU), within 4 times its
+// error or 32 units in the last place of the largest element (rounding that differs, an FMA
+// here, a tree sum there, moves a gradient without cancellation by a few units).
+// Probabilities taken through the saved log-sum-exp, and delta as rowsum(grad_out * out),
+// put grad_q and grad_k 7 to 11 times further off than the math (2e-14 to 5e-14).
 TEST(Attention, SaturatedSoftmaxGradientsInF64AreAsExactAsPyTorchs) {
   const int64_t heads = 4, L = 6, S = 9, D = 8, Dv = 8;
   for (bool causal : {false, true}) {
@@ -311,7 +313,8 @@ TEST(Attention, SaturatedSoftmaxGradientsInF64AreAsExactAsPyTorchs) {
       for (int i = 0; i < 3; ++i) {
         const double error = normwise_error(in[i].grad(), exact[i]);
         std::printf("%s grad %d: error %.2e, the composed math %.2e\n", device.str().c_str(), i, error, math_error[i]);
-        EXPECT_LE(error, 4 * math_error[i] + 1e-16) << device.str() << " grad " << i;
+        EXPECT_LE(error, std::max(4 * math_error[i], 32 * std::numeric_limits<double>::epsilon()))
+            << device.str() << " grad " << i;
       }
     }
   }
