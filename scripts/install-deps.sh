@@ -5,7 +5,7 @@
 #   install-deps.sh [package...]
 set -euo pipefail
 
-packages=(cmake ninja-build g++ pkg-config libeigen3-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libssl-dev libpng-dev
+packages=(cmake ninja-build g++ ccache pkg-config libeigen3-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libssl-dev libpng-dev
           dataset-fashion-mnist fortunes "$@")
 missing=()
 for p in "${packages[@]}"; do

@@ -4,7 +4,9 @@
 # them; any finding fails the run. Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/common.sh
 bash scripts/install-deps.sh
-cmake --preset asan
-cmake --build --preset asan -j "${JOBS:-$(nproc)}"
-ctest --preset asan -j "${JOBS:-$(nproc)}"
+# shellcheck disable=SC2046
+phase "configure (build-asan)" cmake --preset asan $(launcher_args)
+phase "build (build-asan)" cmake --build --preset asan -j "${JOBS:-$(nproc)}"
+phase "tests (build-asan)" ctest --preset asan -j "${JOBS:-$(nproc)}"

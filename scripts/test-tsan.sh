@@ -5,10 +5,12 @@
 # first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/common.sh
 bash scripts/install-deps.sh
-cmake --preset tsan
-cmake --build --preset tsan -j "${JOBS:-$(nproc)}"
+# shellcheck disable=SC2046
+phase "configure (build-tsan)" cmake --preset tsan $(launcher_args)
+phase "build (build-tsan)" cmake --build --preset tsan -j "${JOBS:-$(nproc)}"
 # halt_on_error: the first report fails the run; second_deadlock_stack: both stacks of a
 # lock-order report.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
-  setarch "$(uname -m)" -R build-tsan/tests/normcore_thread_tests
+  phase "tests (build-tsan)" setarch "$(uname -m)" -R build-tsan/tests/normcore_thread_tests
