@@ -49,7 +49,8 @@ struct UnaryFunctor {
       if constexpr (std::is_unsigned_v<C>) return convert<T>(x > C(0) ? C(1) : C(0));
       else return convert<T>(x > C(0) ? C(1) : (x < C(0) ? C(-1) : C(0)));
     } else if constexpr (OP == UnaryOp::Relu) {
-      return convert<T>(x < C(0) ? C(0) : x);  // NaN and -0 pass through, as in PyTorch
+      if constexpr (std::is_unsigned_v<C>) return in;
+      else return convert<T>(x < C(0) ? C(0) : x);  // NaN and -0 pass through, as in PyTorch
     } else if constexpr (OP == UnaryOp::Exp) {
       return convert<T>(math::exp(x));
     } else if constexpr (OP == UnaryOp::Log) {
