@@ -32,9 +32,10 @@ if [ -n "${BASELINE:-}" ]; then
   rm -rf "$base"
 fi
 # The nvcc commands of the library's CUDA sources, for bench/cuda_arch_cost.sh: the tree's
-# root, the architecture flags and the object folder left as @ROOT@, @ARCH@ and @OUT@.
+# root, the architecture flags and the object folder left as @ROOT@, @ARCH@ and @OUT@ (and
+# ccache, which the build may compile through, left out: the GPU machine times nvcc itself).
 ninja -C "$build" -t commands normcore_objects | grep '/nvcc ' |
-  sed -E -e "s#$(pwd)#@ROOT@#g" -e 's#--generate-code=[^ ]+##g' -e 's#-MD -MT [^ ]+ -MF [^ ]+##' \
+  sed -E -e 's#^ccache ##' -e "s#$(pwd)#@ROOT@#g" -e 's#--generate-code=[^ ]+##g' -e 's#-MD -MT [^ ]+ -MF [^ ]+##' \
     -e 's# -o [^ ]*/([^/ ]+)$# @ARCH@ -o @OUT@/\1#' > gpu-run/nvcc-commands.txt || true
 # The library (50 MB, 8 MB as xz) and the programs that link the static library (the test
 # suite, bench/conv: 40-60 MB each, mostly device code) travel compressed; gpu_check.sh
