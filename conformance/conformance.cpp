@@ -194,12 +194,12 @@ const std::vector<OpSpec>& op_table() {
                            optional_input(in, "bias"), attr_bool(a, "training"), attr_number(a, "momentum", 0.1),
                            attr_number(a, "eps", 1e-5));
        }},
-      {"scaled_dot_product_attention", {"q", "k", "v"}, {}, {"is_causal", "scale"},
+      {"scaled_dot_product_attention", {"q", "k", "v"}, {}, {"is_causal", "scale", "enable_gqa"},
        [](const Inputs& in, const json& a) {
          std::optional<double> scale;
          if (a.contains("scale") && !a["scale"].is_null()) scale = attr_number(a, "scale", 0.0);
          return scaled_dot_product_attention(in.at("q"), in.at("k"), in.at("v"), attr_bool(a, "is_causal", false),
-                                             scale);
+                                             scale, attr_bool(a, "enable_gqa", false));
        }},
       {"gelu", {"x"}, {}, {"approximate"},
        [](const Inputs& in, const json& a) {

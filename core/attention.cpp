@@ -10,6 +10,7 @@
 #include "core/internal.h"
 #include "kernels/attention.h"
 #include "normcore/autocast.h"
+#include "normcore/ops.h"
 
 namespace normcore {
 
@@ -26,9 +27,23 @@ void check_operand(const char* op, const char* name, const Tensor& t, const Tens
   NC_CHECK(t.dtype() == q.dtype(), DTypeError, op, ": ", name, " is ", describe(t), " but q is ", describe(q),
            " (they must share a dtype)");
   check_same_device(op, "q", q, name, t);
-  NC_CHECK(t.size(0) == q.size(0) && t.size(1) == q.size(1), ShapeError, op, ": ", name,
-           " must have q's batch and head dims [", q.size(0), ", ", q.size(1), ", ...], got ", describe(t),
-           " (q is ", describe(q), ")");
+  NC_CHECK(t.size(0) == q.size(0), ShapeError, op, ": ", name, " must have q's batch dim ", q.size(0), ", got ",
+           describe(t), " (q is ", describe(q), ")");
+}
+
+// k's and v's head count against q's: the same, or with enable_gqa a divisor of it.
+void check_heads(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool enable_gqa) {
+  NC_CHECK(v.size(1) == k.size(1), ShapeError, op, ": k and v must have the same head count, got k ", describe(k),
+           " and v ", describe(v));
+  if (enable_gqa) {
+    NC_CHECK(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, ShapeError, op,
+             ": with enable_gqa, q's head count must be a multiple of k's and v's, got q ", describe(q), " and k ",
+             describe(k));
+  } else {
+    NC_CHECK(k.size(1) == q.size(1), ShapeError, op, ": k and v must have q's head count ", q.size(1), ", got k ",
+             describe(k), " (q is ", describe(q), "); for fewer k and v heads (grouped-query attention) pass "
+             "enable_gqa = true");
+  }
 }
 
 // t itself when its last dim is contiguous (or of size 1), else a copy that is.
@@ -40,13 +55,15 @@ Tensor unit_last_stride(const Tensor& t) {
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool is_causal,
-                                    std::optional<double> scale) {
+                                    std::optional<double> scale, bool enable_gqa) {
   const OpScope op("scaled_dot_product_attention");
   const Tensor q = autocast::to_lower(q_arg), k = autocast::to_lower(k_arg), v = autocast::to_lower(v_arg);
   check_operand(op, "q", q, q);
   check_operand(op, "k", k, q);
   check_operand(op, "v", v, q);
-  const kernels::AttentionShape shape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  check_heads(op, q, k, v, enable_gqa);
+  kernels::AttentionShape shape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
+  shape.kv_heads = k.size(1);
   NC_CHECK(k.size(3) == shape.D, ShapeError, op, ": q and k must share the head dim D, got q ", describe(q),
            " and k ", describe(k));
   NC_CHECK(v.size(2) == shape.S, ShapeError, op, ": k and v must share the key count S, got k ", describe(k),
@@ -77,12 +94,19 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
                      const Tensor& q = qs.get();
                      const Tensor& k = ks.get();
                      const Tensor& v = vs.get();
+                     // grad_k and grad_v per q head, summed over each group of q heads
+                     // that share a k, v head (as FlashAttention does).
+                     const int64_t group = shape.heads / shape.kv_heads;
                      Tensor grad_q = new_tensor(q.shape(), q.dtype(), q.device());
-                     Tensor grad_k = new_tensor(k.shape(), k.dtype(), k.device());
-                     Tensor grad_v = new_tensor(v.shape(), v.dtype(), v.device());
+                     Tensor grad_k = new_tensor({shape.batch, shape.heads, shape.S, shape.D}, k.dtype(), k.device());
+                     Tensor grad_v = new_tensor({shape.batch, shape.heads, shape.S, shape.Dv}, v.dtype(), v.device());
                      kernels::attention(q.device())
                          .attention_backward(grad.to(q.dtype()).contiguous(), q, k, v, os.get(), lse, shape,
                                              is_causal, s, grad_q, grad_k, grad_v);
+                     if (group > 1) {
+                       grad_k = sum(grad_k.view({shape.batch, shape.kv_heads, group, shape.S, shape.D}), {2});
+                       grad_v = sum(grad_v.view({shape.batch, shape.kv_heads, group, shape.S, shape.Dv}), {2});
+                     }
                      return std::vector<Tensor>{grad_q, grad_k, grad_v};
                    });
   return out;

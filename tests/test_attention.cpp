@@ -56,7 +56,21 @@ struct Case {
   int64_t batch, heads, L, S, D, Dv;
   bool causal;
   bool packed = false;  // q, k, v as views of one [B, L, 3, H, D] buffer (needs L == S, D == Dv)
+  int64_t kv_heads = 0;  // k's and v's heads with enable_gqa (a divisor of heads); 0: heads, no gqa
+
+  bool gqa() const { return kv_heads != 0; }
 };
+
+// k or v of kv_heads heads with each head repeated for the group of q heads it serves: the
+// plain attention that grouped-query attention equals (gradients summed back by autograd).
+Tensor repeat_heads(const Tensor& t, int64_t heads) {
+  const int64_t kv_heads = t.size(1), group = heads / kv_heads;
+  return t.unsqueeze(2).expand({t.size(0), kv_heads, group, t.size(2), t.size(3)}).reshape({t.size(0), heads, t.size(2), t.size(3)});
+}
+
+Tensor fused_attention(const Case& c, const std::vector<Tensor>& in) {
+  return nc::scaled_dot_product_attention(in[0], in[1], in[2], c.causal, std::nullopt, c.gqa());
+}
 
 // q, k, v for a case in dtype on device, each a leaf that requires grad (the packed buffer's
 // views share one leaf, returned as the fourth tensor).
@@ -66,9 +80,10 @@ std::vector<Tensor> inputs(const Case& c, DType dtype, nc::Device device, uint64
     auto part = [&](int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
     return {part(0), part(1), part(2), qkv};
   }
+  const int64_t kv_heads = c.gqa() ? c.kv_heads : c.heads;
   return {random({c.batch, c.heads, c.L, c.D}, seed, dtype).to(device).requires_grad_(),
-          random({c.batch, c.heads, c.S, c.D}, seed + 1, dtype).to(device).requires_grad_(),
-          random({c.batch, c.heads, c.S, c.Dv}, seed + 2, dtype).to(device).requires_grad_()};
+          random({c.batch, kv_heads, c.S, c.D}, seed + 1, dtype).to(device).requires_grad_(),
+          random({c.batch, kv_heads, c.S, c.Dv}, seed + 2, dtype).to(device).requires_grad_()};
 }
 
 // The leaves whose gradients a case checks.
@@ -82,14 +97,19 @@ TEST(Attention, CpuMatchesComposedOps) {
       {"L < S", 1, 2, 3, 7, 5, 2, false},       {"L < S causal", 1, 2, 3, 7, 5, 2, true},
       {"L > S causal", 1, 1, 7, 3, 4, 6, true}, {"one query", 3, 1, 1, 9, 8, 8, true},
       {"packed qkv", 2, 2, 5, 5, 4, 4, true, true},
+      {"grouped-query, 2 q heads a k head", 2, 4, 5, 6, 4, 3, false, false, 2},
+      {"grouped-query causal, 3 q heads a k head", 1, 6, 7, 7, 5, 5, true, false, 2},
+      {"multi-query", 2, 3, 4, 5, 4, 4, true, false, 1},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const double scale = 1 / std::sqrt(static_cast<double>(c.D));
     std::vector<Tensor> a = inputs(c, DType::F64, nc::Device::cpu(), 1);
     std::vector<Tensor> b = inputs(c, DType::F64, nc::Device::cpu(), 1);
-    Tensor fused = nc::scaled_dot_product_attention(a[0], a[1], a[2], c.causal);
-    Tensor composed = composed_attention(b[0], b[1], b[2], c.causal, scale);
+    Tensor fused = fused_attention(c, a);
+    Tensor composed = c.gqa() ? composed_attention(b[0], repeat_heads(b[1], c.heads), repeat_heads(b[2], c.heads),
+                                                   c.causal, scale)
+                              : composed_attention(b[0], b[1], b[2], c.causal, scale);
     EXPECT_EQ(fused.grad_fn_name(), "scaled_dot_product_attention");
     expect_close(fused, composed, 1e-12, "out");
     Tensor grad = random(fused.shape(), 9);
@@ -134,6 +154,15 @@ TEST(Attention, Gradcheck) {
                                random({2, 2, 5, 2}, 12).requires_grad_()},
                               {}, &report))
         << "causal " << causal << ": " << report;
+    // Grouped-query: 4 q heads over 2 k, v heads.
+    auto gqa = [causal](const std::vector<Tensor>& in) {
+      return nc::scaled_dot_product_attention(in[0], in[1], in[2], causal, std::nullopt, true);
+    };
+    EXPECT_TRUE(nc::gradcheck(gqa,
+                              {random({1, 4, 4, 3}, 13).requires_grad_(), random({1, 2, 5, 3}, 14).requires_grad_(),
+                               random({1, 2, 5, 2}, 15).requires_grad_()},
+                              {}, &report))
+        << "grouped-query, causal " << causal << ": " << report;
   }
 }
 
@@ -152,7 +181,16 @@ TEST(Attention, ErrorsNameTheArgument) {
   expect_message([&] { nc::scaled_dot_product_attention(nc::zeros({2, 3, 4}), k, v); }, {"q", "4-D", "[2, 3, 4]"});
   expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({1, 2, 5, 3}), v); }, {"head dim", "[1, 2, 5, 3]"});
   expect_message([&] { nc::scaled_dot_product_attention(q, k, nc::zeros({1, 2, 4, 6})); }, {"key count", "[1, 2, 4, 6]"});
-  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({1, 3, 5, 4}), v); }, {"k", "[1, 3, 5, 4]"});
+  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({1, 3, 5, 4}), nc::zeros({1, 3, 5, 6})); },
+                 {"q's head count 2", "[1, 3, 5, 4]", "enable_gqa"});
+  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({1, 1, 5, 4}), nc::zeros({1, 1, 5, 6})); },
+                 {"q's head count 2", "[1, 1, 5, 4]", "enable_gqa"});
+  expect_message([&] { nc::scaled_dot_product_attention(q, k, nc::zeros({1, 1, 5, 6}), false, std::nullopt, true); },
+                 {"k and v must have the same head count", "[1, 1, 5, 6]"});
+  expect_message(
+      [&] { nc::scaled_dot_product_attention(nc::zeros({1, 3, 3, 4}), k, nc::zeros({1, 2, 5, 6}), false, std::nullopt, true); },
+      {"multiple of k's and v's", "[1, 3, 3, 4]"});
+  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({2, 2, 5, 4}), v); }, {"batch dim 1", "[2, 2, 5, 4]"});
   expect_message([&] { nc::scaled_dot_product_attention(q, k.to(DType::F64), v); }, {"k", "f64", "share a dtype"});
   expect_message([&] { nc::scaled_dot_product_attention(q.to(DType::I64), k, v); }, {"q", "floating", "i64"});
   expect_message([&] { nc::scaled_dot_product_attention(q, k, v, false, std::nan("")); }, {"scale"});
@@ -174,8 +212,8 @@ void run_cuda_case(const Case& c, DType dtype) {
   SCOPED_TRACE(c.name + " " + nc::dtype_name(dtype));
   std::vector<Tensor> cpu = inputs(c, dtype, nc::Device::cpu(), 20);
   std::vector<Tensor> gpu = inputs(c, dtype, nc::Device::cuda(), 20);
-  Tensor cpu_out = nc::scaled_dot_product_attention(cpu[0], cpu[1], cpu[2], c.causal);
-  Tensor gpu_out = nc::scaled_dot_product_attention(gpu[0], gpu[1], gpu[2], c.causal);
+  Tensor cpu_out = fused_attention(c, cpu);
+  Tensor gpu_out = fused_attention(c, gpu);
   ASSERT_TRUE(gpu_out.device().is_cuda());
   const double tol = cuda_tolerance(dtype);
   expect_close(gpu_out, cpu_out, tol, "out");
@@ -200,6 +238,9 @@ TEST(AttentionCuda, MatchesCpuOnEveryPath) {
       {"one query", 3, 2, 1, 100, 64, 64, false},
       {"one key", 1, 2, 9, 1, 64, 64, false},
       {"packed qkv", 2, 3, 77, 77, 64, 64, true, true},
+      {"grouped-query D 64 causal", 2, 8, 130, 130, 64, 64, true, false, 2},
+      {"grouped-query D 128, L < S", 1, 6, 65, 200, 128, 128, false, false, 3},
+      {"multi-query odd dims", 2, 4, 33, 47, 40, 24, false, false, 1},
       {"packed qkv D 128", 1, 2, 200, 200, 128, 128, false, true},
   };
   for (const Case& c : cases) {

@@ -246,7 +246,8 @@ const std::map<std::string, OpFn>& ops() {
     t["avg_pool2d"] = unary([](const Tensor& x) { return nc::avg_pool2d(x, 2); });
     t["adaptive_avg_pool2d"] = unary([](const Tensor& x) { return nc::adaptive_avg_pool2d(x, 1); });
     t["sdpa"] = [](const Args& a, const json& at) {
-      return nc::scaled_dot_product_attention(a.at(0), a.at(1), a.at(2), at.at("causal").get<bool>());
+      return nc::scaled_dot_product_attention(a.at(0), a.at(1), a.at(2), at.at("causal").get<bool>(), std::nullopt,
+                                              at.value("enable_gqa", false));
     };
     t["frobenius_norm"] = [](const Args& a, const json& at) { return nc::frobenius_norm(a.at(0), number(at.at("eps"))); };
 

@@ -14,11 +14,13 @@ namespace normcore {
 
 // softmax(q @ k^T * scale + mask) @ v for q [B, H, L, D], k [B, H, S, D], v [B, H, S, Dv]
 // -> [B, H, L, Dv]. scale defaults to 1 / sqrt(D). is_causal masks key j for query i when
-// j > i (PyTorch's top-left alignment; with L > S every query keeps key 0). q, k and v may
-// be views with any strides (the last dim is made contiguous when it is not); they share a
-// floating dtype and a device. D and Dv are at most 128 on CUDA. Gradients flow to q, k, v.
+// j > i (PyTorch's top-left alignment; with L > S every query keeps key 0). enable_gqa
+// (grouped-query and multi-query attention, PyTorch's enable_gqa=True): k and v may have
+// Hkv heads, a divisor of H, and q head h attends with their head h / (H / Hkv). q, k and v
+// may be views with any strides (the last dim is made contiguous when it is not); they share
+// a floating dtype and a device. D and Dv are at most 128 on CUDA. Gradients flow to q, k, v.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt, bool enable_gqa = false);
 
 }  // namespace normcore
 

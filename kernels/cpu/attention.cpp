@@ -1,6 +1,7 @@
 // CPU reference of the attention kernels (contracts in kernels/attention.h): per (batch,
-// head, query row), the row of scores in double, its max m and sum l of exp(score - m), the
-// probabilities exp(score - m) / l and the weighted sum of v. Backward recomputes each row's
+// q head, query row), with the k and v head of that q head, the row of scores in double, its
+// max m and sum l of exp(score - m), the probabilities exp(score - m) / l and the weighted
+// sum of v. Backward recomputes each row's
 // probabilities the same way (not from the saved log-sum-exp m + log l, whose rounding is
 // |m| times the precision: large for a saturated softmax) and takes delta as
 // sum_j p_j dp_j, so that dp_j - delta cancels in consistently rounded terms; it sums over
@@ -39,14 +40,14 @@ inline int64_t visible_keys(int64_t i, const kernels::AttentionShape& s, bool ca
   return causal ? std::min(i + 1, s.S) : s.S;
 }
 
-// probs[j] = exp(score_j - m) / l for the first keys keys of k seen by query qi; returns the
-// row's log-sum-exp m + log l (-inf when keys == 0).
+// probs[j] = exp(score_j - m) / l for the first keys keys of k's head kh seen by query qi;
+// returns the row's log-sum-exp m + log l (-inf when keys == 0).
 template <class T>
-double row_probabilities(const T* qi, const Heads<T>& k, int64_t b, int64_t h, int64_t keys,
+double row_probabilities(const T* qi, const Heads<T>& k, int64_t b, int64_t kh, int64_t keys,
                          const kernels::AttentionShape& s, double scale, std::vector<double>& probs) {
   double max = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < keys; ++j) {
-    probs[j] = scale * dot(qi, k.row(b, h, j), s.D);
+    probs[j] = scale * dot(qi, k.row(b, kh, j), s.D);
     max = std::max(max, probs[j]);
   }
   double sum = 0;
@@ -64,16 +65,17 @@ void forward(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kern
   const Heads<T> q(q_t), k(k_t), v(v_t);
   T* out = data_as<T>(out_t);
   double* lse = data_as<double>(lse_t);
+  const int64_t group = s.heads / s.kv_heads;  // q heads per k, v head
   std::vector<double> probs(static_cast<size_t>(s.S)), acc(static_cast<size_t>(s.Dv));
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
       for (int64_t i = 0; i < s.L; ++i) {
         const int64_t keys = visible_keys(i, s, causal);
         const int64_t row = (b * s.heads + h) * s.L + i;
-        lse[row] = row_probabilities(q.row(b, h, i), k, b, h, keys, s, scale, probs);
+        lse[row] = row_probabilities(q.row(b, h, i), k, b, h / group, keys, s, scale, probs);
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < keys; ++j) {
-          const T* vj = v.row(b, h, j);
+          const T* vj = v.row(b, h / group, j);
           for (int64_t d = 0; d < s.Dv; ++d) acc[d] += probs[j] * convert<double>(vj[d]);
         }
         for (int64_t d = 0; d < s.Dv; ++d) out[row * s.Dv + d] = convert<T>(acc[d]);
@@ -88,7 +90,8 @@ void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, co
               const Tensor& grad_k_t, const Tensor& grad_v_t) {
   const Heads<T> q(q_t), k(k_t), v(v_t);
   const T* grad_out = data_as<const T>(grad_out_t);
-  // Accumulated in double per (batch, head), written once at the end.
+  const int64_t group = s.heads / s.kv_heads;  // q heads per k, v head
+  // Accumulated in double per (batch, q head), written once at the end.
   std::vector<double> gq(static_cast<size_t>(s.L * s.D)), gk(static_cast<size_t>(s.S * s.D)),
       gv(static_cast<size_t>(s.S * s.Dv));
   std::vector<double> probs(static_cast<size_t>(s.S)), dp(static_cast<size_t>(s.S));
@@ -102,14 +105,14 @@ void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, co
         const int64_t keys = visible_keys(i, s, causal);
         const T* qi = q.row(b, h, i);
         const T* doi = grad_out + (head * s.L + i) * s.Dv;
-        row_probabilities(qi, k, b, h, keys, s, scale, probs);
+        row_probabilities(qi, k, b, h / group, keys, s, scale, probs);
         double delta = 0;
         for (int64_t j = 0; j < keys; ++j) {
-          dp[j] = dot(doi, v.row(b, h, j), s.Dv);
+          dp[j] = dot(doi, v.row(b, h / group, j), s.Dv);
           delta += probs[j] * dp[j];
         }
         for (int64_t j = 0; j < keys; ++j) {
-          const T* kj = k.row(b, h, j);
+          const T* kj = k.row(b, h / group, j);
           const double ds = probs[j] * (dp[j] - delta);
           for (int64_t d = 0; d < s.Dv; ++d) gv[j * s.Dv + d] += probs[j] * convert<double>(doi[d]);
           for (int64_t d = 0; d < s.D; ++d) {

@@ -518,13 +518,17 @@ def gen_edges(rng):
         x = tensor_input(rng, "x", rng.choice(FLOAT), shape)
         return [x], [step(op, "y", ["x"])]
     dtype = rng.choice(["f32", "f64", "f64"])
-    batch, heads, L, S = rng.randint(1, 2), rng.randint(1, 2), rng.randint(1, 5), rng.randint(1, 6)
+    batch, heads, L, S = rng.randint(1, 2), rng.choice([1, 2, 4]), rng.randint(1, 5), rng.randint(1, 6)
+    # Grouped-query and multi-query attention: fewer k, v heads (a divisor of q's), and now
+    # and then a head count that does not divide, which PyTorch refuses.
+    kv_heads = rng.choice([h for h in (1, 2, 4) if heads % h == 0] + ([3] if rng.random() < 0.1 else []))
     D, Dv = rng.choice([2, 4, 8]), rng.choice([2, 4, 8])
     saturation = rng.choice([1, 1, 10, 30])
     q = tensor_input(rng, "q", dtype, [batch, heads, L, D], requires_grad=True, lo=-3 * saturation, hi=3 * saturation)
-    k = tensor_input(rng, "k", dtype, [batch, heads, S, D], requires_grad=True)
-    v = tensor_input(rng, "v", dtype, [batch, heads, S, Dv], requires_grad=True)
-    return [q, k, v], [step("sdpa", "y", ["q", "k", "v"], causal=rng.random() < 0.5)]
+    k = tensor_input(rng, "k", dtype, [batch, kv_heads, S, D], requires_grad=True)
+    v = tensor_input(rng, "v", dtype, [batch, kv_heads, S, Dv], requires_grad=True)
+    return [q, k, v], [step("sdpa", "y", ["q", "k", "v"], causal=rng.random() < 0.5,
+                            enable_gqa=kv_heads != heads or rng.random() < 0.2)]
 
 
 GENERATORS = {"broadcast": gen_broadcast, "scalar": gen_scalar, "unary": gen_unary, "reduce": gen_reduce,
@@ -673,7 +677,8 @@ def run_step(env, s, wide):
     if op == "adaptive_avg_pool2d":
         return F.adaptive_avg_pool2d(a[0], 1)
     if op == "sdpa":
-        return F.scaled_dot_product_attention(a[0], a[1], a[2], is_causal=at["causal"])
+        return F.scaled_dot_product_attention(a[0], a[1], a[2], is_causal=at["causal"],
+                                              enable_gqa=at.get("enable_gqa", False))
     if op == "l1_norm":
         return a[0] / torch.clamp(torch.mean(torch.abs(a[0]), at["dim"], keepdim=True), min=at["eps"])
     if op == "frobenius_norm":
@@ -837,6 +842,10 @@ def dtype_of(inputs, name):
     return next((inp["dtype"] for inp in inputs if inp["name"] == name), None)
 
 
+# The largest finite values of the narrow floating dtypes.
+LARGEST = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
+
+
 def nonfinite_in_ignored_row(inputs, logits, target):
     x = next(inp for inp in inputs if inp["name"] == logits)
     kept = next(inp for inp in inputs if inp["name"] == "k")["values"]
@@ -854,14 +863,15 @@ def deliberate(inputs, steps, outcome):
             # The ignored rows' logits replaced by zeros: the same loss, a zero gradient there.
             return "cross-entropy-ignored-nonfinite", [step("where_scalar", "__kept", ["k", args[0]], scalar=0.0),
                                                        step(op, s["out"], ["__kept", args[1]], **at)] + steps[1:]
-        if op == "filled" and ran and dtype_of(inputs, args[0]) == "bf16":
+        if op in ("filled", "full") and ran:
+            dtype = at["dtype"] if op == "full" else dtype_of(inputs, args[0])
             value = at["value"]
-            if not isinstance(value, bool) and math.isfinite(value) and abs(value) > 3.3895313892515355e38:
-                return "fill-bf16-overflow", "refuses"
+            # PyTorch ran it: a one-element tensor, which it fills without the overflow check.
+            if dtype in LARGEST and not isinstance(value, bool) and math.isfinite(value) and abs(value) > LARGEST[dtype]:
+                return "fill-one-element", "refuses"
         if op == "where_scalar" and ran and dtype_of(inputs, args[1]) in ("f16", "bf16", "f32"):
             value = at["scalar"]
-            largest = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
-            if not isinstance(value, bool) and math.isfinite(value) and abs(value) > largest[dtype_of(inputs, args[1])]:
+            if not isinstance(value, bool) and math.isfinite(value) and abs(value) > LARGEST[dtype_of(inputs, args[1])]:
                 return "where-scalar-overflow", "refuses"
         if op == "masked_fill" and ran and dtype_of(inputs, args[0]) not in FLOAT + ["f16", "bf16"]:
             value = at["value"]

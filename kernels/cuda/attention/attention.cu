@@ -56,6 +56,7 @@ AttentionParams<T, C> make_params(const Tensor& q, const Tensor& k, const Tensor
   p.lse = data_as<C>(lse);
   p.batch = static_cast<int>(shape.batch);
   p.heads = static_cast<int>(shape.heads);
+  p.group = static_cast<int>(shape.heads / shape.kv_heads);
   p.L = static_cast<int>(shape.L);
   p.S = static_cast<int>(shape.S);
   p.D = static_cast<int>(shape.D);

@@ -27,10 +27,11 @@ struct RowStrides {
 };
 
 // One attention problem. T is the storage type, C the type of lse and delta (float for
-// f32/f16/bf16, double for f64). out, lse, grad_out, delta and the gradients are contiguous:
-// out, grad_out [B, H, L, Dv], lse, delta [B, H, L], grad_q [B, H, L, D], grad_k [B, H, S, D],
-// grad_v [B, H, S, Dv]. The forward writes out and lse; the backward reads them (and
-// grad_out), writes delta and then the gradients.
+// f32/f16/bf16, double for f64). q has H heads, k and v H / group; out, lse, grad_out, delta
+// and the gradients are contiguous and per q head: out, grad_out [B, H, L, Dv], lse, delta
+// [B, H, L], grad_q [B, H, L, D], grad_k [B, H, S, D], grad_v [B, H, S, Dv] (with group > 1
+// the caller sums grad_k and grad_v over each group). The forward writes out and lse; the
+// backward reads them (and grad_out), writes delta and then the gradients.
 template <class T, class C>
 struct AttentionParams {
   const T* q = nullptr;
@@ -50,7 +51,8 @@ struct AttentionParams {
   T* grad_q = nullptr;
   T* grad_k = nullptr;
   T* grad_v = nullptr;
-  int batch = 0, heads = 0, L = 0, S = 0, D = 0, Dv = 0;
+  // heads: q's; k and v have heads / group (grouped-query attention; group 1: as many).
+  int batch = 0, heads = 0, group = 1, L = 0, S = 0, D = 0, Dv = 0;
   double scale = 1;
   bool causal = false;
   // Tensor-core kernels: every row of q, k, v (and out, grad_out) starts 16-byte aligned and
@@ -58,9 +60,12 @@ struct AttentionParams {
   bool vectorized = false;
 };
 
+// The rows of q's head bh (of batch * heads), or, with group > 1, of the k or v head that q
+// head attends with (grouped-query attention: group q heads share each k, v head).
 template <class T>
-__host__ __device__ __forceinline__ const T* head_rows(const T* base, const RowStrides& s, int64_t bh, int heads) {
-  return base + (bh / heads) * s.batch + (bh % heads) * s.head;
+__host__ __device__ __forceinline__ const T* head_rows(const T* base, const RowStrides& s, int64_t bh, int heads,
+                                                       int group = 1) {
+  return base + (bh / heads) * s.batch + (bh % heads) / group * s.head;
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -267,8 +272,8 @@ __global__ void __launch_bounds__(Tiles::kThreads) tc_forward_kernel(const Atten
   const int m0 = (m_tiles - 1 - static_cast<int>(blockIdx.x - bh * m_tiles)) * BM;
   const int rows = min(BM, p.L - m0);
   const T* q = head_rows(p.q, p.q_stride, bh, p.heads) + m0 * p.q_stride.row;
-  const T* k = head_rows(p.k, p.k_stride, bh, p.heads);
-  const T* v = head_rows(p.v, p.v_stride, bh, p.heads);
+  const T* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
+  const T* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
   int n_tiles = (p.S + BN - 1) / BN;
   if (p.causal) n_tiles = min(n_tiles, (m0 + rows - 1) / BN + 1);
 
@@ -548,9 +553,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) tc_backw
       delta_s[buf * BM + i] = i < rows ? delta[m0 + i] : 0.0f;
     }
   };
-  load_tile<BN, HD, THREADS>(k_s, head_rows(p.k, p.k_stride, bh, p.heads) + n0 * p.k_stride.row, p.k_stride.row,
+  load_tile<BN, HD, THREADS>(k_s, head_rows(p.k, p.k_stride, bh, p.heads, p.group) + n0 * p.k_stride.row, p.k_stride.row,
                              min(BN, p.S - n0), p.D, p.vectorized);
-  load_tile<BN, HD, THREADS>(v_s, head_rows(p.v, p.v_stride, bh, p.heads) + n0 * p.v_stride.row, p.v_stride.row,
+  load_tile<BN, HD, THREADS>(v_s, head_rows(p.v, p.v_stride, bh, p.heads, p.group) + n0 * p.v_stride.row, p.v_stride.row,
                              min(BN, p.S - n0), p.Dv, p.vectorized);
   if (m_begin < m_tiles) stage(m_begin, 0);
   cp_async_commit();
@@ -627,8 +632,8 @@ __global__ void __launch_bounds__(Config::kThreads) tc_backward_q_kernel(const A
   const int64_t bh = blockIdx.x / m_tiles;
   const int m0 = (m_tiles - 1 - static_cast<int>(blockIdx.x - bh * m_tiles)) * BM;
   const int rows = min(BM, p.L - m0);
-  const T* k = head_rows(p.k, p.k_stride, bh, p.heads);
-  const T* v = head_rows(p.v, p.v_stride, bh, p.heads);
+  const T* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
+  const T* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
   int n_tiles = (p.S + BN - 1) / BN;
   if (p.causal) n_tiles = min(n_tiles, (m0 + rows - 1) / BN + 1);
 
@@ -870,8 +875,8 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_forward_
   // Longest causal rows first, so the short blocks fill the tail of the grid.
   const int m0 = (m_tiles - 1 - static_cast<int>(blockIdx.x - bh * m_tiles)) * kTiledRows;
   const int rows = min(kTiledRows, p.L - m0);
-  const float* k = head_rows(p.k, p.k_stride, bh, p.heads);
-  const float* v = head_rows(p.v, p.v_stride, bh, p.heads);
+  const float* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
+  const float* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
   int n_tiles = (p.S + kTiledRows - 1) / kTiledRows;
   if (p.causal) n_tiles = min(n_tiles, (m0 + rows - 1) / kTiledRows + 1);
   tiled_load<HD>(q_s, head_rows(p.q, p.q_stride, bh, p.heads) + m0 * p.q_stride.row, p.q_stride.row, rows, p.D);
@@ -968,8 +973,8 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
   const int keys = min(kTiledRows, p.S - n0);
   const float* q = head_rows(p.q, p.q_stride, bh, p.heads);
   const float* grad_out = p.grad_out + bh * p.L * p.Dv;
-  tiled_load<HD>(k_s, head_rows(p.k, p.k_stride, bh, p.heads) + n0 * p.k_stride.row, p.k_stride.row, keys, p.D);
-  tiled_load<HD>(v_s, head_rows(p.v, p.v_stride, bh, p.heads) + n0 * p.v_stride.row, p.v_stride.row, keys, p.Dv);
+  tiled_load<HD>(k_s, head_rows(p.k, p.k_stride, bh, p.heads, p.group) + n0 * p.k_stride.row, p.k_stride.row, keys, p.D);
+  tiled_load<HD>(v_s, head_rows(p.v, p.v_stride, bh, p.heads, p.group) + n0 * p.v_stride.row, p.v_stride.row, keys, p.Dv);
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   float dk[4][HD / 16] = {}, dv[4][HD / 16] = {};
@@ -1029,8 +1034,8 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
   const int64_t bh = blockIdx.x / m_tiles;
   const int m0 = (m_tiles - 1 - static_cast<int>(blockIdx.x - bh * m_tiles)) * kTiledRows;
   const int rows = min(kTiledRows, p.L - m0);
-  const float* k = head_rows(p.k, p.k_stride, bh, p.heads);
-  const float* v = head_rows(p.v, p.v_stride, bh, p.heads);
+  const float* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
+  const float* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
   int n_tiles = (p.S + kTiledRows - 1) / kTiledRows;
   if (p.causal) n_tiles = min(n_tiles, (m0 + rows - 1) / kTiledRows + 1);
   tiled_load<HD>(q_s, head_rows(p.q, p.q_stride, bh, p.heads) + m0 * p.q_stride.row, p.q_stride.row, rows, p.D);
@@ -1124,8 +1129,8 @@ __global__ void __launch_bounds__(kSimtThreads) simt_forward_kernel(const Attent
   const int row = m0 + warp;
   const bool row_valid = row < p.L;
   const T* q = head_rows(p.q, p.q_stride, bh, p.heads);
-  const T* k = head_rows(p.k, p.k_stride, bh, p.heads);
-  const T* v = head_rows(p.v, p.v_stride, bh, p.heads);
+  const T* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
+  const T* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
   T* q_row = q_s + warp * p.D;
   for (int c = lane; c < p.D; c += kWarp) q_row[c] = row_valid ? q[row * p.q_stride.row + c] : T(0);
   const int key_end = p.causal ? min(p.S, min(m0 + kSimtRows, p.L)) : p.S;
@@ -1190,8 +1195,8 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const At
   const int key = n0 + warp;
   const bool key_valid = key < p.S;
   const T* q = head_rows(p.q, p.q_stride, bh, p.heads);
-  const T* k = head_rows(p.k, p.k_stride, bh, p.heads);
-  const T* v = head_rows(p.v, p.v_stride, bh, p.heads);
+  const T* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
+  const T* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
   const T* grad_out = p.grad_out + bh * p.L * p.Dv;
   T* k_row = k_rows + warp * p.D;
   T* v_row = v_rows + warp * p.Dv;
@@ -1255,8 +1260,8 @@ __global__ void __launch_bounds__(kSimtThreads) simt_query_rows_kernel(const Att
   const bool row_valid = row < p.L;
   const int64_t at = bh * p.L + row;
   const T* q = head_rows(p.q, p.q_stride, bh, p.heads);
-  const T* k = head_rows(p.k, p.k_stride, bh, p.heads);
-  const T* v = head_rows(p.v, p.v_stride, bh, p.heads);
+  const T* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
+  const T* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
   T* q_row = q_rows + warp * p.D;
   T* do_row = do_rows + warp * p.Dv;
   for (int c = lane; c < p.D; c += kWarp) q_row[c] = row_valid ? q[row * p.q_stride.row + c] : T(0);
