@@ -29,6 +29,10 @@ std::string config_problem(const GPTConfig& c, const std::string& prefix) {
                                                    {"embed", c.embed}};
   for (const auto& [name, value] : sizes)
     if (value <= 0) return detail::cat_str(prefix, name, " must be positive, got ", value);
+  if (c.vocab_multiple < 1 || c.vocab_multiple > (int64_t{1} << 20))
+    return detail::cat_str(prefix, "vocab_multiple must be in [1, 2^20], got ", c.vocab_multiple);
+  if (c.vocab_size > (int64_t{1} << 40))
+    return detail::cat_str(prefix, "vocab_size must be at most 2^40, got ", c.vocab_size);
   if (c.embed % c.heads != 0)
     return detail::cat_str(prefix, "embed ", c.embed, " is not divisible by ", prefix, "heads ", c.heads);
   if (!(c.dropout >= 0 && c.dropout < 1)) return detail::cat_str(prefix, "dropout must be in [0, 1), got ", c.dropout);
@@ -43,10 +47,8 @@ GPTConfig checked(const GPTConfig& c) {
   return c;
 }
 
-// The number of parameters GPT(c) has (GPT::parameter_count), or -1 when it overflows int64;
-// computed without building the model, so that a checkpoint's config can be checked
-// against the file before anything is allocated for it.
-int64_t parameter_count(const GPTConfig& c) {
+// parameter_count of a config config_problem passed.
+int64_t count_parameters(const GPTConfig& c) {
   bool overflow = false;
   auto product = [&overflow](std::initializer_list<int64_t> factors) {
     int64_t p = 1;
@@ -55,7 +57,7 @@ int64_t parameter_count(const GPTConfig& c) {
   };
   const int64_t norm_vectors = c.norm == "layernorm" && c.bias ? 2 : 1;  // weight (and bias)
   const int64_t terms[] = {
-      product({c.vocab_size, c.embed}),              // tok_emb
+      product({c.padded_vocab_size(), c.embed}),     // tok_emb
       product({c.context, c.embed}),                 // pos_emb
       product({c.layers, 12, c.embed, c.embed}),     // qkv 3 C^2, proj C^2, fc 4 C^2, proj 4 C^2
       product({c.layers, c.bias ? 9 : 0, c.embed}),  // their biases
@@ -88,13 +90,38 @@ void init_gpt2(nn::Module& model, int64_t layers, Generator* gen) {
 
 }  // namespace
 
+GPTConfig gpt2_config(const std::string& name) {
+  struct Size {
+    const char* name;
+    int64_t layers, heads, embed;
+  };
+  static const Size sizes[] = {
+      {"gpt2", 12, 12, 768}, {"gpt2-medium", 24, 16, 1024}, {"gpt2-large", 36, 20, 1280}, {"gpt2-xl", 48, 25, 1600}};
+  for (const Size& size : sizes) {
+    if (name != size.name) continue;
+    GPTConfig c;
+    c.vocab_size = 50257;
+    c.vocab_multiple = 128;
+    c.context = 1024;
+    c.layers = size.layers;
+    c.heads = size.heads;
+    c.embed = size.embed;
+    return c;
+  }
+  throw ValueError(detail::cat_str("gpt2_config: unknown model '", name,
+                                   "' (gpt2, gpt2-medium, gpt2-large or gpt2-xl)"));
+}
+
+int64_t parameter_count(const GPTConfig& config) { return count_parameters(checked(config)); }
+
 // ---------------------------------------------------------------- model
 void GPTCache::clear() {
   for (nn::KVCache& layer : layers) layer.length = 0;
 }
 
 GPT::GPT(const GPTConfig& config, Generator* gen) : config(checked(config)), gen_(gen) {
-  tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(config.vocab_size, config.embed, gen));
+  tok_emb = register_module("tok_emb",
+                            std::make_shared<nn::Embedding>(config.padded_vocab_size(), config.embed, gen));
   pos_emb = register_module("pos_emb", std::make_shared<nn::Embedding>(config.context, config.embed, gen));
   auto stack = register_module("blocks", std::make_shared<nn::Sequential>());
   for (int64_t i = 0; i < config.layers; ++i) {
@@ -123,7 +150,9 @@ Tensor GPT::run(const Tensor& tokens, int64_t start, GPTCache* cache) {
   // [B, T, C] + [T, C]
   Tensor x = nn::dropout(add((*tok_emb)(tokens), (*pos_emb)(positions)), config.dropout, is_training(), gen_);
   for (size_t i = 0; i < blocks.size(); ++i) x = cache ? blocks[i]->forward(x, cache->layers[i]) : (*blocks[i])(x);
-  return matmul((*norm_f)(x), tok_emb->weight.t());
+  const Tensor logits = matmul((*norm_f)(x), tok_emb->weight.t());
+  // The padded rows' logits are left out: never sampled, never in a softmax.
+  return config.padded_vocab_size() == config.vocab_size ? logits : logits.narrow(2, 0, config.vocab_size);
 }
 
 Tensor GPT::forward(const Tensor& tokens) { return run(tokens, 0, nullptr); }
@@ -167,6 +196,7 @@ void save_gpt_checkpoint(const std::string& path, const GPT& model, int64_t step
   metadata["format"] = kFormat;
   metadata["step"] = std::to_string(step);
   metadata["config.vocab_size"] = std::to_string(c.vocab_size);
+  metadata["config.vocab_multiple"] = std::to_string(c.vocab_multiple);
   metadata["config.context"] = std::to_string(c.context);
   metadata["config.layers"] = std::to_string(c.layers);
   metadata["config.heads"] = std::to_string(c.heads);
@@ -195,6 +225,8 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
   };
   GPTConfig c;
   c.vocab_size = whole("config.vocab_size", 1);
+  // Older checkpoints have no padding.
+  c.vocab_multiple = file.metadata.count("config.vocab_multiple") ? whole("config.vocab_multiple", 1) : 1;
   c.context = whole("config.context", 1);
   c.layers = whole("config.layers", 1);
   c.heads = whole("config.heads", 1);
@@ -212,7 +244,7 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
   const nn::NamedTensors weights = take_prefixed(file.tensors, "model.");
   int64_t values = 0;
   for (const auto& [name, t] : weights) values += t.numel();
-  const int64_t expected = parameter_count(c);
+  const int64_t expected = count_parameters(c);
   NC_CHECK(expected == values, IOError, "load_gpt_checkpoint: ", path, " has a config (config.layers ", c.layers,
            ", config.embed ", c.embed, ", config.context ", c.context, ", config.vocab_size ", c.vocab_size,
            ") that calls for ", expected < 0 ? std::string("more than 2^63") : std::to_string(expected),

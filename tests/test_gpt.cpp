@@ -135,6 +135,45 @@ TEST(GPT, Gpt2Initialization) {
   expect_same_state(model, twin);
 }
 
+// GPT-2's sizes, counted as llm.c and Hugging Face count them: 124,475,904 parameters for
+// "gpt2" with the embedding padded to 50304 rows (llm.c's figure), 124,439,808 without
+// (Hugging Face's), and so on up.
+TEST(GPT, Gpt2PresetsHaveGpt2sParameterCounts) {
+  const std::map<std::string, int64_t> unpadded = {
+      {"gpt2", 124439808}, {"gpt2-medium", 354823168}, {"gpt2-large", 774030080}, {"gpt2-xl", 1557611200}};
+  for (const auto& [name, count] : unpadded) {
+    SCOPED_TRACE(name);
+    models::GPTConfig c = models::gpt2_config(name);
+    EXPECT_EQ(c.vocab_size, 50257);
+    EXPECT_EQ(c.padded_vocab_size(), 50304);
+    EXPECT_EQ(c.context, 1024);
+    EXPECT_EQ(models::parameter_count(c), count + 47 * c.embed);  // the 47 padded rows
+    c.vocab_multiple = 1;
+    EXPECT_EQ(models::parameter_count(c), count);
+  }
+  EXPECT_EQ(models::parameter_count(models::gpt2_config("gpt2")), 124475904);
+  throws<nc::ValueError>([] { models::gpt2_config("gpt3"); }, {"gpt2_config", "'gpt3'", "gpt2-medium"})();
+}
+
+// A vocabulary padded to a multiple: the embedding has the padded rows, the logits do not,
+// and the padded rows get no gradient.
+TEST(GPT, PaddedVocabularyIsNeverInTheLogits) {
+  models::GPTConfig c = tiny_config();
+  c.vocab_size = 13;
+  c.vocab_multiple = 8;
+  models::GPT model(c);
+  EXPECT_EQ(model.tok_emb->weight.shape(), (nc::Shape{16, 16}));
+  EXPECT_EQ(model.parameter_count(), models::parameter_count(c));
+  const nc::Tensor tokens = nc::from_vector<int64_t>({1, 12, 0, 5, 7, 3}, {2, 3});
+  const nc::Tensor logits = model(tokens);
+  EXPECT_EQ(logits.shape(), (nc::Shape{2, 3, 13}));
+  models::lm_loss(model, tokens, nc::from_vector<int64_t>({12, 0, 5, 7, 3, 1}, {2, 3})).backward();
+  const nc::Tensor grad = model.tok_emb->weight.grad();
+  EXPECT_EQ(nc::sum(nc::abs(grad.narrow(0, 13, 3))).item<float>(), 0.0f) << "the padded rows";
+  EXPECT_GT(nc::sum(nc::abs(grad.narrow(0, 0, 13))).item<float>(), 0.0f);
+  throws<nc::ValueError>([&] { c.vocab_multiple = 0; models::GPT bad(c); }, {"vocab_multiple", "got 0"})();
+}
+
 TEST(GPT, ForwardShapeAndErrors) {
   models::GPT model(tiny_config());
   const nc::Tensor logits = model(nc::zeros({3, 5}, nc::DType::I64));
@@ -305,6 +344,27 @@ TEST_F(GPTCheckpoint, RoundTrip) {
   const std::string other = (dir_ / "other.safetensors").string();
   nc::safetensors::save(other, {{"w", nc::zeros({2})}}, {});
   throws<nc::IOError>([&] { models::load_gpt_checkpoint(other); }, {"not a normcore GPT checkpoint", "format"})();
+}
+
+// The vocabulary's padding is in the checkpoint; one written before it existed loads
+// without padding.
+TEST_F(GPTCheckpoint, VocabularyPaddingRoundTripsAndOldFilesHaveNone) {
+  models::GPTConfig c = tiny_config();
+  c.vocab_size = 13;
+  c.vocab_multiple = 8;
+  const models::GPT model(c);
+  const std::string path = (dir_ / "padded.safetensors").string();
+  models::save_gpt_checkpoint(path, model, 1, {}, {}, {});
+  const models::GPTCheckpoint loaded = models::load_gpt_checkpoint(path);
+  EXPECT_EQ(loaded.model->config.vocab_multiple, 8);
+  expect_same_state(model, *loaded.model);
+
+  const models::GPT plain(tiny_config());
+  models::save_gpt_checkpoint(path, plain, 1, {}, {}, {});
+  nc::safetensors::File file = nc::safetensors::load(path);
+  file.metadata.erase("config.vocab_multiple");
+  nc::safetensors::save(path, file.tensors, file.metadata);
+  EXPECT_EQ(models::load_gpt_checkpoint(path).model->config.vocab_multiple, 1);
 }
 
 TEST_F(GPTCheckpoint, EveryNormAndBiasLayoutLoads) {

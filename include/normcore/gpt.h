@@ -1,7 +1,8 @@
-// A decoder-only transformer language model over bytes (GPT-2's layout: learned positions,
-// pre-norm blocks, an output head tied to the token embedding), incremental decoding with
-// a KV cache, the text it learns from (the Debian fortunes corpus), its checkpoints, and a
-// streaming text generator for applications. Tokens are bytes: vocab_size 256, i64 ids.
+// A decoder-only transformer language model (GPT-2's layout: learned positions, pre-norm
+// blocks, an output head tied to the token embedding) with GPT-2's sizes as presets,
+// incremental decoding with a KV cache, the text it learns from (the Debian fortunes
+// corpus), its checkpoints, and a streaming text generator for applications. Tokens are
+// i64 ids: bytes (vocab_size 256) for the text functions here, any vocabulary for the model.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,11 @@ namespace models {
 
 struct GPTConfig {
   int64_t vocab_size = 256;
+  // The token embedding (and so the tied output head) has vocab_size rounded up to a
+  // multiple of this many rows, which the matrix products of the head prefer (GPT-2's 50257
+  // becomes 50304 with 128); the padded rows are never looked up, their logits are cut off
+  // before the loss and sampling, so they get no gradient.
+  int64_t vocab_multiple = 1;
   int64_t context = 256;  // the most positions a sequence may have
   int64_t layers = 6;
   int64_t heads = 6;
@@ -29,7 +35,22 @@ struct GPTConfig {
   double dropout = 0.0;  // on the residual branches and after the embeddings, in training
   std::string norm = "layernorm";  // or "rmsnorm"
   bool bias = true;                // Linear and LayerNorm biases
+
+  // The token embedding's rows: vocab_size rounded up to a multiple of vocab_multiple.
+  int64_t padded_vocab_size() const { return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple; }
 };
+
+// GPT-2's sizes: "gpt2" (124M parameters: 12 layers, 12 heads, width 768), "gpt2-medium"
+// (350M: 24, 16, 1024), "gpt2-large" (774M: 36, 20, 1280) and "gpt2-xl" (1.56B: 48, 25, 1600),
+// each with context 1024, GPT-2's vocabulary of 50257 tokens padded to 50304 rows
+// (vocab_multiple 128), LayerNorm with biases and no dropout. ValueError naming the known
+// names for any other.
+GPTConfig gpt2_config(const std::string& name);
+
+// The parameters a GPT of this config has (GPT::parameter_count of the built model), or -1
+// when the count overflows int64; computed without building it. ValueError for a config
+// GPT would refuse.
+int64_t parameter_count(const GPTConfig& config);
 
 // Every block's KV cache for incremental decoding (GPT::make_cache, GPT::forward(tokens, cache)).
 struct GPTCache {
@@ -40,8 +61,9 @@ struct GPTCache {
   void clear();
 };
 
-// tokens [B, T] (i64 or i32, values in [0, vocab_size)) -> logits [B, T, vocab_size].
-// Children and state_dict keys, in order: "tok_emb" [V, C], "pos_emb" [context, C],
+// tokens [B, T] (i64 or i32, values in [0, vocab_size)) -> logits [B, T, vocab_size] (a
+// view that leaves out the padded rows' logits when vocab_multiple pads the vocabulary).
+// Children and state_dict keys, in order: "tok_emb" [padded V, C], "pos_emb" [context, C],
 // "blocks.<i>." (nn::TransformerBlock), "norm_f". The head is tok_emb's weight
 // (logits = x @ tok_emb.weight^T): there is no separate head parameter, so the keys are
 // those of a PyTorch module that computes F.linear(x, self.tok_emb.weight).
