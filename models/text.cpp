@@ -118,19 +118,30 @@ TextBatch spaced_windows(const std::string& stream, int64_t count, int64_t conte
 }
 
 double evaluate_lm(GPT& model, const std::string& stream, int64_t windows, int64_t batch, Device device) {
+  check_windows("evaluate_lm", stream, windows, model.config.context);
+  // TextWindows' evenly spaced samples are spaced_windows' offsets.
+  return evaluate_lm(model, data::TextWindows(stream, model.config.context), windows, batch, device);
+}
+
+double evaluate_lm(GPT& model, const data::Dataset& windows, int64_t count, int64_t batch, Device device) {
   NC_CHECK(batch > 0, ValueError, "evaluate_lm: batch must be positive, got ", batch);
-  const TextBatch all = spaced_windows(stream, windows, model.config.context, device);
+  NC_CHECK(count > 0 && windows.size() > 0, ValueError, "evaluate_lm: ", count, " windows of a dataset of ",
+           windows.size(), " (both must be positive)");
   const bool was_training = model.is_training();
   model.eval();
   autograd::InferenceModeGuard inference;
+  const int64_t last = windows.size() - 1;
   double total = 0;
-  for (int64_t first = 0; first < windows; first += batch) {
-    const int64_t n = std::min(batch, windows - first);
-    const Tensor loss = lm_loss(model, all.inputs.narrow(0, first, n), all.targets.narrow(0, first, n));
-    total += loss.item<double>() * static_cast<double>(n);
+  for (int64_t first = 0; first < count; first += batch) {
+    std::vector<data::Example> samples;
+    for (int64_t i = first; i < std::min(count, first + batch); ++i)
+      samples.push_back(windows.get(count == 1 ? 0 : i * last / (count - 1)));
+    const data::Batch b = data::collate(samples);
+    const Tensor loss = lm_loss(model, b.inputs.to(device), b.targets.to(device));
+    total += loss.item<double>() * static_cast<double>(samples.size());
   }
   model.train(was_training);
-  return total / static_cast<double>(windows);
+  return total / static_cast<double>(count);
 }
 
 }  // namespace models

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "normcore/data.h"
 #include "normcore/nn.h"
 #include "normcore/random.h"
 
@@ -141,6 +142,10 @@ TextBatch spaced_windows(const std::string& stream, int64_t count, int64_t conte
 // The mean loss over `windows` spaced_windows of the stream, in batches of batch, in eval
 // mode with recording off; the model's training flag is restored.
 double evaluate_lm(GPT& model, const std::string& stream, int64_t windows, int64_t batch, Device device);
+// The same over count samples of a dataset of windows (input and target i64 [T] with
+// T <= context, as data::TextWindows and token shards give), at evenly spaced indices from
+// the first to the last: the same samples every time.
+double evaluate_lm(GPT& model, const data::Dataset& windows, int64_t count, int64_t batch, Device device);
 
 // ---------------------------------------------------------------- checkpoints
 // One safetensors file: "model.<key>", optionally "optim." and "schedule." tensors, and
