@@ -17,6 +17,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ const char* kDefaultData = "/usr/share/datasets/fashion-mnist";
 struct Args {
   std::string command;
   std::map<std::string, std::string> options;
+  std::set<std::string> given;  // the options on the command line (the rest hold their fallbacks)
   std::vector<std::string> positional;
 };
 
@@ -87,12 +89,14 @@ const std::vector<OptionSpec> kPredictOptions = {
 };
 const std::vector<OptionSpec> kTrainLmOptions = {
     {"data", nc::models::kFortunesDir, "fortunes folder (its files without a '.') or one fortune file"},
+    {"model", "", "gpt2, gpt2-medium, gpt2-large or gpt2-xl: GPT-2's sizes (the size options given override "
+                  "them); empty: the sizes below"},
     {"layers", "6", "transformer blocks"},
     {"heads", "6", "attention heads"},
     {"embed", "384", "embedding width (divisible by heads)"},
-    {"context", "256", "bytes of context"},
+    {"context", "256", "tokens of context"},
     {"norm", "layernorm", "layernorm or rmsnorm"},
-    {"dropout", "0.1", "dropout on the embeddings and the residual branches"},
+    {"dropout", "0.1", "dropout on the embeddings and the residual branches (0 with --model unless given)"},
     {"batch-size", "64", "windows per step"},
     {"workers", "1", "data-loading threads (0: load on the training thread); the batches do not depend on it"},
     {"steps", "3000", "optimizer steps"},
@@ -191,6 +195,7 @@ Args parse(int argc, char** argv, const std::vector<OptionSpec>& specs) {
       value = argv[++i];
     }
     args.options[name] = value;
+    args.given.insert(name);
   }
   return args;
 }
@@ -672,6 +677,26 @@ struct LmOptimizer {
   }
 };
 
+// The model train-lm builds: GPT-2's sizes with --model (those of the size options given
+// override them), else the size options. The data are bytes: a vocabulary of 256.
+nc::models::GPTConfig lm_config(const Args& args) {
+  const std::string& preset = args.options.at("model");
+  nc::models::GPTConfig config = preset.empty() ? nc::models::GPTConfig() : nc::models::gpt2_config(preset);
+  const bool sized = preset.empty();
+  auto size = [&](const char* name, int64_t& field) {
+    if (sized || args.given.count(name)) field = integer(args, name, 1);
+  };
+  size("layers", config.layers);
+  size("heads", config.heads);
+  size("embed", config.embed);
+  size("context", config.context);
+  if (sized || args.given.count("norm")) config.norm = args.options.at("norm");
+  if (sized || args.given.count("dropout")) config.dropout = number(args, "dropout");
+  config.vocab_size = 256;
+  config.vocab_multiple = 1;
+  return config;
+}
+
 int train_lm(const Args& args) {
   if (const int64_t nproc = integer(args, "nproc", 1); nproc > 1) return launch_self(static_cast<int>(nproc));
   DataParallelJob job;
@@ -703,14 +728,7 @@ int train_lm(const Args& args) {
     gen.manual_seed(seed);
     gen.set_offset(std::stoull(offset->second));
   } else {
-    nc::models::GPTConfig config;
-    config.layers = integer(args, "layers", 1);
-    config.heads = integer(args, "heads", 1);
-    config.embed = integer(args, "embed", 1);
-    config.context = integer(args, "context", 1);
-    config.norm = args.options.at("norm");
-    config.dropout = number(args, "dropout");
-    model = std::make_shared<nc::models::GPT>(config, &gen);
+    model = std::make_shared<nc::models::GPT>(lm_config(args), &gen);
     model->to(device);
   }
   model->train();
@@ -744,9 +762,10 @@ int train_lm(const Args& args) {
       },
       graphed);
   if (main_rank) {
-    std::printf("normcore train-lm: GPT %lld layers, %lld heads, embed %lld, context %lld, %s, dropout %g "
+    const std::string& preset = args.options.at("model");
+    std::printf("normcore train-lm: GPT%s %lld layers, %lld heads, embed %lld, context %lld, %s, dropout %g "
                 "(%lld parameters) on %s%s in %s%s\n",
-                static_cast<long long>(config.layers), static_cast<long long>(config.heads),
+                preset.empty() ? "" : (" (" + preset + " sizes)").c_str(), static_cast<long long>(config.layers), static_cast<long long>(config.heads),
                 static_cast<long long>(config.embed), static_cast<long long>(config.context), config.norm.c_str(),
                 config.dropout, static_cast<long long>(model->parameter_count()), device.str().c_str(),
                 job.describe(device).c_str(), args.options.at("precision").c_str(),

@@ -84,6 +84,14 @@ if [ "${1:-}" = lm ]; then
 
   expect_error "not a normcore GPT checkpoint" "$normcore" generate --checkpoint "$not_gpt" --device cpu
   expect_error "temperature must be" "$normcore" generate "${gen[@]}" --temperature -1
+  # GPT-2's sizes, the size options given overriding them (a small model: the test runs on
+  # the CPU); its checkpoint generates like any other.
+  "$normcore" train-lm "${lm[@]}" --model gpt2 --layers 2 --heads 2 --embed 32 --context 32 --steps 4 \
+    --eval-interval 4 --out lm-g.safetensors > lm-g.log
+  grep -q "GPT (gpt2 sizes) 2 layers, 2 heads, embed 32, context 32, layernorm, dropout 0 " lm-g.log ||
+    fail "train-lm --model gpt2 did not build GPT-2's layout with the sizes given: $(head -1 lm-g.log)"
+  [ -n "$(lm_summary 4 lm-g.log)" ] || fail "train-lm --model gpt2 printed no validation loss"
+  expect_error "unknown model 'gpt9'" "$normcore" train-lm "${lm[@]}" --steps 2 --model gpt9
   expect_error "norm must be" "$normcore" train-lm "${lm[@]}" --steps 2 --norm batchnorm
   expect_error "not divisible by heads" "$normcore" train-lm "${lm[@]}" --steps 2 --embed 30 --heads 4
   expect_error "does not exist" "$normcore" train-lm "${lm[@]}" --steps 2 --data /nonexistent
