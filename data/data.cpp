@@ -23,6 +23,7 @@
 
 #include "base/philox.h"
 #include "base/shape.h"
+#include "data/windows.h"
 #include "normcore/data.h"
 
 namespace normcore {
@@ -174,16 +175,7 @@ TextWindows::TextWindows(std::string stream, int64_t context) : stream_(std::mov
 Example TextWindows::get(int64_t index) const {
   NC_CHECK(index >= 0 && index < size(), IndexError, "TextWindows::get: index ", index, " is outside [0, ", size(),
            ")");
-  Tensor input = empty({context_}, TensorOptions(DType::I64));
-  Tensor target = empty({context_}, TensorOptions(DType::I64));
-  int64_t* in = input.data<int64_t>();
-  int64_t* out = target.data<int64_t>();
-  const auto* bytes = reinterpret_cast<const unsigned char*>(stream_.data()) + index;
-  for (int64_t t = 0; t < context_; ++t) {
-    in[t] = bytes[t];
-    out[t] = bytes[t + 1];
-  }
-  return Example{input, target};
+  return next_token_window(reinterpret_cast<const unsigned char*>(stream_.data()) + index, context_);
 }
 
 TensorDataset load_fashion_mnist(const std::string& dir, bool train) {
