@@ -1,7 +1,7 @@
-// Data loading: the IDX file format (MNIST, Fashion-MNIST), the Dataset interface with
-// tensor, text-window and Fashion-MNIST datasets, per-sample transforms, and a DataLoader
-// that shuffles, transforms, batches and (for data-parallel training) shards any dataset
-// on worker threads.
+// Data loading: the IDX file format (MNIST, Fashion-MNIST), llm.c's token shards, the
+// Dataset interface with tensor, text-window, token-window and Fashion-MNIST datasets,
+// per-sample transforms, and a DataLoader that shuffles, transforms, batches and (for
+// data-parallel training) shards any dataset on worker threads.
 // Readers validate everything before allocating from a size the file states and throw
 // IOError naming the file and the defect. Loaded tensors live on the CPU and own their memory.
 #pragma once
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -82,6 +83,59 @@ class TextWindows : public Dataset {
  private:
   std::string stream_;
   int64_t context_;
+};
+
+// ---------------------------------------------------------------- token shards
+// llm.c's token shards (its GPT-2 training data): a header of 256 little-endian int32
+// (20240520, the version 1, the token count, then zeros), then the tokens as little-endian
+// uint16, so token ids are 0 to 65535.
+
+// The tokens of the shard at path. IOError naming the file and the defect for a file that
+// cannot be opened or is not a regular file, one shorter than the 1024-byte header, another
+// magic or version, a negative count, fewer or more than 2 * count bytes of tokens (nothing
+// is allocated before the count is checked against the file's size), and a token id >=
+// vocab_size (naming its position and the id). ValueError for vocab_size outside [1, 65536].
+std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_size);
+
+// Writes tokens, i32 or i64 [N] on any device, as a shard at path: to a temporary file in
+// the same folder, flushed to disk and renamed over path, so path holds either its old
+// content or the whole shard. ValueError for an undefined tensor, more than 2^31 - 1 tokens
+// or an id outside [0, 65535] (naming the first one and its position); DTypeError and
+// ShapeError for another dtype or rank; IOError when the file cannot be written.
+void write_token_shard(const std::string& path, const Tensor& tokens);
+
+// The paths pattern names (POSIX glob(3): *, ?, [...]), sorted by their bytes (whatever the
+// locale), e.g. the shards "fineweb_train_*.bin" of a training set. IOError naming the
+// pattern when nothing matches or a folder on the way cannot be read.
+std::vector<std::string> glob_files(const std::string& pattern);
+
+// Windows of context + 1 tokens of token shards, for next-token prediction: a window at
+// position p of a shard gives input the tokens [p, p + context) and target the tokens
+// [p + 1, p + context + 1), both i64 [context]. Windows start at 0, stride, 2 * stride, ...
+// of each shard for as long as they fit, so none crosses from one shard into the next; a
+// shard of n >= context + 1 tokens holds (n - context - 1) / stride + 1 of them, a shorter
+// one none. The default stride is context, llm.c's placement: consecutive windows share one
+// token, and (n - 1) / context windows cover the shard. Samples number the windows of the
+// shards in the order given, each shard's in order of position.
+// Every shard is read whole into memory, 2 bytes a token (a shard of 100M tokens takes
+// 200 MB), and checked as read_token_shard checks it; copies of the dataset share the tokens.
+// ValueError for no shard, context < 1, stride < 1, vocab_size outside [1, 65536] and shards
+// that hold no window (naming them); read_token_shard's IOErrors.
+class TokenWindows : public Dataset {
+ public:
+  TokenWindows(const std::vector<std::string>& shards, int64_t context, int64_t vocab_size,
+               std::optional<int64_t> stride = std::nullopt);
+  int64_t size() const override { return window_ends_.empty() ? 0 : window_ends_.back(); }
+  Example get(int64_t index) const override;
+  int64_t context() const { return context_; }
+  int64_t stride() const { return stride_; }
+
+ private:
+  std::shared_ptr<const std::vector<std::vector<uint16_t>>> shards_;
+  // window_ends_[s]: the windows of shards 0 to s.
+  std::vector<int64_t> window_ends_;
+  int64_t context_;
+  int64_t stride_;
 };
 
 // Fashion-MNIST's training (train = true: 60000 samples) or test split (10000) from dir,
