@@ -108,3 +108,23 @@ def gpt(vocab, context, layers, heads, embed, norm='layernorm', bias=True, optim
 write('corpus/gpt_checkpoint/layernorm.safetensors', gpt(3, 4, 1, 2, 4))
 write('corpus/gpt_checkpoint/rmsnorm_no_bias.safetensors', gpt(2, 3, 2, 1, 2, 'rmsnorm', False, optimizer=True))
 write('corpus/gpt_checkpoint/layernorm_no_bias.safetensors', gpt(2, 2, 1, 2, 2, 'layernorm', False))
+
+
+def token_shard(tokens, magic=20240520, version=1, count=None, choices=(0, 0, 0)):
+    """An llm.c token shard; choices are the u16 at header byte 12 and bytes 14 and 15, which
+    the fuzz target reads as the vocabulary, context and stride."""
+    vocab_cut, context, stride = choices
+    header = struct.pack('<3iHBB', magic, version, len(tokens) if count is None else count, vocab_cut, context, stride)
+    return header + bytes(1024 - len(header)) + struct.pack('<%dH' % len(tokens), *tokens)
+
+
+gpt2_ids = [15496, 11, 995, 0, 50256, 464, 2068, 7586, 21831, 18045, 625, 262]
+write('corpus/token_shard/gpt2.bin', token_shard(gpt2_ids, choices=(65536 - 50257, 3, 3)))
+write('corpus/token_shard/every_window.bin', token_shard(list(range(20)), choices=(65536 - 20, 4, 0)))
+write('corpus/token_shard/empty.bin', token_shard([]))
+write('corpus/token_shard/past_vocabulary.bin', token_shard([1, 2, 50300], choices=(65536 - 50257, 0, 0)))
+write('corpus/token_shard/bad_magic.bin', token_shard([1, 2], magic=20240522))
+write('corpus/token_shard/version_2.bin', token_shard([1, 2], version=2))
+write('corpus/token_shard/truncated.bin', token_shard([1, 2, 3])[:-1])
+write('corpus/token_shard/trailing.bin', token_shard([1, 2, 3]) + b'\0')
+write('corpus/token_shard/huge_count.bin', token_shard([1, 2], count=2**31 - 1))
