@@ -88,7 +88,11 @@ const std::vector<OptionSpec> kPredictOptions = {
     {"device", "auto", "auto, cpu or cuda[:N]"},
 };
 const std::vector<OptionSpec> kTrainLmOptions = {
-    {"data", nc::models::kFortunesDir, "fortunes folder (its files without a '.') or one fortune file"},
+    {"data", nc::models::kFortunesDir, "fortunes folder (its files without a '.') or one fortune file (bytes); or "
+                                       "token shards in llm.c's format, a path or pattern ending in .bin "
+                                       "('dir/*_train_*.bin')"},
+    {"val-data", "", "with token shards: the validation shards (a path or pattern)"},
+    {"vocab", "50257", "with token shards: the vocabulary (GPT-2's by default; every id is checked against it)"},
     {"model", "", "gpt2, gpt2-medium, gpt2-large or gpt2-xl: GPT-2's sizes (the size options given override "
                   "them); empty: the sizes below"},
     {"layers", "6", "transformer blocks"},
@@ -677,8 +681,51 @@ struct LmOptimizer {
   }
 };
 
+// Whether train-lm's --data names token shards (a path or pattern ending in .bin), not text.
+bool token_data(const Args& args) {
+  const std::string& data = args.options.at("data");
+  return data.size() >= 4 && data.compare(data.size() - 4, 4, ".bin") == 0;
+}
+
+// What train-lm learns from and is validated on: windows of the model's context, of the
+// fortunes corpus as bytes or of token shards.
+struct LmData {
+  std::shared_ptr<const nc::data::Dataset> train, validation;
+  std::string summary;  // for the start of the run
+  std::string unit;     // "bytes" or "tokens"
+};
+
+LmData lm_data(const Args& args, const nc::models::GPTConfig& config) {
+  LmData data;
+  if (!token_data(args)) {
+    const nc::models::TextCorpus corpus = nc::models::load_fortunes(args.options.at("data"));
+    data.train = std::make_shared<nc::data::TextWindows>(corpus.train, config.context);
+    data.validation = std::make_shared<nc::data::TextWindows>(corpus.validation, config.context);
+    data.summary = nc::detail::cat_str(corpus.files.size(), " files, ", corpus.train_fortunes, " train fortunes (",
+                                       corpus.train.size(), " bytes), ", corpus.validation_fortunes,
+                                       " validation fortunes (", corpus.validation.size(), " bytes)");
+    data.unit = "bytes";
+    return data;
+  }
+  const std::string& val = args.options.at("val-data");
+  NC_CHECK(!val.empty(), ValueError, "--data ", args.options.at("data"),
+           " names token shards; --val-data must name the validation shards");
+  const std::vector<std::string> train_shards = nc::data::glob_files(args.options.at("data"));
+  const std::vector<std::string> val_shards = nc::data::glob_files(val);
+  auto train = std::make_shared<nc::data::TokenWindows>(train_shards, config.context, config.vocab_size);
+  auto validation = std::make_shared<nc::data::TokenWindows>(val_shards, config.context, config.vocab_size);
+  data.summary = nc::detail::cat_str(train_shards.size(), " train shards (", train->size(), " windows), ",
+                                     val_shards.size(), " validation shards (", validation->size(),
+                                     " windows) of vocabulary ", config.vocab_size);
+  data.train = std::move(train);
+  data.validation = std::move(validation);
+  data.unit = "tokens";
+  return data;
+}
+
 // The model train-lm builds: GPT-2's sizes with --model (those of the size options given
-// override them), else the size options. The data are bytes: a vocabulary of 256.
+// override them), else the size options. The vocabulary is the data's: the 256 bytes of the
+// fortunes, or --vocab for token shards, padded to a multiple of 128 rows.
 nc::models::GPTConfig lm_config(const Args& args) {
   const std::string& preset = args.options.at("model");
   nc::models::GPTConfig config = preset.empty() ? nc::models::GPTConfig() : nc::models::gpt2_config(preset);
@@ -692,8 +739,8 @@ nc::models::GPTConfig lm_config(const Args& args) {
   size("context", config.context);
   if (sized || args.given.count("norm")) config.norm = args.options.at("norm");
   if (sized || args.given.count("dropout")) config.dropout = number(args, "dropout");
-  config.vocab_size = 256;
-  config.vocab_multiple = 1;
+  config.vocab_size = token_data(args) ? integer(args, "vocab", 1) : 256;
+  config.vocab_multiple = token_data(args) ? 128 : 1;
   return config;
 }
 
@@ -709,7 +756,6 @@ int train_lm(const Args& args) {
   const std::string out = args.options.at("out"), resume = args.options.at("resume");
   uint64_t seed = static_cast<uint64_t>(integer(args, "seed", 0));
 
-  const nc::models::TextCorpus corpus = nc::models::load_fortunes(args.options.at("data"));
   nc::Generator gen(seed);
   std::shared_ptr<nc::models::GPT> model;
   nc::models::GPTCheckpoint checkpoint;
@@ -735,6 +781,7 @@ int train_lm(const Args& args) {
   // Each rank draws its own dropout masks.
   job.start(args, model, device, gen, seed);
   const nc::models::GPTConfig& config = model->config;
+  const LmData data = lm_data(args, config);
   const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);
   LmOptimizer optimizer(*model, lr, number(args, "weight-decay"), warmup, steps, min_lr);
   if (!resume.empty()) {
@@ -770,11 +817,8 @@ int train_lm(const Args& args) {
                 config.dropout, static_cast<long long>(model->parameter_count()), device.str().c_str(),
                 job.describe(device).c_str(), args.options.at("precision").c_str(),
                 graphed ? " with CUDA graphs" : "");
-    std::printf("data: %zu files, %lld train fortunes (%zu bytes), %lld validation fortunes (%zu bytes); "
-                "batch %lld x %lld bytes%s, %lld steps, lr %g%s\n",
-                corpus.files.size(), static_cast<long long>(corpus.train_fortunes), corpus.train.size(),
-                static_cast<long long>(corpus.validation_fortunes), corpus.validation.size(),
-                static_cast<long long>(batch_size), static_cast<long long>(config.context),
+    std::printf("data: %s; batch %lld x %lld %s%s, %lld steps, lr %g%s\n", data.summary.c_str(),
+                static_cast<long long>(batch_size), static_cast<long long>(config.context), data.unit.c_str(),
                 job.active ? (" per rank (" + std::to_string(batch_size * job.world_size()) + " windows in all)").c_str()
                            : "",
                 static_cast<long long>(steps), lr,
@@ -782,11 +826,11 @@ int train_lm(const Args& args) {
     std::fflush(stdout);
   }
 
-  // Every window of the training stream, shuffled each epoch (the same order on every rank,
-  // each rank its share); a step is a batch, so step s is batch s % batches of epoch
-  // s / batches, which is where a resumed run starts.
+  // Every training window, shuffled each epoch (the same order on every rank, each rank its
+  // share); a step is a batch, so step s is batch s % batches of epoch s / batches, which is
+  // where a resumed run starts.
   nc::data::DataLoaderOptions loader_options = job.loader_options(args, batch_size, seed, device);
-  nc::data::DataLoader loader(nc::data::TextWindows(corpus.train, config.context), loader_options);
+  nc::data::DataLoader loader(data.train, loader_options);
   const int64_t epoch_steps = loader.num_batches();
   loader.begin_epoch(static_cast<uint64_t>(first_step / epoch_steps), first_step % epoch_steps);
 
@@ -817,7 +861,7 @@ int train_lm(const Args& args) {
     if (!main_rank) continue;  // the others go on and wait in the next step's first all-reduce
     progress.finish();
     const double seconds = progress.elapsed();
-    const double validation = nc::models::evaluate_lm(*model, corpus.validation, eval_windows, batch_size, device);
+    const double validation = nc::models::evaluate_lm(*model, *data.validation, eval_windows, batch_size, device);
     std::printf("step %lld/%lld: train loss %.4f, validation loss %.4f (%.1f s, %.0f tokens/s)%s\n",
                 static_cast<long long>(step), static_cast<long long>(steps),
                 loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), validation, seconds,
@@ -835,7 +879,9 @@ int train_lm(const Args& args) {
   if (!main_rank) return 0;
   if (!out.empty()) std::printf("checkpoint: %s\n", out.c_str());
   const int64_t sample = integer(args, "sample", 0);
-  if (last_step == steps && sample > 0) {
+  if (last_step == steps && sample > 0 && data.unit == "tokens") {
+    std::printf("no sample: the model's tokens are not bytes, and normcore has no tokenizer to write them\n");
+  } else if (last_step == steps && sample > 0) {
     std::printf("sample (temperature 0.8, seed %llu):\n", static_cast<unsigned long long>(seed));
     nc::models::GenerateOptions options;
     options.seed = seed;

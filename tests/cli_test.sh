@@ -92,6 +92,39 @@ if [ "${1:-}" = lm ]; then
     fail "train-lm --model gpt2 did not build GPT-2's layout with the sizes given: $(head -1 lm-g.log)"
   [ -n "$(lm_summary 4 lm-g.log)" ] || fail "train-lm --model gpt2 printed no validation loss"
   expect_error "unknown model 'gpt9'" "$normcore" train-lm "${lm[@]}" --steps 2 --model gpt9
+
+  # Token shards in llm.c's format (tests/data/token_shards: bytes of a fortune file as ids):
+  # a gpt2-layout model learns from them, repeats itself for a seed and resumes exactly; the
+  # vocabulary is --vocab (GPT-2's 50257, padded to 50304 rows, by default).
+  shards=$(cd "$(dirname "$0")" && pwd)/data/token_shards
+  tok_gpt2=(--data "$shards/*_train_*.bin" --val-data "$shards/*_val_*.bin" --model gpt2 --layers 2 --heads 2
+            --embed 32 --context 32 --batch-size 16 --warmup 5 --lr 0.003 --eval-interval 20 --eval-batches 2
+            --device cpu)
+  tok=("${tok_gpt2[@]}" --vocab 256)
+  "$normcore" train-lm "${tok[@]}" --steps 40 --seed 1 --out tok-a.safetensors > tok-a.log
+  cat tok-a.log
+  grep -q "1 train shards (749 windows), 1 validation shards (124 windows) of vocabulary 256" tok-a.log ||
+    fail "train-lm did not read the token shards: $(sed -n 2p tok-a.log)"
+  tok20=$(lm_summary 20 tok-a.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')
+  tok40=$(lm_summary 40 tok-a.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')
+  awk -v a="$tok20" -v b="$tok40" 'BEGIN { exit !(b < a && b < 4.0) }' ||
+    fail "validation loss on token shards did not fall below 4.0: $tok20 at step 20, $tok40 at step 40"
+  "$normcore" train-lm "${tok[@]}" --steps 40 --stop-after 20 --seed 1 --out tok-c.safetensors > tok-c1.log
+  "$normcore" train-lm "${tok[@]}" --steps 40 --resume tok-c.safetensors --out tok-c.safetensors > tok-c2.log
+  [ "$(lm_summary 40 tok-a.log)" = "$(lm_summary 40 tok-c2.log)" ] ||
+    fail "resuming on token shards changed the run: $(lm_summary 40 tok-a.log) vs $(lm_summary 40 tok-c2.log)"
+  grep -q "^no sample: the model's tokens are not bytes" tok-a.log || fail "train-lm sampled tokens as bytes"
+  # GPT-2's vocabulary, padded: two steps.
+  "$normcore" train-lm "${tok_gpt2[@]}" --steps 2 --eval-interval 2 --out tok-g.safetensors > tok-g.log
+  grep -q "of vocabulary 50257" tok-g.log || fail "train-lm did not take GPT-2's vocabulary: $(sed -n 2p tok-g.log)"
+  # Bad shards: each an error naming the file or the option.
+  expect_error "--val-data must name the validation shards" "$normcore" train-lm --data "$shards/*_train_*.bin" --steps 1
+  expect_error "past the vocabulary of 100" "$normcore" train-lm "${tok[@]}" --steps 1 --vocab 100
+  head -c 5000 "$shards/fortunes_train_000.bin" > short_train_000.bin
+  expect_error "short_train_000.bin" "$normcore" train-lm "${tok[@]}" --steps 1 --data short_train_000.bin
+  printf 'not a shard' > bad_train_000.bin
+  expect_error "bad_train_000.bin" "$normcore" train-lm "${tok[@]}" --steps 1 --data bad_train_000.bin
+  expect_error "no file matches" "$normcore" train-lm "${tok[@]}" --steps 1 --data "$work/none_*.bin"
   expect_error "norm must be" "$normcore" train-lm "${lm[@]}" --steps 2 --norm batchnorm
   expect_error "not divisible by heads" "$normcore" train-lm "${lm[@]}" --steps 2 --embed 30 --heads 4
   expect_error "does not exist" "$normcore" train-lm "${lm[@]}" --steps 2 --data /nonexistent
