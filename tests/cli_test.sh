@@ -109,14 +109,17 @@ if [ "${1:-}" = lm ]; then
   tok40=$(lm_summary 40 tok-a.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')
   awk -v a="$tok20" -v b="$tok40" 'BEGIN { exit !(b < a && b < 4.0) }' ||
     fail "validation loss on token shards did not fall below 4.0: $tok20 at step 20, $tok40 at step 40"
-  "$normcore" train-lm "${tok[@]}" --steps 40 --stop-after 20 --seed 1 --out tok-c.safetensors > tok-c1.log
-  "$normcore" train-lm "${tok[@]}" --steps 40 --resume tok-c.safetensors --out tok-c.safetensors > tok-c2.log
-  [ "$(lm_summary 40 tok-a.log)" = "$(lm_summary 40 tok-c2.log)" ] ||
-    fail "resuming on token shards changed the run: $(lm_summary 40 tok-a.log) vs $(lm_summary 40 tok-c2.log)"
   grep -q "^no sample: the model's tokens are not bytes" tok-a.log || fail "train-lm sampled tokens as bytes"
-  # GPT-2's vocabulary, padded: two steps.
-  "$normcore" train-lm "${tok_gpt2[@]}" --steps 2 --eval-interval 2 --out tok-g.safetensors > tok-g.log
-  grep -q "of vocabulary 50257" tok-g.log || fail "train-lm did not take GPT-2's vocabulary: $(sed -n 2p tok-g.log)"
+  # The resume and GPT-2's padded vocabulary (a 50304-row head) are left to the plain run:
+  # the sanitizer run (NORMCORE_CLI_TEST_QUICK=1) checks the byte model's resume.
+  if [ "${NORMCORE_CLI_TEST_QUICK:-0}" != 1 ]; then
+    "$normcore" train-lm "${tok[@]}" --steps 40 --stop-after 20 --seed 1 --out tok-c.safetensors > tok-c1.log
+    "$normcore" train-lm "${tok[@]}" --steps 40 --resume tok-c.safetensors --out tok-c.safetensors > tok-c2.log
+    [ "$(lm_summary 40 tok-a.log)" = "$(lm_summary 40 tok-c2.log)" ] ||
+      fail "resuming on token shards changed the run: $(lm_summary 40 tok-a.log) vs $(lm_summary 40 tok-c2.log)"
+    "$normcore" train-lm "${tok_gpt2[@]}" --steps 2 --eval-interval 2 --out tok-g.safetensors > tok-g.log
+    grep -q "of vocabulary 50257" tok-g.log || fail "train-lm did not take GPT-2's vocabulary: $(sed -n 2p tok-g.log)"
+  fi
   # Bad shards: each an error naming the file or the option.
   expect_error "--val-data must name the validation shards" "$normcore" train-lm --data "$shards/*_train_*.bin" --steps 1
   expect_error "past the vocabulary of 100" "$normcore" train-lm "${tok[@]}" --steps 1 --vocab 100
