@@ -28,7 +28,10 @@
 # epochs, GRAPH_GPT=0 skips the GPT), distributed (the distributed tests on NCCL, one rank
 # through the launcher against plain training, and with several GPUs a `train --nproc`
 # run on all of them), archs (bench/cuda_arch_cost.sh: the library's CUDA sources compiled
-# for sm_90 alone and for the portable default set, their CPU time and size).
+# for sm_90 alone and for the portable default set, their CPU time and size), gpt2 (GPT-2 124M
+# training steps, `train-lm --model gpt2 --benchmark`, at each batch of GPT2_BATCHES beside
+# PyTorch's torch.compile, then the byte-vocabulary model beside PyTorch and llm.c at B = 16;
+# GPT2_PEERS=0 leaves the peers out, GPT2_PROFILE=1 adds ncu's kernel table of a 2-layer step).
 # Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
@@ -306,6 +309,51 @@ for section in "${sections[@]}"; do
         echo "== train --nproc $gpus, defaults (mlp-layernorm, 12 epochs, batch 128 per rank)"
         MASTER_PORT=29534 "$run/normcore" train --data "$data" --nproc "$gpus" --out "$out/dp.safetensors" \
           | grep -E "over nccl|epoch [0-9]+/[0-9]+:"
+      fi
+      ;;
+    gpt2)
+      # GPT-2 124M (vocabulary 50257 padded to 50304, T = 1024, bf16, AdamW, random tokens) at
+      # each batch of GPT2_BATCHES: normcore's training step, then PyTorch's (torch.compile),
+      # then llm.c's at B = 16.
+      echo "== benchmark: GPT-2 124M training steps, normcore then PyTorch torch.compile, then llm.c"
+      shards=$(mktemp -d)
+      (cd "$shards" && python3 "$run/peers/llmc/mkdata.py" 2000000)
+      for b in ${GPT2_BATCHES:-16}; do
+        echo "-- B = $b"
+        "$run/normcore" train-lm --model gpt2 --data "$shards/train.bin" --val-data "$shards/val.bin" --device cuda \
+          --precision bf16 --batch-size $b --lr 6e-4 --warmup 10 --benchmark ${GPT2_STEPS:-20} | grep -E "^(normcore|benchmark)"
+        [ "${GPT2_PEERS:-1}" = 1 ] && python3 "$run/peers/tools/gpt_peer.py" --vocab 50304 --batch $b --compile 2>&1 | tail -1
+      done
+      if [ "${GPT2_PEERS:-1}" = 1 ]; then
+        echo "-- the 12-layer byte-vocabulary model (vocabulary 256), B = 16: normcore, PyTorch eager, torch.compile"
+        "$run/normcore" train-lm --data "$run/fortunes" --device cuda --precision bf16 --layers 12 --heads 12 --embed 768 \
+          --context 1024 --dropout 0 --batch-size 16 --benchmark ${GPT2_STEPS:-20} | grep -E "^benchmark"
+        python3 "$run/peers/tools/gpt_peer.py" --vocab 256 --batch 16 2>&1 | tail -1
+        python3 "$run/peers/tools/gpt_peer.py" --vocab 256 --batch 16 --compile 2>&1 | tail -1
+        echo "-- llm.c, B = 16"
+        bash "$run/peers/llmc/run.sh" 16
+      fi
+      if [ "${GPT2_PROFILE:-0}" = 1 ]; then
+        # ncu times every kernel of four eager steps (3 warm-up, 1 timed) of GPT-2's widths with
+        # 2 layers (a layer's kernels are those of each of the 12); the table sums them by name.
+        echo "== ncu: the kernels of a GPT-2-wide step (2 layers, B = 16, bf16, eager), by total time"
+        ncu --metrics gpu__time_duration.sum --csv --print-units base "$run/normcore" train-lm --model gpt2 \
+          --layers 2 --data "$shards/train.bin" --val-data "$shards/val.bin" --device cuda --precision bf16 \
+          --batch-size 16 --cuda-graph off --benchmark 1 > "$out/ncu-gpt2.csv" 2> "$out/ncu-gpt2.log"
+        python3 - "$out/ncu-gpt2.csv" <<'PY'
+import csv, collections, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+rows = [r for r in csv.DictReader(lines) if r.get("Metric Name") == "gpu__time_duration.sum"]
+by_name, count = collections.defaultdict(float), collections.Counter()
+for r in rows:
+    name = r["Kernel Name"].split("(")[0][:90]
+    by_name[name] += float(r["Metric Value"].replace(",", "")) / 4 / 1e6
+    count[name] += 1
+total = sum(by_name.values())
+print(f"{len(rows)} kernels, {total:.2f} ms of kernels per step (4 steps)")
+for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1])[:32]:
+    print(f"{100 * ms / total:5.1f}% {ms:7.3f} ms {count[name] // 4:4d}x  {name}")
+PY
       fi
       ;;
     *)

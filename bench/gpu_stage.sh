@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Copies what bench/gpu_check.sh runs from a CUDA build (default build-gpu) into gpu-run/,
 # the one folder to carry to a GPU machine: the shared library, the test programs, the
-# normcore program, the benchmark-model programs and the benchmarks; with WITH_DATA=1 also
-# Fashion-MNIST; with BASELINE=DIR, a CUDA build of another tree (its library and those of
-# bench/norms, bench/gemm_gn_min and bench/mlp_epoch it has, compressed) for gpu_check.sh's
-# compare section.
+# normcore program, the benchmark-model programs, the benchmarks, the fortunes corpus and the
+# peers of the gpt2 section (../shared); with WITH_DATA=1 also Fashion-MNIST; with
+# BASELINE=DIR, a CUDA build of another tree (its library and those of bench/norms,
+# bench/gemm_gn_min and bench/mlp_epoch it has, compressed) for gpu_check.sh's compare section.
 #   [WITH_DATA=1] [BASELINE=DIR] bash bench/gpu_stage.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,13 @@ done
 # The data set (30 MB) only for the train, cnn, cnnbench and mlp sections: what travels is limited in size.
 if [ "${WITH_DATA:-0}" = 1 ] && [ -d /usr/share/datasets/fashion-mnist ]; then
   cp -r /usr/share/datasets/fashion-mnist gpu-run/
+fi
+# The fortunes corpus (3 MB) for the sections that run train-lm.
+[ -d /usr/share/games/fortunes ] && cp -r /usr/share/games/fortunes gpu-run/
+# The peers of the gpt2 section: llm.c's trainer and PyTorch's step (../shared, 4 MB).
+if [ -d ../shared/anchors/llmc ]; then
+  mkdir -p gpu-run/peers
+  cp -r ../shared/anchors/llmc ../shared/tools gpu-run/peers/
 fi
 if [ -n "${BASELINE:-}" ]; then
   base=$(mktemp -d)

@@ -120,6 +120,8 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"out", "normcore-gpt.safetensors", "checkpoint written at every evaluation"},
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
     {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
+    {"benchmark", "0", "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "
+                       "device memory; no evaluation, checkpoint or sample (0: train)"},
     {"nproc", "1", "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
                    "--batch-size is per process"},
     {"timeout", "300", "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
@@ -834,6 +836,45 @@ int train_lm(const Args& args) {
   const int64_t epoch_steps = loader.num_batches();
   loader.begin_epoch(static_cast<uint64_t>(first_step / epoch_steps), first_step % epoch_steps);
 
+  auto next_batch = [&](int64_t step) {
+    nc::data::Batch batch;
+    if (!loader.next(batch)) {
+      loader.begin_epoch(static_cast<uint64_t>(step / epoch_steps));
+      loader.next(batch);
+    }
+    return batch;
+  };
+  if (const int64_t timed = integer(args, "benchmark", 0); timed > 0) {
+    // The step alone: 3 untimed steps (the first captures the CUDA graph), then timed ones
+    // between two reads of the loss, which wait for the device.
+    constexpr int64_t kWarmup = 3;
+    double loss = 0;
+    auto run = [&](int64_t from, int64_t count) {
+      nc::Tensor last;
+      for (int64_t step = from; step < from + count; ++step) {
+        const nc::data::Batch batch = next_batch(step);
+        last = train_step({batch.inputs, batch.targets});
+        optimizer.step_schedules();
+      }
+      loss = last.item<double>();
+    };
+    run(first_step, kWarmup);
+    const auto start = std::chrono::steady_clock::now();
+    run(first_step + kWarmup, timed);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double step_tokens = static_cast<double>(batch_size * config.context * job.world_size());
+    if (main_rank) {
+      std::printf("benchmark: %lld steps, %.2f ms/step, %.0f tokens/s, loss %.4f", static_cast<long long>(timed),
+                  1e3 * seconds / static_cast<double>(timed), step_tokens * static_cast<double>(timed) / seconds, loss);
+      if (device.is_cuda())
+        std::printf(", peak memory %.0f MiB",
+                    static_cast<double>(nc::cuda::memory_stats(device.index).peak_allocated) / (1 << 20));
+      std::printf("\n");
+    }
+    job.finish();
+    return 0;
+  }
+
   const int64_t stop_after = integer(args, "stop-after", 0);
   const int64_t last_step = stop_after > 0 ? std::min(steps, stop_after) : steps;
   for (int64_t step = first_step; step < last_step;) {
@@ -842,11 +883,7 @@ int train_lm(const Args& args) {
     double loss_sum = 0;
     int64_t loss_count = 0, tokens = 0;
     for (; step < interval_end; ++step) {
-      nc::data::Batch batch;
-      if (!loader.next(batch)) {
-        loader.begin_epoch(static_cast<uint64_t>(step / epoch_steps));
-        loader.next(batch);
-      }
+      const nc::data::Batch batch = next_batch(step);
       const nc::Tensor loss = train_step({batch.inputs, batch.targets});
       optimizer.step_schedules();  // also after a skipped fp16 step
       tokens += batch.inputs.numel() * job.world_size();
