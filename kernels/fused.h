@@ -1,6 +1,8 @@
-// Fused kernels of composite ops (normcore/fused.h; core/fused.cpp runs the GEMM and ties
-// these to autograd). Every tensor contiguous; argmin is i64; every other tensor shares y's
-// floating dtype but the statistics (mean, rstd), which have stats_dtype (kernels/backend.h).
+// Fused kernels of composite ops (normcore/fused.h and linear_cross_entropy; core/fused.cpp
+// and core/linear_cross_entropy.cpp run the matrix products and tie these to autograd). Every
+// tensor contiguous; argmin and targets are i64; every other tensor shares y's (or the
+// logits') floating dtype but the statistics (mean, rstd, the rows' losses), which have
+// stats_dtype (kernels/backend.h).
 // Sums run in a fixed order and outputs are written (=): results are deterministic.
 #pragma once
 
@@ -32,6 +34,18 @@ class FusedKernels {
                                             const Tensor& grad_y, const Tensor& grad_linear_bias,
                                             const Tensor& grad_weight, const Tensor& grad_gn_bias,
                                             const Tensor& grad_bias) const = 0;
+
+  // The rows of a softmax cross-entropy, loss and gradient in one pass (linear_cross_entropy's
+  // step after its matrix product). logits [rows, cols] contiguous, target [rows] i64, loss
+  // [rows] of stats_dtype; only the first `classes` columns count (0 < classes <= cols). Per
+  // row r with t = target[r]: loss[r] = lse_r - logits[r, t], lse_r the log-sum-exp of the
+  // row's classes; then logits[r, j] is overwritten (in place) with
+  // scale * (exp(logits[r, j] - lse_r) - (j == t)) for j < classes and 0 for the other
+  // columns. A target outside [0, classes) raises IndexError naming op (on CUDA when the
+  // device is next waited for, or after a CUDA graph's replay); its row's loss is NaN and
+  // its gradient row 0.
+  virtual void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes,
+                                  double scale, const Tensor& loss) const = 0;
 
  protected:
   ~FusedKernels() = default;

@@ -137,7 +137,7 @@ GPT::GPT(const GPTConfig& config, Generator* gen) : config(checked(config)), gen
   init_gpt2(*this, config.layers, gen);
 }
 
-Tensor GPT::run(const Tensor& tokens, int64_t start, GPTCache* cache) {
+Tensor GPT::run(const Tensor& tokens, int64_t start, GPTCache* cache, bool head) {
   const char* op = "GPT";
   NC_CHECK(tokens.defined(), ValueError, op, ": tokens is an undefined tensor");
   NC_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1, ShapeError, op, ": tokens must be [B, T] with T >= 1, got ",
@@ -150,12 +150,16 @@ Tensor GPT::run(const Tensor& tokens, int64_t start, GPTCache* cache) {
   // [B, T, C] + [T, C]
   Tensor x = nn::dropout(add((*tok_emb)(tokens), (*pos_emb)(positions)), config.dropout, is_training(), gen_);
   for (size_t i = 0; i < blocks.size(); ++i) x = cache ? blocks[i]->forward(x, cache->layers[i]) : (*blocks[i])(x);
-  const Tensor logits = matmul((*norm_f)(x), tok_emb->weight.t());
+  x = (*norm_f)(x);
+  if (!head) return x;
+  const Tensor logits = matmul(x, tok_emb->weight.t());
   // The padded rows' logits are left out: never sampled, never in a softmax.
   return config.padded_vocab_size() == config.vocab_size ? logits : logits.narrow(2, 0, config.vocab_size);
 }
 
 Tensor GPT::forward(const Tensor& tokens) { return run(tokens, 0, nullptr); }
+
+Tensor GPT::hidden_states(const Tensor& tokens) { return run(tokens, 0, nullptr, /*head=*/false); }
 
 Tensor GPT::forward(const Tensor& tokens, GPTCache& cache) {
   NC_CHECK(cache.layers.size() == blocks.size(), ValueError, "GPT: the cache has ", cache.layers.size(),
@@ -176,10 +180,10 @@ int64_t GPT::parameter_count() const {
 }
 
 Tensor lm_loss(GPT& model, const Tensor& inputs, const Tensor& targets) {
-  const Tensor logits = model(inputs);
+  const Tensor hidden = model.hidden_states(inputs);
   NC_CHECK(targets.defined() && targets.shape() == inputs.shape(), ShapeError, "lm_loss: targets must have the "
            "inputs' shape ", describe(inputs), ", got ", targets.defined() ? describe(targets) : "undefined");
-  return nn::cross_entropy(logits.reshape({-1, model.config.vocab_size}), targets.reshape({-1}));
+  return nn::linear_cross_entropy(hidden, model.tok_emb->weight, targets, model.config.vocab_size);
 }
 
 // ---------------------------------------------------------------- checkpoints

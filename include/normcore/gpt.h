@@ -81,6 +81,10 @@ class GPT : public nn::Module {
   // on an empty cache, then one per call (nn::CausalSelfAttention::forward(x, cache)).
   // Gives what forward() gives for those positions of the whole sequence.
   Tensor forward(const Tensor& tokens, GPTCache& cache);
+  // The final norm's output [B, T, embed] for tokens [B, T]: what the head turns into the
+  // logits (forward(tokens) is hidden_states(tokens) @ tok_emb->weight^T, its first
+  // vocab_size columns).
+  Tensor hidden_states(const Tensor& tokens);
   // An empty cache for batch sequences of up to context positions, on the model's device.
   GPTCache make_cache(int64_t batch) const;
   int64_t parameter_count() const;
@@ -92,12 +96,15 @@ class GPT : public nn::Module {
   std::shared_ptr<nn::Module> norm_f;
 
  private:
-  // Embeddings of tokens at positions start.. -> blocks (with cache when given) -> logits.
-  Tensor run(const Tensor& tokens, int64_t start, GPTCache* cache);
+  // Embeddings of tokens at positions start.. -> blocks (with cache when given) -> the final
+  // norm, and with head the logits.
+  Tensor run(const Tensor& tokens, int64_t start, GPTCache* cache, bool head = true);
   Generator* gen_;
 };
 
-// Mean next-byte cross entropy of the model on inputs [B, T] against targets [B, T] (i64).
+// Mean next-token cross entropy of the model on inputs [B, T] against targets [B, T] (i64),
+// the head and the loss in one op (linear_cross_entropy: the padded vocabulary rows never
+// count, and the logits are never held in f32).
 Tensor lm_loss(GPT& model, const Tensor& inputs, const Tensor& targets);
 
 // ---------------------------------------------------------------- text

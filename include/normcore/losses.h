@@ -27,6 +27,20 @@ enum class Reduction { Mean, Sum, None };
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                      double label_smoothing = 0.0, int64_t ignore_index = -100);
 
+// The mean cross entropy of the logits x @ weight^T over their first `classes` columns:
+// cross_entropy(matmul(x, weight.narrow(0, 0, classes).t()), target) with Mean reduction, as
+// one op that holds the logits once, in the matrix product's dtype (bf16 or f16 under
+// autocast, which casts x and weight as matmul does), and never in f32: a kernel turns them
+// in place into the gradient over them and gives each row's loss, and the backward is two
+// matrix products (a language model's head and its loss; weight may have rows past
+// `classes`, such as a vocabulary padded for the tensor cores: they get zero gradient).
+// x [..., C] and weight [V, C] floating of one dtype; target i64 of x's leading shape, values
+// in [0, classes) (IndexError otherwise: on CUDA raised by this call, or after a CUDA
+// graph's replay when captured); classes in [1, V], -1 for V. The loss is f32 when autocast
+// is on and x is f16/bf16, x's dtype otherwise (as cross_entropy's). No ignore_index and no
+// label smoothing; no double backward.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target, int64_t classes = -1);
+
 // Negative log likelihood: -log_probs[i, target[i]]. Same shapes and target rules as
 // cross_entropy (log_probs take the place of logits).
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::Mean);

@@ -1,14 +1,18 @@
 // CPU reference of the fused kernels (contracts in kernels/fused.h): the GroupNorm + min +
-// bias step of gemm_group_norm_min_bias. Per row of v = y + linear_bias: two-pass group
+// bias step of gemm_group_norm_min_bias, and the softmax cross-entropy rows of
+// linear_cross_entropy (two passes per row in double, rows in parallel). Per row of v = y + linear_bias: two-pass group
 // statistics in double, the affine-normalized values' min and first argmin, then
 // out[o, b] = min_b + bias[o].
 // Backward: the min passes g_b = sum_o grad_out[o, b] to one column a_b, so only its group
 // gets a gradient: grad_y = rstd * (w * dz - mean(w * dz) - xhat * mean(w * dz * xhat)).
 // One thread, fixed loop order: parameter gradients are deterministic.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/fused.h"
 
 namespace normcore {
@@ -136,8 +140,43 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& l
   store(grad_bias_t, bias_sum);
 }
 
+template <class T>
+void cross_entropy_rows_typed(const Tensor& logits_t, const Tensor& target_t, int64_t classes, double scale,
+                              const Tensor& loss_t) {
+  T* logits = data_as<T>(logits_t);
+  const int64_t* target = data_as<const int64_t>(target_t);
+  double* loss = data_as<double>(loss_t);
+  const int64_t rows = target_t.numel(), cols = rows ? logits_t.numel() / rows : 0;
+  parallel_for(rows, grain_for(3 * cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      T* row = logits + r * cols;
+      double max = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < classes; ++j) max = std::max(max, convert<double>(row[j]));
+      double sum = 0;
+      for (int64_t j = 0; j < classes; ++j) sum += std::exp(convert<double>(row[j]) - max);
+      // A row of -inf or +inf logits gives NaN here as in PyTorch's log_softmax.
+      const double lse = max + std::log(sum);
+      loss[r] = lse - convert<double>(row[target[r]]);
+      for (int64_t j = 0; j < classes; ++j)
+        row[j] = convert<T>(scale * (std::exp(convert<double>(row[j]) - lse) - (j == target[r] ? 1.0 : 0.0)));
+      for (int64_t j = classes; j < cols; ++j) row[j] = convert<T>(0.0);
+    }
+  });
+}
+
 class CpuFused final : public kernels::FusedKernels {
  public:
+  void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes, double scale,
+                          const Tensor& loss) const override {
+    const int64_t* t = data_as<const int64_t>(target);
+    for (int64_t r = 0; r < target.numel(); ++r)
+      NC_CHECK(t[r] >= 0 && t[r] < classes, IndexError, op, ": target value ", t[r], " is out of range for ", classes,
+               " classes");
+    visit_float(logits.dtype(), op, [&](auto tag) {
+      cross_entropy_rows_typed<typename decltype(tag)::type>(logits, target, classes, scale, loss);
+    });
+  }
+
   void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
                                    const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
                                    int64_t groups, double eps, const Tensor& out, const Tensor& mean,

@@ -1,5 +1,5 @@
 // CUDA fused kernels (contracts in kernels/fused.h): the GroupNorm + min + bias step of
-// gemm_group_norm_min_bias.
+// gemm_group_norm_min_bias, and the cross-entropy rows of linear_cross_entropy (below).
 // Storage type T, math type C (float for f32/f16/bf16, double for f64).
 // Forward, groups of up to 64 channels whose row fits in shared memory: one block per row
 // stages the row in shared memory, one thread per group takes its statistics and minimum
@@ -17,9 +17,11 @@
 // bias is added to y as it is read (v = y + linear_bias), in both directions. Every sum has
 // a fixed order and no atomics: results are deterministic.
 #include <algorithm>
+#include <limits>
 
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/reduction/combine.cuh"
+#include "kernels/cuda/vec.cuh"
 #include "kernels/fused.h"
 
 namespace normcore {
@@ -305,8 +307,118 @@ int segment_width(int64_t group_len) {
   return width;
 }
 
+// ---------------------------------------------------------------- cross-entropy rows
+// One block per row. Each thread keeps a running (max, sum of exp(x - max)) over its
+// elements, 16-byte vectors where the row allows, rescaling the sum at most once a vector;
+// the block combines them in a fixed order into the row's log-sum-exp; a second pass over
+// the row (from L2 when it is still there) writes the gradient over the logits. f32 math
+// takes the hardware exponential (__expf, a few ulp), f64 exp.
+template <class C>
+struct MaxSum {
+  C max, sum;
+};
+template <class C>
+__device__ __forceinline__ MaxSum<C> shfl_xor(const MaxSum<C>& a, int mask) {
+  return {cuda::shfl_xor(a.max, mask), cuda::shfl_xor(a.sum, mask)};
+}
+__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
+__device__ __forceinline__ double fast_exp(double x) { return exp(x); }
+// The pair of the union of two element sets; a NaN element makes the sum NaN, and a set of
+// -inf alone (or none) is (-inf, 0).
+template <class C>
+__device__ __forceinline__ MaxSum<C> merge_max_sum(const MaxSum<C>& a, const MaxSum<C>& b) {
+  const C m = a.max > b.max ? a.max : b.max;
+  if (m == -std::numeric_limits<C>::infinity()) return {m, a.sum + b.sum};
+  return {m, a.sum * fast_exp(a.max - m) + b.sum * fast_exp(b.max - m)};
+}
+
+template <class T, class C, int kThreads, int V>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_rows_kernel(T* __restrict__ logits, const int64_t* __restrict__ target, int64_t cols, int64_t classes,
+                              C scale, C* __restrict__ loss, BadIndexFlag* bad) {
+  T* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
+  const int64_t vectors = cols / V;  // V divides cols
+  MaxSum<C> r{-std::numeric_limits<C>::infinity(), C(0)};
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+    const Vec<T, V> x = load_vec<T, V>(row, v);
+    // The vector's max (a NaN is left out here and makes the sum NaN below), then one
+    // rescale of the running sum at most per vector.
+    C m = r.max;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const C xk = convert<C>(x.v[k]);
+      if (v * V + k < classes && xk > m) m = xk;
+    }
+    if (m == -std::numeric_limits<C>::infinity()) continue;  // nothing but -inf so far
+    C sum = r.sum * fast_exp(r.max - m);
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      if (v * V + k < classes) sum += fast_exp(convert<C>(x.v[k]) - m);
+    r = {m, sum};
+  }
+  r = team_reduce<kThreads>(r, [](const MaxSum<C>& a, const MaxSum<C>& b) { return merge_max_sum(a, b); });
+  const C lse = r.max + log(r.sum);
+  const int64_t t = target[blockIdx.x];
+  const bool valid = t >= 0 && t < classes;
+  if (threadIdx.x == 0) {
+    if (!valid && atomicExch(&bad->found, 1u) == 0u) bad->value = t;
+    loss[blockIdx.x] = valid ? lse - convert<C>(row[t]) : std::numeric_limits<C>::quiet_NaN();
+  }
+  __syncthreads();  // row[t] is read before any thread overwrites it
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+    Vec<T, V> x = load_vec<T, V>(row, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int64_t j = v * V + k;
+      const C g = j < classes && valid ? scale * (fast_exp(convert<C>(x.v[k]) - lse) - (j == t ? C(1) : C(0))) : C(0);
+      x.v[k] = convert<T>(g);
+    }
+    store_vec<T, V>(row, v, x);
+  }
+}
+
+template <class T, class C, int kThreads>
+void launch_cross_entropy_rows(const Launcher& launch, const Tensor& logits, const Tensor& target, int64_t rows,
+                               int64_t cols, int64_t classes, double scale, const Tensor& loss, BadIndexFlag* bad) {
+  constexpr int kVector = 16 / sizeof(T);
+  T* data = data_as<T>(logits);
+  auto kernel = cols % kVector == 0 && is_aligned(data, 16) ? cross_entropy_rows_kernel<T, C, kThreads, kVector>
+                                                             : cross_entropy_rows_kernel<T, C, kThreads, 1>;
+  launch(kernel, static_cast<unsigned>(rows), kThreads, 0, data, data_as<const int64_t>(target), cols, classes,
+         static_cast<C>(scale), data_as<C>(loss), bad);
+}
+
 class CudaFused final : public kernels::FusedKernels {
  public:
+  void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes, double scale,
+                          const Tensor& loss) const override {
+    const int64_t rows = target.numel();
+    if (rows == 0) return;
+    const int64_t cols = logits.numel() / rows;
+    NC_CHECK(rows <= int64_t{1} << 31, ValueError, op, ": at most 2^31 rows on CUDA, got ", rows);
+    const Launcher launch(op, logits);
+    // The flag of a bad target: the graph's during a capture (read back after its replays),
+    // else one read back here.
+    BadIndexFlag* captured = capture_index_flag(launch.device(), op, 1, classes);
+    const DeviceBuffer local(captured ? 0 : sizeof(BadIndexFlag), launch.device());
+    BadIndexFlag* bad = captured ? captured : local.as<BadIndexFlag>();
+    if (!captured) NC_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(BadIndexFlag), launch.stream()));
+    visit_float(logits.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      if (cols <= 8 * 128)
+        launch_cross_entropy_rows<T, C, 128>(launch, logits, target, rows, cols, classes, scale, loss, bad);
+      else
+        launch_cross_entropy_rows<T, C, 512>(launch, logits, target, rows, cols, classes, scale, loss, bad);
+    });
+    if (captured) return;
+    BadIndexFlag host{};
+    NC_CUDA_CHECK(cudaMemcpyAsync(&host, bad, sizeof(BadIndexFlag), cudaMemcpyDeviceToHost, launch.stream()));
+    NC_CUDA_CHECK(cudaStreamSynchronize(launch.stream()));
+    NC_CHECK(host.found == 0, IndexError, op, ": target value ", host.value, " is out of range for ", classes,
+             " classes");
+  }
+
   void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
                                    const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
                                    int64_t groups, double eps, const Tensor& out, const Tensor& mean,

@@ -1,0 +1,89 @@
+// linear_cross_entropy (normcore/losses.h): a language model's head and its loss as one
+// recorded op. One matrix product makes the logits [N, V] in the compute dtype; one kernel
+// (kernels/fused.h, cross_entropy_rows) gives each row's loss and overwrites the logits with
+// the gradient over them; backward is the two matrix products of that gradient with weight
+// and x. The composition cross_entropy(matmul(...)) would hold the logits in the compute
+// dtype, again in f32, their log-softmax and the gradient in f32, and pass over them about
+// ten times.
+#include "autograd/graph.h"
+#include "core/internal.h"
+#include "kernels/backend.h"
+#include "kernels/fused.h"
+#include "normcore/autocast.h"
+#include "normcore/losses.h"
+#include "normcore/ops.h"
+
+namespace normcore {
+namespace nn {
+
+using namespace detail;
+
+namespace {
+
+bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
+
+// t * s for a 0-dim s, in f32 for f16 (whose range the factor and the products may leave),
+// in t's dtype otherwise.
+Tensor scaled(const Tensor& t, const Tensor& s) {
+  if (t.dtype() == DType::F16) return mul(t.to(DType::F32), s.to(DType::F32)).to(DType::F16);
+  return mul(t, s.to(t.dtype()));
+}
+
+}  // namespace
+
+Tensor linear_cross_entropy(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& target_arg,
+                            int64_t classes) {
+  const OpScope op("linear_cross_entropy");
+  check_defined(op, "x", x_arg);
+  check_defined(op, "weight", weight_arg);
+  check_defined(op, "target", target_arg);
+  const Tensor x_in = autocast::to_lower(x_arg), weight = autocast::to_lower(weight_arg);
+  check_same_device(op, "x", x_in, "weight", weight);
+  check_same_device(op, "x", x_in, "target", target_arg);
+  NC_CHECK(is_floating(x_in.dtype()) && x_in.dtype() == weight.dtype(), DTypeError, op,
+           ": x and weight must be floating of one dtype, got x ", describe(x_in), " and weight ", describe(weight));
+  NC_CHECK(target_arg.dtype() == DType::I64, DTypeError, op, ": target must hold i64 class indices, got ",
+           describe(target_arg));
+  NC_CHECK(x_in.dim() >= 1 && weight.dim() == 2 && weight.size(1) == x_in.size(-1), ShapeError, op,
+           ": x must be [..., C] and weight [V, C], got x ", describe(x_in), " and weight ", describe(weight));
+  const Shape leading(x_in.shape().begin(), x_in.shape().end() - 1);
+  NC_CHECK(target_arg.shape() == leading, ShapeError, op, ": target must have x's leading shape ",
+           shape_str(leading), ", got ", describe(target_arg));
+  const int64_t vocab = weight.size(0), width = weight.size(1);
+  if (classes == -1) classes = vocab;
+  NC_CHECK(classes >= 1 && classes <= vocab, ValueError, op, ": classes must be in [1, ", vocab,
+           "] (weight's rows) or -1, got ", classes);
+  const int64_t rows = checked_numel(leading, op);
+  const Tensor x = x_in.reshape({rows, width});
+  const Tensor target = target_arg.reshape({rows}).contiguous();
+  const Device device = x.device();
+  const DType loss_dtype = autocast::is_enabled() && is_half(x.dtype()) ? DType::F32 : x.dtype();
+  // The gradient rows carry the mean's 1 / N unless they are f16, where p / N would fall
+  // below the smallest normal for large N; then backward applies it.
+  const bool rows_scaled = x.dtype() != DType::F16;
+  Tensor grad_logits, loss;
+  {
+    autograd::NoGradGuard no_grad;
+    grad_logits = matmul(x, weight.t()).contiguous();
+    const Tensor row_loss = new_tensor({rows}, kernels::stats_dtype(device, x.dtype()), device);
+    kernels::fused(device).cross_entropy_rows(op, grad_logits, target, classes,
+                                              rows_scaled && rows > 0 ? 1.0 / static_cast<double>(rows) : 1.0,
+                                              row_loss);
+    loss = mean(row_loss).to(loss_dtype);
+  }
+  if (!autograd::needs_grad(x, weight)) return loss;
+  autograd::record(op, loss, {x, weight},
+                   [gs = autograd::saved(grad_logits), xs = autograd::saved(x), ws = autograd::saved(weight),
+                    want_x = x.requires_grad(), want_weight = weight.requires_grad(), rows,
+                    rows_scaled](const Tensor& grad) {
+                     const Tensor& g = gs.get();
+                     const Tensor s = rows_scaled || rows == 0 ? grad : div(grad, static_cast<double>(rows));
+                     Tensor grad_x = want_x ? scaled(matmul(g, ws.get()), s) : Tensor();
+                     Tensor grad_weight = want_weight ? scaled(matmul(g.t(), xs.get()), s) : Tensor();
+                     return std::vector<Tensor>{grad_x, grad_weight};
+                   });
+  return loss;
+}
+
+}  // namespace nn
+}  // namespace normcore

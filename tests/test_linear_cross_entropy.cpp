@@ -1,0 +1,220 @@
+// linear_cross_entropy: values and gradients against the composition cross_entropy(matmul)
+// on the CPU (f64, f32, with and without padded classes, x of any leading shape), float64
+// gradchecks, autocast, argument errors, and the CUDA kernels against the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "normcore/normcore.h"
+#include "tests/test_support.h"
+
+namespace nc = normcore;
+using nc::DType;
+using nc::Tensor;
+using normcore_test::throws;
+
+namespace {
+
+Tensor random(const nc::Shape& shape, uint64_t seed, double scale = 1.0) {
+  nc::Generator gen(seed);
+  return nc::mul(nc::randn(shape, DType::F64, &gen), scale);
+}
+
+Tensor targets(const nc::Shape& shape, int64_t classes, uint64_t seed) {
+  nc::Generator gen(seed);
+  return nc::randint(0, classes, shape, nc::TensorOptions(DType::I64), &gen);
+}
+
+std::vector<double> values(const Tensor& t) { return t.to(nc::Device::cpu(), DType::F64).to_vector<double>(); }
+
+// max |a - e| / (1 + max |e|): one tolerance for a whole tensor.
+double relative_error(const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = values(actual), e = values(expected);
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(a[i] - e[i]));
+    scale = std::max(scale, std::fabs(e[i]));
+  }
+  return std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff / (1 + scale);
+}
+
+struct Outcome {
+  Tensor loss, grad_x, grad_weight;
+};
+
+// loss, x's and weight's gradients of the fused op (or the composition) on copies of x and
+// weight as fresh leaves on device in dtype.
+Outcome run_loss(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& t0, int64_t classes, nc::Device device,
+        DType dtype) {
+  const Tensor x = x0.to(device, dtype).detach().requires_grad_(), w = w0.to(device, dtype).detach().requires_grad_();
+  const Tensor t = t0.to(device);
+  Tensor loss;
+  if (fused) {
+    loss = nc::nn::linear_cross_entropy(x, w, t, classes);
+  } else {
+    const Tensor logits = nc::matmul(x, w.narrow(0, 0, classes).t());
+    loss = nc::nn::cross_entropy(logits.reshape({-1, classes}), t.reshape({-1}));
+  }
+  loss.backward();
+  return {loss, x.grad(), w.grad()};
+}
+
+}  // namespace
+
+TEST(LinearCrossEntropy, MatchesCompositionOnCpu) {
+  struct Case {
+    nc::Shape x;
+    int64_t vocab, classes;
+  };
+  for (const Case& c : {Case{{6, 5}, 7, 7}, Case{{2, 3, 4}, 12, 9}, Case{{1, 8}, 3, 1}, Case{{33, 16}, 300, 257}}) {
+    SCOPED_TRACE(nc::shape_str(c.x) + " vocab " + std::to_string(c.vocab) + " classes " + std::to_string(c.classes));
+    const Tensor x = random(c.x, 1), w = random({c.vocab, c.x.back()}, 2);
+    const Tensor t = targets(nc::Shape(c.x.begin(), c.x.end() - 1), c.classes, 3);
+    for (DType dtype : {DType::F64, DType::F32}) {
+      const double tol = dtype == DType::F64 ? 1e-12 : 1e-5;
+      const Outcome fused = run_loss(true, x, w, t, c.classes, nc::Device::cpu(), dtype);
+      const Outcome composed = run_loss(false, x, w, t, c.classes, nc::Device::cpu(), dtype);
+      EXPECT_EQ(fused.loss.dtype(), dtype);
+      EXPECT_EQ(fused.loss.dim(), 0);
+      EXPECT_LT(relative_error(fused.loss, composed.loss), tol);
+      EXPECT_LT(relative_error(fused.grad_x, composed.grad_x), tol);
+      ASSERT_EQ(fused.grad_weight.shape(), w.shape());
+      // The rows past `classes` get exactly zero; the others match.
+      const int64_t padded = c.vocab - c.classes;
+      if (padded > 0) EXPECT_EQ(values(nc::max(nc::abs(fused.grad_weight.narrow(0, c.classes, padded)))), std::vector<double>{0.0});
+      EXPECT_LT(relative_error(fused.grad_weight.narrow(0, 0, c.classes), composed.grad_weight.narrow(0, 0, c.classes)),
+                tol);
+    }
+  }
+}
+
+TEST(LinearCrossEntropy, KnownValue) {
+  // x = [1, 0], weight rows [1, 0], [0, 1], [2, 0] (the last padded away): logits [1, 0].
+  const Tensor x = nc::from_vector<double>({1, 0}, {1, 2}).requires_grad_();
+  const Tensor w = nc::from_vector<double>({1, 0, 0, 1, 2, 0}, {3, 2}).requires_grad_();
+  const Tensor loss = nc::nn::linear_cross_entropy(x, w, nc::from_vector<int64_t>({1}, {1}), 2);
+  const double lse = std::log(std::exp(1.0) + 1.0);
+  EXPECT_NEAR(loss.item<double>(), lse - 0.0, 1e-12);
+  loss.backward();
+  const double p0 = std::exp(1.0 - lse), p1 = std::exp(0.0 - lse);
+  // d/dlogits = [p0, p1 - 1]; grad_x = that @ W[:2] = [p0, p1 - 1].
+  const std::vector<double> gx = values(x.grad()), gw = values(w.grad());
+  EXPECT_NEAR(gx[0], p0, 1e-12);
+  EXPECT_NEAR(gx[1], p1 - 1, 1e-12);
+  EXPECT_EQ(gw, (std::vector<double>{p0, 0, p1 - 1, 0, 0, 0}));
+}
+
+TEST(LinearCrossEntropy, Gradcheck) {
+  const Tensor t = targets({2, 3}, 5, 4);
+  auto f = [&](const std::vector<Tensor>& v) { return nc::nn::linear_cross_entropy(v[0], v[1], t, 5); };
+  std::string report;
+  EXPECT_TRUE(nc::gradcheck(f, {random({2, 3, 4}, 5).requires_grad_(), random({7, 4}, 6).requires_grad_()}, {},
+                            &report))
+      << report;
+  // Only the weight needs a gradient.
+  const Tensor x = random({4, 3}, 7), t2 = targets({4}, 6, 8);
+  auto g = [&](const std::vector<Tensor>& v) { return nc::nn::linear_cross_entropy(x, v[0], t2); };
+  EXPECT_TRUE(nc::gradcheck(g, {random({6, 3}, 9).requires_grad_()}, {}, &report)) << report;
+}
+
+TEST(LinearCrossEntropy, ScalesWithTheIncomingGradient) {
+  const Tensor x0 = random({5, 4}, 10), w0 = random({6, 4}, 11), t = targets({5}, 6, 12);
+  for (DType dtype : {DType::F64, DType::F32}) {
+    const Outcome once = run_loss(true, x0, w0, t, 6, nc::Device::cpu(), dtype);
+    const Tensor x = x0.to(dtype).detach().requires_grad_(), w = w0.to(dtype).detach().requires_grad_();
+    nc::mul(nc::nn::linear_cross_entropy(x, w, t), 3.0).backward();
+    EXPECT_LT(relative_error(x.grad(), nc::mul(once.grad_x, 3.0)), 1e-6);
+    EXPECT_LT(relative_error(w.grad(), nc::mul(once.grad_weight, 3.0)), 1e-6);
+  }
+}
+
+TEST(LinearCrossEntropy, AutocastRunsTheProductInBf16AndTheLossInF32) {
+  const Tensor x0 = random({16, 32}, 13), w0 = random({40, 32}, 14, 0.1), t = targets({16}, 37, 15);
+  const Outcome reference = run_loss(false, x0, w0, t, 37, nc::Device::cpu(), DType::F64);
+  const Tensor x = x0.to(DType::F32).detach().requires_grad_(), w = w0.to(DType::F32).detach().requires_grad_();
+  Tensor loss;
+  {
+    nc::autocast::Guard guard(DType::BF16);
+    loss = nc::nn::linear_cross_entropy(x, w, t, 37);
+  }
+  EXPECT_EQ(loss.dtype(), DType::F32);
+  loss.backward();
+  EXPECT_EQ(x.grad().dtype(), DType::F32);
+  EXPECT_EQ(w.grad().dtype(), DType::F32);
+  EXPECT_LT(relative_error(loss, reference.loss), 2e-2);
+  EXPECT_LT(relative_error(x.grad(), reference.grad_x), 2e-2);
+  EXPECT_LT(relative_error(w.grad(), reference.grad_weight), 2e-2);
+}
+
+TEST(LinearCrossEntropy, NonFiniteLogitsGiveNan) {
+  const Tensor x = nc::from_vector<double>({1, 0, 0, 1}, {2, 2});
+  const Tensor w = nc::from_vector<double>({std::nan(""), 0, 0, 1}, {2, 2});
+  const std::vector<double> loss = values(nc::nn::linear_cross_entropy(x, w, nc::from_vector<int64_t>({1, 1}, {2})));
+  EXPECT_TRUE(std::isnan(loss[0]));
+}
+
+TEST(LinearCrossEntropy, ErrorsNameOpArgumentAndShapes) {
+  const Tensor x = nc::zeros({2, 3}), w = nc::zeros({4, 3}), t = nc::zeros({2}, nc::TensorOptions(DType::I64));
+  using nc::nn::linear_cross_entropy;
+  throws<nc::ShapeError>([&] { linear_cross_entropy(x, nc::zeros({4, 2}), t); },
+                         {"linear_cross_entropy", "weight", "[4, 2]"})();
+  throws<nc::ShapeError>([&] { linear_cross_entropy(x, w, nc::zeros({3}, nc::TensorOptions(DType::I64))); },
+                         {"linear_cross_entropy", "target", "[2]", "[3]"})();
+  throws<nc::DTypeError>([&] { linear_cross_entropy(x, w, nc::zeros({2})); }, {"linear_cross_entropy", "i64"})();
+  throws<nc::DTypeError>([&] { linear_cross_entropy(x, w.to(DType::F64), t); },
+                         {"linear_cross_entropy", "one dtype", "f64"})();
+  throws<nc::ValueError>([&] { linear_cross_entropy(x, w, t, 5); }, {"linear_cross_entropy", "classes", "5"})();
+  throws<nc::ValueError>([&] { linear_cross_entropy(x, w, t, 0); }, {"linear_cross_entropy", "classes"})();
+  throws<nc::IndexError>([&] { linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 3}, {2}), 3); },
+                         {"linear_cross_entropy", "target value 3", "3 classes"})();
+  throws<nc::IndexError>([&] { linear_cross_entropy(x, w, nc::from_vector<int64_t>({-1, 0}, {2})); },
+                         {"linear_cross_entropy", "-1"})();
+  throws<nc::ValueError>([&] { linear_cross_entropy(Tensor(), w, t); }, {"linear_cross_entropy", "x"})();
+}
+
+TEST(LinearCrossEntropy, EmptyBatchIsNan) {
+  const Tensor x = nc::zeros({0, 3}).requires_grad_(), w = nc::ones({4, 3}).requires_grad_();
+  const Tensor loss = nc::nn::linear_cross_entropy(x, w, nc::zeros({0}, nc::TensorOptions(DType::I64)));
+  EXPECT_TRUE(std::isnan(loss.item<double>()));
+  loss.backward();
+  EXPECT_EQ(values(nc::max(nc::abs(w.grad()))), std::vector<double>{0.0});
+}
+
+TEST(LinearCrossEntropy, CudaMatchesCpu) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  struct Case {
+    nc::Shape x;
+    int64_t vocab, classes;
+  };
+  // Rows of one vector width and not (the scalar kernel), a padded vocabulary, the large block.
+  for (const Case& c : {Case{{6, 5}, 7, 7}, Case{{3, 5, 16}, 256, 256}, Case{{37, 64}, 1031, 1000},
+                        Case{{40, 32}, 5120, 5003}}) {
+    SCOPED_TRACE(nc::shape_str(c.x) + " vocab " + std::to_string(c.vocab));
+    const Tensor x = random(c.x, 20), w = random({c.vocab, c.x.back()}, 21, 0.2);
+    const Tensor t = targets(nc::Shape(c.x.begin(), c.x.end() - 1), c.classes, 22);
+    const Outcome reference = run_loss(false, x, w, t, c.classes, nc::Device::cpu(), DType::F64);
+    for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE(nc::dtype_name(dtype));
+      const double tol = dtype == DType::F64 ? 1e-10 : dtype == DType::F32 ? 1e-4 : 3e-2;
+      const Outcome cuda = run_loss(true, x, w, t, c.classes, nc::Device::cuda(), dtype);
+      EXPECT_LT(relative_error(cuda.loss, reference.loss), tol);
+      EXPECT_LT(relative_error(cuda.grad_x, reference.grad_x), tol);
+      EXPECT_LT(relative_error(cuda.grad_weight.narrow(0, 0, c.classes), reference.grad_weight), tol);
+      if (c.vocab > c.classes)
+        EXPECT_EQ(values(nc::max(nc::abs(cuda.grad_weight.narrow(0, c.classes, c.vocab - c.classes)))),
+                  std::vector<double>{0.0});
+    }
+  }
+  // A bad target is an IndexError on CUDA too, and the device stays usable.
+  const Tensor x = nc::ones({2, 3}, nc::TensorOptions(DType::F32, nc::Device::cuda()));
+  const Tensor w = nc::ones({4, 3}, nc::TensorOptions(DType::F32, nc::Device::cuda()));
+  throws<nc::IndexError>(
+      [&] { nc::nn::linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 4}, {2}).to(nc::Device::cuda())); },
+      {"linear_cross_entropy", "target value 4", "4 classes"})();
+  EXPECT_NEAR(nc::nn::linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 3}, {2}).to(nc::Device::cuda()))
+                  .item<double>(),
+              std::log(4.0), 1e-6);
+}
