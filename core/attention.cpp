@@ -1,7 +1,9 @@
-// scaled_dot_product_attention (normcore/attention.h): checks the arguments, runs the
-// attention kernels of the device (kernels/attention.h) on q, k and v as they are (any
-// strides but the last dim's) and records one node whose backward is the backward kernel,
-// fed the output and the log-sum-exp the forward saved.
+// scaled_dot_product_attention and packed_self_attention (normcore/attention.h): check the
+// arguments, run the attention kernels of the device (kernels/attention.h) on q, k and v as
+// they are (any strides but the last dim's) and record one node whose backward is the
+// backward kernel, fed the output and the log-sum-exp the forward saved. The packed op hands
+// the kernels views: of qkv for q, k, v, of its [B, L, H, D] output, and of one
+// [B, L, 3, H, D] gradient for grad_q, grad_k, grad_v.
 #include "normcore/attention.h"
 
 #include <cmath>
@@ -48,9 +50,26 @@ void check_heads(const char* op, const Tensor& q, const Tensor& k, const Tensor&
 
 // t itself when its last dim is contiguous (or of size 1), else a copy that is.
 Tensor unit_last_stride(const Tensor& t) {
-  if (t.size(3) <= 1 || t.stride(3) == 1) return t;
+  if (t.size(-1) <= 1 || t.stride(-1) == 1) return t;
   return t.contiguous();
 }
+
+// Head dims within what the backend runs, and a finite scale (1 / sqrt(D) by default).
+// q_name and v_name say which arguments hold q and v.
+double checked_scale(const char* op, const kernels::AttentionShape& shape, const char* q_name, const Tensor& q,
+                     const char* v_name, const Tensor& v, std::optional<double> scale) {
+  NC_CHECK(shape.D >= 1, ShapeError, op, ": the head dim D must be at least 1, got ", q_name, " ", describe(q));
+  const int64_t max_dim = kernels::attention(q.device()).max_head_dim();
+  NC_CHECK(shape.D <= max_dim && shape.Dv <= max_dim, ShapeError, op, ": head dims up to ", max_dim, " run on ",
+           q.device(), ", got D = ", shape.D, " (", q_name, " ", describe(q), ") and Dv = ", shape.Dv, " (", v_name,
+           " ", describe(v), ")");
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(shape.D));
+  NC_CHECK(std::isfinite(s), ValueError, op, ": scale must be finite, got ", s);
+  return s;
+}
+
+// Part i (q, k, v) of a packed [B, L, 3, H, D] tensor as [B, H, L, D].
+Tensor packed_part(const Tensor& qkv, int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); }
 
 }  // namespace
 
@@ -68,13 +87,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
            " and k ", describe(k));
   NC_CHECK(v.size(2) == shape.S, ShapeError, op, ": k and v must share the key count S, got k ", describe(k),
            " and v ", describe(v));
-  NC_CHECK(shape.D >= 1, ShapeError, op, ": the head dim D must be at least 1, got q ", describe(q));
   const kernels::AttentionKernels& kernels = kernels::attention(q.device());
-  const int64_t max_dim = kernels.max_head_dim();
-  NC_CHECK(shape.D <= max_dim && shape.Dv <= max_dim, ShapeError, op, ": head dims up to ", max_dim, " run on ",
-           q.device(), ", got D = ", shape.D, " (q ", describe(q), ") and Dv = ", shape.Dv, " (v ", describe(v), ")");
-  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(shape.D));
-  NC_CHECK(std::isfinite(s), ValueError, op, ": scale must be finite, got ", s);
+  const double s = checked_scale(op, shape, "q", q, "v", v, scale);
 
   Tensor qs, ks, vs;
   {
@@ -108,6 +122,43 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
                        grad_v = sum(grad_v.view({shape.batch, shape.kv_heads, group, shape.S, shape.Dv}), {2});
                      }
                      return std::vector<Tensor>{grad_q, grad_k, grad_v};
+                   });
+  return out;
+}
+
+Tensor packed_self_attention(const Tensor& qkv_arg, bool is_causal, std::optional<double> scale) {
+  const OpScope op("packed_self_attention");
+  check_defined(op, "qkv", qkv_arg);
+  const Tensor qkv_in = autocast::to_lower(qkv_arg);
+  NC_CHECK(qkv_in.dim() == 5 && qkv_in.size(2) == 3, ShapeError, op, ": qkv must be [B, L, 3, H, D], got ",
+           describe(qkv_in));
+  NC_CHECK(is_floating(qkv_in.dtype()), DTypeError, op, ": qkv must be a floating tensor, got ", describe(qkv_in));
+  const int64_t batch = qkv_in.size(0), len = qkv_in.size(1), heads = qkv_in.size(3), dim = qkv_in.size(4);
+  const kernels::AttentionShape shape{batch, heads, len, len, dim, dim};
+  const double s = checked_scale(op, shape, "qkv", qkv_in, "qkv", qkv_in, scale);
+  const Device device = qkv_in.device();
+  Tensor qkv, out, lse;
+  {
+    autograd::NoGradGuard no_grad;  // the views and the copy are private to this op
+    qkv = unit_last_stride(qkv_in);
+    out = new_tensor({batch, len, heads, dim}, qkv.dtype(), device);
+    lse = new_tensor({batch, heads, len}, kernels::stats_dtype(device, qkv.dtype()), device);
+    kernels::attention(device).attention_forward(packed_part(qkv, 0), packed_part(qkv, 1), packed_part(qkv, 2), shape,
+                                                 is_causal, s, out.permute({0, 2, 1, 3}), lse);
+  }
+  if (!autograd::needs_grad(qkv_in)) return out;
+  autograd::record(op, out, {qkv_in},
+                   [qs = autograd::saved(qkv), os = autograd::saved(out), lse, shape, is_causal,
+                    s](const Tensor& grad) {
+                     const Tensor& qkv = qs.get();
+                     const Tensor g = unit_last_stride(grad.to(qkv.dtype()));
+                     Tensor grad_qkv = new_tensor(qkv.shape(), qkv.dtype(), qkv.device());
+                     kernels::attention(qkv.device())
+                         .attention_backward(g.permute({0, 2, 1, 3}), packed_part(qkv, 0), packed_part(qkv, 1),
+                                             packed_part(qkv, 2), os.get().permute({0, 2, 1, 3}), lse, shape,
+                                             is_causal, s, packed_part(grad_qkv, 0), packed_part(grad_qkv, 1),
+                                             packed_part(grad_qkv, 2));
+                     return std::vector<Tensor>{grad_qkv};
                    });
   return out;
 }

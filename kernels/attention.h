@@ -1,13 +1,15 @@
 // The attention kernels: scaled dot-product attention, forward and backward (core/attention.cpp
 // checks arguments, makes the strides fit and ties them to autograd).
 //
-// Layout: q [B, H, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv] with any strides on the first
-// three dims and stride 1 on the last; H a multiple of Hkv, q head h attending with k and v
-// head h / (H / Hkv) (grouped-query attention; Hkv = H without it). out, grad_out, grad_q,
-// grad_k, grad_v contiguous and per q head: out and grad_out [B, H, L, Dv], grad_q [B, H, L,
-// D], grad_k [B, H, S, D], grad_v [B, H, S, Dv] (the caller sums grad_k and grad_v over each
-// group of H / Hkv q heads). Every tensor shares q's floating dtype but lse [B, H, L],
-// contiguous, of stats_dtype (kernels/backend.h). f16/bf16 compute in f32.
+// Layout: q [B, H, L, D], k [B, Hkv, S, D], v [B, Hkv, S, Dv]; H a multiple of Hkv, q head h
+// attending with k and v head h / (H / Hkv) (grouped-query attention; Hkv = H without it).
+// out, grad_out, grad_q, grad_k, grad_v per q head: out and grad_out [B, H, L, Dv], grad_q
+// [B, H, L, D], grad_k [B, H, S, D], grad_v [B, H, S, Dv] (the caller sums grad_k and grad_v
+// over each group of H / Hkv q heads). All of these have any strides on the first three
+// dims and stride 1 on the last (views of a [B, L, 3, H, D] projection, an output laid out
+// [B, L, H, Dv]); the outputs do not overlap each other or the inputs. Every tensor shares
+// q's floating dtype but lse [B, H, L], contiguous, of stats_dtype (kernels/backend.h).
+// f16/bf16 compute in f32.
 //
 // scores[i, j] = scale * dot(q[i], k[j]), with j > i masked (-inf) when causal (the top-left
 // alignment of PyTorch's is_causal; with L > S every row keeps j = 0);

@@ -1,7 +1,8 @@
 // The decoder-only transformer's layers: causal self-attention (with a KV cache for
-// decoding), the GELU MLP and the pre-norm block. They compose Linear, the norms,
-// scaled_dot_product_attention and dropout; q, k and v are views of one fused projection,
-// so the attention reads them in place and its backward writes their gradients back there.
+// decoding), the GELU MLP and the pre-norm block. They compose Linear, the norms, attention
+// and dropout; q, k and v are views of one fused projection, so the attention reads them in
+// place (packed_self_attention in training: its backward writes the projection's gradient
+// as one tensor, its output is already in the order the output projection reads).
 #include <cmath>
 
 #include "normcore/attention.h"
@@ -66,8 +67,11 @@ Tensor CausalSelfAttention::output(const Tensor& y) {
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   check_sequence("CausalSelfAttention", x, embed_dim);
-  const std::vector<Tensor> qkv_views = project(x);
-  return output(scaled_dot_product_attention(qkv_views[0], qkv_views[1], qkv_views[2], /*is_causal=*/true));
+  const int64_t batch = x.size(0), tokens = x.size(1);
+  // The fused projection read in place as [B, T, 3, H, D]; the output comes as [B, T, H, D],
+  // already the projection's [B, T, C].
+  const Tensor y = packed_self_attention((*qkv)(x).view({batch, tokens, 3, heads, head_dim}), /*is_causal=*/true);
+  return nn::dropout((*proj)(y.view({batch, tokens, embed_dim})), dropout, is_training(), gen_);
 }
 
 KVCache CausalSelfAttention::make_cache(int64_t batch, int64_t max_len) const {

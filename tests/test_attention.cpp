@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "normcore/normcore.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 using nc::DType;
@@ -57,6 +58,7 @@ struct Case {
   bool causal;
   bool packed = false;  // q, k, v as views of one [B, L, 3, H, D] buffer (needs L == S, D == Dv)
   int64_t kv_heads = 0;  // k's and v's heads with enable_gqa (a divisor of heads); 0: heads, no gqa
+  bool packed_op = false;  // packed: through packed_self_attention rather than on the views
 
   bool gqa() const { return kv_heads != 0; }
 };
@@ -69,6 +71,7 @@ Tensor repeat_heads(const Tensor& t, int64_t heads) {
 }
 
 Tensor fused_attention(const Case& c, const std::vector<Tensor>& in) {
+  if (c.packed_op) return nc::packed_self_attention(in[3], c.causal).transpose(1, 2);
   return nc::scaled_dot_product_attention(in[0], in[1], in[2], c.causal, std::nullopt, c.gqa());
 }
 
@@ -97,6 +100,8 @@ TEST(Attention, CpuMatchesComposedOps) {
       {"L < S", 1, 2, 3, 7, 5, 2, false},       {"L < S causal", 1, 2, 3, 7, 5, 2, true},
       {"L > S causal", 1, 1, 7, 3, 4, 6, true}, {"one query", 3, 1, 1, 9, 8, 8, true},
       {"packed qkv", 2, 2, 5, 5, 4, 4, true, true},
+      {"packed op", 2, 3, 5, 5, 4, 4, false, true, 0, true},
+      {"packed op causal", 1, 2, 7, 7, 3, 3, true, true, 0, true},
       {"grouped-query, 2 q heads a k head", 2, 4, 5, 6, 4, 3, false, false, 2},
       {"grouped-query causal, 3 q heads a k head", 1, 6, 7, 7, 5, 5, true, false, 2},
       {"multi-query", 2, 3, 4, 5, 4, 4, true, false, 1},
@@ -110,7 +115,7 @@ TEST(Attention, CpuMatchesComposedOps) {
     Tensor composed = c.gqa() ? composed_attention(b[0], repeat_heads(b[1], c.heads), repeat_heads(b[2], c.heads),
                                                    c.causal, scale)
                               : composed_attention(b[0], b[1], b[2], c.causal, scale);
-    EXPECT_EQ(fused.grad_fn_name(), "scaled_dot_product_attention");
+    if (!c.packed_op) EXPECT_EQ(fused.grad_fn_name(), "scaled_dot_product_attention");
     expect_close(fused, composed, 1e-12, "out");
     Tensor grad = random(fused.shape(), 9);
     fused.backward(grad);
@@ -164,6 +169,33 @@ TEST(Attention, Gradcheck) {
                               {}, &report))
         << "grouped-query, causal " << causal << ": " << report;
   }
+}
+
+TEST(Attention, PackedGradcheckAndOneNode) {
+  for (bool causal : {false, true}) {
+    auto fn = [causal](const std::vector<Tensor>& in) { return nc::packed_self_attention(in[0], causal); };
+    std::string report;
+    EXPECT_TRUE(nc::gradcheck(fn, {random({2, 4, 3, 2, 3}, 16).requires_grad_()}, {}, &report))
+        << "causal " << causal << ": " << report;
+  }
+  // One node, the output in [B, L, H, D], the gradient as one tensor of qkv's shape.
+  Tensor qkv = random({2, 5, 3, 4, 6}, 17).requires_grad_();
+  Tensor out = nc::packed_self_attention(qkv, true);
+  EXPECT_EQ(out.grad_fn_name(), "packed_self_attention");
+  EXPECT_EQ(out.shape(), (nc::Shape{2, 5, 4, 6}));
+  EXPECT_TRUE(out.is_contiguous());
+  out.backward(nc::ones_like(out));
+  EXPECT_EQ(qkv.grad().shape(), qkv.shape());
+  // qkv as a view of a wider buffer (rows 12 apart) gives what a contiguous copy gives.
+  Tensor wide = random({2, 5, 3, 4, 12}, 18);
+  Tensor strided = wide.narrow(4, 0, 6);
+  expect_close(nc::packed_self_attention(strided, false), nc::packed_self_attention(strided.contiguous(), false),
+               1e-12, "strided qkv");
+  using normcore_test::throws;
+  throws<nc::ShapeError>([&] { nc::packed_self_attention(nc::zeros({2, 5, 2, 4, 6})); },
+                         {"packed_self_attention", "qkv", "[B, L, 3, H, D]", "[2, 5, 2, 4, 6]"})();
+  throws<nc::DTypeError>([&] { nc::packed_self_attention(nc::zeros({1, 2, 3, 1, 4}, nc::TensorOptions(DType::I64))); },
+                         {"packed_self_attention", "floating"})();
 }
 
 TEST(Attention, ErrorsNameTheArgument) {
@@ -242,6 +274,10 @@ TEST(AttentionCuda, MatchesCpuOnEveryPath) {
       {"grouped-query D 128, L < S", 1, 6, 65, 200, 128, 128, false, false, 3},
       {"multi-query odd dims", 2, 4, 33, 47, 40, 24, false, false, 1},
       {"packed qkv D 128", 1, 2, 200, 200, 128, 128, false, true},
+      {"packed op D 64 causal, tails", 2, 3, 77, 77, 64, 64, true, true, 0, true},
+      {"packed op D 128", 1, 2, 200, 200, 128, 128, false, true, 0, true},
+      {"packed op odd dim, one token", 3, 2, 1, 1, 40, 40, true, true, 0, true},
+      {"packed op D 32", 2, 4, 130, 130, 32, 32, false, true, 0, true},
   };
   for (const Case& c : cases) {
     for (DType dtype : {DType::F64, DType::F32, DType::F16, DType::BF16}) run_cuda_case(c, dtype);

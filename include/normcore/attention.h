@@ -22,6 +22,16 @@ namespace normcore {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, bool enable_gqa = false);
 
+// Self-attention on one packed projection: qkv [B, L, 3, H, D] holds q, k and v along dim 2
+// (a Linear of width 3 * H * D seen as such), and the result is [B, L, H, D], the layout the
+// output projection reads as [B, L, H * D]. The values and gradients are those of
+// scaled_dot_product_attention(q, k, v, is_causal, scale).transpose(1, 2) with
+// q = qkv.select(2, 0).transpose(1, 2) (k, v likewise), but the kernels write the output in
+// this order and the gradient as one [B, L, 3, H, D] tensor: no transposing copies and no
+// zero-filled gradient per view. qkv floating, any strides but the last dim's; D at most
+// 128 on CUDA.
+Tensor packed_self_attention(const Tensor& qkv, bool is_causal = false, std::optional<double> scale = std::nullopt);
+
 }  // namespace normcore
 
 #pragma GCC visibility pop

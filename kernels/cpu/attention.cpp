@@ -18,14 +18,15 @@ namespace cpu {
 
 namespace {
 
-// Element (b, h, row, d) of a [B, H, rows, dim] tensor with unit last stride.
+// Element (b, h, row, d) of a [B, H, rows, dim] tensor with unit last stride (T const for
+// the inputs, T for the outputs).
 template <class T>
 struct Heads {
-  const T* data;
+  T* data;
   int64_t batch_stride, head_stride, row_stride;
   Heads(const Tensor& t)
-      : data(data_as<const T>(t)), batch_stride(t.stride(0)), head_stride(t.stride(1)), row_stride(t.stride(2)) {}
-  const T* row(int64_t b, int64_t h, int64_t i) const { return data + b * batch_stride + h * head_stride + i * row_stride; }
+      : data(data_as<T>(t)), batch_stride(t.stride(0)), head_stride(t.stride(1)), row_stride(t.stride(2)) {}
+  T* row(int64_t b, int64_t h, int64_t i) const { return data + b * batch_stride + h * head_stride + i * row_stride; }
 };
 
 template <class T>
@@ -43,7 +44,7 @@ inline int64_t visible_keys(int64_t i, const kernels::AttentionShape& s, bool ca
 // probs[j] = exp(score_j - m) / l for the first keys keys of k's head kh seen by query qi;
 // returns the row's log-sum-exp m + log l (-inf when keys == 0).
 template <class T>
-double row_probabilities(const T* qi, const Heads<T>& k, int64_t b, int64_t kh, int64_t keys,
+double row_probabilities(const T* qi, const Heads<const T>& k, int64_t b, int64_t kh, int64_t keys,
                          const kernels::AttentionShape& s, double scale, std::vector<double>& probs) {
   double max = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < keys; ++j) {
@@ -62,8 +63,8 @@ double row_probabilities(const T* qi, const Heads<T>& k, int64_t b, int64_t kh, 
 template <class T>
 void forward(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kernels::AttentionShape& s, bool causal,
              double scale, const Tensor& out_t, const Tensor& lse_t) {
-  const Heads<T> q(q_t), k(k_t), v(v_t);
-  T* out = data_as<T>(out_t);
+  const Heads<const T> q(q_t), k(k_t), v(v_t);
+  const Heads<T> out(out_t);
   double* lse = data_as<double>(lse_t);
   const int64_t group = s.heads / s.kv_heads;  // q heads per k, v head
   std::vector<double> probs(static_cast<size_t>(s.S)), acc(static_cast<size_t>(s.Dv));
@@ -78,7 +79,7 @@ void forward(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kern
           const T* vj = v.row(b, h / group, j);
           for (int64_t d = 0; d < s.Dv; ++d) acc[d] += probs[j] * convert<double>(vj[d]);
         }
-        for (int64_t d = 0; d < s.Dv; ++d) out[row * s.Dv + d] = convert<T>(acc[d]);
+        for (int64_t d = 0; d < s.Dv; ++d) out.row(b, h, i)[d] = convert<T>(acc[d]);
       }
     }
   }
@@ -88,8 +89,8 @@ template <class T>
 void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
               const kernels::AttentionShape& s, bool causal, double scale, const Tensor& grad_q_t,
               const Tensor& grad_k_t, const Tensor& grad_v_t) {
-  const Heads<T> q(q_t), k(k_t), v(v_t);
-  const T* grad_out = data_as<const T>(grad_out_t);
+  const Heads<const T> q(q_t), k(k_t), v(v_t), grad_out(grad_out_t);
+  const Heads<T> grad_q(grad_q_t), grad_k(grad_k_t), grad_v(grad_v_t);
   const int64_t group = s.heads / s.kv_heads;  // q heads per k, v head
   // Accumulated in double per (batch, q head), written once at the end.
   std::vector<double> gq(static_cast<size_t>(s.L * s.D)), gk(static_cast<size_t>(s.S * s.D)),
@@ -100,11 +101,10 @@ void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, co
       std::fill(gq.begin(), gq.end(), 0.0);
       std::fill(gk.begin(), gk.end(), 0.0);
       std::fill(gv.begin(), gv.end(), 0.0);
-      const int64_t head = b * s.heads + h;
       for (int64_t i = 0; i < s.L; ++i) {
         const int64_t keys = visible_keys(i, s, causal);
         const T* qi = q.row(b, h, i);
-        const T* doi = grad_out + (head * s.L + i) * s.Dv;
+        const T* doi = grad_out.row(b, h, i);
         row_probabilities(qi, k, b, h / group, keys, s, scale, probs);
         double delta = 0;
         for (int64_t j = 0; j < keys; ++j) {
@@ -121,12 +121,12 @@ void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, co
           }
         }
       }
-      T* grad_q = data_as<T>(grad_q_t) + head * s.L * s.D;
-      T* grad_k = data_as<T>(grad_k_t) + head * s.S * s.D;
-      T* grad_v = data_as<T>(grad_v_t) + head * s.S * s.Dv;
-      for (size_t e = 0; e < gq.size(); ++e) grad_q[e] = convert<T>(gq[e]);
-      for (size_t e = 0; e < gk.size(); ++e) grad_k[e] = convert<T>(gk[e]);
-      for (size_t e = 0; e < gv.size(); ++e) grad_v[e] = convert<T>(gv[e]);
+      for (int64_t i = 0; i < s.L; ++i)
+        for (int64_t d = 0; d < s.D; ++d) grad_q.row(b, h, i)[d] = convert<T>(gq[i * s.D + d]);
+      for (int64_t j = 0; j < s.S; ++j) {
+        for (int64_t d = 0; d < s.D; ++d) grad_k.row(b, h, j)[d] = convert<T>(gk[j * s.D + d]);
+        for (int64_t d = 0; d < s.Dv; ++d) grad_v.row(b, h, j)[d] = convert<T>(gv[j * s.Dv + d]);
+      }
     }
   }
 }

@@ -40,6 +40,11 @@ flash::RowStrides row_strides(const Tensor& t) {
   return {st[0], st[1], st[2]};
 }
 
+// 16-byte tile rows: every row start a multiple of 8 two-byte elements from an aligned base.
+bool rows_aligned(const void* base, const flash::RowStrides& s) {
+  return is_aligned(base, 16) && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
+}
+
 // The parameters common to both directions; C is the stats type.
 template <class T, class C>
 AttentionParams<T, C> make_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -53,6 +58,7 @@ AttentionParams<T, C> make_params(const Tensor& q, const Tensor& k, const Tensor
   p.k_stride = row_strides(k);
   p.v_stride = row_strides(v);
   p.out = data_as<T>(out);
+  p.out_stride = row_strides(out);
   p.lse = data_as<C>(lse);
   p.batch = static_cast<int>(shape.batch);
   p.heads = static_cast<int>(shape.heads);
@@ -63,12 +69,8 @@ AttentionParams<T, C> make_params(const Tensor& q, const Tensor& k, const Tensor
   p.Dv = static_cast<int>(shape.Dv);
   p.scale = scale;
   p.causal = causal;
-  // 16-byte tile rows: every row start a multiple of 8 two-byte elements from an aligned base.
-  auto rows_aligned = [](const void* base, const flash::RowStrides& s) {
-    return is_aligned(base, 16) && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
-  };
   p.vectorized = sizeof(T) == 2 && p.D % 8 == 0 && p.Dv % 8 == 0 && rows_aligned(p.q, p.q_stride) &&
-                 rows_aligned(p.k, p.k_stride) && rows_aligned(p.v, p.v_stride) && is_aligned(p.out, 16);
+                 rows_aligned(p.k, p.k_stride) && rows_aligned(p.v, p.v_stride) && rows_aligned(p.out, p.out_stride);
   return p;
 }
 
@@ -171,16 +173,20 @@ class CudaAttention final : public kernels::AttentionKernels {
       using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
       auto p = make_params<T, C>(q, k, v, out, lse, shape, causal, scale);
       p.grad_out = data_as<const T>(grad_out);
+      p.grad_out_stride = row_strides(grad_out);
       p.grad_q = data_as<T>(grad_q);
       p.grad_k = data_as<T>(grad_k);
       p.grad_v = data_as<T>(grad_v);
-      p.vectorized = p.vectorized && is_aligned(p.grad_out, 16);
+      p.grad_q_stride = row_strides(grad_q);
+      p.grad_k_stride = row_strides(grad_k);
+      p.grad_v_stride = row_strides(grad_v);
+      p.vectorized = p.vectorized && rows_aligned(p.grad_out, p.grad_out_stride);
       const int64_t rows = shape.batch * shape.heads * shape.L;
       const DeviceBuffer delta = launch.buffer(sizeof(C) * static_cast<size_t>(rows));
       p.delta = delta.as<C>();
       if (rows > 0 && plan.path != AttentionPath::RowSimt) {
         launch(flash::delta_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, flash::kDeltaRowsPerBlock)),
-               flash::kDeltaRowsPerBlock * flash::kWarp, 0, p.grad_out, p.out, rows, p.Dv, p.delta);
+               flash::kDeltaRowsPerBlock * flash::kWarp, 0, p);
       }
       if constexpr (is_reduced_float_v<T>) {
         with_head_dim(plan.head_dim, [&](auto hd) { tc_backward<T, decltype(hd)::value>(launch, p); });

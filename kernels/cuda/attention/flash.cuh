@@ -27,10 +27,10 @@ struct RowStrides {
 };
 
 // One attention problem. T is the storage type, C the type of lse and delta (float for
-// f32/f16/bf16, double for f64). q has H heads, k and v H / group; out, lse, grad_out, delta
-// and the gradients are contiguous and per q head: out, grad_out [B, H, L, Dv], lse, delta
-// [B, H, L], grad_q [B, H, L, D], grad_k [B, H, S, D], grad_v [B, H, S, Dv] (with group > 1
-// the caller sums grad_k and grad_v over each group). The forward writes out and lse; the
+// f32/f16/bf16, double for f64). q has H heads, k and v H / group; out, grad_out and the
+// gradients are per q head, with any strides between batches, heads and rows: out, grad_out
+// [B, H, L, Dv], grad_q [B, H, L, D], grad_k [B, H, S, D], grad_v [B, H, S, Dv] (with group
+// > 1 the caller sums grad_k and grad_v over each group); lse and delta [B, H, L] contiguous. The forward writes out and lse; the
 // backward reads them (and grad_out), writes delta and then the gradients.
 template <class T, class C>
 struct AttentionParams {
@@ -39,8 +39,10 @@ struct AttentionParams {
   const T* v = nullptr;
   RowStrides q_stride{}, k_stride{}, v_stride{};
   T* out = nullptr;
+  RowStrides out_stride{};
   C* lse = nullptr;
   const T* grad_out = nullptr;
+  RowStrides grad_out_stride{};
   C* delta = nullptr;
   // Row-per-warp backward (f64): each row's score max and sum of exp(score - max), written by
   // simt_query_rows_kernel<T, true> with delta; p = exp(score - row_max) / row_sum there, not
@@ -51,6 +53,7 @@ struct AttentionParams {
   T* grad_q = nullptr;
   T* grad_k = nullptr;
   T* grad_v = nullptr;
+  RowStrides grad_q_stride{}, grad_k_stride{}, grad_v_stride{};
   // heads: q's; k and v have heads / group (grouped-query attention; group 1: as many).
   int batch = 0, heads = 0, group = 1, L = 0, S = 0, D = 0, Dv = 0;
   double scale = 1;
@@ -63,8 +66,7 @@ struct AttentionParams {
 // The rows of q's head bh (of batch * heads), or, with group > 1, of the k or v head that q
 // head attends with (grouped-query attention: group q heads share each k, v head).
 template <class T>
-__host__ __device__ __forceinline__ const T* head_rows(const T* base, const RowStrides& s, int64_t bh, int heads,
-                                                       int group = 1) {
+__host__ __device__ __forceinline__ T* head_rows(T* base, const RowStrides& s, int64_t bh, int heads, int group = 1) {
   return base + (bh / heads) * s.batch + (bh % heads) / group * s.head;
 }
 
@@ -416,25 +418,27 @@ __global__ void __launch_bounds__(Tiles::kThreads) tc_forward_kernel(const Atten
         p.lse[bh * p.L + row] = sum > 0 ? row_max[mt][half] * kLn2 + logf(sum) : -INFINITY;
       }
     }
-    store_rows<HD>(p.out + bh * p.L * p.Dv, p.Dv, row_lo - g + mt * 16, p.L, p.Dv, o[mt], inv[0], inv[1], lane);
+    store_rows<HD>(head_rows(p.out, p.out_stride, bh, p.heads), p.out_stride.row, row_lo - g + mt * 16, p.L, p.Dv,
+                   o[mt], inv[0], inv[1], lane);
   }
 }
 
 // ---------------------------------------------------------------- backward: delta
 constexpr int kDeltaRowsPerBlock = 8;  // one warp per row
 
-// delta[row] = dot(grad_out[row], out[row]) over the rows x Dv of both.
+// delta[row] = dot(grad_out[row], out[row]) over the B * H * L rows (Dv wide) of both.
 template <class T, class C>
-__global__ void __launch_bounds__(kDeltaRowsPerBlock * kWarp)
-    delta_kernel(const T* __restrict__ grad_out, const T* __restrict__ out, int64_t rows, int Dv,
-                 C* __restrict__ delta) {
+__global__ void __launch_bounds__(kDeltaRowsPerBlock * kWarp) delta_kernel(const AttentionParams<T, C> p) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kDeltaRowsPerBlock + threadIdx.x / kWarp;
-  if (row >= rows) return;
+  if (row >= int64_t{p.batch} * p.heads * p.L) return;
+  const int64_t bh = row / p.L, i = row % p.L;
+  const T* grad_out = head_rows(p.grad_out, p.grad_out_stride, bh, p.heads) + i * p.grad_out_stride.row;
+  const T* out = head_rows(p.out, p.out_stride, bh, p.heads) + i * p.out_stride.row;
   const int lane = threadIdx.x % kWarp;
   C sum = 0;
-  for (int c = lane; c < Dv; c += kWarp) sum += convert<C>(grad_out[row * Dv + c]) * convert<C>(out[row * Dv + c]);
+  for (int c = lane; c < p.Dv; c += kWarp) sum += convert<C>(grad_out[c]) * convert<C>(out[c]);
   sum = warp_reduce<kWarp>(sum, Plus{});
-  if (lane == 0) delta[row] = sum;
+  if (lane == 0) p.delta[row] = sum;
 }
 
 // ---------------------------------------------------------------- tensor-core backward
@@ -536,7 +540,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) tc_backw
   const int64_t bh = blockIdx.x / n_tiles;
   const int n0 = static_cast<int>(blockIdx.x - bh * n_tiles) * BN;  // the first key tiles have the most work
   const T* q = head_rows(p.q, p.q_stride, bh, p.heads);
-  const T* grad_out = p.grad_out + bh * p.L * p.Dv;
+  const T* grad_out = head_rows(p.grad_out, p.grad_out_stride, bh, p.heads);
   const float* lse = p.lse + bh * p.L;
   const float* delta = p.delta + bh * p.L;
   const int m_tiles = (p.L + BM - 1) / BM;
@@ -546,8 +550,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) tc_backw
     const int m0 = m * BM, rows = min(BM, p.L - m0);
     load_tile<BM, HD, THREADS>(q_s + buf * BM * SP, q + m0 * p.q_stride.row, p.q_stride.row, rows, p.D,
                                p.vectorized);
-    load_tile<BM, HD, THREADS>(do_s + buf * BM * SP, grad_out + int64_t{m0} * p.Dv, p.Dv, rows, p.Dv,
-                               p.vectorized);
+    load_tile<BM, HD, THREADS>(do_s + buf * BM * SP, grad_out + m0 * p.grad_out_stride.row, p.grad_out_stride.row,
+                               rows, p.Dv, p.vectorized);
     for (int i = threadIdx.x; i < BM; i += THREADS) {
       lse_s[buf * BM + i] = i < rows ? lse[m0 + i] * kLog2e : INFINITY;
       delta_s[buf * BM + i] = i < rows ? delta[m0 + i] : 0.0f;
@@ -612,8 +616,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) tc_backw
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const int key0 = n0 + warp_key + mt * 16;
-    store_rows<HD>(p.grad_k + bh * p.S * p.D, p.D, key0, p.S, p.D, dk[mt], scale, scale, lane);
-    store_rows<HD>(p.grad_v + bh * p.S * p.Dv, p.Dv, key0, p.S, p.Dv, dv[mt], 1.0f, 1.0f, lane);
+    store_rows<HD>(head_rows(p.grad_k, p.grad_k_stride, bh, p.heads), p.grad_k_stride.row, key0, p.S, p.D, dk[mt],
+                   scale, scale, lane);
+    store_rows<HD>(head_rows(p.grad_v, p.grad_v_stride, bh, p.heads), p.grad_v_stride.row, key0, p.S, p.Dv, dv[mt],
+                   1.0f, 1.0f, lane);
   }
 }
 
@@ -646,7 +652,8 @@ __global__ void __launch_bounds__(Config::kThreads) tc_backward_q_kernel(const A
   };
   load_tile<BM, HD, THREADS>(q_s, head_rows(p.q, p.q_stride, bh, p.heads) + m0 * p.q_stride.row, p.q_stride.row,
                              rows, p.D, p.vectorized);
-  load_tile<BM, HD, THREADS>(do_s, p.grad_out + (bh * p.L + m0) * p.Dv, p.Dv, rows, p.Dv, p.vectorized);
+  load_tile<BM, HD, THREADS>(do_s, head_rows(p.grad_out, p.grad_out_stride, bh, p.heads) + m0 * p.grad_out_stride.row,
+                             p.grad_out_stride.row, rows, p.Dv, p.vectorized);
   if (n_tiles > 0) stage(0, 0);
   cp_async_commit();
 
@@ -703,7 +710,8 @@ __global__ void __launch_bounds__(Config::kThreads) tc_backward_q_kernel(const A
   const float scale = static_cast<float>(p.scale);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
-    store_rows<HD>(p.grad_q + bh * p.L * p.D, p.D, m0 + warp_row + mt * 16, p.L, p.D, dq[mt], scale, scale, lane);
+    store_rows<HD>(head_rows(p.grad_q, p.grad_q_stride, bh, p.heads), p.grad_q_stride.row, m0 + warp_row + mt * 16,
+                   p.L, p.D, dq[mt], scale, scale, lane);
   }
 }
 
@@ -947,7 +955,8 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_forward_
 #pragma unroll
     for (int c = 0; c < HD / 16; ++c) o[r][c] *= inv[r];
   }
-  tiled_store<HD>(p.out + (bh * p.L + m0) * p.Dv, p.Dv, rows, p.Dv, o, 1.0f, ty, tx);
+  tiled_store<HD>(head_rows(p.out, p.out_stride, bh, p.heads) + m0 * p.out_stride.row, p.out_stride.row, rows, p.Dv,
+                  o, 1.0f, ty, tx);
 }
 
 // grad_k and grad_v of a tile of 64 keys (rows ty + 16 r of the score tiles are keys, columns
@@ -972,7 +981,7 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
   const int n0 = static_cast<int>(blockIdx.x - bh * n_tiles) * kTiledRows;  // causal: longest first
   const int keys = min(kTiledRows, p.S - n0);
   const float* q = head_rows(p.q, p.q_stride, bh, p.heads);
-  const float* grad_out = p.grad_out + bh * p.L * p.Dv;
+  const float* grad_out = head_rows(p.grad_out, p.grad_out_stride, bh, p.heads);
   tiled_load<HD>(k_s, head_rows(p.k, p.k_stride, bh, p.heads, p.group) + n0 * p.k_stride.row, p.k_stride.row, keys, p.D);
   tiled_load<HD>(v_s, head_rows(p.v, p.v_stride, bh, p.heads, p.group) + n0 * p.v_stride.row, p.v_stride.row, keys, p.Dv);
 
@@ -983,7 +992,7 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
     const int m0 = m * kTiledRows, rows = min(kTiledRows, p.L - m0);
     __syncthreads();  // every thread is done with the previous query tile
     tiled_load<HD>(q_s, q + m0 * p.q_stride.row, p.q_stride.row, rows, p.D);
-    tiled_load<HD>(do_s, grad_out + m0 * p.Dv, p.Dv, rows, p.Dv);
+    tiled_load<HD>(do_s, grad_out + m0 * p.grad_out_stride.row, p.grad_out_stride.row, rows, p.Dv);
     if (threadIdx.x < kTiledRows) {
       const int row = threadIdx.x;
       const int64_t at = bh * p.L + m0 + (row < rows ? row : 0);
@@ -1013,8 +1022,10 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
     tiled_scores_times<HD>(dk, dst_s, q_s, ty, tx);
   }
   cp_async_wait_all();  // K and V, when there was no query tile
-  tiled_store<HD>(p.grad_k + (bh * p.S + n0) * p.D, p.D, keys, p.D, dk, static_cast<float>(p.scale), ty, tx);
-  tiled_store<HD>(p.grad_v + (bh * p.S + n0) * p.Dv, p.Dv, keys, p.Dv, dv, 1.0f, ty, tx);
+  tiled_store<HD>(head_rows(p.grad_k, p.grad_k_stride, bh, p.heads) + n0 * p.grad_k_stride.row, p.grad_k_stride.row,
+                  keys, p.D, dk, static_cast<float>(p.scale), ty, tx);
+  tiled_store<HD>(head_rows(p.grad_v, p.grad_v_stride, bh, p.heads) + n0 * p.grad_v_stride.row, p.grad_v_stride.row,
+                  keys, p.Dv, dv, 1.0f, ty, tx);
 }
 
 // grad_q of a tile of 64 queries over the key tiles they see: dS = P (dO V^T - delta),
@@ -1039,7 +1050,8 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
   int n_tiles = (p.S + kTiledRows - 1) / kTiledRows;
   if (p.causal) n_tiles = min(n_tiles, (m0 + rows - 1) / kTiledRows + 1);
   tiled_load<HD>(q_s, head_rows(p.q, p.q_stride, bh, p.heads) + m0 * p.q_stride.row, p.q_stride.row, rows, p.D);
-  tiled_load<HD>(do_s, p.grad_out + (bh * p.L + m0) * p.Dv, p.Dv, rows, p.Dv);
+  tiled_load<HD>(do_s, head_rows(p.grad_out, p.grad_out_stride, bh, p.heads) + m0 * p.grad_out_stride.row,
+                 p.grad_out_stride.row, rows, p.Dv);
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   float lse2[4], delta[4];
@@ -1076,7 +1088,8 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
     tiled_scores_times<HD>(dq, ds_s, k_s, ty, tx);
   }
   cp_async_wait_all();  // Q and dO, when there was no key tile
-  tiled_store<HD>(p.grad_q + (bh * p.L + m0) * p.D, p.D, rows, p.D, dq, static_cast<float>(p.scale), ty, tx);
+  tiled_store<HD>(head_rows(p.grad_q, p.grad_q_stride, bh, p.heads) + m0 * p.grad_q_stride.row, p.grad_q_stride.row,
+                  rows, p.D, dq, static_cast<float>(p.scale), ty, tx);
 }
 
 // ---------------------------------------------------------------- row-per-warp SIMT kernels (f64)
@@ -1164,7 +1177,7 @@ __global__ void __launch_bounds__(kSimtThreads) simt_forward_kernel(const Attent
   }
   if (!row_valid) return;
   const T inv = row_sum > 0 ? T(1) / row_sum : T(0);
-  T* out = p.out + (bh * p.L + row) * p.Dv;
+  T* out = head_rows(p.out, p.out_stride, bh, p.heads) + row * p.out_stride.row;
 #pragma unroll
   for (int c = 0; c < kSimtCols; ++c) {
     if (lane + c * kWarp < p.Dv) out[lane + c * kWarp] = acc[c] * inv;
@@ -1197,7 +1210,7 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const At
   const T* q = head_rows(p.q, p.q_stride, bh, p.heads);
   const T* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
   const T* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
-  const T* grad_out = p.grad_out + bh * p.L * p.Dv;
+  const T* grad_out = head_rows(p.grad_out, p.grad_out_stride, bh, p.heads);
   T* k_row = k_rows + warp * p.D;
   T* v_row = v_rows + warp * p.Dv;
   for (int c = lane; c < p.D; c += kWarp) k_row[c] = key_valid ? k[key * p.k_stride.row + c] : T(0);
@@ -1208,7 +1221,7 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const At
   for (int m0 = p.causal ? n0 / kSimtChunk * kSimtChunk : 0; m0 < p.L; m0 += kSimtChunk) {
     __syncthreads();
     stage_chunk(q_s, q, p.q_stride.row, m0, p.L, p.D);
-    stage_chunk(do_s, grad_out, p.Dv, m0, p.L, p.Dv);
+    stage_chunk(do_s, grad_out, p.grad_out_stride.row, m0, p.L, p.Dv);
     for (int r = threadIdx.x; r < kSimtChunk; r += kSimtThreads) {
       const bool in = m0 + r < p.L;
       max_s[r] = in ? p.row_max[bh * p.L + m0 + r] : T(0);
@@ -1237,8 +1250,8 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const At
 #pragma unroll
   for (int c = 0; c < kSimtCols; ++c) {
     const int col = lane + c * kWarp;
-    if (col < p.D) p.grad_k[(bh * p.S + key) * p.D + col] = grad_k[c] * scale;
-    if (col < p.Dv) p.grad_v[(bh * p.S + key) * p.Dv + col] = grad_v[c];
+    if (col < p.D) head_rows(p.grad_k, p.grad_k_stride, bh, p.heads)[key * p.grad_k_stride.row + col] = grad_k[c] * scale;
+    if (col < p.Dv) head_rows(p.grad_v, p.grad_v_stride, bh, p.heads)[key * p.grad_v_stride.row + col] = grad_v[c];
   }
 }
 
@@ -1265,7 +1278,8 @@ __global__ void __launch_bounds__(kSimtThreads) simt_query_rows_kernel(const Att
   T* q_row = q_rows + warp * p.D;
   T* do_row = do_rows + warp * p.Dv;
   for (int c = lane; c < p.D; c += kWarp) q_row[c] = row_valid ? q[row * p.q_stride.row + c] : T(0);
-  for (int c = lane; c < p.Dv; c += kWarp) do_row[c] = row_valid ? p.grad_out[at * p.Dv + c] : T(0);
+  const T* grad_out = head_rows(p.grad_out, p.grad_out_stride, bh, p.heads) + row * p.grad_out_stride.row;
+  for (int c = lane; c < p.Dv; c += kWarp) do_row[c] = row_valid ? grad_out[c] : T(0);
   const int key_end = p.causal ? min(p.S, min(m0 + kSimtRows, p.L)) : p.S;
   const T scale = static_cast<T>(p.scale);
   // The chunk of keys from n0 staged (v only when wanted); each lane's score, -inf past the
@@ -1318,7 +1332,8 @@ __global__ void __launch_bounds__(kSimtThreads) simt_query_rows_kernel(const Att
     if (!row_valid) return;
 #pragma unroll
     for (int c = 0; c < kSimtCols; ++c) {
-      if (lane + c * kWarp < p.D) p.grad_q[at * p.D + lane + c * kWarp] = grad_q[c] * scale;
+      if (lane + c * kWarp < p.D)
+        head_rows(p.grad_q, p.grad_q_stride, bh, p.heads)[row * p.grad_q_stride.row + lane + c * kWarp] = grad_q[c] * scale;
     }
   }
 }
