@@ -15,6 +15,8 @@ void mem_get_info(int, size_t*, size_t*) { detail::throw_no_cuda("cuda::mem_get_
 int current_device() { detail::throw_no_cuda("cuda::current_device"); }
 void set_device(int) { detail::throw_no_cuda("cuda::set_device"); }
 void synchronize(int) { detail::throw_no_cuda("cuda::synchronize"); }
+void check_errors(int) { detail::throw_no_cuda("cuda::check_errors"); }
+uint64_t host_waits(int) { detail::throw_no_cuda("cuda::host_waits"); }
 StreamHandle current_stream(int) { detail::throw_no_cuda("cuda::current_stream"); }
 void set_current_stream(int, StreamHandle) { detail::throw_no_cuda("cuda::set_current_stream"); }
 StreamHandle create_stream() { detail::throw_no_cuda("cuda::create_stream"); }

@@ -1,5 +1,6 @@
 // Joining, splitting and indexing: cat, stack, split, index_select, gather, scatter_add,
-// one_hot, masked_fill. Index tensors may be i32 or i64; the backends get contiguous i64.
+// one_hot, masked_fill, and the range check of the values other ops index with. Index
+// tensors may be i32 or i64; the backends get contiguous i64.
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -159,7 +160,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       Tensor grad_x = zeros(shape, TensorOptions(g.dtype(), g.device()));
       const int64_t n = idx.numel(), width = n > 0 ? g.numel() / n : 0;
       if (n > 0 && width > 0) {
-        // The forward checked that every index lies in [0, size).
+        // The forward checked every index against [0, size) (on CUDA, one out of range is
+        // recorded for the host's next wait and skipped here).
         kernels::index(g.device()).index_add_rows(grad_x.view({shape[0], width}), idx.contiguous(),
                                                   g.contiguous().view({n, width}));
       }
@@ -244,6 +246,15 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   });
   return out;
 }
+
+namespace detail {
+
+void check_index_range(const Tensor& index, int64_t size, std::optional<int64_t> allowed, const char* op,
+                       const char* what, const char* unit) {
+  if (index.numel() > 0) kernels::index(index.device()).check_range(index, size, allowed, {op, what, unit});
+}
+
+}  // namespace detail
 
 Tensor one_hot(const Tensor& index, int64_t num_classes) {
   const OpScope op("one_hot");

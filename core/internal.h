@@ -2,6 +2,7 @@
 // tensors and the argument checks every front end uses.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ void check_defined(const char* op, const char* name, const Tensor& t);
 // at most the dtype's largest finite one in magnitude. Every op that writes a scalar into a
 // tensor checks it (docs/ERRORS.md, "Scalars written into a tensor").
 void check_representable(const char* op, const char* what, Scalar value, DType dtype);
+// IndexError "<op>: <what> V is out of range for <size> <unit>" unless every value of index
+// (i64, contiguous) lies in [0, size) or equals allowed: for values a front end indexes with
+// and did not make (embedding indices, class targets). On the CPU it throws here; on CUDA a
+// kernel checks them and the error comes at the host's next wait (kernels/index.h), so the
+// call never waits for the device.
+void check_index_range(const Tensor& index, int64_t size, std::optional<int64_t> allowed, const char* op,
+                       const char* what, const char* unit);
 
 }  // namespace detail
 }  // namespace normcore

@@ -1,12 +1,13 @@
 // Loss functions. cross_entropy and binary_cross_entropy_with_logits are fused: the
 // forward runs with recording off and one node holds the closed-form gradient, which is
 // both cheaper and exact where a composition would not be (the kink of |x| at x = 0).
-// nll_loss, mse_loss and l1_loss compose recorded ops.
+// nll_loss, mse_loss and l1_loss compose recorded ops. No loss reads a value on the host:
+// class targets are range-checked by check_index_range (on CUDA the error comes at the
+// host's next wait), and cross_entropy selects its ignored rows on the device.
 #include <optional>
 
 #include "autograd/graph.h"
 #include "core/internal.h"
-#include "kernels/capture.h"
 #include "normcore/autocast.h"
 #include "normcore/losses.h"
 #include "normcore/ops.h"
@@ -57,12 +58,11 @@ struct ClassRows {
   Tensor target;     // [M] i64
   Shape loss_shape;  // the per-element loss shape (target's shape)
   int64_t classes = 0;
-  bool maybe_ignored = false;  // ignore_index lies within the targets' range
 };
 
 // Checks input ([C], [N, C] or [N, C, d1, ...], floating) against target (i64, input's
-// shape without the class dim, values in [0, C) or, when given, ignore_index) and lays both
-// out as rows.
+// shape without the class dim, values in [0, C) or, when given, ignore_index: checked by
+// check_index_range) and lays both out as rows.
 ClassRows class_rows(const char* op, const char* input_name, const Tensor& input, const Tensor& target,
                      std::optional<int64_t> ignore_index = std::nullopt) {
   check_defined(op, input_name, input);
@@ -83,23 +83,10 @@ ClassRows class_rows(const char* op, const char* input_name, const Tensor& input
   out.classes = input.size(class_dim);
   out.loss_shape = expected;
   int64_t rows = target.numel();
-  // Inside a CUDA graph capture the targets have no values yet: no target may equal
-  // ignore_index there, and one out of range is reported by the replay (gather's check).
-  if (rows > 0 && !cuda::capturing(target.device())) {
-    int64_t lo = min(target).item<int64_t>(), hi = max(target).item<int64_t>();
-    out.maybe_ignored = ignore_index && *ignore_index >= lo && *ignore_index <= hi;
-    if (out.maybe_ignored) {  // the range of the others, with ignored positions as class 0
-      const Tensor checked = where(eq(target, Scalar(*ignore_index)), Scalar(int64_t{0}), target);
-      lo = min(checked).item<int64_t>();
-      hi = max(checked).item<int64_t>();
-    }
-    int64_t bad = lo < 0 ? lo : hi;
-    NC_CHECK(lo >= 0 && hi < out.classes, IndexError, op, ": target value ", bad, " is out of range for ",
-             out.classes, " classes (", input_name, " is ", describe(input), ")");
-  }
+  out.target = target.contiguous().reshape({rows});
+  check_index_range(out.target, out.classes, ignore_index, op, "target value", "classes");
   Tensor moved = input.dim() > 2 ? input.permute(class_last_order(input.dim())) : input;
   out.rows = moved.reshape({rows, out.classes});
-  out.target = target.reshape({rows});
   return out;
 }
 
@@ -139,26 +126,20 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction r
     autograd::NoGradGuard no_grad;
     ClassRows cr = class_rows(op, "logits", logits, target, ignore_index);
     classes = cr.classes;
-    rows_target = cr.target;
-    if (cr.maybe_ignored) {
-      // Rows whose target is ignore_index contribute nothing, to the loss or to the gradient,
-      // whatever their logits hold (a NaN there stays there); class 0 stands in for the target.
-      keep = ne(cr.target, Scalar(ignore_index));
-      rows_target = where(keep, cr.target, Scalar(int64_t{0}));
-    }
+    // Rows whose target is ignore_index contribute nothing, to the loss or to the gradient,
+    // whatever their logits hold (a NaN there stays there); class 0 stands in for the target.
+    // Every call takes this path: asking whether any row is ignored would be a host read.
+    keep = ne(cr.target, Scalar(ignore_index));
+    rows_target = where(keep, cr.target, Scalar(int64_t{0}));
     log_probs = log_softmax(cr.rows.to(compute_dtype(logits.dtype())), 1);
     Tensor picked = gather(log_probs, 1, rows_target.unsqueeze(1)).reshape({rows_target.numel()});
     Tensor per_row = mul(picked, -(1.0 - label_smoothing));
     if (label_smoothing > 0 && classes > 0)
       per_row = sub(per_row, mul(sum(log_probs, {1}), label_smoothing / static_cast<double>(classes)));
-    if (keep.defined()) {
-      // The mean is over the rows that count (NaN when none does, as in PyTorch).
-      per_row = where(keep, per_row, Scalar(0.0)).reshape(cr.loss_shape);
-      loss = reduction == Reduction::Mean ? div(sum(per_row), sum(keep.to(per_row.dtype())))
-                                          : reduce(per_row, reduction);
-    } else {
-      loss = reduce(per_row.reshape(cr.loss_shape), reduction);
-    }
+    // The mean is over the rows that count (NaN when none does, as in PyTorch).
+    per_row = where(keep, per_row, Scalar(0.0)).reshape(cr.loss_shape);
+    loss = reduction == Reduction::Mean ? div(sum(per_row), sum(keep.to(per_row.dtype())))
+                                        : reduce(per_row, reduction);
     loss = loss.to(logits.dtype());
   }
   if (!autograd::needs_grad(logits)) return loss;
@@ -172,20 +153,15 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction r
     const Tensor& t = ts.get();
     const Tensor& k = ks.get();
     int64_t rows = t.numel();
-    Tensor g_row;
-    if (k.defined()) {
-      Tensor g = grad.to(lp.dtype());
-      // Over the kept rows; with none kept the gradient is zero (the loss is NaN).
-      if (reduction == Reduction::Mean) g = div(g, maximum(sum(k.to(lp.dtype())), Scalar(1.0)));
-      g_row = where(k, spread_grad(g, reduction == Reduction::Mean ? Reduction::Sum : reduction, {rows}), Scalar(0.0));
-    } else {
-      g_row = spread_grad(grad.to(lp.dtype()), reduction, {rows});
-    }
-    g_row = g_row.reshape({rows, 1});
+    Tensor g = grad.to(lp.dtype());
+    // Over the kept rows; with none kept the gradient is zero (the loss is NaN).
+    if (reduction == Reduction::Mean) g = div(g, maximum(sum(k.to(lp.dtype())), Scalar(1.0)));
+    Tensor g_row = where(k, spread_grad(g, reduction == Reduction::Mean ? Reduction::Sum : reduction, {rows}),
+                         Scalar(0.0)).reshape({rows, 1});
     double uniform = classes > 0 ? label_smoothing / static_cast<double>(classes) : 0.0;
     Tensor grad_rows = mul(sub(exp(lp), uniform), g_row);
     grad_rows = scatter_add(grad_rows, 1, t.unsqueeze(1), mul(g_row, -(1.0 - label_smoothing)));
-    if (k.defined()) grad_rows = where(k.unsqueeze(1), grad_rows, Scalar(0.0));
+    grad_rows = where(k.unsqueeze(1), grad_rows, Scalar(0.0));
     return std::vector<Tensor>{from_class_rows(grad_rows, shape).to(dtype)};
   });
   return loss;

@@ -1,6 +1,8 @@
 // embedding and the Embedding layer: rows of weight picked by index with index_select (whose
-// backward adds each row's gradient back, summing repeats), then shaped [*index, dim].
-#include "kernels/capture.h"
+// backward adds each row's gradient back, summing repeats), then shaped [*index, dim]. The
+// indices are checked against num_embeddings first: on the CPU at the call, on CUDA on the
+// device, with the IndexError raised at the host's next wait (core/internal.h).
+#include "core/internal.h"
 #include "normcore/nn.h"
 #include "normcore/ops.h"
 
@@ -33,16 +35,12 @@ Tensor embedding(const Tensor& weight, const Tensor& index, std::optional<int64_
   NC_CHECK(index.device() == weight.device(), DeviceError, op, ": index is on ", index.device(),
            " but weight is on ", weight.device());
   const int64_t num = weight.size(0);
-  if (index.numel() > 0 && !cuda::capturing(index.device())) {
-    // A friendlier message than index_select's (which rejects the same values); inside a
-    // CUDA graph capture the indices have no values yet and the replay reports them.
-    int64_t lo = min(index).item<int64_t>(), hi = max(index).item<int64_t>();
-    NC_CHECK(lo >= 0 && hi < num, IndexError, op, ": index ", lo < 0 ? lo : hi, " is out of range for ", num,
-             " embeddings");
-  }
   Shape shape = index.shape();
   shape.push_back(weight.size(1));
-  const Tensor flat = index.reshape({index.numel()});
+  const Tensor flat = index.to(DType::I64).contiguous().reshape({index.numel()});
+  // In the layer's own words, before index_select (which rejects the same values); on CUDA
+  // the first error recorded is the one reported, so this message wins there too.
+  detail::check_index_range(flat, num, std::nullopt, op, "index", "embeddings");
   Tensor rows = index_select(weight, 0, flat);
   if (padding_idx) {
     const int64_t p = *padding_idx < 0 ? *padding_idx + num : *padding_idx;

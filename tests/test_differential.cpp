@@ -393,6 +393,8 @@ std::string replay(const json& c, Device device) {
   const std::string error = c.value("error", "");
   try {
     run_steps(steps, env, device);
+    // On CUDA an index out of range is raised at the host's next wait for the device.
+    if (device.is_cuda()) nc::cuda::synchronize(device.index);
   } catch (const nc::Error& e) {
     if (error != "forward") out.add(std::string("normcore refused the program: ") + e.what());
     return out.text();

@@ -51,8 +51,27 @@ bool cudnn_benchmark();
 
 int current_device();
 void set_device(int device);
-// Waits for all work queued on the device's current stream (device < 0: current device).
+// Waits for all work queued on the device's current stream (device < 0: current device),
+// then raises the index error that work recorded, if any (check_errors).
 void synchronize(int device = -1);
+
+// Index errors found on the GPU. Kernels that meet an index out of range (embedding,
+// cross_entropy and nll_loss targets, index_select, gather, scatter_add) do not stop the
+// host to say so: they skip the element and record the first bad index of the device, and
+// IndexError ("embedding: index 12 is out of range for 10 embeddings") is raised at the next
+// point where the host waits for the device anyway: item(), to(cpu) or any copy to the host,
+// synchronize(), Graph::replay and Graph::synchronize. The record is then cleared, so the
+// error is raised once and later work runs as usual; the results of the work that found it
+// are not valid. Until it is raised the record keeps the first error. check_errors raises it
+// where nothing else would: it waits for the device only when there is an error to report,
+// so it costs a read of host memory per call and suits a training loop's every step.
+// (PyTorch's device-side asserts, but recoverable.) A CaptureError inside a capture.
+void check_errors(int device = -1);
+
+// How many times normcore has made the host wait for the device (device < 0: current
+// device): copies to the host, synchronize(), graph captures and synchronize, reported
+// index errors. A training step that needs no value on the host adds none.
+uint64_t host_waits(int device = -1);
 
 // An opaque cudaStream_t. Every kernel and library call for a device runs on its
 // current stream; the default is a non-blocking stream normcore creates per device.
@@ -99,7 +118,8 @@ class StreamGuard {
 // between replays; optimizers read the learning rate and step counts from device memory).
 // Random numbers (dropout) advance their generator on each replay as uncaptured runs do;
 // generators used in the capture must outlive the graph and keep their seed. An index out
-// of range in a replay is reported by a later replay() or by synchronize() as IndexError.
+// of range in a replay is raised as IndexError, once, by a later replay(), synchronize() or
+// any other wait for the device (check_errors above); replays after it are valid again.
 // During a capture no other thread may queue work for the device.
 class Graph {
  public:
@@ -111,10 +131,10 @@ class Graph {
   // Records fn's work on device; a second capture replaces the first. If fn throws, the
   // capture is abandoned (nothing recorded) and the exception propagates.
   void capture(int device, const std::function<void()>& fn);
-  // Queues the recording (CaptureError unless captured). Throws IndexError for an index out
-  // of range found by an earlier replay that has finished.
+  // Queues the recording (CaptureError unless captured). First raises the IndexError of an
+  // index out of range that earlier work (a replay or not) has recorded by then.
   void replay();
-  // Waits for the replays queued so far, then reports as replay() does.
+  // Waits for the replays queued so far, then raises any recorded IndexError.
   void synchronize();
   bool captured() const;
   // Kernels, copies and other nodes in the recording (0 before capture).

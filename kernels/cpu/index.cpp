@@ -1,5 +1,5 @@
 // CPU reference indexing kernels (contracts in kernels/index.h): index_select, gather,
-// scatter_add. Out-of-range indices throw IndexError before anything is written.
+// scatter_add, check_range. Out-of-range indices throw IndexError before anything is written.
 #include <cstring>
 #include <vector>
 
@@ -82,6 +82,16 @@ class CpuIndex final : public kernels::IndexKernels {
         dst[x_pos] = convert<T>(convert<A>(dst[x_pos]) + convert<A>(s[pos]));
       });
     });
+  }
+
+  void check_range(const Tensor& index, int64_t size, std::optional<int64_t> allowed,
+                   const kernels::RangeMessage& message) const override {
+    const int64_t* p = static_cast<const int64_t*>(index.data_ptr());
+    for (int64_t i = 0, n = index.numel(); i < n; ++i) {
+      const int64_t v = p[i];
+      NC_CHECK((v >= 0 && v < size) || (allowed && v == *allowed), IndexError, message.op, ": ", message.what, " ",
+               v, " is out of range for ", size, " ", message.unit);
+    }
   }
 
   void index_add_rows(const Tensor& out, const Tensor& index, const Tensor& src) const override {

@@ -293,7 +293,7 @@ float time_runs(int device, const std::function<bool()>& run) {
     ran = run();
     NC_CUDA_CHECK(cudaEventRecord(events[i + 1], stream(device)));
   }
-  NC_CUDA_CHECK(cudaStreamSynchronize(stream(device)));
+  wait_for_stream(device, stream(device));
   std::vector<float> ms(kTimed);
   for (int i = 0; i < kTimed && ran; ++i) NC_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[i], events[i + 1]));
   for (cudaEvent_t& e : events) NC_CUDA_LOG(cudaEventDestroy(e));

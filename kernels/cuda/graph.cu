@@ -1,6 +1,7 @@
 // CUDA graphs (cuda::Graph of include/normcore/cuda.h) and the capture state the rest of
-// the CUDA backend consults: whether a device is being captured, the graph's flags for
-// out-of-range indices and its device words for random-number offsets.
+// the CUDA backend consults: whether a device is being captured and the graph's device words
+// for random-number offsets. Index kernels in a graph write the device's deferred index-error
+// record (kernels/cuda/index_errors.h) as they do outside one; replay and synchronize report it.
 //
 // One capture per device at a time, registered in `active`. The capture runs on the
 // device's current stream in relaxed mode (the caching allocator may cudaMalloc new blocks
@@ -14,6 +15,7 @@
 #include "base/op_scope.h"
 #include "kernels/capture.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/runtime.h"
 #include "normcore/cuda.h"
 #include "normcore/error.h"
@@ -22,13 +24,7 @@ namespace normcore {
 namespace cuda {
 namespace {
 
-constexpr int kMaxIndexFlags = 256;  // indexing ops in one captured step
-constexpr int kMaxGenerators = 16;   // generators drawn from in one captured step
-
-struct IndexSite {
-  std::string op;
-  int64_t dim, size;
-};
+constexpr int kMaxGenerators = 16;  // generators drawn from in one captured step
 
 struct GeneratorUse {
   Generator* gen;
@@ -55,13 +51,7 @@ struct Graph::Impl {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   size_t nodes = 0;
-  // Owned outright (cudaMalloc / cudaHostAlloc), never by the caching allocator.
-  BadIndexFlag* flags = nullptr;       // device, kMaxIndexFlags, sticky: set flags stay set
-  BadIndexFlag* host_flags = nullptr;  // pinned copy made after each replay
-  cudaEvent_t flags_copied = nullptr;
-  bool copy_pending = false;
-  uint64_t* words = nullptr;  // device, kMaxGenerators
-  std::vector<IndexSite> sites;
+  uint64_t* words = nullptr;  // device, kMaxGenerators; owned outright (cudaMalloc), not cached
   std::vector<GeneratorUse> generators;
 
   void destroy_recording() {
@@ -70,30 +60,6 @@ struct Graph::Impl {
     exec = nullptr;
     graph = nullptr;
     nodes = 0;
-  }
-
-  // Throws IndexError for the first flagged site; wait: block for the last copy.
-  void report(bool wait) {
-    if (!copy_pending) return;
-    if (wait) {
-      NC_CUDA_CHECK(cudaEventSynchronize(flags_copied));
-    } else {
-      const cudaError_t status = cudaEventQuery(flags_copied);
-      if (status == cudaErrorNotReady) {
-        cudaGetLastError();
-        return;
-      }
-      NC_CUDA_CHECK(status);
-    }
-    copy_pending = false;
-    for (size_t i = 0; i < sites.size(); ++i) {
-      if (host_flags[i].found == 0) continue;
-      const IndexSite& site = sites[i];
-      throw IndexError(detail::cat_str(site.op, ": index ", host_flags[i].value, " is out of range for dim ",
-                                       site.dim, " of size ", site.size,
-                                       " (in a replay of a CUDA graph; the results of that replay and of "
-                                       "the ones after it are not valid)"));
-    }
   }
 };
 
@@ -118,15 +84,6 @@ void check_not_capturing(int device, const char* what, const char* why) {
   std::string op = detail::current_op();
   if (op.empty()) op = what;
   throw CaptureError(detail::cat_str(op, ": cannot run inside a CUDA graph capture on cuda:", device, ": ", why));
-}
-
-BadIndexFlag* capture_index_flag(int device, const char* op, int64_t dim, int64_t size) {
-  Graph::Impl* impl = active_capture(device);
-  if (impl == nullptr) return nullptr;
-  NC_CHECK(impl->sites.size() < static_cast<size_t>(kMaxIndexFlags), CaptureError, op,
-           ": a captured CUDA graph holds at most ", kMaxIndexFlags, " indexing ops");
-  impl->sites.push_back({op, dim, size});
-  return impl->flags + (impl->sites.size() - 1);
 }
 
 RandomOffset random_offset(Generator& gen, uint64_t n, int device) {
@@ -157,10 +114,7 @@ Graph::~Graph() {
     NC_CUDA_LOG(cudaStreamSynchronize(stream(g.device)));
     g.destroy_recording();
     release_private_pool(g.device, g.pool);
-    NC_CUDA_LOG(cudaFree(g.flags));
     NC_CUDA_LOG(cudaFree(g.words));
-    NC_CUDA_LOG(cudaFreeHost(g.host_flags));
-    if (g.flags_copied != nullptr) NC_CUDA_LOG(cudaEventDestroy(g.flags_copied));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "normcore: ~Graph: %s\n", e.what());
   }
@@ -178,19 +132,13 @@ void Graph::capture(int device, const std::function<void()>& fn) {
   if (g.device < 0) {
     g.device = device;
     g.pool = next_pool_id.fetch_add(1);
-    NC_CUDA_CHECK(cudaMalloc(&g.flags, kMaxIndexFlags * sizeof(BadIndexFlag)));
     NC_CUDA_CHECK(cudaMalloc(&g.words, kMaxGenerators * sizeof(uint64_t)));
-    NC_CUDA_CHECK(cudaHostAlloc(&g.host_flags, kMaxIndexFlags * sizeof(BadIndexFlag), cudaHostAllocDefault));
-    NC_CUDA_CHECK(cudaEventCreateWithFlags(&g.flags_copied, cudaEventDisableTiming));
   } else {
-    NC_CUDA_CHECK(cudaStreamSynchronize(s));  // earlier replays finish before the recording goes
+    wait_for_stream(device, s);  // earlier replays finish before the recording goes
     g.destroy_recording();
   }
-  g.sites.clear();
   g.generators.clear();
-  g.copy_pending = false;
-  NC_CUDA_CHECK(cudaMemsetAsync(g.flags, 0, kMaxIndexFlags * sizeof(BadIndexFlag), s));
-  NC_CUDA_CHECK(cudaStreamSynchronize(s));
+  prepare_index_errors(device);  // the record the captured kernels will write exists before
 
   begin_private_pool(device, g.pool);
   active_captures()[device].store(&g, std::memory_order_release);
@@ -207,7 +155,6 @@ void Graph::capture(int device, const std::function<void()>& fn) {
     if (abandoned != nullptr) cudaGraphDestroy(abandoned);
     cudaGetLastError();  // an invalidated capture is not an error of the caller's next call
     finish();
-    g.sites.clear();
     g.generators.clear();
     throw;
   }
@@ -230,7 +177,7 @@ void Graph::replay() {
   NC_CHECK(g.exec != nullptr, CaptureError, "cuda::Graph::replay: nothing has been captured");
   DeviceGuard guard(g.device);
   cudaStream_t s = stream(g.device);
-  g.report(false);
+  report_index_errors(g.device, false);  // from an earlier replay or other work, if it has one
   if (!g.generators.empty()) {
     GeneratorWords values{};
     for (size_t i = 0; i < g.generators.size(); ++i) {
@@ -244,20 +191,14 @@ void Graph::replay() {
     check_launch("cuda::Graph::replay");
   }
   NC_CUDA_CHECK(cudaGraphLaunch(g.exec, s));
-  if (!g.sites.empty()) {
-    NC_CUDA_CHECK(cudaMemcpyAsync(g.host_flags, g.flags, g.sites.size() * sizeof(BadIndexFlag),
-                                  cudaMemcpyDeviceToHost, s));
-    NC_CUDA_CHECK(cudaEventRecord(g.flags_copied, s));
-    g.copy_pending = true;
-  }
 }
 
 void Graph::synchronize() {
   Impl& g = *impl_;
   if (g.device < 0) return;
   DeviceGuard guard(g.device);
-  NC_CUDA_CHECK(cudaStreamSynchronize(stream(g.device)));
-  g.report(true);
+  wait_for_stream(g.device, stream(g.device));
+  report_index_errors(g.device, true);
 }
 
 bool Graph::captured() const { return impl_->exec != nullptr; }

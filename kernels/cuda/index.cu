@@ -1,12 +1,13 @@
 // CUDA indexing kernels (contracts in kernels/index.h): index_select and gather (out =),
 // scatter_add (out +=, with atomics, so the order of the additions into one element is
 // unspecified), index_add_rows (out +=, deterministic: a stable sort of the indices, then
-// fixed-order sums of each row's repeats). Indices are i64. An index outside [0, size) is recorded in a device flag
-// and its element skipped; the launcher reads the flag back after the kernel and throws
-// IndexError naming the op, the bad value and the dim's size. Inside a CUDA graph capture
-// the flag is the graph's, read back after its replays (kernels/cuda/graph.cu).
+// fixed-order sums of each row's repeats), check_range. Indices are i64. An index outside
+// [0, size) is skipped (index_select and gather write 0 there) and recorded in the device's
+// deferred record (kernels/cuda/index_errors.h); no launcher waits for its kernel, and the
+// IndexError naming the op, the value and the size comes at the host's next wait.
 #include <cub/device/device_radix_sort.cuh>
 
+#include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/runtime.h"
 #include "kernels/index.h"
@@ -15,41 +16,17 @@ namespace normcore {
 namespace cuda {
 namespace {
 
-using BadIndex = BadIndexFlag;
-
-// False (and the bad value recorded) for an index outside [0, size).
-__device__ __forceinline__ bool index_in_range(int64_t index, int64_t size, BadIndex* bad) {
-  if (index >= 0 && index < size) return true;
-  if (atomicExch(&bad->found, 1u) == 0u) bad->value = index;
-  return false;
+// The record's slot for op's indices along dim: "<op>: index V is out of range for dim D of size S".
+IndexErrorSlot dim_slot(const Launcher& launch, const char* op, int64_t dim) {
+  return index_error_slot(launch.device(), detail::cat_str(op, ": index "),
+                          detail::cat_str(" is out of range for dim ", dim, " of size "), "");
 }
 
-// Device memory for the flag, cleared on the stream, and the check that reads it back; in a
-// capture, the graph's flag for this op instead, which the graph reads back.
-class BadIndexCheck {
- public:
-  BadIndexCheck(const Launcher& launch, const char* op, int64_t dim, int64_t size)
-      : captured_(capture_index_flag(launch.device(), op, dim, size)),
-        buffer_(captured_ != nullptr ? 0 : sizeof(BadIndex), launch.device()),
-        stream_(launch.stream()) {
-    if (captured_ == nullptr) NC_CUDA_CHECK(cudaMemsetAsync(buffer_.as<void>(), 0, sizeof(BadIndex), stream_));
-  }
-  BadIndex* get() const { return captured_ != nullptr ? captured_ : buffer_.as<BadIndex>(); }
-  // Waits for the kernel: the error has to be raised by this call (outside a capture).
-  void throw_if_found(const char* op, int64_t dim, int64_t size) const {
-    if (captured_ != nullptr) return;
-    BadIndex host{};
-    NC_CUDA_CHECK(cudaMemcpyAsync(&host, get(), sizeof(BadIndex), cudaMemcpyDeviceToHost, stream_));
-    NC_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    NC_CHECK(host.found == 0, IndexError, op, ": index ", host.value, " is out of range for dim ", dim,
-             " of size ", size);
-  }
-
- private:
-  BadIndex* captured_;
-  cuda::DeviceBuffer buffer_;
-  cudaStream_t stream_;
-};
+// With NORMCORE_CUDA_LAUNCH_BLOCKING=1 the launch check has waited for the kernel: the op
+// that found the error raises it.
+void report_if_blocking(const Launcher& launch) {
+  if (launch_blocking()) report_index_errors(launch.device(), true);
+}
 
 void check_index_dtype(const char* op, const Tensor& index) {
   NC_CHECK(index.dtype() == DType::I64, DTypeError, op, ": index must be i64, got ", dtype_name(index.dtype()));
@@ -57,14 +34,13 @@ void check_index_dtype(const char* op, const Tensor& index) {
 
 template <class T>
 __global__ void index_select_kernel(T* out, const T* x, const int64_t* index, int64_t numel, int64_t count,
-                                    int64_t size, int64_t inner, BadIndex* bad) {
+                                    int64_t size, int64_t inner, IndexErrorSlot bad) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < numel; e += stride) {
     const int64_t col = e % inner;
     const int64_t row = e / inner;  // (outer, position in index)
     const int64_t i = index[row % count];
-    if (!index_in_range(i, size, bad)) continue;
-    out[e] = x[((row / count) * size + i) * inner + col];
+    out[e] = bad.in_range(i, size) ? x[((row / count) * size + i) * inner + col] : T{};
   }
 }
 
@@ -110,12 +86,11 @@ __device__ __forceinline__ int64_t target_offset(const IndexGeometry& g, int64_t
 
 template <class T>
 __global__ void gather_kernel(T* out, const T* x, const int64_t* index, int64_t numel, IndexGeometry g,
-                              BadIndex* bad) {
+                              IndexErrorSlot bad) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < numel; e += stride) {
     const int64_t i = index[e];
-    if (!index_in_range(i, g.dim_size, bad)) continue;
-    out[e] = x[target_offset(g, e) + i * g.target_strides[g.dim]];
+    out[e] = bad.in_range(i, g.dim_size) ? x[target_offset(g, e) + i * g.target_strides[g.dim]] : T{};
   }
 }
 
@@ -131,11 +106,11 @@ __device__ __forceinline__ void atomic_add(T* address, T value) {
 
 template <class T>
 __global__ void scatter_add_kernel(T* out, const T* src, const int64_t* index, int64_t numel, IndexGeometry g,
-                                   BadIndex* bad) {
+                                   IndexErrorSlot bad) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < numel; e += stride) {
     const int64_t i = index[e];
-    if (!index_in_range(i, g.dim_size, bad)) continue;
+    if (!bad.in_range(i, g.dim_size)) continue;
     atomic_add(out + target_offset(g, e) + i * g.target_strides[g.dim], src[e]);
   }
 }
@@ -166,8 +141,8 @@ __device__ __forceinline__ ChunkRuns chunk_runs(const uint64_t* keys, int64_t n,
 
 template <class T>
 __global__ void __launch_bounds__(kRunThreads)
-    index_add_runs_kernel(T* out, const T* src, const uint64_t* keys, const int64_t* pos, int64_t n, int64_t width,
-                          compute_t<T>* first_partial, compute_t<T>* last_partial) {
+    index_add_runs_kernel(T* out, const T* src, const uint64_t* keys, const int64_t* pos, int64_t n, int64_t rows,
+                          int64_t width, compute_t<T>* first_partial, compute_t<T>* last_partial) {
   using C = compute_t<T>;
   const int64_t chunk = blockIdx.x;
   const int64_t e = static_cast<int64_t>(blockIdx.y) * kRunThreads + threadIdx.x;
@@ -182,7 +157,7 @@ __global__ void __launch_bounds__(kRunThreads)
       first_partial[chunk * width + e] = sum;
     } else if (j + 1 == r.end && r.into_next) {
       last_partial[chunk * width + e] = sum;
-    } else {
+    } else if (keys[j] < static_cast<uint64_t>(rows)) {  // a key out of range (recorded by the forward) is skipped
       T* o = out + static_cast<int64_t>(keys[j]) * width + e;
       *o = convert<T>(convert<C>(*o) + sum);
     }
@@ -193,8 +168,8 @@ __global__ void __launch_bounds__(kRunThreads)
 
 template <class T>
 __global__ void __launch_bounds__(kRunThreads)
-    index_add_spans_kernel(T* out, const uint64_t* keys, int64_t n, int64_t width, const compute_t<T>* first_partial,
-                           const compute_t<T>* last_partial) {
+    index_add_spans_kernel(T* out, const uint64_t* keys, int64_t n, int64_t rows, int64_t width,
+                           const compute_t<T>* first_partial, const compute_t<T>* last_partial) {
   using C = compute_t<T>;
   const int64_t chunk = blockIdx.x;
   const int64_t e = static_cast<int64_t>(blockIdx.y) * kRunThreads + threadIdx.x;
@@ -203,6 +178,7 @@ __global__ void __launch_bounds__(kRunThreads)
   // Only the chunk where a spanning key starts adds it up.
   if (!r.into_next || (r.from_previous && keys[r.begin] == keys[r.end - 1])) return;
   const uint64_t key = keys[r.end - 1];
+  if (key >= static_cast<uint64_t>(rows)) return;  // out of range: skipped
   C sum = last_partial[chunk * width + e];
   for (int64_t c = chunk + 1;; ++c) {
     sum += first_partial[c * width + e];
@@ -212,6 +188,16 @@ __global__ void __launch_bounds__(kRunThreads)
   }
   T* o = out + static_cast<int64_t>(key) * width + e;
   *o = convert<T>(convert<C>(*o) + sum);
+}
+
+// Values equal to `allowed` (when has_allowed) pass as well as those in [0, size).
+__global__ void check_range_kernel(const int64_t* index, int64_t n, int64_t size, bool has_allowed, int64_t allowed,
+                                   IndexErrorSlot bad) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const int64_t v = index[e];
+    if (!(has_allowed && v == allowed)) bad.in_range(v, size);
+  }
 }
 
 __global__ void iota_kernel(int64_t* p, int64_t n) {
@@ -236,13 +222,13 @@ class CudaIndex final : public kernels::IndexKernels {
     const int64_t size = x.size(dim), count = index.numel();
     int64_t inner = 1;
     for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
-    const BadIndexCheck check(launch, "index_select", dim, size);
+    const IndexErrorSlot bad = dim_slot(launch, "index_select", dim);
     visit(x.dtype(), "index_select", [&](auto tag) {
       using T = typename decltype(tag)::type;
       launch(index_select_kernel<T>, launch.grid_for(numel), kThreads, 0, data_as<T>(out), data_as<const T>(x),
-             data_as<const int64_t>(index), numel, count, size, inner, check.get());
+             data_as<const int64_t>(index), numel, count, size, inner, bad);
     });
-    check.throw_if_found("index_select", dim, size);
+    report_if_blocking(launch);
   }
 
   void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index) const override {
@@ -251,13 +237,13 @@ class CudaIndex final : public kernels::IndexKernels {
     check_index_dtype("gather", index);
     const Launcher launch("gather", out);
     const IndexGeometry g = make_index_geometry("gather", x, dim, index);
-    const BadIndexCheck check(launch, "gather", dim, g.dim_size);
+    const IndexErrorSlot bad = dim_slot(launch, "gather", dim);
     visit(x.dtype(), "gather", [&](auto tag) {
       using T = typename decltype(tag)::type;
       launch(gather_kernel<T>, launch.grid_for(numel), kThreads, 0, data_as<T>(out), data_as<const T>(x),
-             data_as<const int64_t>(index), numel, g, check.get());
+             data_as<const int64_t>(index), numel, g, bad);
     });
-    check.throw_if_found("gather", dim, g.dim_size);
+    report_if_blocking(launch);
   }
 
   void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) const override {
@@ -266,17 +252,31 @@ class CudaIndex final : public kernels::IndexKernels {
     check_index_dtype("scatter_add", index);
     const Launcher launch("scatter_add", out);
     const IndexGeometry g = make_index_geometry("scatter_add", out, dim, index);
-    const BadIndexCheck check(launch, "scatter_add", dim, g.dim_size);
+    const IndexErrorSlot bad = dim_slot(launch, "scatter_add", dim);
     visit(out.dtype(), "scatter_add", [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, uint8_t>) {
         throw DTypeError(detail::cat_str("scatter_add: dtype ", dtype_name(out.dtype()), " is not supported"));
       } else {
         launch(scatter_add_kernel<T>, launch.grid_for(numel), kThreads, 0, data_as<T>(out), data_as<const T>(src),
-               data_as<const int64_t>(index), numel, g, check.get());
+               data_as<const int64_t>(index), numel, g, bad);
       }
     });
-    check.throw_if_found("scatter_add", dim, g.dim_size);
+    report_if_blocking(launch);
+  }
+
+  void check_range(const Tensor& index, int64_t size, std::optional<int64_t> allowed,
+                   const kernels::RangeMessage& message) const override {
+    const int64_t n = index.numel();
+    if (n == 0) return;
+    check_index_dtype(message.op, index);
+    const Launcher launch(message.op, index);
+    const IndexErrorSlot bad =
+        index_error_slot(launch.device(), detail::cat_str(message.op, ": ", message.what, " "),
+                         " is out of range for ", detail::cat_str(" ", message.unit));
+    launch(check_range_kernel, launch.grid_for(n), kThreads, 0, data_as<const int64_t>(index), n, size,
+           allowed.has_value(), allowed.value_or(0), bad);
+    report_if_blocking(launch);
   }
 
   void index_add_rows(const Tensor& out, const Tensor& index, const Tensor& src) const override {
@@ -309,10 +309,10 @@ class CudaIndex final : public kernels::IndexKernels {
       DeviceBuffer first_partial(chunks * width * sizeof(C), device), last_partial(chunks * width * sizeof(C), device);
       launch(index_add_runs_kernel<T>, grid, kRunThreads, 0, data_as<T>(out), data_as<const T>(src),
              static_cast<const uint64_t*>(sorted_keys.as<uint64_t>()),
-             static_cast<const int64_t*>(sorted_positions.as<int64_t>()), n, width, first_partial.as<C>(),
+             static_cast<const int64_t*>(sorted_positions.as<int64_t>()), n, out.size(0), width, first_partial.as<C>(),
              last_partial.as<C>());
       launch(index_add_spans_kernel<T>, grid, kRunThreads, 0, data_as<T>(out),
-             static_cast<const uint64_t*>(sorted_keys.as<uint64_t>()), n, width,
+             static_cast<const uint64_t*>(sorted_keys.as<uint64_t>()), n, out.size(0), width,
              static_cast<const C*>(first_partial.as<C>()), static_cast<const C*>(last_partial.as<C>()));
     });
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/index_errors.h"
 #include "normcore/cuda.h"
 #include "normcore/error.h"
 
@@ -31,6 +32,7 @@ struct DeviceContext {
   std::atomic<int> sm_count{0};
   std::atomic<int> shared_memory_optin{-1};
   std::atomic<int> cluster_blocks{-1};
+  std::atomic<uint64_t> host_waits{0};
 };
 
 DeviceContext& context(int device) {
@@ -180,6 +182,11 @@ int cluster_blocks(int device) {
   return blocks;
 }
 
+void wait_for_stream(int device, cudaStream_t s) {
+  context(device).host_waits.fetch_add(1, std::memory_order_relaxed);
+  NC_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
 DeviceGuard::DeviceGuard(int device) : previous_(device), device_(device) {
   NC_CUDA_CHECK(cudaGetDevice(&previous_));
   if (previous_ != device_) NC_CUDA_CHECK(cudaSetDevice(device_));
@@ -237,7 +244,9 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     DeviceGuard guard(src_device.index);
     cudaStream_t s = stream(src_device.index);
     NC_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
-    NC_CUDA_CHECK(cudaStreamSynchronize(s));
+    wait_for_stream(src_device.index, s);
+    // The host waited anyway: an index error of the work before is raised here.
+    report_index_errors(src_device.index, true);
     return;
   }
   if (dst_device.index == src_device.index) {
@@ -280,7 +289,14 @@ void synchronize(int device) {
   if (device < 0) device = current_device();
   check_device("cuda::synchronize", device);
   check_not_capturing(device, "cuda::synchronize", "it waits for the device, which runs nothing during a capture");
-  NC_CUDA_CHECK(cudaStreamSynchronize(cuda::stream(device)));
+  wait_for_stream(device, cuda::stream(device));
+  report_index_errors(device, true);
+}
+
+uint64_t host_waits(int device) {
+  if (device < 0) device = current_device();
+  check_device("cuda::host_waits", device);
+  return context(device).host_waits.load(std::memory_order_relaxed);
 }
 
 StreamHandle current_stream(int device) {
@@ -318,7 +334,7 @@ void destroy_stream(StreamHandle handle) {
   // Stop using it first, so no new work lands on it while it drains.
   if (cuda::stream(device) == s) set_stream(device, nullptr);
   DeviceGuard guard(device);
-  NC_CUDA_CHECK(cudaStreamSynchronize(s));
+  wait_for_stream(device, s);
   release_stream_blocks(device, s);
   NC_CUDA_CHECK(cudaStreamDestroy(s));
 }

@@ -59,16 +59,9 @@ bool is_own_stream(int device, cudaStream_t stream);
 // memory, uploads from host memory, stream synchronization).
 void check_not_capturing(int device, const char* what, const char* why);
 
-// The first out-of-range index an indexing kernel met (found = 1), written by the thread
-// that set found.
-struct BadIndexFlag {
-  unsigned int found;
-  long long value;
-};
-// During a capture on device: a flag the graph owns for one indexing op, cleared when the
-// graph is captured and read back after its replays (Graph::replay and synchronize raise
-// IndexError naming op, dim and size). nullptr when no capture is under way.
-BadIndexFlag* capture_index_flag(int device, const char* op, int64_t dim, int64_t size);
+// Blocks the host until the work queued so far on stream, a stream of device, has finished;
+// every wait of normcore's for a stream goes through here and is counted (cuda::host_waits).
+void wait_for_stream(int device, cudaStream_t stream);
 
 // cuBLAS handle of device, created on first use and bound to stream(device) on each call.
 cublasHandle_t cublas_handle(int device);
