@@ -31,7 +31,8 @@
 # for sm_90 alone and for the portable default set, their CPU time and size), gpt2 (GPT-2 124M
 # training steps, `train-lm --model gpt2 --benchmark`, at each batch of GPT2_BATCHES beside
 # PyTorch's torch.compile, then the byte-vocabulary model beside PyTorch and llm.c at B = 16;
-# GPT2_PEERS=0 leaves the peers out, GPT2_PROFILE=1 adds ncu's kernel table of a 2-layer step).
+# GPT2_PEERS=0 leaves the peers out, GPT2_BYTES=0 the byte-vocabulary model, GPT2_PROFILE=1 adds ncu's
+# kernel table of a 2-layer step).
 # Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
@@ -324,12 +325,14 @@ for section in "${sections[@]}"; do
           --precision bf16 --batch-size $b --lr 6e-4 --warmup 10 --benchmark ${GPT2_STEPS:-20} | grep -E "^(normcore|benchmark)"
         [ "${GPT2_PEERS:-1}" = 1 ] && python3 "$run/peers/tools/gpt_peer.py" --vocab 50304 --batch $b --compile 2>&1 | tail -1
       done
-      if [ "${GPT2_PEERS:-1}" = 1 ]; then
+      if [ "${GPT2_PEERS:-1}" = 1 ] && [ "${GPT2_BYTES:-1}" = 1 ]; then
         echo "-- the 12-layer byte-vocabulary model (vocabulary 256), B = 16: normcore, PyTorch eager, torch.compile"
         "$run/normcore" train-lm --data "$run/fortunes" --device cuda --precision bf16 --layers 12 --heads 12 --embed 768 \
           --context 1024 --dropout 0 --batch-size 16 --benchmark ${GPT2_STEPS:-20} | grep -E "^benchmark"
         python3 "$run/peers/tools/gpt_peer.py" --vocab 256 --batch 16 2>&1 | tail -1
         python3 "$run/peers/tools/gpt_peer.py" --vocab 256 --batch 16 --compile 2>&1 | tail -1
+      fi
+      if [ "${GPT2_PEERS:-1}" = 1 ]; then
         echo "-- llm.c, B = 16"
         bash "$run/peers/llmc/run.sh" 16
       fi

@@ -35,8 +35,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 // matrix products (a language model's head and its loss; weight may have rows past
 // `classes`, such as a vocabulary padded for the tensor cores: they get zero gradient).
 // x [..., C] and weight [V, C] floating of one dtype; target i64 of x's leading shape, values
-// in [0, classes) (IndexError otherwise: on CUDA raised by this call, or after a CUDA
-// graph's replay when captured); classes in [1, V], -1 for V. The loss is f32 when autocast
+// in [0, classes) (IndexError otherwise; on CUDA raised where the host next waits for the
+// device, as for cross_entropy: docs/ERRORS.md); classes in [1, V], -1 for V. The loss is f32 when autocast
 // is on and x is f16/bf16, x's dtype otherwise (as cross_entropy's). No ignore_index and no
 // label smoothing; no double backward.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target, int64_t classes = -1);

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/reduction/combine.cuh"
 #include "kernels/cuda/vec.cuh"
@@ -335,7 +336,7 @@ __device__ __forceinline__ MaxSum<C> merge_max_sum(const MaxSum<C>& a, const Max
 template <class T, class C, int kThreads, int V>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows_kernel(T* __restrict__ logits, const int64_t* __restrict__ target, int64_t cols, int64_t classes,
-                              C scale, C* __restrict__ loss, BadIndexFlag* bad) {
+                              C scale, C* __restrict__ loss, IndexErrorSlot bad) {
   T* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
   const int64_t vectors = cols / V;  // V divides cols
   MaxSum<C> r{-std::numeric_limits<C>::infinity(), C(0)};
@@ -361,7 +362,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t = target[blockIdx.x];
   const bool valid = t >= 0 && t < classes;
   if (threadIdx.x == 0) {
-    if (!valid && atomicExch(&bad->found, 1u) == 0u) bad->value = t;
+    if (!valid) bad.record(t, classes);
     loss[blockIdx.x] = valid ? lse - convert<C>(row[t]) : std::numeric_limits<C>::quiet_NaN();
   }
   __syncthreads();  // row[t] is read before any thread overwrites it
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T, class C, int kThreads>
 void launch_cross_entropy_rows(const Launcher& launch, const Tensor& logits, const Tensor& target, int64_t rows,
-                               int64_t cols, int64_t classes, double scale, const Tensor& loss, BadIndexFlag* bad) {
+                               int64_t cols, int64_t classes, double scale, const Tensor& loss, IndexErrorSlot bad) {
   constexpr int kVector = 16 / sizeof(T);
   T* data = data_as<T>(logits);
   auto kernel = cols % kVector == 0 && is_aligned(data, 16) ? cross_entropy_rows_kernel<T, C, kThreads, kVector>
@@ -397,12 +398,9 @@ class CudaFused final : public kernels::FusedKernels {
     const int64_t cols = logits.numel() / rows;
     NC_CHECK(rows <= int64_t{1} << 31, ValueError, op, ": at most 2^31 rows on CUDA, got ", rows);
     const Launcher launch(op, logits);
-    // The flag of a bad target: the graph's during a capture (read back after its replays),
-    // else one read back here.
-    BadIndexFlag* captured = capture_index_flag(launch.device(), op, 1, classes);
-    const DeviceBuffer local(captured ? 0 : sizeof(BadIndexFlag), launch.device());
-    BadIndexFlag* bad = captured ? captured : local.as<BadIndexFlag>();
-    if (!captured) NC_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(BadIndexFlag), launch.stream()));
+    // A bad target is recorded on the device and raised at the host's next wait.
+    const IndexErrorSlot bad = index_error_slot(launch.device(), std::string(op) + ": target value ",
+                                                " is out of range for ", " classes");
     visit_float(logits.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
@@ -411,12 +409,6 @@ class CudaFused final : public kernels::FusedKernels {
       else
         launch_cross_entropy_rows<T, C, 512>(launch, logits, target, rows, cols, classes, scale, loss, bad);
     });
-    if (captured) return;
-    BadIndexFlag host{};
-    NC_CUDA_CHECK(cudaMemcpyAsync(&host, bad, sizeof(BadIndexFlag), cudaMemcpyDeviceToHost, launch.stream()));
-    NC_CUDA_CHECK(cudaStreamSynchronize(launch.stream()));
-    NC_CHECK(host.found == 0, IndexError, op, ": target value ", host.value, " is out of range for ", classes,
-             " classes");
   }
 
   void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
