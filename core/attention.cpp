@@ -23,6 +23,9 @@ namespace {
 
 std::atomic<cuda::AttentionEngine> g_attention_engine{cuda::AttentionEngine::Auto};
 
+// Auto's switch to cuDNN: B * H * L * S scores from here on.
+constexpr int64_t kAutoCudnnScores = int64_t{1} << 21;
+
 // cuda::last_attention_engine, per pass.
 thread_local cuda::AttentionEngine t_attention_engine[2] = {cuda::AttentionEngine::Native,
                                                             cuda::AttentionEngine::Native};
@@ -114,8 +117,12 @@ const char* kernels::cudnn_attention_refusal(const AttentionEngineQuery& q) {
     if (q.cudnn_version < 91600 && s.S % 128 != 0)
       return "before cuDNN 9.16 the backward needs S a multiple of 128";
   }
-  // Auto asks nothing more: cuDNN was the faster engine in every case bench/attention times
+  // Auto: below about 2^21 scores (B * H * L * S) a call is a few microseconds either way
+  // and cuDNN's host work per run (a variant pack, the plan lookup) makes it the slower
+  // engine; above, it was the faster one in every case bench/attention times
   // (docs/PERFORMANCE.md).
+  if (q.requested == AttentionEngine::Auto && s.batch * s.heads * s.L * s.S < kAutoCudnnScores)
+    return "Auto: the native kernels are faster on so few scores";
   return nullptr;
 }
 

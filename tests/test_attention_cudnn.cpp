@@ -136,18 +136,18 @@ TEST(AttentionEngine, WhenCudnnRuns) {
   EXPECT_NE(std::string(nc::kernels::cudnn_attention_refusal(q)).find("9.16"), std::string::npos);
   q.cudnn_version = 91600;
   EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr);
-  // Auto takes cuDNN wherever the rules let it run, small or not.
-  for (int64_t length : {1024, 16}) {
-    for (int64_t head_dim : {128, 32}) {
-      q = eligible(AttentionPass::Forward);
-      q.requested = AttentionEngine::Auto;
-      q.shape.L = q.shape.S = length;
-      q.shape.D = q.shape.Dv = head_dim;
-      EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr) << length << " " << head_dim;
-    }
+  // Auto takes cuDNN from 2^21 scores (B * H * L * S) on, at any head dim it runs.
+  for (int64_t head_dim : {128, 32}) {
+    q = eligible(AttentionPass::Forward);
+    q.requested = AttentionEngine::Auto;
+    q.shape.D = q.shape.Dv = head_dim;
+    q.shape.batch = 1, q.shape.L = 1024, q.shape.S = 512;  // 4 heads: 2^21 scores
+    EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr) << head_dim;
+    q.shape.S = 511;
+    EXPECT_NE(std::string(nc::kernels::cudnn_attention_refusal(q)).find("Auto"), std::string::npos) << head_dim;
+    q.requested = AttentionEngine::Cudnn;
+    EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr) << head_dim;
   }
-  q.dtype = DType::F32;
-  EXPECT_NE(nc::kernels::cudnn_attention_refusal(q), nullptr);
 }
 
 // ---- on the GPU ----
@@ -329,18 +329,21 @@ TEST(AttentionCudnn, FallsBackToNative) {
   nc::scaled_dot_product_attention(nc::ones({1, 1, 16, 72}, bf16), nc::ones({1, 1, 16, 72}, bf16),
                                    nc::ones({1, 1, 16, 36}, bf16));
   EXPECT_EQ(nc::cuda::last_attention_engine(), AttentionEngine::Native);  // Dv 36
-  // Auto: cuDNN where it runs, the native kernels for the rest.
+  // Auto: cuDNN where it runs on 2^21 scores or more, the native kernels for the rest.
   nc::cuda::set_attention_engine(AttentionEngine::Auto);
+  nc::scaled_dot_product_attention(nc::ones({1, 2, 1024, 64}, bf16), nc::ones({1, 2, 1024, 64}, bf16),
+                                   nc::ones({1, 2, 1024, 64}, bf16), true);
+  EXPECT_EQ(nc::cuda::last_attention_engine(), AttentionEngine::Cudnn);
   nc::scaled_dot_product_attention(nc::ones({1, 2, 64, 64}, bf16), nc::ones({1, 2, 64, 64}, bf16),
                                    nc::ones({1, 2, 64, 64}, bf16), true);
-  EXPECT_EQ(nc::cuda::last_attention_engine(), AttentionEngine::Cudnn);
-  nc::scaled_dot_product_attention(nc::ones({1, 2, 64, 64}, f32), nc::ones({1, 2, 64, 64}, f32),
-                                   nc::ones({1, 2, 64, 64}, f32), true);
+  EXPECT_EQ(nc::cuda::last_attention_engine(), AttentionEngine::Native);
+  nc::scaled_dot_product_attention(nc::ones({1, 2, 1024, 64}, f32), nc::ones({1, 2, 1024, 64}, f32),
+                                   nc::ones({1, 2, 1024, 64}, f32), true);
   EXPECT_EQ(nc::cuda::last_attention_engine(), AttentionEngine::Native);
   // Native when asked for, even where cuDNN would run.
   nc::cuda::set_attention_engine(AttentionEngine::Native);
-  nc::scaled_dot_product_attention(nc::ones({1, 2, 64, 64}, bf16), nc::ones({1, 2, 64, 64}, bf16),
-                                   nc::ones({1, 2, 64, 64}, bf16), true);
+  nc::scaled_dot_product_attention(nc::ones({1, 2, 1024, 64}, bf16), nc::ones({1, 2, 1024, 64}, bf16),
+                                   nc::ones({1, 2, 1024, 64}, bf16), true);
   EXPECT_EQ(nc::cuda::last_attention_engine(), AttentionEngine::Native);
 }
 

@@ -61,8 +61,11 @@ bool cudnn_benchmark();
 //   documents as deterministic on Hopper (dQ written once from a dP workspace, no atomic
 //   accumulation; the workspace grows with B * H * L * S) and runs on cuDNN on Hopper alone;
 //   before cuDNN 9.16 it also needs S a multiple of 128.
-// - Auto (the default): cuDNN wherever it can run the pass (it was the faster engine in every
-//   case of bench/attention, head dim 32 to 128, 16 to 4096 tokens), else Native.
+// - Auto (the default): cuDNN where it can run the pass and B * H * L * S is at least 2^21
+//   (there it was the faster engine in every case of bench/attention: forward 1.3x to 3.0x,
+//   forward+backward 1.3x to 2.3x; below, cuDNN's per-call host work made it slower), else
+//   Native. cuDNN's backward holds a workspace of 2 * B * H * L * S bytes while it runs
+//   (1 GiB at B = 8, H = 16, L = S = 2048); when the allocator cannot give it, Native runs.
 // Whatever cuDNN cannot run (another dtype or head dim, grouped-query attention, a build
 // without cuDNN, no engine offered for the graph, a workspace the allocator cannot give)
 // runs on Native without a word; so does a
