@@ -1,9 +1,14 @@
 // Benchmark: scaled_dot_product_attention on the GPU, forward and forward+backward, bf16 and
-// f16, causal and not, at the transformer shapes of the performance targets. Times are
-// CUDA-event medians after a warm-up; each case reports ms and TFLOP/s on the attention's
-// matrix products (forward 4 * B * H * L * S * D, backward 2.5 times that, causal halved) and
-// the fraction of the dense bf16 tensor-core peak given with --peak (TFLOP/s). One JSON line
-// per case with --json.
+// f16, causal and not, at the transformer shapes of the performance targets (and smaller ones
+// that place Auto's switch), on each CUDA engine in the same run: normcore's own kernels and
+// cuDNN's fused attention (cuda::set_attention_engine). Times are CUDA-event medians after a
+// warm-up (which builds cuDNN's plans); each row reports ms and TFLOP/s on the attention's
+// matrix products (forward 4 * B * H * L * S * D, backward 2.5 times that, causal halved), the
+// fraction of the dense bf16 tensor-core peak given with --peak (TFLOP/s), and the engines
+// that ran the forward and the backward (a pass cuDNN does not take runs on the native
+// kernels) and the peak of allocated device memory over the forward+backward runs; a last
+// line per case says what Auto picks. One JSON line per case and engine
+// with --json.
 //   attention [--filter SUBSTRING] [--reps N] [--peak TFLOPS] [--json FILE]
 #include <cstdio>
 #include <cstdlib>
@@ -51,9 +56,11 @@ int main(int argc, char** argv) {
   }
   FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
   const nc::Device gpu = nc::Device::cuda(0);
-  const std::vector<Case> cases = {{8, 16, 2048, 64}, {4, 32, 4096, 128}, {16, 12, 1024, 64}};
-  std::printf("%-34s %9s %7s %6s %11s %7s %6s\n", "case", "fwd ms", "TFLOP/s", "peak", "fwd+bwd ms", "TFLOP/s",
-              "peak");
+  const std::vector<Case> cases = {{8, 16, 2048, 64},  {4, 32, 4096, 128}, {16, 12, 1024, 64}, {16, 12, 512, 64},
+                                   {32, 12, 256, 64}, {64, 12, 128, 64},  {8, 12, 64, 64},    {2, 4, 16, 64},
+                                   {16, 12, 1024, 32}};
+  std::printf("%-34s %-6s %9s %7s %6s %11s %7s %6s %9s  %s\n", "case", "engine", "fwd ms", "TFLOP/s", "peak",
+              "fwd+bwd ms", "TFLOP/s", "peak", "mem MiB", "ran fwd/bwd");
   for (const Case& c : cases) {
     for (DType dtype : {DType::BF16, DType::F16}) {
       for (bool causal : {false, true}) {
@@ -66,29 +73,46 @@ int main(int argc, char** argv) {
         const nc::TensorOptions options(dtype, gpu);
         Tensor q = nc::randn(shape, options, &gen), k = nc::randn(shape, options, &gen);
         Tensor v = nc::randn(shape, options, &gen), grad = nc::randn(shape, options, &gen);
-        const double fwd_ms = bench::median_ms([&] { nc::scaled_dot_product_attention(q, k, v, causal); }, reps);
         Tensor qg = q.detach().requires_grad_(), kg = k.detach().requires_grad_(), vg = v.detach().requires_grad_();
-        const double fwd_bwd_ms = bench::median_ms(
-            [&] {
-              qg.zero_grad();
-              kg.zero_grad();
-              vg.zero_grad();
-              nc::scaled_dot_product_attention(qg, kg, vg, causal).backward(grad);
-            },
-            reps);
+        auto forward = [&] { nc::scaled_dot_product_attention(q, k, v, causal); };
+        auto forward_backward = [&] {
+          qg.zero_grad();
+          kg.zero_grad();
+          vg.zero_grad();
+          nc::scaled_dot_product_attention(qg, kg, vg, causal).backward(grad);
+        };
         const double fwd_flops = 4.0 * static_cast<double>(c.batch * c.heads) * static_cast<double>(c.L) *
                                  static_cast<double>(c.L) * static_cast<double>(c.D) * (causal ? 0.5 : 1.0);
-        const double fwd_tflops = fwd_flops / (fwd_ms * 1e-3) / 1e12;
-        const double fwd_bwd_tflops = 3.5 * fwd_flops / (fwd_bwd_ms * 1e-3) / 1e12;
-        std::printf("%-34s %9.3f %7.1f %5.0f%% %11.3f %7.1f %5.0f%%\n", name.c_str(), fwd_ms, fwd_tflops,
-                    100 * fwd_tflops / peak, fwd_bwd_ms, fwd_bwd_tflops, 100 * fwd_bwd_tflops / peak);
-        std::fflush(stdout);
-        if (json) {
-          std::fprintf(json,
-                       "{\"case\": \"%s\", \"impl\": \"normcore\", \"fwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f, "
-                       "\"fwd_tflops\": %.1f, \"fwd_bwd_tflops\": %.1f}\n",
-                       name.c_str(), fwd_ms, fwd_bwd_ms, fwd_tflops, fwd_bwd_tflops);
+        for (nc::cuda::AttentionEngine engine : {nc::cuda::AttentionEngine::Native, nc::cuda::AttentionEngine::Cudnn}) {
+          nc::cuda::set_attention_engine(engine);
+          const double fwd_ms = bench::median_ms(forward, reps);
+          nc::cuda::reset_peak_memory_stats(0);
+          const double fwd_bwd_ms = bench::median_ms(forward_backward, reps);
+          const double peak_mib = static_cast<double>(nc::cuda::memory_stats(0).peak_allocated) / (1 << 20);
+          const char* ran_fwd = nc::cuda::attention_engine_name(nc::cuda::last_attention_engine());
+          const char* ran_bwd =
+              nc::cuda::attention_engine_name(nc::cuda::last_attention_engine(nc::cuda::AttentionPass::Backward));
+          const double fwd_tflops = fwd_flops / (fwd_ms * 1e-3) / 1e12;
+          const double fwd_bwd_tflops = 3.5 * fwd_flops / (fwd_bwd_ms * 1e-3) / 1e12;
+          const char* engine_name = nc::cuda::attention_engine_name(engine);
+          std::printf("%-34s %-6s %9.3f %7.1f %5.0f%% %11.3f %7.1f %5.0f%% %9.0f  %s/%s\n", name.c_str(), engine_name,
+                      fwd_ms, fwd_tflops, 100 * fwd_tflops / peak, fwd_bwd_ms, fwd_bwd_tflops,
+                      100 * fwd_bwd_tflops / peak, peak_mib, ran_fwd, ran_bwd);
+          std::fflush(stdout);
+          if (json) {
+            std::fprintf(json,
+                         "{\"case\": \"%s\", \"impl\": \"normcore %s\", \"ran\": \"%s/%s\", \"fwd_ms\": %.4f, "
+                         "\"fwd_bwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"fwd_bwd_tflops\": %.1f, \"peak_mib\": %.0f}\n",
+                         name.c_str(), engine_name, ran_fwd, ran_bwd, fwd_ms, fwd_bwd_ms, fwd_tflops, fwd_bwd_tflops,
+                         peak_mib);
+          }
         }
+        nc::cuda::set_attention_engine(nc::cuda::AttentionEngine::Auto);
+        forward_backward();
+        const nc::cuda::AttentionEngine auto_backward = nc::cuda::last_attention_engine(nc::cuda::AttentionPass::Backward);
+        std::printf("%-34s auto picks %s/%s\n", name.c_str(),
+                    nc::cuda::attention_engine_name(nc::cuda::last_attention_engine()),
+                    nc::cuda::attention_engine_name(auto_backward));
         nc::cuda::empty_cache();
       }
     }

@@ -3,15 +3,18 @@
 // they are (any strides but the last dim's) and record one node whose backward is the
 // backward kernel, fed the output and the log-sum-exp the forward saved. The packed op hands
 // the kernels views: of qkv for q, k, v, of its [B, L, H, D] output, and of one
-// [B, L, 3, H, D] gradient for grad_q, grad_k, grad_v.
+// [B, L, 3, H, D] gradient for grad_q, grad_k, grad_v. Also the choice of the CUDA engine
+// (cuda::set_attention_engine and the rules of kernels::cudnn_attention_refusal).
 #include "normcore/attention.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "autograd/graph.h"
 #include "core/internal.h"
 #include "kernels/attention.h"
 #include "normcore/autocast.h"
+#include "normcore/cuda.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -19,6 +22,15 @@ namespace normcore {
 using namespace detail;
 
 namespace {
+
+std::atomic<cuda::AttentionEngine> g_attention_engine{cuda::AttentionEngine::Auto};
+
+// Auto's switch to cuDNN: B * H * L * S scores from here on.
+constexpr int64_t kAutoCudnnScores = int64_t{1} << 21;
+
+// cuda::last_attention_engine, per pass.
+thread_local cuda::AttentionEngine t_attention_engine[2] = {cuda::AttentionEngine::Native,
+                                                            cuda::AttentionEngine::Native};
 
 void check_operand(const char* op, const char* name, const Tensor& t, const Tensor& q) {
   check_defined(op, name, t);
@@ -72,6 +84,66 @@ double checked_scale(const char* op, const kernels::AttentionShape& shape, const
 Tensor packed_part(const Tensor& qkv, int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); }
 
 }  // namespace
+
+void cuda::set_attention_engine(AttentionEngine engine) { g_attention_engine.store(engine); }
+
+cuda::AttentionEngine cuda::attention_engine() { return g_attention_engine.load(); }
+
+cuda::AttentionEngine cuda::last_attention_engine(AttentionPass pass) {
+  return t_attention_engine[pass == AttentionPass::Backward ? 1 : 0];
+}
+
+const char* cuda::attention_engine_name(AttentionEngine engine) {
+  switch (engine) {
+    case AttentionEngine::Auto: return "auto";
+    case AttentionEngine::Native: return "native";
+    case AttentionEngine::Cudnn: return "cudnn";
+  }
+  return "?";
+}
+
+void kernels::record_attention_engine(cuda::AttentionPass pass, cuda::AttentionEngine engine) {
+  t_attention_engine[pass == cuda::AttentionPass::Backward ? 1 : 0] = engine;
+}
+
+const char* kernels::cudnn_attention_refusal(const AttentionEngineQuery& q) {
+  using cuda::AttentionEngine;
+  const AttentionShape& s = q.shape;
+  if (q.requested == AttentionEngine::Native) return "the native engine is selected";
+  if (q.cudnn_version == 0) return "normcore was built without cuDNN";
+  // 9.10.0 and 9.10.1 have known faults in their f16/bf16 attention.
+  if (q.cudnn_version >= 91000 && q.cudnn_version < 91002)
+    return "cuDNN 9.10.0 and 9.10.1's fused attention is not used";
+  if (q.compute_capability < 80) return "cuDNN's fused attention needs Ampere or later";
+  if (q.dtype != DType::F16 && q.dtype != DType::BF16) return "cuDNN's fused attention takes f16 and bf16";
+  if (s.kv_heads != s.heads) return "grouped-query attention runs on the native kernels";
+  if (s.D % 8 != 0 || s.Dv % 8 != 0 || s.D > 128 || s.Dv > 128)
+    return "cuDNN's fused attention takes head dims that are multiples of 8 up to 128";
+  if (s.batch == 0 || s.heads == 0 || s.L == 0 || s.S == 0) return "nothing to compute";
+  if (!q.aligned) return "a data pointer is not 16-byte aligned";
+  for (const auto& strides : q.strides) {
+    for (int64_t stride : strides) {
+      // Rows are read 16 bytes at a time (2-byte elements).
+      if (stride <= 0 || stride % 8 != 0) return "a stride of q, k or v is not a positive multiple of 16 bytes";
+    }
+  }
+  if (q.pass == cuda::AttentionPass::Backward) {
+    // cuDNN documents the dP-workspace backward as deterministic on Hopper; elsewhere it
+    // needs other engine settings, and normcore's backward is deterministic everywhere.
+    if (q.compute_capability / 10 != 9) return "cuDNN's deterministic backward is used on Hopper alone";
+    if (s.L == 1 && s.S == 1) return "cuDNN's backward does not take L = S = 1";
+    // Earlier versions need a padding mask for such lengths (cuDNN's frontend adds one).
+    if (q.cudnn_version < 91600 && s.S % 128 != 0)
+      return "before cuDNN 9.16 the backward needs S a multiple of 128";
+  }
+  // Auto: below about 2^21 scores (B * H * L * S) a call is a few microseconds either way
+  // and cuDNN's host work per run (a variant pack, the plan lookup) makes it the slower
+  // engine; above, it was the faster one in every case bench/attention times
+  // (docs/PERFORMANCE.md).
+  if (q.requested == AttentionEngine::Auto && s.batch * s.heads * s.L * s.S < kAutoCudnnScores)
+    return "Auto: the native kernels are faster on so few scores";
+  return nullptr;
+}
 
 Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool is_causal,
                                     std::optional<double> scale, bool enable_gqa) {

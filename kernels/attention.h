@@ -21,11 +21,15 @@
 // delta so, which keeps a saturated softmax's gradient as exact as PyTorch's):
 // ds = p * (dp - delta); grad_q = scale * ds k, grad_k = scale * ds^T q, grad_v = p^T grad_out.
 // Every output is written (=); sums run in a fixed order, so results are deterministic.
+// On CUDA, f16 and bf16 passes may run on cuDNN's fused attention instead
+// (kernels/cuda/attention/cudnn_attention.h) under the same contract, lse included; which
+// engine runs is cudnn_attention_refusal's answer below.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/backend.h"
+#include "normcore/cuda.h"
 
 namespace normcore {
 namespace kernels {
@@ -49,6 +53,28 @@ class AttentionKernels {
  protected:
   ~AttentionKernels() = default;
 };
+
+// ---- which engine runs a CUDA pass (cuda::set_attention_engine) ----
+
+// What decides between cuDNN's fused attention and the native kernels for one pass.
+struct AttentionEngineQuery {
+  cuda::AttentionEngine requested = cuda::AttentionEngine::Auto;
+  cuda::AttentionPass pass = cuda::AttentionPass::Forward;
+  DType dtype = DType::F32;
+  AttentionShape shape{0, 0, 0, 0, 0, 0};
+  int64_t strides[3][3] = {};  // q's, k's and v's strides of dims 0, 1, 2 (elements; dim 3's is 1)
+  bool aligned = false;        // every data pointer of the pass 16-byte aligned
+  int cudnn_version = 0;       // cudnnGetVersion() (9.14.0 is 91400); 0: no cuDNN in the build
+  int compute_capability = 0;  // major * 10 + minor
+};
+
+// nullptr when the pass may run on cuDNN (it still falls back when cuDNN offers no engine),
+// else why it runs on the native kernels. Pure: the rules of cuda.h's AttentionEngine.
+const char* cudnn_attention_refusal(const AttentionEngineQuery& query);
+
+// Which engine ran the last CUDA pass on this thread (cuda::last_attention_engine); the
+// CUDA kernels record it. Defined in core/attention.cpp.
+void record_attention_engine(cuda::AttentionPass pass, cuda::AttentionEngine engine);
 
 }  // namespace kernels
 

@@ -49,6 +49,41 @@ bool allow_tf32();
 void set_cudnn_benchmark(bool benchmark);
 bool cudnn_benchmark();
 
+// Which engine runs scaled_dot_product_attention on CUDA, for the whole process (the
+// counterpart of PyTorch's sdpa_kernel back ends). Settable in every build.
+// - Native: normcore's own fused kernels, for every floating dtype, head dims up to 128 and
+//   grouped-query attention. Forward and backward are deterministic: the same inputs give
+//   the same bits, every run.
+// - Cudnn: cuDNN's fused flash attention (a graph of its graph API), for f16 and bf16 with
+//   head dims D and Dv multiples of 8 up to 128, Hkv == H (no grouped-query attention), q, k
+//   and v with 16-byte aligned rows (the views of one packed qkv projection qualify), on
+//   Ampere or later. The forward is deterministic. The backward is built in the form cuDNN
+//   documents as deterministic on Hopper (dQ written once from a dP workspace, no atomic
+//   accumulation; the workspace grows with B * H * L * S) and runs on cuDNN on Hopper alone;
+//   before cuDNN 9.16 it also needs S a multiple of 128.
+// - Auto (the default): cuDNN where it can run the pass and B * H * L * S is at least 2^21
+//   (there it was the faster engine in every case of bench/attention: forward 1.3x to 3.0x,
+//   forward+backward 1.3x to 2.3x; below, cuDNN's per-call host work made it slower), else
+//   Native. cuDNN's backward holds a workspace of 2 * B * H * L * S bytes while it runs
+//   (1 GiB at B = 8, H = 16, L = S = 2048); when the allocator cannot give it, Native runs.
+// Whatever cuDNN cannot run (another dtype or head dim, grouped-query attention, a build
+// without cuDNN, no engine offered for the graph, a workspace the allocator cannot give)
+// runs on Native without a word; so does a
+// pass whose shape has no plan yet inside a CUDA graph capture (plans are built on the
+// first uncaptured call of a shape, dtype, layout and mask, and may compile kernels with
+// NVRTC: up to a second). Both engines keep the same log-sum-exp of each query row, so a
+// forward on one and a backward on the other are exact partners.
+enum class AttentionEngine { Auto, Native, Cudnn };
+enum class AttentionPass { Forward, Backward };
+
+void set_attention_engine(AttentionEngine engine);
+AttentionEngine attention_engine();
+// The engine (Native or Cudnn) that ran the last CUDA attention pass of this kind on the
+// calling thread; Native before any.
+AttentionEngine last_attention_engine(AttentionPass pass = AttentionPass::Forward);
+// "auto", "native", "cudnn".
+const char* attention_engine_name(AttentionEngine engine);
+
 int current_device();
 void set_device(int device);
 // Waits for all work queued on the device's current stream (device < 0: current device),

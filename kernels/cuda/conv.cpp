@@ -6,8 +6,9 @@
 // heuristics, or with cuda::cudnn_benchmark() by timing, restricted to deterministic
 // algorithms and, for f32 without TF32, to plain FMA math; the first candidate whose
 // workspace the caching allocator can give is kept. NORMCORE_CUDNN_API=convolution in the
-// environment skips the graph API. One cuDNN handle per device, bound to normcore's current
-// stream on every call. Without cuDNN at build time every kernel throws DeviceError.
+// environment skips the graph API. One cuDNN handle per device (cudnn_graph.h), bound to
+// normcore's current stream on every call. Without cuDNN at build time every kernel throws
+// DeviceError.
 #include "kernels/conv.h"
 
 #include <climits>
@@ -36,24 +37,7 @@ using kernels::ConvDirection;
 
 #ifdef NORMCORE_HAS_CUDNN
 
-// ---- handles and descriptors ----
-cudnnHandle_t cudnn_handle(int device) {
-  static std::mutex mutex;
-  static std::map<int, cudnnHandle_t> handles;
-  cudnnHandle_t handle = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    cudnnHandle_t& slot = handles[device];
-    if (slot == nullptr) {
-      DeviceGuard guard(device);
-      NC_CUDA_CHECK(cudnnCreate(&slot));
-    }
-    handle = slot;
-  }
-  NC_CUDA_CHECK(cudnnSetStream(handle, stream(device)));
-  return handle;
-}
-
+// ---- descriptors ----
 cudnnDataType_t cudnn_dtype(DType dtype) {
   switch (dtype) {
     case DType::F32: return CUDNN_DATA_FLOAT;

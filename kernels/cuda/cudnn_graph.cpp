@@ -1,8 +1,9 @@
-// A convolution direction on cuDNN's graph API (kernels/cuda/cudnn_graph.h). The graph is
-// three tensors (x, w, y with fixed ids), one convolution descriptor and one operation; cuDNN's
-// heuristics (mode A, then the fallback list) rank engine configurations for it, the rules
-// of ConvEngineRules filter them by their notes, and the first that finalizes into an
-// execution plan (or, with a search, the fastest of up to kSearchLimit timed ones) is kept.
+// cuDNN's graph API (kernels/cuda/cudnn_graph.h): the shared building blocks, then a
+// convolution direction. Its graph is three tensors (x, w, y with fixed ids), one
+// convolution descriptor and one operation; cuDNN's heuristics (mode A, then the fallback
+// list) rank engine configurations for it, the rules of ConvEngineRules filter them by their
+// notes, and the first that finalizes into an execution plan (or, with a search, the fastest
+// of up to kSearchLimit timed ones) is kept.
 // A refusal while building the graph or a plan is not an error: it only means the graph API
 // does not take this convolution, and the caller uses the convolution API instead.
 #ifdef NORMCORE_HAS_CUDNN
@@ -11,6 +12,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "kernels/cuda/check.h"
@@ -33,33 +36,6 @@ std::shared_ptr<void> own(cudnnBackendDescriptor_t d) {
   });
 }
 
-// Makes descriptors and sets their attributes, remembering the first refusal; every
-// descriptor it makes is owned by `keep`.
-class Builder {
- public:
-  explicit Builder(std::vector<std::shared_ptr<void>>* keep) : keep_(keep) {}
-
-  cudnnBackendDescriptor_t make(cudnnBackendDescriptorType_t type) {
-    cudnnBackendDescriptor_t d = nullptr;
-    if (ok()) status_ = cudnnBackendCreateDescriptor(type, &d);
-    if (d != nullptr) keep_->push_back(own(d));
-    return d;
-  }
-  void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-           int64_t count, const void* values) {
-    if (ok()) status_ = cudnnBackendSetAttribute(d, name, type, count, values);
-  }
-  void finalize(cudnnBackendDescriptor_t d) {
-    if (ok()) status_ = cudnnBackendFinalize(d);
-  }
-  bool ok() const { return status_ == CUDNN_STATUS_SUCCESS; }
-  cudnnStatus_t status() const { return status_; }
-
- private:
-  std::vector<std::shared_ptr<void>>* keep_;
-  cudnnStatus_t status_ = CUDNN_STATUS_SUCCESS;
-};
-
 bool graph_dtype(DType dtype, cudnnDataType_t* out) {
   switch (dtype) {
     case DType::F32: *out = CUDNN_DATA_FLOAT; return true;
@@ -70,7 +46,7 @@ bool graph_dtype(DType dtype, cudnnDataType_t* out) {
   }
 }
 
-cudnnBackendDescriptor_t tensor(Builder& b, int64_t id, const int64_t (&dims)[4], cudnnDataType_t type,
+cudnnBackendDescriptor_t tensor(GraphBuilder& b, int64_t id, const int64_t (&dims)[4], cudnnDataType_t type,
                                 int64_t alignment) {
   const int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
   cudnnBackendDescriptor_t t = b.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
@@ -84,8 +60,8 @@ cudnnBackendDescriptor_t tensor(Builder& b, int64_t id, const int64_t (&dims)[4]
 }
 
 // The finalized one-operation graph for direction d, or nullptr.
-cudnnBackendDescriptor_t operation_graph(Builder& b, cudnnHandle_t handle, ConvDirection d, const Conv2dGeometry& g,
-                                         DType dtype, int64_t alignment) {
+cudnnBackendDescriptor_t operation_graph(GraphBuilder& b, cudnnHandle_t handle, ConvDirection d,
+                                         const Conv2dGeometry& g, DType dtype, int64_t alignment) {
   cudnnDataType_t type;
   if (!graph_dtype(dtype, &type)) return nullptr;
   const int64_t x_dims[4] = {g.n, g.c, g.h, g.w};
@@ -156,11 +132,75 @@ cudnnBackendDescriptor_t operation_graph(Builder& b, cudnnHandle_t handle, ConvD
   return b.ok() ? graph : nullptr;
 }
 
-// The engine configurations cuDNN's heuristics in `mode` rank for graph, best first (owned
-// by keep); none when the query is refused.
+// Whether config's engine keeps to rules for dtype; its global index in *engine_index.
+bool qualifies(cudnnBackendDescriptor_t config, DType dtype, ConvEngineRules rules, int64_t* engine_index,
+               Descriptors* keep) {
+  EngineNotes notes;
+  if (!engine_notes(config, &notes, keep)) return false;
+  if (notes.has(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) || notes.has(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) ||
+      notes.has(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION))
+    return false;
+  // On f32 data a tensor-core engine computes in TF32.
+  if (notes.has(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) && dtype == DType::F32 && !rules.tf32) return false;
+  if (notes.has(CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION)) return false;
+  *engine_index = notes.index;
+  return true;
+}
+
+// Runs plan on a, b and out (their tensor ids by direction: a is x or grad_y, b the weight
+// or x, out the direction's output).
+cudnnStatus_t execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, ConvDirection d, const void* a,
+                      const void* b, void* out, void* workspace) {
+  int64_t ids[3] = {kX, kW, kY};
+  if (d == ConvDirection::BackwardData) ids[0] = kY, ids[1] = kW, ids[2] = kX;
+  if (d == ConvDirection::BackwardFilter) ids[0] = kY, ids[1] = kX, ids[2] = kW;
+  void* pointers[3] = {const_cast<void*>(a), const_cast<void*>(b), out};
+  return execute_plan(handle, plan, 3, ids, pointers, workspace);
+}
+
+float time_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, ConvDirection d, const void* a, const void* b,
+                void* out, void* workspace, int device) {
+  return time_runs(device, [&] { return execute(handle, plan, d, a, b, out, workspace) == CUDNN_STATUS_SUCCESS; });
+}
+
+}  // namespace
+
+cudnnHandle_t cudnn_handle(int device) {
+  static std::mutex mutex;
+  static std::map<int, cudnnHandle_t> handles;
+  cudnnHandle_t handle = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    cudnnHandle_t& slot = handles[device];
+    if (slot == nullptr) {
+      DeviceGuard guard(device);
+      NC_CUDA_CHECK(cudnnCreate(&slot));
+    }
+    handle = slot;
+  }
+  NC_CUDA_CHECK(cudnnSetStream(handle, stream(device)));
+  return handle;
+}
+
+cudnnBackendDescriptor_t GraphBuilder::make(cudnnBackendDescriptorType_t type) {
+  cudnnBackendDescriptor_t d = nullptr;
+  if (ok()) status_ = cudnnBackendCreateDescriptor(type, &d);
+  if (d != nullptr) keep_->push_back(own(d));
+  return d;
+}
+
+void GraphBuilder::set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                       cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+  if (ok()) status_ = cudnnBackendSetAttribute(d, name, type, count, values);
+}
+
+void GraphBuilder::finalize(cudnnBackendDescriptor_t d) {
+  if (ok()) status_ = cudnnBackendFinalize(d);
+}
+
 std::vector<cudnnBackendDescriptor_t> ranked_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode,
-                                                     std::vector<std::shared_ptr<void>>* keep) {
-  Builder b(keep);
+                                                     Descriptors* keep) {
+  GraphBuilder b(keep);
   cudnnBackendDescriptor_t heur = b.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   b.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
   b.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
@@ -182,10 +222,16 @@ std::vector<cudnnBackendDescriptor_t> ranked_configs(cudnnBackendDescriptor_t gr
   return configs;
 }
 
-// Whether config's engine keeps to rules for dtype; its global index in *engine_index.
-bool qualifies(cudnnBackendDescriptor_t config, DType dtype, ConvEngineRules rules, int64_t* engine_index,
-               std::vector<std::shared_ptr<void>>* keep) {
-  Builder b(keep);
+bool EngineNotes::has(cudnnBackendNumericalNote_t note) const {
+  return std::find(numerical.begin(), numerical.end(), note) != numerical.end();
+}
+
+bool EngineNotes::has(cudnnBackendBehaviorNote_t note) const {
+  return std::find(behavior.begin(), behavior.end(), note) != behavior.end();
+}
+
+bool engine_notes(cudnnBackendDescriptor_t config, EngineNotes* notes, Descriptors* keep) {
+  GraphBuilder b(keep);
   cudnnBackendDescriptor_t engine = b.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   if (!b.ok()) return false;
   int64_t n = 0;
@@ -202,31 +248,16 @@ bool qualifies(cudnnBackendDescriptor_t config, DType dtype, ConvEngineRules rul
   if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
                                CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &behavior_count, behavior) != CUDNN_STATUS_SUCCESS)
     return false;
-  for (int64_t i = 0; i < std::min<int64_t>(numerical_count, CUDNN_NUMERICAL_NOTE_TYPE_COUNT); ++i) {
-    switch (numerical[i]) {
-      case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
-      case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
-      case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
-        return false;
-      case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
-        // On f32 data a tensor-core engine computes in TF32.
-        if (dtype == DType::F32 && !rules.tf32) return false;
-        break;
-      default: break;
-    }
-  }
-  for (int64_t i = 0; i < std::min<int64_t>(behavior_count, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT); ++i) {
-    if (behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return false;
-  }
-  *engine_index = -1;
-  cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, engine_index);
+  notes->numerical.assign(numerical, numerical + std::min<int64_t>(numerical_count, CUDNN_NUMERICAL_NOTE_TYPE_COUNT));
+  notes->behavior.assign(behavior, behavior + std::min<int64_t>(behavior_count, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT));
+  notes->index = -1;
+  cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &notes->index);
   return true;
 }
 
-// A finalized execution plan for config, or nullptr when cuDNN refuses it.
 cudnnBackendDescriptor_t execution_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t config, size_t* workspace,
-                                        std::vector<std::shared_ptr<void>>* keep) {
-  Builder b(keep);
+                                        Descriptors* keep) {
+  GraphBuilder b(keep);
   cudnnBackendDescriptor_t plan = b.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
   b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
   b.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
@@ -241,33 +272,20 @@ cudnnBackendDescriptor_t execution_plan(cudnnHandle_t handle, cudnnBackendDescri
   return plan;
 }
 
-// Runs plan on a, b and out (their tensor ids by direction: a is x or grad_y, b the weight
-// or x, out the direction's output) through a variant pack made for this call.
-cudnnStatus_t execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, ConvDirection d, const void* a,
-                      const void* b, void* out, void* workspace) {
-  int64_t ids[3] = {kX, kW, kY};
-  if (d == ConvDirection::BackwardData) ids[0] = kY, ids[1] = kW, ids[2] = kX;
-  if (d == ConvDirection::BackwardFilter) ids[0] = kY, ids[1] = kX, ids[2] = kW;
-  void* pointers[3] = {const_cast<void*>(a), const_cast<void*>(b), out};
+cudnnStatus_t execute_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, int64_t count, const int64_t* ids,
+                           void* const* pointers, void* workspace) {
   cudnnBackendDescriptor_t pack = nullptr;
   cudnnStatus_t status = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
   if (status != CUDNN_STATUS_SUCCESS) return status;
   const std::shared_ptr<void> owned = own(pack);
-  Builder builder(nullptr);
-  builder.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids);
-  builder.set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers);
+  GraphBuilder builder(nullptr);
+  builder.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids);
+  builder.set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, pointers);
   builder.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
   builder.finalize(pack);
   if (!builder.ok()) return builder.status();
   return cudnnBackendExecute(handle, plan, pack);
 }
-
-float time_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, ConvDirection d, const void* a, const void* b,
-                void* out, void* workspace, int device) {
-  return time_runs(device, [&] { return execute(handle, plan, d, a, b, out, workspace) == CUDNN_STATUS_SUCCESS; });
-}
-
-}  // namespace
 
 Tensor try_workspace(size_t bytes, int device) {
   if (bytes == 0) return Tensor();
@@ -307,7 +325,7 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t handle, ConvDirection d
                                            const void* a, const void* b, void* out, int device) {
   std::unique_ptr<GraphConv> conv(new GraphConv());
   conv->direction_ = d;
-  Builder builder(&conv->keep_);
+  GraphBuilder builder(&conv->keep_);
   cudnnBackendDescriptor_t graph = operation_graph(builder, handle, d, g, dtype, alignment);
   if (graph == nullptr) return nullptr;
 

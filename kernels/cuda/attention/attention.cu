@@ -1,11 +1,13 @@
-// CUDA scaled dot-product attention (contract: kernels/attention.h) with the kernels of
-// attention/flash.cuh. plan_attention picks the path: f16/bf16 on tensor cores, head dims
+// CUDA scaled dot-product attention (contract: kernels/attention.h): each pass first offered
+// to cuDNN's fused attention (attention/cudnn_attention.h, under cuda::attention_engine()),
+// else run on the kernels of attention/flash.cuh. plan_attention picks the path: f16/bf16 on tensor cores, head dims
 // padded to 32, 64 or 128; f32 on the register-tiled SIMT kernels, padded the same way; f64 on
 // the row-per-warp SIMT kernels. Forward: one kernel writing out and
 // lse. Backward: delta = rowsum(grad_out * out) (f64: the rows' statistics and delta =
 // sum_j p_j dp_j, flash.cuh says why), then grad_k and grad_v over key tiles, then grad_q over
 // query tiles; every gradient is written (=) once, so results are deterministic.
 #include "kernels/attention.h"
+#include "kernels/cuda/attention/cudnn_attention.h"
 #include "kernels/cuda/attention/flash.cuh"
 #include "kernels/cuda/loops.cuh"
 
@@ -141,6 +143,10 @@ class CudaAttention final : public kernels::AttentionKernels {
 
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionShape& shape,
                          bool causal, double scale, const Tensor& out, const Tensor& lse) const override {
+    const bool on_cudnn = cudnn_attention_forward(q, k, v, shape, causal, scale, out, lse);
+    kernels::record_attention_engine(AttentionPass::Forward,
+                                     on_cudnn ? AttentionEngine::Cudnn : AttentionEngine::Native);
+    if (on_cudnn) return;
     const char* op = "scaled_dot_product_attention";
     const Launcher launch(op, q);
     const AttentionPlan plan = plan_attention(q.dtype(), shape.D, shape.Dv);
@@ -165,6 +171,11 @@ class CudaAttention final : public kernels::AttentionKernels {
                           const Tensor& out, const Tensor& lse, const kernels::AttentionShape& shape, bool causal,
                           double scale, const Tensor& grad_q, const Tensor& grad_k,
                           const Tensor& grad_v) const override {
+    const bool on_cudnn =
+        cudnn_attention_backward(grad_out, q, k, v, out, lse, shape, causal, scale, grad_q, grad_k, grad_v);
+    kernels::record_attention_engine(AttentionPass::Backward,
+                                     on_cudnn ? AttentionEngine::Cudnn : AttentionEngine::Native);
+    if (on_cudnn) return;
     const char* op = "scaled_dot_product_attention backward";
     const Launcher launch(op, q);
     const AttentionPlan plan = plan_attention(q.dtype(), shape.D, shape.Dv);
