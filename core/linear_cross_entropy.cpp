@@ -31,8 +31,8 @@ Tensor scaled(const Tensor& t, const Tensor& s) {
 
 }  // namespace
 
-Tensor linear_cross_entropy(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& target_arg,
-                            int64_t classes) {
+Tensor linear_cross_entropy(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& target_arg, int64_t classes,
+                            int64_t ignore_index) {
   const OpScope op("linear_cross_entropy");
   check_defined(op, "x", x_arg);
   check_defined(op, "weight", weight_arg);
@@ -58,26 +58,30 @@ Tensor linear_cross_entropy(const Tensor& x_arg, const Tensor& weight_arg, const
   const Tensor target = target_arg.reshape({rows}).contiguous();
   const Device device = x.device();
   const DType loss_dtype = autocast::is_enabled() && is_half(x.dtype()) ? DType::F32 : x.dtype();
-  // The gradient rows carry the mean's 1 / N unless they are f16, where p / N would fall
-  // below the smallest normal for large N; then backward applies it.
+  // The mean is over the rows whose target is not ignore_index, counted on the device (NaN
+  // when there are none, with a zero gradient, as in PyTorch). The gradient rows carry its
+  // 1 / count unless they are f16, where p / count would fall below the smallest normal for
+  // large counts; then backward applies it.
   const bool rows_scaled = x.dtype() != DType::F16;
-  Tensor grad_logits, loss;
+  Tensor grad_logits, loss, inverse_count;
   {
     autograd::NoGradGuard no_grad;
     grad_logits = matmul(x, weight.t()).contiguous();
-    const Tensor row_loss = new_tensor({rows}, kernels::stats_dtype(device, x.dtype()), device);
-    kernels::fused(device).cross_entropy_rows(op, grad_logits, target, classes,
-                                              rows_scaled && rows > 0 ? 1.0 / static_cast<double>(rows) : 1.0,
-                                              row_loss);
-    loss = mean(row_loss).to(loss_dtype);
+    const DType stats = kernels::stats_dtype(device, x.dtype());
+    const Tensor count = sum(ne(target, Scalar(ignore_index)).to(stats));
+    inverse_count = div(ones_like(count), maximum(count, Scalar(1.0)));
+    const Tensor row_loss = new_tensor({rows}, stats, device);
+    kernels::fused(device).cross_entropy_rows(op, grad_logits, target, classes, ignore_index,
+                                              rows_scaled ? inverse_count : Tensor(), row_loss);
+    loss = div(sum(row_loss), count).to(loss_dtype);
   }
   if (!autograd::needs_grad(x, weight)) return loss;
   autograd::record(op, loss, {x, weight},
                    [gs = autograd::saved(grad_logits), xs = autograd::saved(x), ws = autograd::saved(weight),
-                    want_x = x.requires_grad(), want_weight = weight.requires_grad(), rows,
+                    want_x = x.requires_grad(), want_weight = weight.requires_grad(), inverse_count,
                     rows_scaled](const Tensor& grad) {
                      const Tensor& g = gs.get();
-                     const Tensor s = rows_scaled || rows == 0 ? grad : div(grad, static_cast<double>(rows));
+                     const Tensor s = rows_scaled ? grad : mul(grad.to(inverse_count.dtype()), inverse_count);
                      Tensor grad_x = want_x ? scaled(matmul(g, ws.get()), s) : Tensor();
                      Tensor grad_weight = want_weight ? scaled(matmul(g.t(), xs.get()), s) : Tensor();
                      return std::vector<Tensor>{grad_x, grad_weight};

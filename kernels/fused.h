@@ -37,15 +37,16 @@ class FusedKernels {
 
   // The rows of a softmax cross-entropy, loss and gradient in one pass (linear_cross_entropy's
   // step after its matrix product). logits [rows, cols] contiguous, target [rows] i64, loss
-  // [rows] of stats_dtype; only the first `classes` columns count (0 < classes <= cols). Per
-  // row r with t = target[r]: loss[r] = lse_r - logits[r, t], lse_r the log-sum-exp of the
-  // row's classes; then logits[r, j] is overwritten (in place) with
-  // scale * (exp(logits[r, j] - lse_r) - (j == t)) for j < classes and 0 for the other
-  // columns. A target outside [0, classes) raises IndexError naming op (on CUDA when the
-  // device is next waited for, or after a CUDA graph's replay); its row's loss is NaN and
+  // [rows] and scale (0-dim, or undefined for 1) of stats_dtype; only the first `classes`
+  // columns count (0 < classes <= cols). Per row r with t = target[r]: loss[r] = lse_r -
+  // logits[r, t], lse_r the log-sum-exp of the row's classes; then logits[r, j] is
+  // overwritten (in place) with scale * (exp(logits[r, j] - lse_r) - (j == t)) for j <
+  // classes and 0 for the other columns. A row whose target is ignore_index gets loss 0 and
+  // a gradient row of 0 whatever its logits hold. Any other target outside [0, classes)
+  // raises IndexError naming op (on CUDA at the host's next wait); its row's loss is NaN and
   // its gradient row 0.
   virtual void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes,
-                                  double scale, const Tensor& loss) const = 0;
+                                  int64_t ignore_index, const Tensor& scale, const Tensor& loss) const = 0;
 
  protected:
   ~FusedKernels() = default;

@@ -149,6 +149,35 @@ TEST(LinearCrossEntropy, AutocastRunsTheProductInBf16AndTheLossInF32) {
   EXPECT_LT(relative_error(w.grad(), reference.grad_weight), 2e-2);
 }
 
+TEST(LinearCrossEntropy, IgnoredTargetsAsCrossEntropy) {
+  const Tensor x0 = random({9, 6}, 30), w0 = random({12, 6}, 31);
+  Tensor t = targets({9}, 10, 32);
+  t.narrow(0, 2, 3).fill_(-100);
+  std::vector<nc::Device> devices{nc::Device::cpu()};
+  if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
+  const Outcome reference = run_loss(false, x0, w0, t, 10, nc::Device::cpu(), DType::F64);
+  for (nc::Device device : devices) {
+    for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE(device.str() + " " + nc::dtype_name(dtype));
+      const double tol = dtype == DType::F64 ? 1e-10 : dtype == DType::F32 ? 1e-5 : 3e-2;
+      const Outcome fused = run_loss(true, x0, w0, t, 10, device, dtype);
+      EXPECT_LT(relative_error(fused.loss, reference.loss), tol);
+      EXPECT_LT(relative_error(fused.grad_x, reference.grad_x), tol);
+      EXPECT_LT(relative_error(fused.grad_weight.narrow(0, 0, 10), reference.grad_weight), tol);
+      // The ignored rows' x gets no gradient.
+      EXPECT_EQ(values(nc::max(nc::abs(fused.grad_x.narrow(0, 2, 3)))), std::vector<double>{0.0});
+    }
+    // Every target ignored: a NaN loss and zero gradients, as PyTorch's.
+    const Tensor x = x0.to(device).detach().requires_grad_(), w = w0.to(device).detach().requires_grad_();
+    const Tensor all = nc::full({9}, -7, nc::TensorOptions(DType::I64, device));
+    const Tensor loss = nc::nn::linear_cross_entropy(x, w, all, 10, -7);
+    EXPECT_TRUE(std::isnan(loss.item<double>()));
+    loss.backward();
+    EXPECT_EQ(values(nc::max(nc::abs(x.grad()))), std::vector<double>{0.0});
+    EXPECT_EQ(values(nc::max(nc::abs(w.grad()))), std::vector<double>{0.0});
+  }
+}
+
 TEST(LinearCrossEntropy, NonFiniteLogitsGiveNan) {
   const Tensor x = nc::from_vector<double>({1, 0, 0, 1}, {2, 2});
   const Tensor w = nc::from_vector<double>({std::nan(""), 0, 0, 1}, {2, 2});

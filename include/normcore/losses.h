@@ -35,11 +35,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 // matrix products (a language model's head and its loss; weight may have rows past
 // `classes`, such as a vocabulary padded for the tensor cores: they get zero gradient).
 // x [..., C] and weight [V, C] floating of one dtype; target i64 of x's leading shape, values
-// in [0, classes) (IndexError otherwise; on CUDA raised where the host next waits for the
-// device, as for cross_entropy: docs/ERRORS.md); classes in [1, V], -1 for V. The loss is f32 when autocast
-// is on and x is f16/bf16, x's dtype otherwise (as cross_entropy's). No ignore_index and no
-// label smoothing; no double backward.
-Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target, int64_t classes = -1);
+// in [0, classes) or ignore_index (IndexError otherwise; on CUDA raised where the host next
+// waits for the device, as for cross_entropy: docs/ERRORS.md); a target equal to
+// ignore_index adds no loss and no gradient, and the mean is over the others (NaN when there
+// are none, with a zero gradient), as in cross_entropy. classes in [1, V], -1 for V. The
+// loss is f32 when autocast is on and x is f16/bf16, x's dtype otherwise (as
+// cross_entropy's). No label smoothing; no double backward.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target, int64_t classes = -1,
+                            int64_t ignore_index = -100);
 
 // Negative log likelihood: -log_probs[i, target[i]]. Same shapes and target rules as
 // cross_entropy (log_probs take the place of logits).

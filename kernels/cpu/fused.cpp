@@ -141,8 +141,8 @@ void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& l
 }
 
 template <class T>
-void cross_entropy_rows_typed(const Tensor& logits_t, const Tensor& target_t, int64_t classes, double scale,
-                              const Tensor& loss_t) {
+void cross_entropy_rows_typed(const Tensor& logits_t, const Tensor& target_t, int64_t classes, int64_t ignore_index,
+                              double scale, const Tensor& loss_t) {
   T* logits = data_as<T>(logits_t);
   const int64_t* target = data_as<const int64_t>(target_t);
   double* loss = data_as<double>(loss_t);
@@ -150,6 +150,11 @@ void cross_entropy_rows_typed(const Tensor& logits_t, const Tensor& target_t, in
   parallel_for(rows, grain_for(3 * cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       T* row = logits + r * cols;
+      if (target[r] == ignore_index) {
+        loss[r] = 0;
+        std::fill(row, row + cols, convert<T>(0.0));
+        continue;
+      }
       double max = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < classes; ++j) max = std::max(max, convert<double>(row[j]));
       double sum = 0;
@@ -166,14 +171,15 @@ void cross_entropy_rows_typed(const Tensor& logits_t, const Tensor& target_t, in
 
 class CpuFused final : public kernels::FusedKernels {
  public:
-  void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes, double scale,
-                          const Tensor& loss) const override {
+  void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes,
+                          int64_t ignore_index, const Tensor& scale, const Tensor& loss) const override {
     const int64_t* t = data_as<const int64_t>(target);
     for (int64_t r = 0; r < target.numel(); ++r)
-      NC_CHECK(t[r] >= 0 && t[r] < classes, IndexError, op, ": target value ", t[r], " is out of range for ", classes,
-               " classes");
+      NC_CHECK(t[r] == ignore_index || (t[r] >= 0 && t[r] < classes), IndexError, op, ": target value ", t[r],
+               " is out of range for ", classes, " classes");
+    const double factor = scale.defined() ? *data_as<const double>(scale) : 1.0;
     visit_float(logits.dtype(), op, [&](auto tag) {
-      cross_entropy_rows_typed<typename decltype(tag)::type>(logits, target, classes, scale, loss);
+      cross_entropy_rows_typed<typename decltype(tag)::type>(logits, target, classes, ignore_index, factor, loss);
     });
   }
 

@@ -336,7 +336,8 @@ __device__ __forceinline__ MaxSum<C> merge_max_sum(const MaxSum<C>& a, const Max
 template <class T, class C, int kThreads, int V>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows_kernel(T* __restrict__ logits, const int64_t* __restrict__ target, int64_t cols, int64_t classes,
-                              C scale, C* __restrict__ loss, IndexErrorSlot bad) {
+                              int64_t ignore_index, const C* __restrict__ scale_ptr, C* __restrict__ loss,
+                              IndexErrorSlot bad) {
   T* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
   const int64_t vectors = cols / V;  // V divides cols
   MaxSum<C> r{-std::numeric_limits<C>::infinity(), C(0)};
@@ -360,10 +361,11 @@ __global__ void __launch_bounds__(kThreads)
   r = team_reduce<kThreads>(r, [](const MaxSum<C>& a, const MaxSum<C>& b) { return merge_max_sum(a, b); });
   const C lse = r.max + log(r.sum);
   const int64_t t = target[blockIdx.x];
-  const bool valid = t >= 0 && t < classes;
+  const bool ignored = t == ignore_index, valid = !ignored && t >= 0 && t < classes;
+  const C scale = scale_ptr != nullptr ? *scale_ptr : C(1);
   if (threadIdx.x == 0) {
-    if (!valid) bad.record(t, classes);
-    loss[blockIdx.x] = valid ? lse - convert<C>(row[t]) : std::numeric_limits<C>::quiet_NaN();
+    if (!valid && !ignored) bad.record(t, classes);
+    loss[blockIdx.x] = valid ? lse - convert<C>(row[t]) : ignored ? C(0) : std::numeric_limits<C>::quiet_NaN();
   }
   __syncthreads();  // row[t] is read before any thread overwrites it
   for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
@@ -380,19 +382,20 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T, class C, int kThreads>
 void launch_cross_entropy_rows(const Launcher& launch, const Tensor& logits, const Tensor& target, int64_t rows,
-                               int64_t cols, int64_t classes, double scale, const Tensor& loss, IndexErrorSlot bad) {
+                               int64_t cols, int64_t classes, int64_t ignore_index, const Tensor& scale,
+                               const Tensor& loss, IndexErrorSlot bad) {
   constexpr int kVector = 16 / sizeof(T);
   T* data = data_as<T>(logits);
   auto kernel = cols % kVector == 0 && is_aligned(data, 16) ? cross_entropy_rows_kernel<T, C, kThreads, kVector>
                                                              : cross_entropy_rows_kernel<T, C, kThreads, 1>;
   launch(kernel, static_cast<unsigned>(rows), kThreads, 0, data, data_as<const int64_t>(target), cols, classes,
-         static_cast<C>(scale), data_as<C>(loss), bad);
+         ignore_index, data_or_null<const C>(scale), data_as<C>(loss), bad);
 }
 
 class CudaFused final : public kernels::FusedKernels {
  public:
-  void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes, double scale,
-                          const Tensor& loss) const override {
+  void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes,
+                          int64_t ignore_index, const Tensor& scale, const Tensor& loss) const override {
     const int64_t rows = target.numel();
     if (rows == 0) return;
     const int64_t cols = logits.numel() / rows;
@@ -405,9 +408,11 @@ class CudaFused final : public kernels::FusedKernels {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
       if (cols <= 8 * 128)
-        launch_cross_entropy_rows<T, C, 128>(launch, logits, target, rows, cols, classes, scale, loss, bad);
+        launch_cross_entropy_rows<T, C, 128>(launch, logits, target, rows, cols, classes, ignore_index, scale, loss,
+                                             bad);
       else
-        launch_cross_entropy_rows<T, C, 512>(launch, logits, target, rows, cols, classes, scale, loss, bad);
+        launch_cross_entropy_rows<T, C, 512>(launch, logits, target, rows, cols, classes, ignore_index, scale, loss,
+                                             bad);
     });
   }
 
