@@ -110,6 +110,11 @@ if [ "${1:-}" = lm ]; then
   awk -v a="$tok20" -v b="$tok40" 'BEGIN { exit !(b < a && b < 4.0) }' ||
     fail "validation loss on token shards did not fall below 4.0: $tok20 at step 20, $tok40 at step 40"
   grep -q "^no sample: the model's tokens are not bytes" tok-a.log || fail "train-lm sampled tokens as bytes"
+  # --benchmark times steps alone: a line of ms/step, tokens/s and the loss, no checkpoint.
+  "$normcore" train-lm "${tok[@]}" --steps 40 --benchmark 2 --out tok-bench.safetensors > tok-bench.log
+  grep -qE "^benchmark: 2 steps, [0-9.]+ ms/step, [0-9]+ tokens/s, loss [0-9.]+$" tok-bench.log ||
+    fail "train-lm --benchmark printed no timing: $(tail -1 tok-bench.log)"
+  [ ! -e tok-bench.safetensors ] || fail "train-lm --benchmark wrote a checkpoint"
   # The resume and GPT-2's padded vocabulary (a 50304-row head) are left to the plain run:
   # the sanitizer run (NORMCORE_CLI_TEST_QUICK=1) checks the byte model's resume.
   if [ "${NORMCORE_CLI_TEST_QUICK:-0}" != 1 ]; then
