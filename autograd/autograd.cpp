@@ -275,8 +275,23 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   std::vector<int64_t> dims;
   for (int64_t d = 0; d < grad.dim(); ++d)
     if (d < lead || (shape[d - lead] == 1 && grad.size(d) != 1)) dims.push_back(d);
-  Tensor reduced = dims.empty() ? grad : sum(grad, dims, /*keepdim=*/true);
-  return reduced.reshape(shape);
+  if (dims.empty()) return grad.reshape(shape);
+  // Leading dims of a contiguous 16-bit gradient (a Linear's bias over [B, T, out] under
+  // autocast): one matrix product with a row of ones sums the rows reading the gradient once,
+  // in place, with f32 accumulation; the reduction would first copy it transposed, the
+  // reduced dims last. Not f32: with TF32 allowed the product would round the gradient.
+  const bool leading = static_cast<int64_t>(dims.size()) == dims.back() + 1;  // dims is 0, 1, ..., k - 1
+  const DType dtype = grad.dtype();
+  if (leading && grad.is_contiguous() && (dtype == DType::BF16 || dtype == DType::F16)) {
+    int64_t rows = 1;  // no overflow: a factor of grad's numel
+    for (int64_t d : dims) rows *= grad.size(d);
+    const int64_t cols = rows == 0 ? 0 : grad.numel() / rows;
+    if (rows > 0 && cols > 0) {
+      const Tensor ones_row = ones({1, rows}, TensorOptions(dtype, grad.device()));
+      return matmul(ones_row, grad.view({rows, cols})).reshape(shape);
+    }
+  }
+  return sum(grad, dims, /*keepdim=*/true).reshape(shape);
 }
 
 }  // namespace autograd

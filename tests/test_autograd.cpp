@@ -302,6 +302,36 @@ TEST(Autograd, GradientsKeepTheInputDType) {
   EXPECT_EQ(f.grad().item<float>(), 4.0f);
 }
 
+// A broadcast's gradient summed back over leading dims (a bias over [B, T, C]): in 16-bit
+// dtypes a product with a row of ones, elsewhere the reduction; the same sums either way.
+TEST(Autograd, BroadcastGradientsSumOverLeadingDims) {
+  std::vector<nc::Device> devices{nc::Device::cpu()};
+  if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
+  nc::Generator gen(7);
+  const Tensor g64 = nc::randn({3, 37, 5}, DType::F64, &gen);
+  for (nc::Device device : devices) {
+    for (DType dtype : {DType::BF16, DType::F16, DType::F32, DType::F64}) {
+      SCOPED_TRACE(device.str() + " " + nc::dtype_name(dtype));
+      const nc::TensorOptions options(dtype, device);
+      const Tensor g = g64.to(dtype);
+      // The sums of the values the backward sees (g rounded to dtype), in f64.
+      const std::vector<double> expected = nc::sum(g.to(DType::F64), {0, 1}).to_vector<double>();
+      const Tensor bias = nc::zeros({5}, options).requires_grad_();
+      nc::add(nc::zeros({3, 37, 5}, options), bias).backward(g.to(device));
+      ASSERT_EQ(bias.grad().dtype(), dtype);
+      const std::vector<double> got = bias.grad().to(nc::Device::cpu(), DType::F64).to_vector<double>();
+      const double tol = dtype == DType::BF16 ? 1e-2 : dtype == DType::F16 ? 2e-3 : dtype == DType::F32 ? 1e-6 : 1e-12;
+      for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(got[i], expected[i], tol * (1 + std::fabs(expected[i])));
+      // A middle dim broadcast ([3, 1, 5]) takes the reduction.
+      const Tensor middle = nc::zeros({3, 1, 5}, options).requires_grad_();
+      nc::add(nc::zeros({3, 37, 5}, options), middle).backward(g.to(device));
+      const std::vector<double> sums = nc::sum(g.to(DType::F64), {1}, true).to_vector<double>();
+      const std::vector<double> got_middle = middle.grad().to(nc::Device::cpu(), DType::F64).to_vector<double>();
+      for (size_t i = 0; i < sums.size(); ++i) EXPECT_NEAR(got_middle[i], sums[i], tol * (1 + std::fabs(sums[i])));
+    }
+  }
+}
+
 TEST(Autograd, Errors) {
   Tensor i = nc::ones({2}, DType::I64);
   EXPECT_THROW(i.requires_grad_(), nc::DTypeError);
