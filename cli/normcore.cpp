@@ -119,6 +119,9 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"device", "auto", "auto, cpu or cuda[:N]"},
     {"out", "normcore-gpt.safetensors", "checkpoint written at every evaluation"},
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
+    {"init", "", "initial weights: a train-lm checkpoint's model, or a safetensors file under the model's "
+                 "state_dict names (e.g. saved by another trainer); not with --resume"},
+    {"shuffle", "on", "on: the training windows in a new random order each epoch; off: in order"},
     {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
     {"benchmark", "0", "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "
                        "device memory; no evaluation, checkpoint or sample (0: train)"},
@@ -778,7 +781,30 @@ int train_lm(const Args& args) {
   } else {
     model = std::make_shared<nc::models::GPT>(lm_config(args), &gen);
     model->to(device);
+    if (const std::string& init = args.options.at("init"); !init.empty()) {
+      // A train-lm checkpoint gives its model's weights (without its optimizer state);
+      // any other file, the model's state_dict names as they are.
+      const nc::safetensors::File file = nc::safetensors::load(init);
+      const auto format = file.metadata.find("format");
+      const bool checkpoint_file = format != file.metadata.end() && format->second == "normcore-gpt";
+      nc::nn::NamedTensors weights;
+      for (const auto& [name, t] : file.tensors) {
+        if (!checkpoint_file) weights.emplace_back(name, t);
+        else if (name.compare(0, 6, "model.") == 0) weights.emplace_back(name.substr(6), t);
+      }
+      try {  // the file's own errors name it; those of its names and shapes get it here
+        model->load_state_dict(weights);
+      } catch (const nc::ShapeError& e) {
+        throw nc::ShapeError("--init " + init + ": " + e.what());
+      } catch (const nc::ValueError& e) {
+        throw nc::ValueError("--init " + init + ": " + e.what());
+      }
+    }
   }
+  NC_CHECK(resume.empty() || args.options.at("init").empty(), ValueError,
+           "--init and --resume: a resumed run takes its weights from the checkpoint");
+  const std::string& shuffle = args.options.at("shuffle");
+  NC_CHECK(shuffle == "on" || shuffle == "off", ValueError, "option --shuffle: on or off, got '", shuffle, "'");
   model->train();
   // Each rank draws its own dropout masks.
   job.start(args, model, device, gen, seed);
@@ -832,6 +858,7 @@ int train_lm(const Args& args) {
   // share); a step is a batch, so step s is batch s % batches of epoch s / batches, which is
   // where a resumed run starts.
   nc::data::DataLoaderOptions loader_options = job.loader_options(args, batch_size, seed, device);
+  loader_options.shuffle = shuffle == "on";
   nc::data::DataLoader loader(data.train, loader_options);
   const int64_t epoch_steps = loader.num_batches();
   loader.begin_epoch(static_cast<uint64_t>(first_step / epoch_steps), first_step % epoch_steps);

@@ -115,6 +115,23 @@ if [ "${1:-}" = lm ]; then
   grep -qE "^benchmark: 2 steps, [0-9.]+ ms/step, [0-9]+ tokens/s, loss [0-9.]+$" tok-bench.log ||
     fail "train-lm --benchmark printed no timing: $(tail -1 tok-bench.log)"
   [ ! -e tok-bench.safetensors ] || fail "train-lm --benchmark wrote a checkpoint"
+  # --init starts from tok-a's trained weights (a checkpoint's model): after 2 steps the
+  # validation loss is far below a fresh model's; with --shuffle off the windows come in
+  # order, so two seeds give the same run.
+  "$normcore" train-lm "${tok[@]}" --steps 2 --eval-interval 2 --seed 2 --out tok-f.safetensors > tok-f.log
+  "$normcore" train-lm "${tok[@]}" --steps 2 --eval-interval 2 --seed 2 --init tok-a.safetensors --shuffle off \
+    --out tok-i.safetensors > tok-i.log
+  "$normcore" train-lm "${tok[@]}" --steps 2 --eval-interval 2 --seed 3 --init tok-a.safetensors --shuffle off \
+    --out tok-j.safetensors > tok-j.log
+  fresh=$(lm_summary 2 tok-f.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')
+  init=$(lm_summary 2 tok-i.log | sed -E 's/.*validation loss ([0-9.]+).*/\1/')
+  awk -v f="$fresh" -v i="$init" 'BEGIN { exit !(i < f - 0.5) }' ||
+    fail "--init did not start from the checkpoint's weights: validation loss $init against a fresh $fresh"
+  [ "$(lm_summary 2 tok-i.log)" = "$(lm_summary 2 tok-j.log)" ] ||
+    fail "--shuffle off depends on the seed: $(lm_summary 2 tok-i.log) vs $(lm_summary 2 tok-j.log)"
+  expect_error "--init $not_gpt: load_state_dict: missing keys" "$normcore" train-lm "${tok[@]}" --steps 1 \
+    --init "$not_gpt"
+  expect_error "option --shuffle: on or off" "$normcore" train-lm "${tok[@]}" --steps 1 --shuffle sometimes
   # The resume and GPT-2's padded vocabulary (a 50304-row head) are left to the plain run:
   # the sanitizer run (NORMCORE_CLI_TEST_QUICK=1) checks the byte model's resume.
   if [ "${NORMCORE_CLI_TEST_QUICK:-0}" != 1 ]; then
