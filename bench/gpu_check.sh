@@ -32,7 +32,8 @@
 # training steps, `train-lm --model gpt2 --benchmark`, at each batch of GPT2_BATCHES beside
 # PyTorch's torch.compile, then the byte-vocabulary model beside PyTorch and llm.c at B = 16;
 # GPT2_PEERS=0 leaves the peers out, GPT2_BYTES=0 the byte-vocabulary model, GPT2_PROFILE=1 adds ncu's
-# kernel table of a 2-layer step).
+# kernel table of a 2-layer step), gpt2curve (GPT-2 124M trained by PyTorch and by train-lm from
+# the same initial weights on the same windows, their train losses every 50 steps side by side).
 # Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
@@ -358,6 +359,42 @@ for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1])[:32]:
     print(f"{100 * ms / total:5.1f}% {ms:7.3f} ms {count[name] // 4:4d}x  {name}")
 PY
       fi
+      ;;
+    gpt2curve)
+      # GPT-2 124M from PyTorch's initial weights on the same windows in the same order, bf16,
+      # CURVE_STEPS steps (300): the train losses train-lm prints every 50 steps beside PyTorch's
+      # (bench/gpt2_curve_torch.py), and their relative differences. CURVE_TRAIN and CURVE_VAL name
+      # token shards (default: random GPT-2 ids from llm.c's mkdata.py).
+      steps=${CURVE_STEPS:-300}
+      train=${CURVE_TRAIN:-} val=${CURVE_VAL:-}
+      if [ -z "$train" ]; then
+        shards=$(mktemp -d)
+        (cd "$shards" && python3 "$run/peers/llmc/mkdata.py" 2000000)
+        train=$shards/train.bin val=$shards/val.bin
+      fi
+      curve=(--batch-size 16 --steps "$steps" --lr 1e-3 --min-lr 1e-4 --warmup 100 --eval-interval 50)
+      echo "== GPT-2 124M, the same initial weights and windows: PyTorch, then normcore ($steps steps, bf16)"
+      python3 bench/gpt2_curve_torch.py --data "$train" --init "$out/curve-init.safetensors" "${curve[@]}" \
+        > "$out/curve-torch.log" 2>&1
+      echo "exit $?"; head -1 "$out/curve-torch.log"
+      "$run/normcore" train-lm --model gpt2 --data "$train" --val-data "$val" --init "$out/curve-init.safetensors" \
+        --shuffle off --precision bf16 --device cuda --sample 0 --out "$out/curve.safetensors" "${curve[@]}" \
+        > "$out/curve-normcore.log" 2>&1
+      echo "exit $?"
+      python3 - "$out/curve-torch.log" "$out/curve-normcore.log" <<'PY'
+import re, sys
+def losses(path):
+    return {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^step (\d+)/\d+: train loss ([0-9.]+)", open(path).read(), re.M)}
+torch_losses, normcore_losses = losses(sys.argv[1]), losses(sys.argv[2])
+worst = 0.0
+for step in sorted(torch_losses):
+    if step not in normcore_losses:
+        print(f"step {step}: no normcore loss"); worst = float("inf"); continue
+    t, n = torch_losses[step], normcore_losses[step]
+    worst = max(worst, abs(n - t) / t)
+    print(f"step {step:4d}: PyTorch {t:.4f}, normcore {n:.4f}, {100 * (n - t) / t:+.2f}%")
+print(f"largest difference {100 * worst:.2f}% ({'within' if worst <= 0.01 else 'NOT within'} 1%)")
+PY
       ;;
     *)
       echo "unknown section '$section'" >&2
