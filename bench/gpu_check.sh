@@ -33,7 +33,9 @@
 # PyTorch's torch.compile, then the byte-vocabulary model beside PyTorch and llm.c at B = 16;
 # GPT2_PEERS=0 leaves the peers out, GPT2_BYTES=0 the byte-vocabulary model, GPT2_PROFILE=1 adds ncu's
 # kernel table of a 2-layer step), gpt2curve (GPT-2 124M trained by PyTorch and by train-lm from
-# the same initial weights on the same windows, their train losses every 50 steps side by side).
+# the same initial weights on the same windows, their train losses every 50 steps side by side),
+# hfgpt2 (transformers' GPT-2 checkpoints loaded by normcore and normcore's saved ones by
+# transformers, bench/hf_gpt2_reference.py).
 # Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
@@ -395,6 +397,16 @@ for step in sorted(torch_losses):
     print(f"step {step:4d}: PyTorch {t:.4f}, normcore {n:.4f}, {100 * (n - t) / t:+.2f}%")
 print(f"largest difference {100 * worst:.2f}% ({'within' if worst <= 0.01 else 'NOT within'} 1%)")
 PY
+      ;;
+    hfgpt2)
+      # transformers' GPT2LMHeadModels (random weights, three sizes) loaded by load_hf_gpt2:
+      # logits and greedy continuations on the CPU and the GPU; then normcore's save_hf_gpt2
+      # files loaded by transformers.
+      echo "== Hugging Face GPT-2: transformers' checkpoints in normcore, normcore's in transformers"
+      python3 bench/hf_gpt2_reference.py make "$out/hf"
+      NORMCORE_HF_GPT2_DIR="$out/hf" "$run/normcore_tests" --gtest_filter='HfGpt2*' > "$out/hf-tests.log" 2>&1
+      echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|Failure|error" "$out/hf-tests.log" | head -20
+      python3 bench/hf_gpt2_reference.py check "$out/hf"
       ;;
     *)
       echo "unknown section '$section'" >&2

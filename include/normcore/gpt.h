@@ -102,6 +102,21 @@ class GPT : public nn::Module {
   Generator* gen_;
 };
 
+// Hugging Face GPT-2 checkpoints: dir holds a GPT2LMHeadModel's (or GPT2Model's)
+// config.json and model.safetensors, any size, f32/f16/bf16 weights (loaded into f32
+// parameters). The model is built only when every tensor the config calls for is in the
+// file with its shape; a missing or mis-shaped tensor, a config field GPT cannot honour
+// (another activation, LayerNorm epsilon, attention scaling, an untied head, n_inner other
+// than 4 * n_embd) or a missing one is IOError or ShapeError naming the file and the field or
+// tensor. Fields that do not change the arithmetic (dropout rates, token ids, task
+// parameters) are not read. The model comes in eval mode on device, its embedding padded to
+// a multiple of 128 rows (zeros, never used).
+std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir, Device device = Device::cpu());
+// Writes model as such a checkpoint (config.json and model.safetensors with transformer.*
+// names, Conv1D [in, out] projections, the vocabulary's rows without the padding), which
+// transformers' GPT2LMHeadModel.from_pretrained reads. LayerNorm models with biases only.
+void save_hf_gpt2(const GPT& model, const std::string& dir);
+
 // Mean next-token cross entropy of the model on inputs [B, T] against targets [B, T] (i64),
 // the head and the loss in one op (linear_cross_entropy: the padded vocabulary rows never
 // count, and the logits are never held in f32).
