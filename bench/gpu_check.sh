@@ -35,7 +35,8 @@
 # kernel table of a 2-layer step), gpt2curve (GPT-2 124M trained by PyTorch and by train-lm from
 # the same initial weights on the same windows, their train losses every 50 steps side by side),
 # hfgpt2 (transformers' GPT-2 checkpoints loaded by normcore and normcore's saved ones by
-# transformers, bench/hf_gpt2_reference.py).
+# transformers, bench/hf_gpt2_reference.py), resnet (torchvision's ResNets loaded by load_resnet,
+# logits against torchvision's, bench/resnet_reference.py).
 # Logs go to $OUT (or /tmp/normcore-gpu).
 set -u
 root=$(pwd)
@@ -407,6 +408,14 @@ PY
       NORMCORE_HF_GPT2_DIR="$out/hf" "$run/normcore_tests" --gtest_filter='HfGpt2*' > "$out/hf-tests.log" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|Failure|error" "$out/hf-tests.log" | head -20
       python3 bench/hf_gpt2_reference.py check "$out/hf"
+      ;;
+    resnet)
+      # torchvision's ResNets (random weights and batch statistics) in normcore: eval-mode
+      # logits on the CPU and the GPU against torchvision's (bench/resnet_reference.py).
+      echo "== torchvision ResNets loaded by load_resnet, logits against torchvision's"
+      python3 bench/resnet_reference.py "$out/resnet"
+      NORMCORE_RESNET_DIR="$out/resnet" "$run/normcore_tests" --gtest_filter='ResNet*' > "$out/resnet-tests.log" 2>&1
+      echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|Failure|error" "$out/resnet-tests.log" | head -20
       ;;
     *)
       echo "unknown section '$section'" >&2

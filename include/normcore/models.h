@@ -35,6 +35,20 @@ std::vector<std::string> classifier_names();
 // Throws ValueError naming the known models for an unknown name.
 std::shared_ptr<nn::Module> make_classifier(const std::string& name, Generator* gen = nullptr);
 
+// torchvision's ResNets: "resnet18", "resnet34" (basic blocks), "resnet50", "resnet101"
+// (bottleneck blocks, v1.5: the stride in the 3x3 convolution), [N, 3, H, W] images to
+// [N, num_classes] logits, with torchvision's module layout and state_dict names
+// (conv1.weight, bn1.running_mean, layer1.0.conv1.weight, layer2.0.downsample.0.weight,
+// fc.weight, ...), so a torchvision state_dict saved as safetensors loads with
+// load_state_dict. The initialization is that of normcore's layers, not torchvision's.
+// ValueError naming the known models for an unknown name.
+std::shared_ptr<nn::Module> resnet(const std::string& name, int64_t num_classes = 1000, Generator* gen = nullptr);
+// The ResNet name from a safetensors file of its state_dict (the classes from fc.weight), on
+// device in eval mode. IOError for an unreadable file or one without fc.weight; ValueError or
+// ShapeError naming the file and every missing, unexpected or mis-shaped tensor.
+std::shared_ptr<nn::Module> load_resnet(const std::string& name, const std::string& path,
+                                        Device device = Device::cpu());
+
 struct Evaluation {
   double accuracy = 0;
   std::vector<std::vector<int64_t>> confusion;  // [true label][predicted label], 10 x 10

@@ -1,0 +1,127 @@
+// torchvision's ResNets (normcore/models.h: resnet, load_resnet): the same modules under the
+// same names, so a torchvision state_dict saved as safetensors loads as it is. ResNet v1.5:
+// a bottleneck block strides in its 3x3 convolution, as torchvision's does.
+#include <filesystem>
+
+#include "normcore/models.h"
+#include "normcore/nn.h"
+#include "normcore/ops.h"
+#include "normcore/safetensors.h"
+
+namespace normcore {
+namespace models {
+
+namespace {
+
+std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, Generator* gen) {
+  return std::make_shared<nn::Conv2d>(in, out, kernel, stride, kernel / 2, 1, 1, /*bias=*/false, gen);
+}
+
+// BasicBlock (two 3x3 convolutions) or, with bottleneck, Bottleneck (1x1, 3x3, 1x1 with 4x
+// the width out); downsample (a strided 1x1 convolution and its BatchNorm) where the
+// identity's shape changes.
+class Block : public nn::Module {
+ public:
+  Block(int64_t in, int64_t planes, int64_t stride, bool bottleneck, Generator* gen) {
+    const int64_t out = bottleneck ? 4 * planes : planes;
+    if (bottleneck) {
+      conv1 = register_module("conv1", conv(in, planes, 1, 1, gen));
+      bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
+      conv2 = register_module("conv2", conv(planes, planes, 3, stride, gen));
+      bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
+      conv3 = register_module("conv3", conv(planes, out, 1, 1, gen));
+      bn3 = register_module("bn3", std::make_shared<nn::BatchNorm2d>(out));
+    } else {
+      conv1 = register_module("conv1", conv(in, planes, 3, stride, gen));
+      bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
+      conv2 = register_module("conv2", conv(planes, planes, 3, 1, gen));
+      bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
+    }
+    if (stride != 1 || in != out) {
+      downsample = register_module(
+          "downsample", std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+                            conv(in, out, 1, stride, gen), std::make_shared<nn::BatchNorm2d>(out)}));
+    }
+  }
+
+  Tensor forward(const Tensor& x) override {
+    Tensor y = relu((*bn1)((*conv1)(x)));
+    y = (*bn2)((*conv2)(y));
+    if (conv3) y = (*bn3)((*conv3)(relu(y)));
+    return relu(add(y, downsample ? (*downsample)(x) : x));
+  }
+
+  std::shared_ptr<nn::Conv2d> conv1, conv2, conv3;
+  std::shared_ptr<nn::BatchNorm2d> bn1, bn2, bn3;
+  std::shared_ptr<nn::Sequential> downsample;
+};
+
+class ResNet : public nn::Module {
+ public:
+  ResNet(const std::vector<int64_t>& depths, bool bottleneck, int64_t num_classes, Generator* gen) {
+    conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(3, 64, 7, 2, 3, 1, 1, /*bias=*/false, gen));
+    bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(64));
+    maxpool = register_module("maxpool", std::make_shared<nn::MaxPool2d>(3, 2, 1));
+    int64_t in = 64;
+    for (size_t i = 0; i < depths.size(); ++i) {
+      const int64_t planes = int64_t{64} << i;
+      auto layer = std::make_shared<nn::Sequential>();
+      for (int64_t b = 0; b < depths[i]; ++b) {
+        layer->push_back(std::make_shared<Block>(in, planes, b == 0 && i > 0 ? 2 : 1, bottleneck, gen));
+        in = bottleneck ? 4 * planes : planes;
+      }
+      layers.push_back(register_module("layer" + std::to_string(i + 1), layer));
+    }
+    avgpool = register_module("avgpool", std::make_shared<nn::AdaptiveAvgPool2d>(1));
+    fc = register_module("fc", std::make_shared<nn::Linear>(in, num_classes, true, gen));
+  }
+
+  Tensor forward(const Tensor& x) override {
+    NC_CHECK(x.defined() && x.dim() == 4 && x.size(1) == 3, ShapeError, "ResNet: input must be [N, 3, H, W], got ",
+             x.defined() ? describe(x) : std::string("undefined"));
+    Tensor y = (*maxpool)(relu((*bn1)((*conv1)(x))));
+    for (const auto& layer : layers) y = (*layer)(y);
+    y = (*avgpool)(y);
+    return (*fc)(y.reshape({y.size(0), y.size(1)}));
+  }
+
+  std::shared_ptr<nn::Conv2d> conv1;
+  std::shared_ptr<nn::BatchNorm2d> bn1;
+  std::shared_ptr<nn::MaxPool2d> maxpool;
+  std::vector<std::shared_ptr<nn::Sequential>> layers;
+  std::shared_ptr<nn::AdaptiveAvgPool2d> avgpool;
+  std::shared_ptr<nn::Linear> fc;
+};
+
+}  // namespace
+
+std::shared_ptr<nn::Module> resnet(const std::string& name, int64_t num_classes, Generator* gen) {
+  NC_CHECK(num_classes >= 1, ValueError, "resnet: num_classes must be positive, got ", num_classes);
+  if (name == "resnet18") return std::make_shared<ResNet>(std::vector<int64_t>{2, 2, 2, 2}, false, num_classes, gen);
+  if (name == "resnet34") return std::make_shared<ResNet>(std::vector<int64_t>{3, 4, 6, 3}, false, num_classes, gen);
+  if (name == "resnet50") return std::make_shared<ResNet>(std::vector<int64_t>{3, 4, 6, 3}, true, num_classes, gen);
+  if (name == "resnet101")
+    return std::make_shared<ResNet>(std::vector<int64_t>{3, 4, 23, 3}, true, num_classes, gen);
+  throw ValueError("resnet: unknown model '" + name + "' (resnet18, resnet34, resnet50 or resnet101)");
+}
+
+std::shared_ptr<nn::Module> load_resnet(const std::string& name, const std::string& path, Device device) {
+  const safetensors::File file = safetensors::load(path);
+  NC_CHECK(file.contains("fc.weight") && file.at("fc.weight").dim() == 2, IOError, "load_resnet: ", path,
+           " has no 2-D \"fc.weight\" (a torchvision ResNet's state_dict is needed)");
+  const int64_t classes = file.at("fc.weight").size(0);
+  std::shared_ptr<nn::Module> model = resnet(name, classes);
+  try {  // the names and shapes of the file against the model's, naming the file
+    model->load_state_dict(file.tensors);
+  } catch (const ShapeError& e) {
+    throw ShapeError("load_resnet: " + path + " is not a " + name + ": " + e.what());
+  } catch (const ValueError& e) {
+    throw ValueError("load_resnet: " + path + " is not a " + name + ": " + e.what());
+  }
+  model->to(device);
+  model->eval();
+  return model;
+}
+
+}  // namespace models
+}  // namespace normcore
