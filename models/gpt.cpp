@@ -303,25 +303,27 @@ std::vector<float> last_logits(const Tensor& logits) {
 
 }  // namespace
 
-std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens, const GenerateOptions& options,
-                          const std::function<void(const std::string&)>& on_text) {
-  NC_CHECK(tokens >= 0, ValueError, "generate_text: tokens must be >= 0, got ", tokens);
-  NC_CHECK(std::isfinite(options.temperature) && options.temperature >= 0, ValueError,
-           "generate_text: temperature must be finite and >= 0, got ", options.temperature);
-  NC_CHECK(options.top_k >= 0, ValueError, "generate_text: top_k must be >= 0, got ", options.top_k);
-  NC_CHECK(model.config.vocab_size <= 256, ValueError, "generate_text: the model's vocabulary has ",
-           model.config.vocab_size, " tokens; text generation writes bytes (at most 256)");
+std::vector<int64_t> generate_tokens(GPT& model, const std::vector<int64_t>& prompt, int64_t tokens,
+                                     const GenerateOptions& options, const std::function<void(int64_t)>& on_token) {
+  const char* op = "generate_tokens";
+  NC_CHECK(tokens >= 0, ValueError, op, ": tokens must be >= 0, got ", tokens);
+  NC_CHECK(std::isfinite(options.temperature) && options.temperature >= 0, ValueError, op,
+           ": temperature must be finite and >= 0, got ", options.temperature);
+  NC_CHECK(options.top_k >= 0, ValueError, op, ": top_k must be >= 0, got ", options.top_k);
+  NC_CHECK(!prompt.empty(), ValueError, op, ": the prompt is empty (at least one token is needed)");
+  for (size_t i = 0; i < prompt.size(); ++i)
+    NC_CHECK(prompt[i] >= 0 && prompt[i] < model.config.vocab_size, IndexError, op, ": prompt token ", i, " is ",
+             prompt[i], ", outside the model's vocabulary of ", model.config.vocab_size);
   const int64_t context = model.config.context;
   const Device device = model.tok_emb->weight.device();
-  std::vector<int64_t> history;
-  for (unsigned char c : prompt.empty() ? std::string("%\n") : prompt) history.push_back(c);
+  std::vector<int64_t> history(prompt);
 
   const bool was_training = model.is_training();
   model.eval();
   autograd::InferenceModeGuard inference;
   Generator gen(options.seed);
   GPTCache cache = model.make_cache(1);
-  // A fresh prefill of the last `context` bytes of history.
+  // A fresh prefill of the last `context` tokens of history.
   auto prefill = [&]() {
     cache.clear();
     const int64_t n = std::min<int64_t>(context, static_cast<int64_t>(history.size()));
@@ -329,19 +331,34 @@ std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens,
     return model.forward(from_vector(window, {1, n}, device), cache);
   };
   Tensor logits = prefill();
-  std::string text;
+  std::vector<int64_t> out;
   for (int64_t i = 0; i < tokens; ++i) {
     const double u = options.temperature > 0 ? rand({1}, DType::F64, &gen).item<double>() : 0.0;
     const int64_t next = choose(last_logits(logits), options, u);
     history.push_back(next);
-    const std::string piece(1, static_cast<char>(next));
-    text += piece;
-    if (on_text) on_text(piece);
+    out.push_back(next);
+    if (on_token) on_token(next);
     if (i + 1 == tokens) break;
     if (cache.length() < context) logits = model.forward(from_vector(std::vector<int64_t>{next}, {1, 1}, device), cache);
     else logits = prefill();
   }
   model.train(was_training);
+  return out;
+}
+
+std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens, const GenerateOptions& options,
+                          const std::function<void(const std::string&)>& on_text) {
+  NC_CHECK(model.config.vocab_size <= 256, ValueError, "generate_text: the model's vocabulary has ",
+           model.config.vocab_size, " tokens; text generation writes bytes (at most 256)");
+  NC_CHECK(tokens >= 0, ValueError, "generate_text: tokens must be >= 0, got ", tokens);
+  std::vector<int64_t> bytes;
+  for (unsigned char c : prompt.empty() ? std::string("%\n") : prompt) bytes.push_back(c);
+  std::string text;
+  generate_tokens(model, bytes, tokens, options, [&](int64_t next) {
+    const std::string piece(1, static_cast<char>(next));
+    text += piece;
+    if (on_text) on_text(piece);
+  });
   return text;
 }
 

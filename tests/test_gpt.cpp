@@ -318,6 +318,31 @@ TEST(GPT, SamplingIsDeterministicForASeed) {
   throws<nc::ValueError>([&] { models::generate_text(model, "a", 3, {-1.0, 0, 0}); }, {"temperature"})();
 }
 
+TEST(GPT, TokenGenerationOverALargerVocabulary) {
+  models::GPTConfig c = tiny_config();
+  c.vocab_size = 1000;
+  c.vocab_multiple = 128;
+  nc::Generator gen(6);
+  models::GPT model(c, &gen);
+  std::vector<int64_t> streamed;
+  const std::vector<int64_t> ids =
+      models::generate_tokens(model, {999, 3, 512}, 10, {0.0, 0, 0}, [&](int64_t id) { streamed.push_back(id); });
+  EXPECT_EQ(ids.size(), 10u);
+  EXPECT_EQ(streamed, ids);
+  model.eval();
+  nc::autograd::NoGradGuard no_grad;
+  std::vector<int64_t> history{999, 3, 512};
+  for (int64_t id : ids) {
+    const std::vector<int64_t> window(history.size() > 8 ? history.end() - 8 : history.begin(), history.end());
+    const nc::Tensor logits = model(nc::from_vector<int64_t>(window, {1, static_cast<int64_t>(window.size())}));
+    ASSERT_EQ(logits.size(2), 1000);  // the padded rows are never scores
+    EXPECT_EQ(id, nc::argmax(logits.select(0, 0).select(0, -1)).item<int64_t>());
+    history.push_back(id);
+  }
+  throws<nc::IndexError>([&] { models::generate_tokens(model, {5, 1000}, 1, {}); }, {"generate_tokens", "1000"})();
+  throws<nc::ValueError>([&] { models::generate_tokens(model, {}, 1, {}); }, {"generate_tokens", "empty"})();
+}
+
 // ---------------------------------------------------------------- checkpoints
 class GPTCheckpoint : public TempDirTest {};
 

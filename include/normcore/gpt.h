@@ -206,6 +206,13 @@ struct GenerateOptions {
 std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens, const GenerateOptions& options,
                           const std::function<void(const std::string&)>& on_text = {});
 
+// The same over token ids of any vocabulary: continues prompt (ids in [0, vocab_size), at
+// least one) by `tokens` tokens, handing each to on_token as it is chosen, and returns them.
+// generate_text is this over bytes.
+std::vector<int64_t> generate_tokens(GPT& model, const std::vector<int64_t>& prompt, int64_t tokens,
+                                     const GenerateOptions& options,
+                                     const std::function<void(int64_t)>& on_token = {});
+
 // Loads a GPT checkpoint once and writes text with it.
 class TextGenerator {
  public:
