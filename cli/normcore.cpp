@@ -937,7 +937,7 @@ int train_lm(const Args& args) {
   if (!out.empty()) std::printf("checkpoint: %s\n", out.c_str());
   const int64_t sample = integer(args, "sample", 0);
   if (last_step == steps && sample > 0 && data.unit == "tokens") {
-    std::printf("no sample: the model's tokens are not bytes, and normcore has no tokenizer to write them\n");
+    std::printf("no sample: the model's tokens are not bytes (train-lm samples byte models only)\n");
   } else if (last_step == steps && sample > 0) {
     std::printf("sample (temperature 0.8, seed %llu):\n", static_cast<unsigned long long>(seed));
     nc::models::GenerateOptions options;
