@@ -303,6 +303,8 @@ TEST_F(SmallBpe, ReadersRefuseBadFiles) {
       {"not a folder", throws<nc::IOError>([&] { BpeTokenizer::load(dir_.string() + "/none"); }, {"not a folder"})},
       {"malformed JSON", throws<nc::IOError>(loading(std::string("{\"a\": 0,\n\"b\" 1}"), "a b\n"),
                                              {"vocab.json", "not valid JSON at line 2"})},
+      {"a number past a double", throws<nc::IOError>(loading(std::string("{\"a\": 1e999}"), ""),
+                                                      {"vocab.json", "not valid JSON", "number overflow"})},
       {"an array", throws<nc::IOError>(loading(std::string("[1, 2]"), ""), {"vocab.json", "not an object"})},
       {"an id that is a string", throws<nc::IOError>(loading(std::string("{\"a\": \"0\"}"), ""),
                                                      {"vocab.json", "id of token \"a\"", "not a whole number"})},

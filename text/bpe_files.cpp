@@ -44,6 +44,8 @@ Json parse_json(const std::string& text, const std::string& path) {
       line += text[i] == '\n';
     }
     throw IOError(detail::cat_str(path, ": not valid JSON at line ", line, ", column ", column, " (", e.what(), ")"));
+  } catch (const nlohmann::json::exception& e) {  // a number past what a double holds
+    throw IOError(detail::cat_str(path, ": not valid JSON (", e.what(), ")"));
   }
 }
 
