@@ -7,6 +7,7 @@
 //   normcore train-lm [options]         train a GPT, print validation loss, save a checkpoint
 //   normcore generate --checkpoint F --prompt TEXT   continue a text, streaming it
 //   normcore conformance DIR [--device cpu|cuda|all]   run every case in DIR; exit 0 when all pass
+//   normcore tokenize --tokenizer DIR [FILE...]   GPT-2 token ids of text, printed or as a shard
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +30,7 @@
 #include "normcore/gpt.h"
 #include "normcore/models.h"
 #include "normcore/optim.h"
+#include "cli/tokenize.h"
 
 namespace nc = normcore;
 
@@ -146,6 +148,13 @@ const std::vector<OptionSpec> kLaunchOptions = {
     {"master-addr", "127.0.0.1", "address of node 0, where rank 0 serves the rendezvous"},
     {"master-port", "29500", "port of the rendezvous on node 0"},
 };
+const std::vector<OptionSpec> kTokenizeOptions = {
+    {"tokenizer", "", "folder of GPT-2's tokenizer files: encoder.json and vocab.bpe, vocab.json and merges.txt, "
+                      "or tokenizer.json"},
+    {"out", "", "write the ids as an llm.c token shard (.bin) instead of printing them"},
+    {"special", nullptr, "\"<|endoftext|>\" in the text is GPT-2's end-of-text token (otherwise it is text)"},
+    {"decode", nullptr, "read token ids instead (printed ones, or token shards ending in .bin) and print their text"},
+};
 const std::vector<OptionSpec> kConformanceOptions = {
     {"device", "all", "cpu, cuda[:N], or all (the CPU, then cuda:0 when there is one)"},
 };
@@ -159,18 +168,20 @@ void usage(std::ostream& os) {
         "  train-lm  train a byte-level GPT on the fortunes corpus\n"
         "  generate  continue a prompt with a GPT checkpoint\n"
         "  conformance  run the reference cases in a folder against every device\n"
+        "  tokenize  GPT-2 token ids of text (stdin or files), printed or written as a token shard\n"
         "  launch    run a command as the local ranks of a data-parallel job\n\n"
         "'normcore <command> --help' lists a command's options.\n";
 }
 
 void command_usage(std::ostream& os, const std::string& command, const std::vector<OptionSpec>& specs) {
-  os << "usage: normcore " << command << " [options]" << (command == "predict" ? " IMAGE..." : command == "conformance" ? " DIR" : command == "launch" ? " -- COMMAND..." : "") << "\n\noptions:\n";
+  os << "usage: normcore " << command << " [options]" << (command == "predict" ? " IMAGE..." : command == "conformance" ? " DIR" : command == "tokenize" ? " [FILE...]" : command == "launch" ? " -- COMMAND..." : "") << "\n\noptions:\n";
   for (const OptionSpec& s : specs)
     os << "  --" << std::left << std::setw(18) << s.name << s.help
        << (s.fallback && *s.fallback ? std::string(" (default ") + s.fallback + ")" : "") << "\n";
 }
 
-// Parses --name value and --name=value against specs; throws ValueError on anything else.
+// Parses --name value and --name=value (a flag: --name, or --name=on|off) against specs; throws
+// ValueError on anything else.
 Args parse(int argc, char** argv, const std::vector<OptionSpec>& specs) {
   Args args;
   args.command = argv[1];
@@ -196,10 +207,12 @@ Args parse(int argc, char** argv, const std::vector<OptionSpec>& specs) {
       args.options["help"] = "1";
       continue;
     }
-    bool known = false;
-    for (const OptionSpec& s : specs) known = known || name == s.name;
-    NC_CHECK(known, ValueError, "unknown option --", name, " for '", args.command, "' (see --help)");
-    if (!inline_value) {
+    const OptionSpec* spec = nullptr;
+    for (const OptionSpec& s : specs) spec = name == s.name ? &s : spec;
+    NC_CHECK(spec, ValueError, "unknown option --", name, " for '", args.command, "' (see --help)");
+    if (!inline_value && spec->fallback == nullptr) {
+      value = "on";
+    } else if (!inline_value) {
       NC_CHECK(i + 1 < argc, ValueError, "option --", name, " needs a value");
       value = argv[++i];
     }
@@ -216,6 +229,13 @@ double number(const Args& args, const std::string& name) {
   NC_CHECK(!v.empty() && end && *end == '\0' && std::isfinite(d), ValueError, "option --", name,
            " expects a number, got '", v, "'");
   return d;
+}
+
+// A flag's value: off unless given (--name or --name=on), or given as --name=off.
+bool flag(const Args& args, const std::string& name) {
+  const std::string& v = args.options.at(name);
+  NC_CHECK(v.empty() || v == "on" || v == "off", ValueError, "option --", name, " is on or off, got '", v, "'");
+  return v == "on";
 }
 
 int64_t integer(const Args& args, const std::string& name, int64_t min) {
@@ -944,7 +964,7 @@ int train_lm(const Args& args) {
   if (!out.empty()) std::printf("checkpoint: %s\n", out.c_str());
   const int64_t sample = integer(args, "sample", 0);
   if (last_step == steps && sample > 0 && data.unit == "tokens") {
-    std::printf("no sample: the model's tokens are not bytes, and normcore has no tokenizer to write them\n");
+    std::printf("no sample: the model's tokens are not bytes (train-lm samples byte models only)\n");
   } else if (last_step == steps && sample > 0) {
     std::printf("sample (temperature 0.8, seed %llu):\n", static_cast<unsigned long long>(seed));
     nc::models::GenerateOptions options;
@@ -982,6 +1002,11 @@ int generate(const Args& args) {
   });
   std::printf("\n");
   return 0;
+}
+
+int tokenize(const Args& args) {
+  return run_tokenize({args.options.at("tokenizer"), args.positional, args.options.at("out"), flag(args, "special"),
+                       flag(args, "decode")});
 }
 
 int predict(const Args& args) {
@@ -1049,6 +1074,7 @@ int main(int argc, char** argv) {
                                          : command == "generate" ? &kGenerateOptions
                                          : command == "conformance" ? &kConformanceOptions
                                          : command == "launch" ? &kLaunchOptions
+                                         : command == "tokenize" ? &kTokenizeOptions
                                                                 : nullptr;
   if (!specs) {
     std::cerr << "normcore: unknown command '" << command << "'\n\n";
@@ -1068,6 +1094,7 @@ int main(int argc, char** argv) {
     if (command == "train-lm") return train_lm(args);
     if (command == "generate") return generate(args);
     if (command == "launch") return launch(args);
+    if (command == "tokenize") return tokenize(args);
     return predict(args);
   } catch (const nc::ValueError& e) {
     std::cerr << "normcore " << command << ": " << e.what() << "\n";

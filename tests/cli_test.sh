@@ -9,6 +9,10 @@
 # GPT: train-lm learns, repeats itself for a seed and resumes exactly; generate gives the
 # same text for a seed, as the text-generation example does; bad input is refused.
 #   cli_test.sh lm NORMCORE_BINARY GENERATE_BINARY FORTUNES_DIR WORK_DIR
+# With "tokenize" first, the tokenize command with GPT-2's vocabulary (where
+# scripts/gpt2-vocab.sh puts it; exit 77, skipped, without it): ids printed and decoded, the
+# end-of-text option, fortune files to token shards and back, a gpt2 model trained on them.
+#   cli_test.sh tokenize NORMCORE_BINARY FORTUNES_DIR WORK_DIR
 set -euo pipefail
 fail() { echo "FAIL: $*"; exit 1; }
 expect_error() {
@@ -16,6 +20,51 @@ expect_error() {
   if "$@" > err.log 2>&1; then fail "no error from: $*"; fi
   grep -q -- "$pattern" err.log || fail "error for '$*' does not mention '$pattern': $(cat err.log)"
 }
+
+if [ "${1:-}" = tokenize ]; then
+  normcore=$2 data=$3 work=$4
+  vocab=${NORMCORE_GPT2_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/normcore/gpt2}
+  if [ ! -f "$vocab/encoder.json" ]; then
+    echo "SKIP: GPT-2's vocabulary is not in $vocab (bash scripts/gpt2-vocab.sh fetches it)"
+    exit 77
+  fi
+  mkdir -p "$work"
+  cd "$work"
+  tok=("$normcore" tokenize --tokenizer "$vocab")
+  printf 'Hello world' > hello.txt
+  [ "$("${tok[@]}" < hello.txt)" = "15496 995" ] || fail "tokenize gave $("${tok[@]}" < hello.txt) for 'Hello world'"
+  printf 'a<|endoftext|>b' > eot.txt
+  [ "$("${tok[@]}" --special eot.txt)" = "64 50256 65" ] || fail "tokenize --special: $("${tok[@]}" --special eot.txt)"
+  [ "$("${tok[@]}" eot.txt)" = "64 27 91 437 1659 5239 91 29 65" ] || fail "tokenize without --special: $("${tok[@]}" eot.txt)"
+  "${tok[@]}" "$data/linux" > linux.ids
+  "${tok[@]}" --decode linux.ids | cmp - "$data/linux" || fail "printed ids did not decode to the file"
+  # Fortune files as GPT-2 token shards: they decode to the files, and a gpt2-layout model learns from them.
+  "${tok[@]}" --out fortunes_train_000.bin "$data/computers" "$data/linux" "$data/science" > train.log
+  cat train.log
+  grep -qE "^normcore tokenize: [0-9]+ bytes of 3 input\(s\) -> [0-9]+ tokens, written to fortunes_train_000.bin" train.log ||
+    fail "tokenize --out printed no summary"
+  cat "$data/computers" "$data/linux" "$data/science" > train.txt
+  "${tok[@]}" --decode fortunes_train_000.bin | cmp - train.txt || fail "the token shard did not decode to the files"
+  "${tok[@]}" --out fortunes_val_000.bin "$data/fortunes" > val.log
+  "$normcore" train-lm --data 'fortunes_train_*.bin' --val-data 'fortunes_val_*.bin' --model gpt2 --layers 2 --heads 2 \
+    --embed 32 --context 32 --batch-size 8 --steps 5 --eval-interval 5 --eval-batches 2 --device cpu \
+    --out lm.safetensors > lm.log
+  cat lm.log
+  grep -q "1 train shards (.*), 1 validation shards (.*) of vocabulary 50257" lm.log ||
+    fail "train-lm did not read the GPT-2 token shards: $(sed -n 2p lm.log)"
+  grep -qE "^step 5/5: train loss [0-9.]+, validation loss [0-9.]+" lm.log || fail "train-lm printed no validation loss"
+  # Bad input: each an error naming what is wrong.
+  echo 50257 > past.ids
+  echo "12 x" > word.ids
+  expect_error "outside the vocabulary of 50257" "${tok[@]}" --decode past.ids
+  expect_error "'x' in word.ids is not a token id" "${tok[@]}" --decode word.ids
+  expect_error "cannot open /nonexistent" "${tok[@]}" /nonexistent
+  expect_error "holds none of encoder.json" "$normcore" tokenize --tokenizer "$work" hello.txt
+  expect_error "--tokenizer must name a folder" "$normcore" tokenize hello.txt
+  expect_error "option --special is on or off" "${tok[@]}" --special=maybe hello.txt
+  echo "cli_test tokenize: all checks passed"
+  exit 0
+fi
 
 if [ "${1:-}" = lm ]; then
   normcore=$2 generate=$3 data=$4 work=$5

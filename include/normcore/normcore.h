@@ -24,3 +24,4 @@
 #include "normcore/safetensors.h"
 #include "normcore/scalar.h"
 #include "normcore/tensor.h"
+#include "normcore/text.h"

@@ -128,3 +128,42 @@ write('corpus/token_shard/version_2.bin', token_shard([1, 2], version=2))
 write('corpus/token_shard/truncated.bin', token_shard([1, 2, 3])[:-1])
 write('corpus/token_shard/trailing.bin', token_shard([1, 2, 3]) + b'\0')
 write('corpus/token_shard/huge_count.bin', token_shard([1, 2], count=2**31 - 1))
+
+
+def byte_alphabet():
+    """GPT-2's bytes_to_unicode: byte -> the character that spells it in a vocabulary file."""
+    printable = list(range(ord('!'), ord('~') + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = {}, 256
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(extra)
+            extra += 1
+    return chars
+
+
+def bpe_vocab(extra):
+    vocab = {c: b for b, c in byte_alphabet().items()}
+    for i, token in enumerate(extra):
+        vocab[token] = 256 + i
+    return vocab
+
+
+def bpe_seed(vocab, merges):  # the fuzz target's input: vocab.json, a NUL, merges.txt
+    return json.dumps(vocab, ensure_ascii=False).encode() + b'\0' + merges.encode()
+
+
+small = bpe_vocab(['ab', '\u0120x', '\u0120xy', '<|endoftext|>'])
+write('corpus/bpe/small.bin', bpe_seed(small, '#version: 0.2\na b\n\u0120 x\n\u0120x y\n'))
+write('corpus/bpe/no_version_line.bin', bpe_seed(small, 'a b\n\u0120 x'))
+write('corpus/bpe/unknown_token.bin', bpe_seed(small, 'a b\nab q\n'))
+write('corpus/bpe/one_token_line.bin', bpe_seed(small, 'a b\nab\n'))
+write('corpus/bpe/missing_byte.bin', bpe_seed({k: v for k, v in small.items() if k != 'A'}, ''))
+write('corpus/bpe/malformed.bin', b'{"a": 0,\n"b" 1}\0a b\n')
+write('corpus/bpe/tokenizer.json', json.dumps({
+    "added_tokens": [{"id": 259, "content": "<|endoftext|>", "special": True}],
+    "normalizer": None,
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+    "model": {"type": "BPE", "dropout": None, "unk_token": None, "vocab": small,
+              "merges": ["a b", ["\u0120", "x"], "\u0120x y"]}}, ensure_ascii=False).encode())
