@@ -30,6 +30,7 @@
 #include "normcore/gpt.h"
 #include "normcore/models.h"
 #include "normcore/optim.h"
+#include "normcore/text.h"
 #include "cli/tokenize.h"
 
 namespace nc = normcore;
@@ -123,6 +124,8 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
     {"init", "", "initial weights: a train-lm checkpoint's model, or a safetensors file under the model's "
                  "state_dict names (e.g. saved by another trainer); not with --resume"},
+    {"hf-out", "", "also write the trained model to this folder as a Hugging Face GPT-2 checkpoint "
+                   "(config.json, model.safetensors) at the end"},
     {"shuffle", "on", "on: the training windows in a new random order each epoch; off: in order"},
     {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
     {"benchmark", "0", "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "
@@ -134,8 +137,12 @@ const std::vector<OptionSpec> kTrainLmOptions = {
 };
 const std::vector<OptionSpec> kGenerateOptions = {
     {"checkpoint", "normcore-gpt.safetensors", "GPT checkpoint (from train-lm)"},
-    {"prompt", "", "text to continue (empty: start a new fortune)"},
-    {"tokens", "300", "bytes to generate; past the context the model sees the last context bytes"},
+    {"model", "", "a Hugging Face GPT-2 folder (config.json, model.safetensors) instead of --checkpoint"},
+    {"tokenizer", "", "with --model: GPT-2's tokenizer files (encoder.json and vocab.bpe, vocab.json and "
+                      "merges.txt, or tokenizer.json); empty: those in the model's folder"},
+    {"prompt", "", "text to continue (empty: start a new fortune; with --model, a new document)"},
+    {"tokens", "300", "bytes (tokens with --model) to generate; past the context the model sees the last "
+                      "context ones"},
     {"temperature", "0.8", "sampling temperature (0: greedy)"},
     {"top-k", "0", "sample among the k most likely bytes (0: all)"},
     {"seed", "0", "seed of the sampling: the same seed gives the same text"},
@@ -962,6 +969,10 @@ int train_lm(const Args& args) {
   job.finish();
   if (!main_rank) return 0;
   if (!out.empty()) std::printf("checkpoint: %s\n", out.c_str());
+  if (const std::string& hf = args.options.at("hf-out"); !hf.empty()) {
+    nc::models::save_hf_gpt2(*model, hf);
+    std::printf("Hugging Face GPT-2 checkpoint: %s\n", hf.c_str());
+  }
   const int64_t sample = integer(args, "sample", 0);
   if (last_step == steps && sample > 0 && data.unit == "tokens") {
     std::printf("no sample: the model's tokens are not bytes (train-lm samples byte models only)\n");
@@ -992,8 +1003,33 @@ int generate(const Args& args) {
   options.top_k = integer(args, "top-k", 0);
   options.seed = static_cast<uint64_t>(integer(args, "seed", 0));
   const int64_t tokens = integer(args, "tokens", 0);
-  nc::models::TextGenerator generator(args.options.at("checkpoint"), device);
   const std::string& prompt = args.options.at("prompt");
+  if (const std::string& dir = args.options.at("model"); !dir.empty()) {
+    // A GPT-2 checkpoint of any vocabulary: the prompt through its tokenizer, each new
+    // token's bytes written as it is chosen.
+    const auto model = nc::models::load_hf_gpt2(dir, device);
+    const std::string& files = args.options.at("tokenizer");
+    const nc::text::BpeTokenizer tokenizer = nc::text::BpeTokenizer::load(files.empty() ? dir : files);
+    NC_CHECK(tokenizer.vocab_size() <= model->config.vocab_size, ValueError, "--tokenizer: its vocabulary of ",
+             tokenizer.vocab_size(), " tokens is larger than the model's ", model->config.vocab_size);
+    std::vector<int64_t> ids;
+    for (int32_t id : tokenizer.encode(prompt)) ids.push_back(id);
+    if (ids.empty()) {
+      NC_CHECK(tokenizer.end_of_text() >= 0, ValueError, "--prompt: empty, and the tokenizer has no <|endoftext|> "
+               "to start a new document with");
+      ids.push_back(tokenizer.end_of_text());
+    }
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    std::fflush(stdout);
+    nc::models::generate_tokens(*model, ids, tokens, options, [&](int64_t id) {
+      const std::string piece = tokenizer.decode({static_cast<int32_t>(id)});
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::printf("\n");
+    return 0;
+  }
+  nc::models::TextGenerator generator(args.options.at("checkpoint"), device);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
   generator.generate(prompt, tokens, options, [](const std::string& piece) {

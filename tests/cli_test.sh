@@ -53,6 +53,20 @@ if [ "${1:-}" = tokenize ]; then
   grep -q "1 train shards (.*), 1 validation shards (.*) of vocabulary 50257" lm.log ||
     fail "train-lm did not read the GPT-2 token shards: $(sed -n 2p lm.log)"
   grep -qE "^step 5/5: train loss [0-9.]+, validation loss [0-9.]+" lm.log || fail "train-lm printed no validation loss"
+  # The model as a Hugging Face GPT-2 folder, continuing a prompt through the tokenizer:
+  # greedy, so twice the same; the tokenizer's files from --tokenizer or the model's folder.
+  "$normcore" train-lm --data 'fortunes_train_*.bin' --val-data 'fortunes_val_*.bin' --model gpt2 --layers 2 --heads 2 \
+    --embed 32 --context 32 --batch-size 8 --steps 2 --eval-interval 2 --eval-batches 1 --device cpu \
+    --out lm2.safetensors --hf-out hf > lm2.log
+  grep -q "^Hugging Face GPT-2 checkpoint: hf" lm2.log || fail "train-lm --hf-out wrote no folder: $(tail -2 lm2.log)"
+  gen=("$normcore" generate --model hf --prompt "Hello world" --tokens 8 --temperature 0 --device cpu)
+  "${gen[@]}" --tokenizer "$vocab" > gen-a.txt
+  cp "$vocab/encoder.json" "$vocab/vocab.bpe" hf/
+  "${gen[@]}" > gen-b.txt
+  cmp gen-a.txt gen-b.txt || fail "generate --model gave two texts: $(cat gen-a.txt) / $(cat gen-b.txt)"
+  [ "$(head -c 11 gen-a.txt)" = "Hello world" ] && [ "$(wc -c < gen-a.txt)" -gt 12 ] ||
+    fail "generate --model did not continue the prompt: $(cat gen-a.txt)"
+  expect_error "config.json" "$normcore" generate --model "$work/none" --tokenizer "$vocab" --prompt x
   # Bad input: each an error naming what is wrong.
   echo 50257 > past.ids
   echo "12 x" > word.ids
