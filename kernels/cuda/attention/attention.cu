@@ -8,7 +8,7 @@
 // query tiles; every gradient is written (=) once, so results are deterministic.
 #include "kernels/attention.h"
 #include "kernels/cuda/attention/cudnn_attention.h"
-#include "kernels/cuda/attention/flash.cuh"
+#include "kernels/cuda/attention/flash_simt.cuh"
 #include "kernels/cuda/loops.cuh"
 
 namespace normcore {
