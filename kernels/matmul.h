@@ -15,6 +15,13 @@ class MatmulKernels {
   // when cuda::allow_tf32().
   virtual void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const = 0;
 
+  // A Linear layer's product with its bias: out [M, N] contiguous = a [M, K] @ b [K, N] +
+  // bias [N] (each row), one floating dtype, bias contiguous, M, N, K >= 1; a and b laid out
+  // as for matmul. The bias is added to the product before it is rounded to out's dtype.
+  // Returns false, having written nothing, where the back end has no such product for
+  // these operands (the caller then adds the bias itself).
+  virtual bool matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) const = 0;
+
  protected:
   ~MatmulKernels() = default;
 };

@@ -1,5 +1,5 @@
-// Linear: y = x @ weight^T + bias for any leading dims. The weight is used through a
-// transposed view, so no copy is made; matmul and add record the backward.
+// Linear: y = x @ weight^T + bias for any leading dims, through nn::linear (core/linear.cpp:
+// the weight used through a transposed view, the bias added inside the product).
 #include <cmath>
 
 #include "normcore/autocast.h"
@@ -41,10 +41,7 @@ Tensor Linear::forward(const Tensor& x) {
            " but weight is ", describe(weight), " (convert the input, or the module with to(dtype))");
   NC_CHECK(x.device() == weight.device(), DeviceError, op, ": input is on ", x.device(), " but weight is on ",
            weight.device(), " (move the module with to(device))");
-  // Under autocast the weight is cast before it is transposed (a straight copy), and the
-  // bias joins the 16-bit product in its dtype.
-  Tensor y = matmul(autocast::to_lower(x), autocast::to_lower(weight).t());
-  return bias.defined() ? add(y, autocast::to_lower(bias)) : y;
+  return linear(x, weight, bias);
 }
 
 }  // namespace nn

@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
+
+#include "normcore/tensor.h"
 
 namespace normcore_test {
 
@@ -42,6 +47,24 @@ std::function<void()> throws(std::function<void()> call, std::vector<std::string
       ADD_FAILURE() << "threw an exception of another type: " << e.what();
     }
   };
+}
+
+// A tensor's values as doubles, from any device and dtype.
+inline std::vector<double> values(const normcore::Tensor& t) {
+  return t.to(normcore::Device::cpu(), normcore::DType::F64).to_vector<double>();
+}
+
+// max |a - e| / (1 + max |e|): one tolerance for a whole tensor (infinity when a NaN is
+// involved); the shapes must agree.
+inline double relative_error(const normcore::Tensor& actual, const normcore::Tensor& expected) {
+  EXPECT_EQ(actual.shape(), expected.shape());
+  const std::vector<double> a = values(actual), e = values(expected);
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size() && i < e.size(); ++i) {
+    diff = std::max(diff, std::fabs(a[i] - e[i]));
+    scale = std::max(scale, std::fabs(e[i]));
+  }
+  return std::isnan(diff) ? std::numeric_limits<double>::infinity() : diff / (1 + scale);
 }
 
 }  // namespace normcore_test

@@ -115,6 +115,11 @@ class Module {
 
 // ---- layers ----
 
+// y = x @ weight^T + bias (PyTorch's F.linear): x [..., in], weight [out, in], bias [out] or
+// undefined; one floating dtype (autocast lowers all three). The bias is added inside the
+// product (on CUDA, cuBLASLt's bias epilogue), not as a pass of its own over y.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
 // y = x @ weight^T + bias: [*, in_features] -> [*, out_features]. weight [out, in] and
 // bias [out] start uniform on [-1/sqrt(in), 1/sqrt(in)] (PyTorch's default), drawn from
 // gen (the default generator when null).

@@ -1,7 +1,8 @@
 // CPU matmul (contract in kernels/matmul.h) through the backend's GEMM (kernels/cpu/gemm.h):
 // each batch entry takes the operands in place (row- or column-major, any leading
 // dimension); f16/bf16 operands are widened to float once, multiplied, and the result
-// rounded. Large products run in pieces on the thread pool (kernels/cpu/parallel.h).
+// rounded (matmul_bias adds the bias before that). Large products run in pieces on the
+// thread pool (kernels/cpu/parallel.h).
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -50,19 +51,42 @@ std::vector<float> widen(const Tensor& t, int64_t batches) {
   return v;
 }
 
+// Adds bias [cols] to each row of out [rows, cols].
+template <class T>
+void add_rows(T* out, int64_t rows, int64_t cols, const T* bias) {
+  parallel_for(rows, grain_for(cols, int64_t{1} << 16), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] += bias[j];
+  });
+}
+
 class CpuMatmul final : public kernels::MatmulKernels {
  public:
-  void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override {
+  void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override { product(out, a, b, nullptr); }
+
+  bool matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) const override {
+    product(out.view({1, out.size(0), out.size(1)}), a.unsqueeze(0), b.unsqueeze(0), &bias);
+    return true;
+  }
+
+ private:
+  // out = a @ b (+ bias on each row, before a 16-bit result is rounded).
+  static void product(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor* bias) {
     visit_float(out.dtype(), "matmul", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const int64_t batches = out.size(0);
+      const int64_t batches = out.size(0), rows = out.size(1), cols = out.size(2);
       if constexpr (std::is_floating_point_v<T>) {
         multiply<T>(data_as<T>(out), batches, Operand(a), data_as<const T>(a), Operand(b), data_as<const T>(b));
+        if (bias) add_rows<T>(data_as<T>(out), batches * rows, cols, data_as<const T>(*bias));
       } else {
         const std::vector<float> fa = widen<T>(a, batches), fb = widen<T>(b, batches);
         std::vector<float> fo(static_cast<size_t>(out.numel()));
         const Operand ca(a.size(1), a.size(2)), cb(b.size(1), b.size(2));  // the widened copies
         multiply<float>(fo.data(), batches, ca, fa.data(), cb, fb.data());
+        if (bias) {
+          const std::vector<float> fbias = widen<T>(bias->view({1, 1, cols}), 1);
+          add_rows<float>(fo.data(), batches * rows, cols, fbias.data());
+        }
         T* po = data_as<T>(out);
         for (size_t i = 0; i < fo.size(); ++i) po[i] = convert<T>(fo[i]);
       }

@@ -3,6 +3,13 @@
 // (CUBLAS_COMPUTE_32F), f32 in plain f32 or, with cuda::allow_tf32(), on TF32 tensor
 // cores (CUBLAS_COMPUTE_32F_FAST_TF32), f64 in f64. Each operand is either
 // row-major (stride(2) == 1) or column-major (stride(1) == 1), with any batch stride.
+// matmul_bias runs through cuBLASLt with its bias epilogue, so a Linear's bias costs no pass
+// of its own over the output.
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "kernels/cuda/launch.cuh"
 #include "kernels/matmul.h"
 #include "normcore/cuda.h"
@@ -42,10 +49,161 @@ bool as_gemm_operand(const Tensor& t, GemmOperand* g) {
   return false;
 }
 
+// Packs t into a contiguous copy (kept in *packed) when cuBLAS cannot read it in place.
+GemmOperand operand(const Tensor& t, Tensor* packed) {
+  GemmOperand g;
+  if (!as_gemm_operand(t, &g)) {
+    *packed = t.contiguous();
+    as_gemm_operand(*packed, &g);
+  }
+  return g;
+}
+
 class CudaMatmul final : public kernels::MatmulKernels {
  public:
   void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override;
+  bool matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) const override;
 };
+
+// ---------------------------------------------------------------- cuBLASLt with a bias
+
+// The largest power of two up to 256 that divides p's address: what cuBLASLt's heuristic
+// is told of each pointer (it assumes 256 unless told).
+uint32_t alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
+}
+
+// cuBLASLt descriptors, destroyed with the scope.
+struct LtMatmulDesc {
+  cublasLtMatmulDesc_t desc = nullptr;
+  ~LtMatmulDesc() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+  template <class V>
+  void set(cublasLtMatmulDescAttributes_t attribute, const V& value) {
+    NC_CUDA_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+  }
+};
+struct LtLayout {
+  cublasLtMatrixLayout_t layout = nullptr;
+  LtLayout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld) {
+    NC_CUDA_CHECK(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld));
+  }
+  ~LtLayout() {
+    if (layout) cublasLtMatrixLayoutDestroy(layout);
+  }
+};
+struct LtPreference {
+  cublasLtMatmulPreference_t preference = nullptr;
+  LtPreference() { NC_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&preference)); }
+  ~LtPreference() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+  }
+  template <class V>
+  void set(cublasLtMatmulPreferenceAttributes_t attribute, const V& value) {
+    NC_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+  }
+};
+
+// The heuristic's choice per product geometry (it costs tens of microseconds of host time
+// a call); found == false records that cuBLASLt offers nothing for it.
+struct LtChoice {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int64_t, int64_t, uint32_t, uint32_t, uint32_t,
+                         uint32_t>;
+
+// cuBLASLt's workspace limit: what it recommends on Hopper.
+constexpr size_t kLtWorkspaceLimit = size_t{32} << 20;
+
+bool CudaMatmul::matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) const {
+  cudaDataType_t data_type;
+  cublasComputeType_t compute_type;
+  switch (out.dtype()) {
+    case DType::F32:
+      data_type = CUDA_R_32F;
+      compute_type = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      break;
+    case DType::F16: data_type = CUDA_R_16F; compute_type = CUBLAS_COMPUTE_32F; break;
+    case DType::BF16: data_type = CUDA_R_16BF; compute_type = CUBLAS_COMPUTE_32F; break;
+    default: return false;  // f64: cuBLASLt has no bias epilogue for it
+  }
+  if (alignment(bias.data_ptr()) < 16) return false;
+  const int64_t m = out.size(0), n = out.size(1), k = a.size(1);
+  const Launcher launch("matmul", out);
+  Tensor packed_a, packed_b;
+  const GemmOperand ga = operand(a.unsqueeze(0), &packed_a), gb = operand(b.unsqueeze(0), &packed_b);
+
+  // Column-major, as matmul: out^T [n, m] = op(b^T) [n, k] @ op(a^T) [k, m], and the
+  // epilogue adds bias [n] to each column, that is to each row of out.
+  const LtLayout layout_b(data_type, gb.op == CUBLAS_OP_N ? n : k, gb.op == CUBLAS_OP_N ? k : n, gb.ld);
+  const LtLayout layout_a(data_type, ga.op == CUBLAS_OP_N ? k : m, ga.op == CUBLAS_OP_N ? m : k, ga.ld);
+  const LtLayout layout_out(data_type, n, m, n);
+  LtMatmulDesc desc;
+  NC_CUDA_CHECK(cublasLtMatmulDescCreate(&desc.desc, compute_type, CUDA_R_32F));
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, gb.op);
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, ga.op);
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+  desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr());
+
+  const cublasLtHandle_t handle = cublaslt_handle(launch.device());
+  const uint32_t align_b = alignment(gb.ptr), align_a = alignment(ga.ptr), align_out = alignment(out.data_ptr()),
+                 align_bias = alignment(bias.data_ptr());
+  const LtKey key{launch.device(), static_cast<int>(out.dtype()) * 2 + (compute_type == CUBLAS_COMPUTE_32F_FAST_TF32),
+                  m, n, k, gb.op, ga.op, gb.ld, ga.ld, align_b, align_a, align_out, align_bias};
+  static std::mutex choices_mutex;
+  static std::map<LtKey, LtChoice> choices;
+  LtChoice choice;
+  bool known;
+  {
+    std::lock_guard<std::mutex> lock(choices_mutex);
+    auto it = choices.find(key);
+    known = it != choices.end();
+    if (known) choice = it->second;
+  }
+  if (!known) {
+    LtPreference preference;
+    preference.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kLtWorkspaceLimit);
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_b);
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_a);
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_out);
+    preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out);
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc.desc, layout_b.layout, layout_a.layout,
+                                                                 layout_out.layout, layout_out.layout,
+                                                                 preference.preference, 1, &result, &count);
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+      choice.found = true;
+      choice.algo = result.algo;
+      choice.workspace = result.workspaceSize;
+    } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_SUCCESS) {
+      NC_CUDA_CHECK(status);
+    }
+    std::lock_guard<std::mutex> lock(choices_mutex);
+    choices.emplace(key, choice);
+  }
+  if (!choice.found) return false;
+
+  // The workspace comes from the caching allocator, held until the product is queued.
+  const Tensor workspace =
+      choice.workspace == 0
+          ? Tensor()
+          : empty({static_cast<int64_t>(choice.workspace)}, TensorOptions(DType::U8, Device::cuda(launch.device())));
+  const float alpha = 1.0f, beta = 0.0f;
+  NC_CUDA_CHECK(cublasLtMatmul(handle, desc.desc, &alpha, gb.ptr, layout_b.layout, ga.ptr, layout_a.layout, &beta,
+                               out.data_ptr(), layout_out.layout, out.data_ptr(), layout_out.layout, &choice.algo,
+                               workspace.defined() ? workspace.data_ptr() : nullptr, choice.workspace,
+                               launch.stream()));
+  return true;
+}
+
+// ---------------------------------------------------------------- plain products
 
 void CudaMatmul::matmul(const Tensor& out, const Tensor& a, const Tensor& b) const {
   const int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
@@ -57,16 +215,8 @@ void CudaMatmul::matmul(const Tensor& out, const Tensor& a, const Tensor& b) con
   }
 
   // Any other layout is packed into a contiguous copy first (alive until the call is queued).
-  Tensor packed_a = a, packed_b = b;
-  GemmOperand ga, gb;
-  if (!as_gemm_operand(a, &ga)) {
-    packed_a = a.contiguous();
-    as_gemm_operand(packed_a, &ga);
-  }
-  if (!as_gemm_operand(b, &gb)) {
-    packed_b = b.contiguous();
-    as_gemm_operand(packed_b, &gb);
-  }
+  Tensor packed_a, packed_b;
+  const GemmOperand ga = operand(a, &packed_a), gb = operand(b, &packed_b);
 
   cudaDataType_t data_type;
   cublasComputeType_t compute_type;

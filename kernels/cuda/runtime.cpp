@@ -29,6 +29,7 @@ struct DeviceContext {
   std::atomic<cudaStream_t> user_stream{nullptr};  // nullptr: own_stream is current
   std::mutex cublas_mutex;
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;
   std::atomic<int> sm_count{0};
   std::atomic<int> shared_memory_optin{-1};
   std::atomic<int> cluster_blocks{-1};
@@ -148,6 +149,16 @@ cublasHandle_t cublas_handle(int device) {
   }
   NC_CUDA_CHECK(cublasSetStream(ctx.cublas, s));
   return ctx.cublas;
+}
+
+cublasLtHandle_t cublaslt_handle(int device) {
+  DeviceContext& ctx = context(device);
+  std::lock_guard<std::mutex> lock(ctx.cublas_mutex);
+  if (ctx.cublaslt == nullptr) {
+    DeviceGuard guard(device);
+    NC_CUDA_CHECK(cublasLtCreate(&ctx.cublaslt));
+  }
+  return ctx.cublaslt;
 }
 
 int multiprocessor_count(int device) {

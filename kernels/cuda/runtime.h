@@ -4,6 +4,7 @@
 // functions of the same namespace (include/normcore/cuda.h) validate and throw DeviceError.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -65,6 +66,9 @@ void wait_for_stream(int device, cudaStream_t stream);
 
 // cuBLAS handle of device, created on first use and bound to stream(device) on each call.
 cublasHandle_t cublas_handle(int device);
+// cuBLASLt handle of device (for products with epilogues), created on first use; the stream
+// is given to each cublasLtMatmul call.
+cublasLtHandle_t cublaslt_handle(int device);
 
 // Number of multiprocessors of device (cached).
 int multiprocessor_count(int device);

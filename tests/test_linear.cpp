@@ -1,0 +1,156 @@
+// nn::linear (the product and its bias in one call): values and gradients against the
+// composition matmul + add on the CPU in f64, f32 and the 16-bit dtypes (whose bias joins the
+// product before it is rounded), float64 gradchecks, autocast, argument errors, and the
+// CUDA path (cuBLASLt's bias epilogue, and the composition where it does not apply)
+// against the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "normcore/normcore.h"
+#include "tests/test_support.h"
+
+namespace nc = normcore;
+using nc::DType;
+using nc::Tensor;
+using normcore_test::relative_error;
+using normcore_test::throws;
+using normcore_test::values;
+
+namespace {
+
+Tensor random(const nc::Shape& shape, uint64_t seed, double scale = 1.0) {
+  nc::Generator gen(seed);
+  return nc::mul(nc::randn(shape, DType::F64, &gen), scale);
+}
+
+
+
+struct Outcome {
+  Tensor y, grad_x, grad_weight, grad_bias;
+};
+
+// y and the three gradients (of sum(y * probe)) of nn::linear, or of matmul + add, with x,
+// weight and bias as fresh leaves on device in dtype.
+Outcome run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, nc::Device device, DType dtype) {
+  const Tensor x = x0.to(device, dtype).detach().requires_grad_();
+  const Tensor w = w0.to(device, dtype).detach().requires_grad_();
+  const Tensor b = b0.to(device, dtype).detach().requires_grad_();
+  const Tensor y = fused ? nc::nn::linear(x, w, b) : nc::add(nc::matmul(x, w.t()), b);
+  const Tensor probe = random(y.shape(), 99).to(device, dtype);
+  nc::sum(nc::mul(y, probe)).backward();
+  return {y, x.grad(), w.grad(), b.grad()};
+}
+
+}  // namespace
+
+TEST(Linear, MatchesMatmulPlusBiasOnCpu) {
+  for (const nc::Shape& xs : {nc::Shape{6, 5}, nc::Shape{2, 3, 4}, nc::Shape{1, 8}, nc::Shape{33, 16}}) {
+    SCOPED_TRACE(nc::shape_str(xs));
+    const int64_t out = xs.back() + 3;
+    const Tensor x = random(xs, 1), w = random({out, xs.back()}, 2), b = random({out}, 3);
+    for (DType dtype : {DType::F64, DType::F32}) {
+      const double tol = dtype == DType::F64 ? 1e-13 : 1e-5;
+      const Outcome fused = run(true, x, w, b, nc::Device::cpu(), dtype);
+      const Outcome composed = run(false, x, w, b, nc::Device::cpu(), dtype);
+      EXPECT_EQ(fused.y.dtype(), dtype);
+      EXPECT_LT(relative_error(fused.y, composed.y), tol);
+      EXPECT_LT(relative_error(fused.grad_x, composed.grad_x), tol);
+      EXPECT_LT(relative_error(fused.grad_weight, composed.grad_weight), tol);
+      EXPECT_LT(relative_error(fused.grad_bias, composed.grad_bias), tol);
+    }
+  }
+  // Without a bias it is the product; with no rows it is empty.
+  const Tensor x = random({3, 4}, 4), w = random({5, 4}, 5);
+  EXPECT_EQ(values(nc::nn::linear(x, w)), values(nc::matmul(x, w.t())));
+  EXPECT_EQ(nc::nn::linear(random({0, 4}, 6), w, random({5}, 7)).shape(), (nc::Shape{0, 5}));
+}
+
+TEST(Linear, SixteenBitBiasJoinsTheProductBeforeRounding) {
+  // In bf16 the bias is added to the f32 product and the sum rounded once: exactly the f32
+  // result of the rounded operands, rounded.
+  const Tensor x = random({7, 24}, 8).to(DType::BF16), w = random({10, 24}, 9).to(DType::BF16);
+  const Tensor b = random({10}, 10, 100.0).to(DType::BF16);
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    const Tensor xd = x.to(dtype), wd = w.to(dtype), bd = b.to(dtype);
+    const Tensor expected =
+        nc::add(nc::matmul(xd.to(DType::F32), wd.to(DType::F32).t()), bd.to(DType::F32)).to(dtype);
+    EXPECT_EQ(values(nc::nn::linear(xd, wd, bd)), values(expected)) << nc::dtype_name(dtype);
+  }
+}
+
+TEST(Linear, Gradcheck) {
+  auto f = [](const std::vector<Tensor>& v) { return nc::nn::linear(v[0], v[1], v[2]); };
+  std::string report;
+  EXPECT_TRUE(nc::gradcheck(f,
+                            {random({2, 3, 4}, 11).requires_grad_(), random({5, 4}, 12).requires_grad_(),
+                             random({5}, 13).requires_grad_()},
+                            {}, &report))
+      << report;
+  // Only the bias needs a gradient; then only x.
+  const Tensor x = random({4, 3}, 14), w = random({2, 3}, 15), b = random({2}, 16);
+  auto g = [&](const std::vector<Tensor>& v) { return nc::nn::linear(x, w, v[0]); };
+  EXPECT_TRUE(nc::gradcheck(g, {random({2}, 17).requires_grad_()}, {}, &report)) << report;
+  auto h = [&](const std::vector<Tensor>& v) { return nc::nn::linear(v[0], w, b); };
+  EXPECT_TRUE(nc::gradcheck(h, {random({4, 3}, 18).requires_grad_()}, {}, &report)) << report;
+}
+
+TEST(Linear, AutocastRunsInBf16WithF32Gradients) {
+  const Tensor x0 = random({16, 32}, 19), w0 = random({24, 32}, 20, 0.1), b0 = random({24}, 21);
+  const Outcome reference = run(false, x0, w0, b0, nc::Device::cpu(), DType::F64);
+  const Tensor x = x0.to(DType::F32).detach().requires_grad_(), w = w0.to(DType::F32).detach().requires_grad_();
+  const Tensor b = b0.to(DType::F32).detach().requires_grad_();
+  Tensor y;
+  {
+    nc::autocast::Guard guard(DType::BF16);
+    y = nc::nn::linear(x, w, b);
+  }
+  EXPECT_EQ(y.dtype(), DType::BF16);
+  EXPECT_LT(relative_error(y, reference.y), 1e-2);
+  nc::sum(nc::mul(y, random(y.shape(), 99).to(DType::BF16))).backward();
+  EXPECT_EQ(b.grad().dtype(), DType::F32);
+  EXPECT_LT(relative_error(x.grad(), reference.grad_x), 2e-2);
+  EXPECT_LT(relative_error(w.grad(), reference.grad_weight), 2e-2);
+  EXPECT_LT(relative_error(b.grad(), reference.grad_bias), 2e-2);
+}
+
+TEST(Linear, BadArguments) {
+  const Tensor x = random({3, 4}, 22).to(DType::F32), w = random({5, 4}, 23).to(DType::F32);
+  throws<nc::ShapeError>([&] { nc::nn::linear(x, random({5, 3}, 24).to(DType::F32)); },
+                         {"linear", "weight [out, in]", "[3, 4]", "[5, 3]"})();
+  throws<nc::ShapeError>([&] { nc::nn::linear(x, w, random({4}, 25).to(DType::F32)); },
+                         {"linear", "bias must be [out] = [5]", "[4]"})();
+  throws<nc::DTypeError>([&] { nc::nn::linear(x, w, random({5}, 26)); }, {"linear", "bias", "f64"})();
+  throws<nc::DTypeError>([&] { nc::nn::linear(x, w.to(DType::F64)); }, {"linear", "x", "weight", "f64"})();
+  throws<nc::ValueError>([&] { nc::nn::linear(Tensor(), w); }, {"linear", "x"})();
+}
+
+TEST(Linear, CudaMatchesCpu) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  // Odd widths (cuBLASLt's alignments below 16 bytes), a GPT-2 block's shapes, one row.
+  for (const nc::Shape& xs : {nc::Shape{6, 5}, nc::Shape{3, 7, 64}, nc::Shape{1, 8}, nc::Shape{256, 768}}) {
+    SCOPED_TRACE(nc::shape_str(xs));
+    const int64_t out = xs.back() == 768 ? 2304 : xs.back() + 3;
+    const Tensor x = random(xs, 27), w = random({out, xs.back()}, 28, 0.2), b = random({out}, 29);
+    const Outcome reference = run(false, x, w, b, nc::Device::cpu(), DType::F64);
+    for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE(nc::dtype_name(dtype));
+      const double tol = dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 1e-5 : 3e-2;
+      const Outcome cuda = run(true, x, w, b, nc::Device::cuda(), dtype);
+      EXPECT_EQ(cuda.y.device(), nc::Device::cuda());
+      EXPECT_LT(relative_error(cuda.y, reference.y), tol);
+      EXPECT_LT(relative_error(cuda.grad_x, reference.grad_x), tol);
+      EXPECT_LT(relative_error(cuda.grad_weight, reference.grad_weight), tol);
+      EXPECT_LT(relative_error(cuda.grad_bias, reference.grad_bias), tol);
+    }
+  }
+  // A transposed x and a bias that is a slice starting 2 bytes in (no epilogue: the sum).
+  const Tensor xt = random({16, 12}, 30).to(nc::Device::cuda(), DType::BF16).t();
+  const Tensor w = random({8, 16}, 31).to(nc::Device::cuda(), DType::BF16);
+  const Tensor b = random({9}, 32).to(nc::Device::cuda(), DType::BF16).narrow(0, 1, 8);
+  const Tensor expected = nc::add(nc::matmul(xt.to(DType::F32), w.to(DType::F32).t()), b.to(DType::F32));
+  EXPECT_LT(relative_error(nc::nn::linear(xt, w, b), expected), 1e-2);
+}
