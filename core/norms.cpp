@@ -7,6 +7,7 @@
 
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "kernels/fused.h"
 #include "kernels/norms.h"
 #include "normcore/autocast.h"
 #include "normcore/ops.h"
@@ -107,6 +108,68 @@ Tensor layer_norm(const Tensor& x_arg, const std::vector<int64_t>& normalized_sh
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
   return out;
+}
+
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x_arg, const Tensor& y_arg, const Tensor& weight_arg,
+                                         const Tensor& bias_arg, double eps) {
+  const OpScope op("add_layer_norm");
+  check_defined(op, "x", x_arg);
+  check_defined(op, "y", y_arg);
+  check_same_device(op, "x", x_arg, "y", y_arg);
+  NC_CHECK(is_floating(x_arg.dtype()) && is_floating(y_arg.dtype()), DTypeError, op,
+           ": x and y must be floating tensors, got x ", describe(x_arg), " and y ", describe(y_arg));
+  NC_CHECK(x_arg.shape() == y_arg.shape() && x_arg.dim() >= 1, ShapeError, op,
+           ": x and y must have one shape of at least one dim, got x ", describe(x_arg), " and y ", describe(y_arg));
+  check_input(op, x_arg, eps);
+  const DType stream = promote_types(x_arg.dtype(), y_arg.dtype());
+  const Tensor x = x_arg.to(stream);
+  const int64_t cols = x.size(-1);
+  const Tensor weight = weight_arg.defined() ? weight_arg.to(stream) : weight_arg;
+  const Tensor bias = bias_arg.defined() ? bias_arg.to(stream) : bias_arg;
+  check_param(op, "weight", weight, x, {cols});
+  check_param(op, "bias", bias, x, {cols});
+  NC_CHECK(weight.defined(), ValueError, op, ": weight must be defined (use add and layer_norm without one)");
+  const int64_t rows = cols > 0 ? x.numel() / cols : 0;
+  const DType out_dtype = autocast::is_enabled() ? autocast::dtype() : stream;
+
+  Tensor sum = new_like(x), out = new_tensor(x.shape(), out_dtype, x.device());
+  Tensor mean = stats_like({rows}, x), rstd = stats_like({rows}, x);
+  Tensor w, b;
+  {
+    autograd::NoGradGuard no_grad;
+    w = weight.contiguous();
+    b = bias.defined() ? bias.contiguous() : bias;
+    const Tensor xc = x.contiguous(), yc = y_arg.contiguous();
+    const bool fused = rows > 0 && cols > 0 &&
+                       kernels::fused(x.device()).add_layer_norm_forward(xc, yc, w, b, rows, cols, eps, sum, out,
+                                                                         mean, rstd);
+    if (!fused) {
+      sum = add(xc, yc.to(stream)).contiguous();
+      Tensor normed = out_dtype == stream ? out : new_like(sum);
+      if (rows > 0 && cols > 0)
+        kernels::norms(x.device()).layer_norm_forward(sum, w, b, rows, cols, eps, normed, mean, rstd);
+      if (out_dtype != stream) out = normed.to(out_dtype);
+    }
+  }
+  // Two nodes, as add then layer_norm: sum's gradient (from out's node and from sum's other
+  // uses) goes to x and y in their dtypes.
+  if (autograd::needs_grad(x_arg, y_arg))
+    autograd::record(op, sum, {x_arg, y_arg}, [x_dtype = x_arg.dtype(), y_dtype = y_arg.dtype()](const Tensor& grad) {
+      return std::vector<Tensor>{grad.to(x_dtype), grad.to(y_dtype)};
+    });
+  if (autograd::needs_grad(sum, weight, bias))
+    autograd::record(op, out, {sum, weight, bias},
+                     [sums = autograd::saved(sum), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, rows,
+                      cols](const Tensor& grad) {
+                       const Tensor& s = sums.get();
+                       const Tensor& w = ws.get();
+                       Tensor grad_x = new_like(s), grad_weight = new_like(w);
+                       Tensor grad_bias = has_bias ? new_like(w) : Tensor();
+                       kernels::norms(s.device()).layer_norm_backward(grad_like(grad, s), s, w, mean, rstd, rows, cols,
+                                                                      grad_x, grad_weight, grad_bias);
+                       return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
+                     });
+  return {sum, out};
 }
 
 Tensor rms_norm(const Tensor& x_arg, const std::vector<int64_t>& normalized_shape, const Tensor& weight_arg,

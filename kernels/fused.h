@@ -48,6 +48,18 @@ class FusedKernels {
   virtual void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes,
                                   int64_t ignore_index, const Tensor& scale, const Tensor& loss) const = 0;
 
+  // A residual add and the LayerNorm after it (add_layer_norm's forward), rows of `cols`:
+  // sum = x + y and out = (sum - mean) * rstd * weight + bias per row, mean and rstd the
+  // row's statistics (two-pass) as layer_norm_forward gives them. x and sum contiguous of
+  // one floating dtype, y contiguous of any floating dtype (converted as it is read), out
+  // contiguous of any floating dtype (rounded once), weight [cols] of sum's dtype, bias
+  // [cols] or undefined, mean and rstd [rows] of stats_dtype. Returns false, having written
+  // nothing, where the back end has no fused kernel for these operands (the caller then
+  // composes add and layer_norm).
+  virtual bool add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias,
+                                      int64_t rows, int64_t cols, double eps, const Tensor& sum, const Tensor& out,
+                                      const Tensor& mean, const Tensor& rstd) const = 0;
+
  protected:
   ~FusedKernels() = default;
 };

@@ -67,6 +67,8 @@ Tensor Module::operator()(const Tensor& x) {
   return y;
 }
 
+bool Module::has_forward_hooks() const { return forward_hooks_ && !forward_hooks_->hooks.empty(); }
+
 HookHandle Module::register_forward_hook(ForwardHook hook) {
   NC_CHECK(hook != nullptr, ValueError, "register_forward_hook: the hook is empty");
   const int64_t id = autograd::next_hook_id();

@@ -8,6 +8,7 @@
 #include "normcore/attention.h"
 #include "normcore/autograd.h"
 #include "normcore/nn.h"
+#include "normcore/norms.h"
 #include "normcore/ops.h"
 
 namespace normcore {
@@ -133,9 +134,39 @@ TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t heads, const std::
   mlp = register_module("mlp", std::make_shared<MLP>(embed_dim, bias, dropout, gen));
 }
 
+namespace {
+
+// m as a LayerNorm that add_layer_norm can stand in for: over the last dim, with a weight,
+// no forward hook to run; else null.
+const LayerNorm* fusable_layer_norm(const Module* m) {
+  const auto* norm = dynamic_cast<const LayerNorm*>(m);
+  return norm && norm->normalized_shape.size() == 1 && norm->weight.defined() && !norm->has_forward_hooks() ? norm
+                                                                                                             : nullptr;
+}
+
+}  // namespace
+
+bool TransformerBlock::can_fuse_norms() const {
+  return !has_forward_hooks() && fusable_layer_norm(norm1.get()) && fusable_layer_norm(norm2.get());
+}
+
 Tensor TransformerBlock::forward(const Tensor& x) {
-  const Tensor h = add(x, (*attn)((*norm1)(x)));
+  const Tensor a = (*attn)((*norm1)(x));
+  if (const LayerNorm* n2 = fusable_layer_norm(norm2.get())) {
+    const auto [h, normed] = add_layer_norm(x, a, n2->weight, n2->bias, n2->eps);
+    return add(h, (*mlp)(normed));
+  }
+  const Tensor h = add(x, a);
   return add(h, (*mlp)((*norm2)(h)));
+}
+
+std::pair<Tensor, Tensor> TransformerBlock::forward_normed(const Tensor& x, const Tensor& normed,
+                                                          const LayerNorm& next) {
+  NC_CHECK(can_fuse_norms(), ValueError, "TransformerBlock::forward_normed: the block's norms are not LayerNorms "
+           "over the last dim with weights, or a forward hook is registered (check can_fuse_norms())");
+  const auto& n2 = static_cast<const LayerNorm&>(*norm2);
+  const auto [h, normed2] = add_layer_norm(x, (*attn)(normed), n2.weight, n2.bias, n2.eps);
+  return add_layer_norm(h, (*mlp)(normed2), next.weight, next.bias, next.eps);
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, KVCache& cache) {

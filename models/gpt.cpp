@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <tuple>
 #include <type_traits>
 
 #include "normcore/autograd.h"
@@ -149,12 +150,33 @@ Tensor GPT::run(const Tensor& tokens, int64_t start, GPTCache* cache, bool head)
   const Tensor positions = arange(start, start + tokens.size(1), 1, TensorOptions(DType::I64, device));
   // [B, T, C] + [T, C]
   Tensor x = nn::dropout(add((*tok_emb)(tokens), (*pos_emb)(positions)), config.dropout, is_training(), gen_);
-  for (size_t i = 0; i < blocks.size(); ++i) x = cache ? blocks[i]->forward(x, cache->layers[i]) : (*blocks[i])(x);
-  x = (*norm_f)(x);
+  if (!cache && fuses_norms()) {
+    // Each residual add and the LayerNorm after it (the next block's norm1, or norm_f) in
+    // one pass: add_layer_norm.
+    Tensor normed = (*blocks[0]->norm1)(x);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const nn::Module& next = i + 1 < blocks.size() ? *blocks[i + 1]->norm1 : *norm_f;
+      std::tie(x, normed) = blocks[i]->forward_normed(x, normed, static_cast<const nn::LayerNorm&>(next));
+    }
+    x = normed;
+  } else {
+    for (size_t i = 0; i < blocks.size(); ++i) x = cache ? blocks[i]->forward(x, cache->layers[i]) : (*blocks[i])(x);
+    x = (*norm_f)(x);
+  }
   if (!head) return x;
   const Tensor logits = matmul(x, tok_emb->weight.t());
   // The padded rows' logits are left out: never sampled, never in a softmax.
   return config.padded_vocab_size() == config.vocab_size ? logits : logits.narrow(2, 0, config.vocab_size);
+}
+
+bool GPT::fuses_norms() const {
+  const auto* final_norm = dynamic_cast<const nn::LayerNorm*>(norm_f.get());
+  if (blocks.empty() || !final_norm || final_norm->normalized_shape.size() != 1 || !final_norm->weight.defined() ||
+      final_norm->has_forward_hooks())
+    return false;
+  for (const auto& block : blocks)
+    if (!block->can_fuse_norms()) return false;
+  return true;
 }
 
 Tensor GPT::forward(const Tensor& tokens) { return run(tokens, 0, nullptr); }

@@ -99,6 +99,8 @@ class GPT : public nn::Module {
   // Embeddings of tokens at positions start.. -> blocks (with cache when given) -> the final
   // norm, and with head the logits.
   Tensor run(const Tensor& tokens, int64_t start, GPTCache* cache, bool head = true);
+  // Whether every norm is a fusable LayerNorm (TransformerBlock::can_fuse_norms and norm_f).
+  bool fuses_norms() const;
   Generator* gen_;
 };
 

@@ -50,6 +50,9 @@ class Module {
   // hook must not keep the module alive. HookHandle::remove() unregisters it. ----
   using ForwardHook = std::function<void(Module& module, const Tensor& input, const Tensor& output)>;
   HookHandle register_forward_hook(ForwardHook hook);
+  // Whether a forward hook is registered (a model that fuses this module's work into
+  // another's kernel must then call it through operator() instead).
+  bool has_forward_hooks() const;
 
   // ---- registration (normally from a subclass's constructor) ----
   // Names are non-empty, contain no '.', and are unique among a module's parameters,
@@ -448,6 +451,14 @@ class TransformerBlock : public Module {
   Tensor forward(const Tensor& x) override;
   // With the attention's KV cache (CausalSelfAttention::forward(x, cache)'s rules).
   Tensor forward(const Tensor& x, KVCache& cache);
+  // For a stack of blocks: given x and normed = norm1(x), returns {block(x), next(block(x))}
+  // with both residual adds and the LayerNorms after them (norm2, then next) as add_layer_norm
+  // passes. Needs can_fuse_norms() and a LayerNorm `next` over the last dim with a weight.
+  std::pair<Tensor, Tensor> forward_normed(const Tensor& x, const Tensor& normed, const LayerNorm& next);
+  // Whether norm1 and norm2 are LayerNorms over the last dim with weights and no forward
+  // hook is registered on them or the block: then forward folds norm2 into the residual add
+  // before it (add_layer_norm) and forward_normed applies.
+  bool can_fuse_norms() const;
 
   std::shared_ptr<Module> norm1;
   std::shared_ptr<CausalSelfAttention> attn;

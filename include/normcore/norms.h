@@ -6,6 +6,7 @@
 // combined, never E[x^2] - E[x]^2, so the variance stays accurate when |mean| >> std.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "normcore/tensor.h"
@@ -21,6 +22,15 @@ namespace normcore {
 // [*, normalized_shape] -> same shape.
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps = 1e-5);
+
+// A residual add and the LayerNorm over the last dim after it, in one pass where the back
+// end has a kernel (CUDA: rows of up to 2048 in 4-element vectors): returns {sum, out} with
+// sum = x + y (x and y of one shape, sum in their promoted dtype) and out = layer_norm(sum,
+// {C}, weight, bias, eps). Under autocast out comes in the autocast dtype, the one the
+// Linear after it computes in (layer_norm alone gives f32 there). Gradients flow as through
+// add and layer_norm.
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias,
+                                         double eps = 1e-5);
 
 // PyTorch's F.rms_norm: y = x / sqrt(mean(x * x over the trailing normalized_shape dims) + eps)
 // * weight; weight is optional (undefined) with shape normalized_shape. The saved statistic

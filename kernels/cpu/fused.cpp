@@ -204,6 +204,12 @@ class CpuFused final : public kernels::FusedKernels {
                                                    grad_gn_bias, grad_bias);
     });
   }
+
+  // The composition add + layer_norm is the CPU's form (and the reference of the CUDA kernel).
+  bool add_layer_norm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, double,
+                              const Tensor&, const Tensor&, const Tensor&, const Tensor&) const override {
+    return false;
+  }
 };
 
 }  // namespace

@@ -333,6 +333,20 @@ __device__ __forceinline__ MaxSum<C> merge_max_sum(const MaxSum<C>& a, const Max
   return {m, a.sum * fast_exp(a.max - m) + b.sum * fast_exp(b.max - m)};
 }
 
+// Vector v of a row's gradient, scale * (softmax - one-hot at t) over the classes and 0
+// past them (0 throughout for a row whose target is not valid), from the logits x.
+template <class T, class C, int V>
+__device__ __forceinline__ void store_gradient(T* row, int64_t v, Vec<T, V> x, int64_t classes, bool valid, int64_t t,
+                                               C lse, C scale) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int64_t j = v * V + k;
+    const C g = j < classes && valid ? scale * (fast_exp(convert<C>(x.v[k]) - lse) - (j == t ? C(1) : C(0))) : C(0);
+    x.v[k] = convert<T>(g);
+  }
+  store_vec<T, V>(row, v, x);
+}
+
 template <class T, class C, int kThreads, int V>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_rows_kernel(T* __restrict__ logits, const int64_t* __restrict__ target, int64_t cols, int64_t classes,
@@ -368,16 +382,8 @@ __global__ void __launch_bounds__(kThreads)
     loss[blockIdx.x] = valid ? lse - convert<C>(row[t]) : ignored ? C(0) : std::numeric_limits<C>::quiet_NaN();
   }
   __syncthreads();  // row[t] is read before any thread overwrites it
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
-    Vec<T, V> x = load_vec<T, V>(row, v);
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int64_t j = v * V + k;
-      const C g = j < classes && valid ? scale * (fast_exp(convert<C>(x.v[k]) - lse) - (j == t ? C(1) : C(0))) : C(0);
-      x.v[k] = convert<T>(g);
-    }
-    store_vec<T, V>(row, v, x);
-  }
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads)
+    store_gradient<T, C, V>(row, v, load_vec<T, V>(row, v), classes, valid, t, lse, scale);
 }
 
 template <class T, class C, int kThreads>
@@ -390,6 +396,88 @@ void launch_cross_entropy_rows(const Launcher& launch, const Tensor& logits, con
                                                              : cross_entropy_rows_kernel<T, C, kThreads, 1>;
   launch(kernel, static_cast<unsigned>(rows), kThreads, 0, data, data_as<const int64_t>(target), cols, classes,
          ignore_index, data_or_null<const C>(scale), data_as<C>(loss), bad);
+}
+
+// ---------------------------------------------------------------- residual add + LayerNorm
+// One warp per row, four rows a block: each lane holds its kVecs vectors of 4 elements of
+// x + y in registers, writes them to sum as it goes, takes the two-pass statistics (warp sums
+// of v, then of (v - mean)^2, in a fixed order) and writes the normalized row in out's dtype.
+// x and y are read once and sum and out written once: the composition (y converted, the
+// add, the LayerNorm, its output converted for a 16-bit product) passes over the rows about
+// five times.
+constexpr int kAddNormRowsPerBlock = 4;
+
+template <class TX, class TY, class TO, int kVecs>
+__global__ void __launch_bounds__(kAddNormRowsPerBlock * 32)
+    add_layer_norm_kernel(const TX* __restrict__ x, const TY* __restrict__ y, const TX* __restrict__ weight,
+                          const TX* __restrict__ bias, int64_t rows, int cols, float eps, TX* __restrict__ sum,
+                          TO* __restrict__ out, float* __restrict__ mean_out, float* __restrict__ rstd_out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kAddNormRowsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;  // whole warps leave together
+  const int vectors = cols / 4;
+  const int64_t base = row * (cols / 4);
+  float v[kVecs][4];
+  float total = 0;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int j = lane + i * 32;
+    if (j < vectors) {
+      const Vec<TX, 4> a = load_vec<TX, 4>(x, base + j);
+      const Vec<TY, 4> b = load_vec<TY, 4>(y, base + j);
+      Vec<TX, 4> s;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        s.v[k] = convert<TX>(convert<float>(a.v[k]) + convert<float>(b.v[k]));
+        v[i][k] = convert<float>(s.v[k]);  // the sum as stored: the statistics are those of sum
+        total += v[i][k];
+      }
+      store_vec<TX, 4>(sum, base + j, s);
+    }
+  }
+  const auto add = [](float p, float q) { return p + q; };
+  const float mean = warp_reduce<32>(total, add) / cols;
+  float squares = 0;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i)
+    if (lane + i * 32 < vectors)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) squares += (v[i][k] - mean) * (v[i][k] - mean);
+  const float rstd = rsqrtf(warp_reduce<32>(squares, add) / cols + eps);
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int j = lane + i * 32;
+    if (j < vectors) {
+      const Vec<TX, 4> w = load_vec<TX, 4>(weight, j);
+      Vec<TX, 4> b;
+      if (bias != nullptr) b = load_vec<TX, 4>(bias, j);
+      Vec<TO, 4> o;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float shift = bias != nullptr ? convert<float>(b.v[k]) : 0.0f;
+        o.v[k] = convert<TO>((v[i][k] - mean) * rstd * convert<float>(w.v[k]) + shift);
+      }
+      store_vec<TO, 4>(out, base + j, o);
+    }
+  }
+  if (lane == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+template <class TX, class TY, class TO>
+void launch_add_layer_norm(const Launcher& launch, const Tensor& x, const Tensor& y, const Tensor& weight,
+                           const Tensor& bias, int64_t rows, int cols, float eps, const Tensor& sum, const Tensor& out,
+                           const Tensor& mean, const Tensor& rstd) {
+  const int vecs_per_lane = (cols / 4 + 31) / 32;
+  auto kernel = vecs_per_lane <= 2   ? add_layer_norm_kernel<TX, TY, TO, 2>
+                : vecs_per_lane <= 4 ? add_layer_norm_kernel<TX, TY, TO, 4>
+                : vecs_per_lane <= 8 ? add_layer_norm_kernel<TX, TY, TO, 8>
+                                     : add_layer_norm_kernel<TX, TY, TO, 16>;
+  launch(kernel, static_cast<unsigned>(ceil_div(rows, int64_t{kAddNormRowsPerBlock})), kAddNormRowsPerBlock * 32, 0,
+         data_as<const TX>(x), data_as<const TY>(y), data_as<const TX>(weight), data_or_null<const TX>(bias), rows,
+         cols, eps, data_as<TX>(sum), data_as<TO>(out), data_as<float>(mean), data_as<float>(rstd));
 }
 
 class CudaFused final : public kernels::FusedKernels {
@@ -482,6 +570,38 @@ class CudaFused final : public kernels::FusedKernels {
              data_as<const T>(grad_y), rows, channels, channels / groups, data_or_null<T>(grad_linear_bias),
              data_or_null<T>(grad_weight), data_or_null<T>(grad_gn_bias), data_as<T>(grad_bias));
     });
+  }
+
+  bool add_layer_norm_forward(const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias, int64_t rows,
+                              int64_t cols, double eps, const Tensor& sum, const Tensor& out, const Tensor& mean,
+                              const Tensor& rstd) const override {
+    // Rows of up to 2048 in 4-element vectors, f32 statistics; f64 and wider rows compose.
+    if (cols % 4 != 0 || cols > 2048 || mean.dtype() != DType::F32 || rows > (int64_t{1} << 33)) return false;
+    for (const Tensor* t : {&x, &y, &weight, &bias, &sum, &out})
+      if (t->defined() && !is_aligned(t->data_ptr(), 4 * dtype_size(t->dtype()))) return false;
+    const Launcher launch("add_layer_norm", x);
+    const DType tx = x.dtype(), ty = y.dtype(), to = out.dtype();
+    const int c = static_cast<int>(cols);
+    const float e = static_cast<float>(eps);
+    auto run = [&](auto x_tag, auto y_tag, auto out_tag) {
+      using TX = typename decltype(x_tag)::type;
+      using TY = typename decltype(y_tag)::type;
+      using TO = typename decltype(out_tag)::type;
+      launch_add_layer_norm<TX, TY, TO>(launch, x, y, weight, bias, rows, c, e, sum, out, mean, rstd);
+      return true;
+    };
+    using F32 = TypeTag<float>;
+    using BF16 = TypeTag<DeviceTypes::BF16>;
+    using F16 = TypeTag<DeviceTypes::F16>;
+    // The f32 stream of autocast with a 16-bit branch and output, and one dtype throughout.
+    if (tx == DType::F32 && ty == DType::BF16 && to == DType::BF16) return run(F32{}, BF16{}, BF16{});
+    if (tx == DType::F32 && ty == DType::F16 && to == DType::F16) return run(F32{}, F16{}, F16{});
+    if (tx == DType::F32 && ty == DType::F32 && to == DType::F32) return run(F32{}, F32{}, F32{});
+    if (tx == DType::F32 && ty == DType::F32 && to == DType::BF16) return run(F32{}, F32{}, BF16{});
+    if (tx == DType::F32 && ty == DType::BF16 && to == DType::F32) return run(F32{}, BF16{}, F32{});
+    if (tx == DType::BF16 && ty == DType::BF16 && to == DType::BF16) return run(BF16{}, BF16{}, BF16{});
+    if (tx == DType::F16 && ty == DType::F16 && to == DType::F16) return run(F16{}, F16{}, F16{});
+    return false;
   }
 };
 
