@@ -50,10 +50,21 @@ def encoders(vocab_dir):
     encoder, merges = os.path.join(vocab_dir, "encoder.json"), os.path.join(vocab_dir, "vocab.bpe")
     found = []
     try:
+        import shutil
+        import tempfile
         from transformers import GPT2Tokenizer, GPT2TokenizerFast
-        for cls in (GPT2Tokenizer, GPT2TokenizerFast):
-            tok = cls(vocab_file=encoder, merges_file=merges)
-            found.append((cls.__name__, lambda t, special, tok=tok: tok.encode(t, split_special_tokens=not special)))
+        # from_pretrained on Hugging Face's file names: the constructor's file arguments
+        # are not read by transformers 5 (whose GPT2TokenizerFast is GPT2Tokenizer).
+        folder = tempfile.mkdtemp()
+        shutil.copy(encoder, os.path.join(folder, "vocab.json"))
+        shutil.copy(merges, os.path.join(folder, "merges.txt"))
+        for cls in dict.fromkeys((GPT2Tokenizer, GPT2TokenizerFast)):
+            tok = cls.from_pretrained(folder)
+            name = f"transformers {cls.__name__}"
+            if not tok.encode("Hello world"):
+                print(f"{name} encodes 'Hello world' as nothing: skipped")
+                continue
+            found.append((name, lambda t, special, tok=tok: tok.encode(t, split_special_tokens=not special)))
     except ImportError:
         print("transformers is not installed: GPT2Tokenizer skipped")
     try:
