@@ -15,12 +15,20 @@ class MatmulKernels {
   // when cuda::allow_tf32().
   virtual void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const = 0;
 
-  // A Linear layer's product with its bias: out [M, N] contiguous = a [M, K] @ b [K, N] +
-  // bias [N] (each row), one floating dtype, bias contiguous, M, N, K >= 1; a and b laid out
-  // as for matmul. The bias is added to the product before it is rounded to out's dtype.
-  // Returns false, having written nothing, where the back end has no such product for
-  // these operands (the caller then adds the bias itself).
-  virtual bool matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) const = 0;
+  // A 2-D product with an epilogue: out [M, N] contiguous = a [M, K] @ b [K, N] (laid out as
+  // for matmul), one floating dtype, M, N, K >= 1, every vector and matrix below contiguous
+  // of out's dtype; all arithmetic in f32 (f64 for f64) and out rounded once.
+  //   Bias:     out = a @ b + bias [N] (each row): a Linear's product.
+  //   BiasGelu: aux [M, N] = a @ b + bias, out = gelu_tanh(aux): an MLP's first Linear and
+  //             its GELU (tanh form), aux kept for the gradient.
+  //   DGelu:    out = (a @ b) * gelu_tanh'(aux), aux [M, N] from BiasGelu: the GELU's input
+  //             gradient straight from the product that makes its output gradient; a defined
+  //             bias [N] receives the column sums of out (that Linear's bias gradient).
+  // Returns false, having written nothing, where the back end has no such product for these
+  // operands (the caller then composes it).
+  enum class Epilogue { Bias, BiasGelu, DGelu };
+  virtual bool matmul_epilogue(Epilogue epilogue, const Tensor& out, const Tensor& a, const Tensor& b,
+                               const Tensor& bias, const Tensor& aux) const = 0;
 
  protected:
   ~MatmulKernels() = default;

@@ -154,3 +154,91 @@ TEST(Linear, CudaMatchesCpu) {
   const Tensor expected = nc::add(nc::matmul(xt.to(DType::F32), w.to(DType::F32).t()), b.to(DType::F32));
   EXPECT_LT(relative_error(nc::nn::linear(xt, w, b), expected), 1e-2);
 }
+
+// ---------------------------------------------------------------- gelu_mlp
+namespace {
+
+struct MlpOutcome {
+  Tensor y, grad_x, grad_w1, grad_b1, grad_w2, grad_b2;
+};
+
+// y and the gradients (of sum(y * probe)) of gelu_mlp, or of linear, gelu, linear, with fresh
+// leaves on device in dtype. p holds x, w1, b1, w2, b2.
+MlpOutcome run_mlp(bool fused, const std::vector<Tensor>& p, nc::Device device, DType dtype) {
+  std::vector<Tensor> v;
+  for (const Tensor& t : p) v.push_back(t.to(device, dtype).detach().requires_grad_());
+  const Tensor y = fused ? nc::nn::gelu_mlp(v[0], v[1], v[2], v[3], v[4])
+                         : nc::nn::linear(nc::gelu(nc::nn::linear(v[0], v[1], v[2]), true), v[3], v[4]);
+  nc::sum(nc::mul(y, random(y.shape(), 98).to(device, dtype))).backward();
+  return {y, v[0].grad(), v[1].grad(), v[2].grad(), v[3].grad(), v[4].grad()};
+}
+
+std::vector<Tensor> mlp_inputs(const nc::Shape& x_shape, int64_t hidden, int64_t out, uint64_t seed) {
+  const int64_t in = x_shape.back();
+  return {random(x_shape, seed), random({hidden, in}, seed + 1, 0.3), random({hidden}, seed + 2),
+          random({out, hidden}, seed + 3, 0.3), random({out}, seed + 4)};
+}
+
+void expect_mlp_close(const MlpOutcome& a, const MlpOutcome& e, double tol) {
+  EXPECT_LT(relative_error(a.y, e.y), tol);
+  EXPECT_LT(relative_error(a.grad_x, e.grad_x), tol);
+  EXPECT_LT(relative_error(a.grad_w1, e.grad_w1), tol);
+  EXPECT_LT(relative_error(a.grad_b1, e.grad_b1), tol);
+  EXPECT_LT(relative_error(a.grad_w2, e.grad_w2), tol);
+  EXPECT_LT(relative_error(a.grad_b2, e.grad_b2), tol);
+}
+
+}  // namespace
+
+TEST(GeluMlp, MatchesTheCompositionOnCpu) {
+  for (const nc::Shape& xs : {nc::Shape{6, 5}, nc::Shape{2, 3, 8}, nc::Shape{1, 4}}) {
+    SCOPED_TRACE(nc::shape_str(xs));
+    const std::vector<Tensor> p = mlp_inputs(xs, 4 * xs.back(), xs.back(), 40);
+    for (DType dtype : {DType::F64, DType::F32}) {
+      const MlpOutcome fused = run_mlp(true, p, nc::Device::cpu(), dtype);
+      EXPECT_EQ(fused.y.dtype(), dtype);
+      expect_mlp_close(fused, run_mlp(false, p, nc::Device::cpu(), dtype), dtype == DType::F64 ? 1e-13 : 1e-5);
+    }
+    // bf16: one rounding fewer (the GELU reads the f32 pre-activation, its gradient the f32
+    // product) than the composition.
+    const MlpOutcome reference = run_mlp(false, p, nc::Device::cpu(), DType::F64);
+    expect_mlp_close(run_mlp(true, p, nc::Device::cpu(), DType::BF16), reference, 3e-2);
+  }
+}
+
+TEST(GeluMlp, GradcheckAndErrors) {
+  auto f = [](const std::vector<Tensor>& v) { return nc::nn::gelu_mlp(v[0], v[1], v[2], v[3], v[4]); };
+  std::vector<Tensor> p = mlp_inputs({2, 3, 4}, 6, 5, 50);
+  for (Tensor& t : p) t.requires_grad_();
+  std::string report;
+  EXPECT_TRUE(nc::gradcheck(f, p, {}, &report)) << report;
+  const std::vector<Tensor> q = mlp_inputs({3, 4}, 8, 4, 60);
+  throws<nc::ShapeError>([&] { nc::nn::gelu_mlp(q[0], q[1], q[2], q[1], q[4]); },
+                         {"gelu_mlp", "proj_weight [out, hidden]", "[8, 4]"})();
+  throws<nc::DTypeError>([&] { nc::nn::gelu_mlp(q[0], q[1], q[2].to(DType::F32), q[3], q[4]); },
+                         {"gelu_mlp", "fc_bias", "f32"})();
+  // Without biases it is the composition.
+  const Tensor y = nc::nn::gelu_mlp(q[0], q[1], Tensor(), q[3], Tensor());
+  EXPECT_EQ(values(y), values(nc::nn::linear(nc::gelu(nc::nn::linear(q[0], q[1]), true), q[3])));
+}
+
+TEST(GeluMlp, CudaMatchesCpu) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  // Hidden widths the epilogues take (multiples of 8) and one they leave to the composition
+  // (20); a GPT-2 block's widths.
+  struct Case {
+    nc::Shape x;
+    int64_t hidden, out;
+  };
+  for (const Case& c :
+       {Case{{6, 5}, 24, 5}, Case{{3, 7, 16}, 64, 16}, Case{{4, 5}, 20, 5}, Case{{128, 768}, 3072, 768}}) {
+    SCOPED_TRACE(nc::shape_str(c.x) + " hidden " + std::to_string(c.hidden));
+    const std::vector<Tensor> p = mlp_inputs(c.x, c.hidden, c.out, 70);
+    const MlpOutcome reference = run_mlp(false, p, nc::Device::cpu(), DType::F64);
+    for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE(nc::dtype_name(dtype));
+      const double tol = dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 1e-4 : 3e-2;
+      expect_mlp_close(run_mlp(true, p, nc::Device::cuda(), dtype), reference, tol);
+    }
+  }
+}

@@ -123,6 +123,14 @@ class Module {
 // product (on CUDA, cuBLASLt's bias epilogue), not as a pass of its own over y.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
+// A transformer's MLP as one op: linear(gelu(linear(x, fc_weight, fc_bias), approximate =
+// true), proj_weight, proj_bias), x [..., in] -> [..., out]. On CUDA the GELU is the first
+// product's epilogue forward (its input kept for the gradient) and the second product's
+// epilogue backward (cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD), not passes of their own. Without
+// both biases it is the composition. (nn::MLP does not use it yet: see docs/DESIGN.md.)
+Tensor gelu_mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
+                const Tensor& proj_bias);
+
 // y = x @ weight^T + bias: [*, in_features] -> [*, out_features]. weight [out, in] and
 // bias [out] start uniform on [-1/sqrt(in), 1/sqrt(in)] (PyTorch's default), drawn from
 // gen (the default generator when null).

@@ -1,7 +1,7 @@
 // CPU matmul (contract in kernels/matmul.h) through the backend's GEMM (kernels/cpu/gemm.h):
 // each batch entry takes the operands in place (row- or column-major, any leading
 // dimension); f16/bf16 operands are widened to float once, multiplied, and the result
-// rounded (matmul_bias adds the bias before that). Large products run in pieces on the
+// rounded (matmul_epilogue applies its epilogue before that). Large products run in pieces on the
 // thread pool (kernels/cpu/parallel.h).
 #include <vector>
 
@@ -9,6 +9,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/matmul.h"
+#include "kernels/scalar/elementwise.h"
 
 namespace normcore {
 namespace cpu {
@@ -51,46 +52,85 @@ std::vector<float> widen(const Tensor& t, int64_t batches) {
   return v;
 }
 
-// Adds bias [cols] to each row of out [rows, cols].
-template <class T>
-void add_rows(T* out, int64_t rows, int64_t cols, const T* bias) {
-  parallel_for(rows, grain_for(cols, int64_t{1} << 16), [&](int64_t begin, int64_t end) {
+using Epilogue = kernels::MatmulKernels::Epilogue;
+
+// The epilogue over the f32/f64 product p [rows, cols] (kernels/matmul.h), out rounded once.
+template <class T, class C>
+void finish(Epilogue epilogue, const C* p, int64_t rows, int64_t cols, const T* bias, T* aux, T* out, T* bias_grad) {
+  const UnaryFunctor<C, UnaryOp::GeluTanh> gelu{};
+  const BinaryFunctor<C, BinaryOp::GeluTanhGrad> gelu_grad;
+  parallel_for(rows, grain_for(cols, int64_t{1} << 14), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
-      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] += bias[j];
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t k = i * cols + j;
+        if (epilogue == Epilogue::Bias) {
+          out[k] = convert<T>(p[k] + convert<C>(bias[j]));
+        } else if (epilogue == Epilogue::BiasGelu) {
+          const C pre = p[k] + convert<C>(bias[j]);
+          aux[k] = convert<T>(pre);
+          out[k] = convert<T>(gelu(pre));
+        } else {
+          out[k] = convert<T>(gelu_grad(p[k], convert<C>(aux[k])));
+        }
+      }
   });
+  if (epilogue == Epilogue::DGelu && bias_grad != nullptr) {
+    // Column sums in a fixed order (rows in sequence), over the unrounded gradients.
+    parallel_for(cols, grain_for(rows, int64_t{1} << 14), [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        C total = 0;
+        for (int64_t i = 0; i < rows; ++i) total += gelu_grad(p[i * cols + j], convert<C>(aux[i * cols + j]));
+        bias_grad[j] = convert<T>(total);
+      }
+    });
+  }
 }
 
 class CpuMatmul final : public kernels::MatmulKernels {
  public:
-  void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override { product(out, a, b, nullptr); }
-
-  bool matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) const override {
-    product(out.view({1, out.size(0), out.size(1)}), a.unsqueeze(0), b.unsqueeze(0), &bias);
-    return true;
-  }
-
- private:
-  // out = a @ b (+ bias on each row, before a 16-bit result is rounded).
-  static void product(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor* bias) {
+  void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override {
     visit_float(out.dtype(), "matmul", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const int64_t batches = out.size(0), rows = out.size(1), cols = out.size(2);
       if constexpr (std::is_floating_point_v<T>) {
-        multiply<T>(data_as<T>(out), batches, Operand(a), data_as<const T>(a), Operand(b), data_as<const T>(b));
-        if (bias) add_rows<T>(data_as<T>(out), batches * rows, cols, data_as<const T>(*bias));
+        multiply<T>(data_as<T>(out), out.size(0), Operand(a), data_as<const T>(a), Operand(b), data_as<const T>(b));
       } else {
-        const std::vector<float> fa = widen<T>(a, batches), fb = widen<T>(b, batches);
-        std::vector<float> fo(static_cast<size_t>(out.numel()));
-        const Operand ca(a.size(1), a.size(2)), cb(b.size(1), b.size(2));  // the widened copies
-        multiply<float>(fo.data(), batches, ca, fa.data(), cb, fb.data());
-        if (bias) {
-          const std::vector<float> fbias = widen<T>(bias->view({1, 1, cols}), 1);
-          add_rows<float>(fo.data(), batches * rows, cols, fbias.data());
-        }
+        const std::vector<float> fo = widened_product<T>(out, a, b);
         T* po = data_as<T>(out);
         for (size_t i = 0; i < fo.size(); ++i) po[i] = convert<T>(fo[i]);
       }
     });
+  }
+
+  bool matmul_epilogue(Epilogue epilogue, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                       const Tensor& aux) const override {
+    const int64_t rows = out.size(0), cols = out.size(1);
+    visit_float(out.dtype(), "matmul", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      std::vector<C> p(static_cast<size_t>(rows * cols));
+      if constexpr (std::is_floating_point_v<T>) {
+        multiply<T>(p.data(), 1, Operand(a.unsqueeze(0)), data_as<const T>(a), Operand(b.unsqueeze(0)),
+                    data_as<const T>(b));
+      } else {
+        p = widened_product<T>(out.view({1, rows, cols}), a.unsqueeze(0), b.unsqueeze(0));
+      }
+      T* bias_grad = epilogue == Epilogue::DGelu ? data_or_null<T>(bias) : nullptr;
+      finish<T, C>(epilogue, p.data(), rows, cols, epilogue == Epilogue::DGelu ? nullptr : data_or_null<const T>(bias),
+                   data_or_null<T>(aux), data_as<T>(out), bias_grad);
+    });
+    return true;
+  }
+
+ private:
+  // A 16-bit product in f32: the operands widened once, multiplied.
+  template <class T>
+  static std::vector<float> widened_product(const Tensor& out, const Tensor& a, const Tensor& b) {
+    const int64_t batches = out.size(0);
+    const std::vector<float> fa = widen<T>(a, batches), fb = widen<T>(b, batches);
+    std::vector<float> fo(static_cast<size_t>(out.numel()));
+    const Operand ca(a.size(1), a.size(2)), cb(b.size(1), b.size(2));  // the widened copies
+    multiply<float>(fo.data(), batches, ca, fa.data(), cb, fb.data());
+    return fo;
   }
 };
 

@@ -3,8 +3,9 @@
 // (CUBLAS_COMPUTE_32F), f32 in plain f32 or, with cuda::allow_tf32(), on TF32 tensor
 // cores (CUBLAS_COMPUTE_32F_FAST_TF32), f64 in f64. Each operand is either
 // row-major (stride(2) == 1) or column-major (stride(1) == 1), with any batch stride.
-// matmul_bias runs through cuBLASLt with its bias epilogue, so a Linear's bias costs no pass
-// of its own over the output.
+// matmul_epilogue runs through cuBLASLt with its epilogues (bias; bias and GELU keeping the
+// GELU's input; the GELU's gradient with the bias gradient), so a Linear's bias and an MLP's
+// GELU cost no pass of their own over the output.
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -62,10 +63,11 @@ GemmOperand operand(const Tensor& t, Tensor* packed) {
 class CudaMatmul final : public kernels::MatmulKernels {
  public:
   void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override;
-  bool matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) const override;
+  bool matmul_epilogue(Epilogue epilogue, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                       const Tensor& aux) const override;
 };
 
-// ---------------------------------------------------------------- cuBLASLt with a bias
+// ---------------------------------------------------------------- cuBLASLt with an epilogue
 
 // The largest power of two up to 256 that divides p's address: what cuBLASLt's heuristic
 // is told of each pointer (it assumes 256 unless told).
@@ -115,13 +117,14 @@ struct LtChoice {
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
 };
-using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int64_t, int64_t, uint32_t, uint32_t, uint32_t,
-                         uint32_t>;
+using LtKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int, int, int64_t, int64_t, uint32_t, uint32_t,
+                         uint32_t, uint32_t, uint32_t>;
 
 // cuBLASLt's workspace limit: what it recommends on Hopper.
 constexpr size_t kLtWorkspaceLimit = size_t{32} << 20;
 
-bool CudaMatmul::matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias) const {
+bool CudaMatmul::matmul_epilogue(Epilogue epilogue, const Tensor& out, const Tensor& a, const Tensor& b,
+                                 const Tensor& bias, const Tensor& aux) const {
   cudaDataType_t data_type;
   cublasComputeType_t compute_type;
   switch (out.dtype()) {
@@ -131,16 +134,22 @@ bool CudaMatmul::matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b
       break;
     case DType::F16: data_type = CUDA_R_16F; compute_type = CUBLAS_COMPUTE_32F; break;
     case DType::BF16: data_type = CUDA_R_16BF; compute_type = CUBLAS_COMPUTE_32F; break;
-    default: return false;  // f64: cuBLASLt has no bias epilogue for it
+    default: return false;  // f64: cuBLASLt has no epilogues for it
   }
-  if (alignment(bias.data_ptr()) < 16) return false;
   const int64_t m = out.size(0), n = out.size(1), k = a.size(1);
+  const bool gelu = epilogue != Epilogue::Bias;
+  if (bias.defined() && alignment(bias.data_ptr()) < 16) return false;
+  if (gelu && (n % 8 != 0 || alignment(aux.data_ptr()) < 16)) return false;  // the aux matrix's ld: a multiple of 8
+  const cublasLtEpilogue_t lt_epilogue = epilogue == Epilogue::Bias       ? CUBLASLT_EPILOGUE_BIAS
+                                         : epilogue == Epilogue::BiasGelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                         : bias.defined()                 ? CUBLASLT_EPILOGUE_DGELU_BGRAD
+                                                                          : CUBLASLT_EPILOGUE_DGELU;
   const Launcher launch("matmul", out);
   Tensor packed_a, packed_b;
   const GemmOperand ga = operand(a.unsqueeze(0), &packed_a), gb = operand(b.unsqueeze(0), &packed_b);
 
-  // Column-major, as matmul: out^T [n, m] = op(b^T) [n, k] @ op(a^T) [k, m], and the
-  // epilogue adds bias [n] to each column, that is to each row of out.
+  // Column-major, as matmul: out^T [n, m] = op(b^T) [n, k] @ op(a^T) [k, m]; the bias [n]
+  // runs along out^T's columns (out's rows), and aux [n, m] has out^T's layout.
   const LtLayout layout_b(data_type, gb.op == CUBLAS_OP_N ? n : k, gb.op == CUBLAS_OP_N ? k : n, gb.ld);
   const LtLayout layout_a(data_type, ga.op == CUBLAS_OP_N ? k : m, ga.op == CUBLAS_OP_N ? m : k, ga.ld);
   const LtLayout layout_out(data_type, n, m, n);
@@ -148,14 +157,20 @@ bool CudaMatmul::matmul_bias(const Tensor& out, const Tensor& a, const Tensor& b
   NC_CUDA_CHECK(cublasLtMatmulDescCreate(&desc.desc, compute_type, CUDA_R_32F));
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, gb.op);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, ga.op);
-  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-  desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr());
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue);
+  if (bias.defined()) desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr());
+  if (gelu) {
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux.data_ptr());
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, n);
+  }
 
   const cublasLtHandle_t handle = cublaslt_handle(launch.device());
   const uint32_t align_b = alignment(gb.ptr), align_a = alignment(ga.ptr), align_out = alignment(out.data_ptr()),
-                 align_bias = alignment(bias.data_ptr());
+                 align_bias = bias.defined() ? alignment(bias.data_ptr()) : 0,
+                 align_aux = gelu ? alignment(aux.data_ptr()) : 0;
   const LtKey key{launch.device(), static_cast<int>(out.dtype()) * 2 + (compute_type == CUBLAS_COMPUTE_32F_FAST_TF32),
-                  m, n, k, gb.op, ga.op, gb.ld, ga.ld, align_b, align_a, align_out, align_bias};
+                  static_cast<int>(lt_epilogue), m, n, k, gb.op, ga.op, gb.ld, ga.ld, align_b, align_a, align_out,
+                  align_bias, align_aux};
   static std::mutex choices_mutex;
   static std::map<LtKey, LtChoice> choices;
   LtChoice choice;
