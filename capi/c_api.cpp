@@ -16,6 +16,7 @@
 #include "normcore/models.h"
 #include "normcore/normcore.h"
 #include "normcore/safetensors.h"
+#include "normcore/text.h"
 
 namespace nc = normcore;
 
@@ -34,6 +35,10 @@ struct nc_classifier {
 
 struct nc_generator {
   nc::models::TextGenerator generator;
+};
+
+struct nc_tokenizer {
+  nc::text::BpeTokenizer tokenizer;
 };
 
 namespace {
@@ -348,19 +353,23 @@ void nc_generator_free(nc_generator* g) { delete g; }
 
 int64_t nc_generator_context(const nc_generator* g) { return g ? g->generator.model().config.context : 0; }
 
-nc_status nc_generator_generate(nc_generator* g, const char* prompt, int64_t tokens, double temperature,
-                                int64_t top_k, uint64_t seed, char* text, size_t capacity, size_t* length,
-                                nc_text_callback on_text, void* user) {
+namespace {
+
+nc_status generate(const char* fn, nc_generator* g, const char* prompt, int64_t tokens, double temperature,
+                   int64_t top_k, double top_p, uint64_t seed, char* text, size_t capacity, size_t* length,
+                   nc_text_callback on_text, void* user) {
   return guarded([&] {
-    const char* fn = "nc_generator_generate";
     require(g, fn, "g");
     require(prompt, fn, "prompt");
     NC_CHECK(tokens >= 0, ValueError, fn, ": argument 'tokens' is ", tokens, ", negative");
-    NC_CHECK(text == nullptr || capacity > static_cast<uint64_t>(tokens), ValueError, fn, ": argument 'capacity' is ",
-             capacity, " bytes, too small for ", tokens, " bytes and the terminating NUL");
+    const size_t needed = nc_generator_max_bytes(g, tokens);
+    NC_CHECK(text == nullptr || capacity >= needed, ValueError, fn, ": argument 'capacity' is ", capacity,
+             " bytes, too small for ", tokens, " tokens of up to ", g->generator.max_token_bytes(),
+             " bytes and the terminating NUL (", needed, ")");
     nc::models::GenerateOptions options;
     options.temperature = temperature;
     options.top_k = top_k;
+    options.top_p = top_p;
     options.seed = seed;
     std::function<void(const std::string&)> stream;
     if (on_text) stream = [&](const std::string& piece) { on_text(piece.data(), piece.size(), user); };
@@ -370,6 +379,80 @@ nc_status nc_generator_generate(nc_generator* g, const char* prompt, int64_t tok
       text[continuation.size()] = '\0';
     }
     if (length) *length = continuation.size();
+  });
+}
+
+}  // namespace
+
+nc_status nc_generator_generate(nc_generator* g, const char* prompt, int64_t tokens, double temperature,
+                                int64_t top_k, uint64_t seed, char* text, size_t capacity, size_t* length,
+                                nc_text_callback on_text, void* user) {
+  return generate("nc_generator_generate", g, prompt, tokens, temperature, top_k, 1.0, seed, text, capacity, length,
+                  on_text, user);
+}
+
+nc_status nc_generator_generate_top_p(nc_generator* g, const char* prompt, int64_t tokens, double temperature,
+                                      int64_t top_k, double top_p, uint64_t seed, char* text, size_t capacity,
+                                      size_t* length, nc_text_callback on_text, void* user) {
+  return generate("nc_generator_generate_top_p", g, prompt, tokens, temperature, top_k, top_p, seed, text, capacity,
+                  length, on_text, user);
+}
+
+size_t nc_generator_max_bytes(const nc_generator* g, int64_t tokens) {
+  if (!g || tokens < 0) return 0;
+  return static_cast<size_t>(tokens) * static_cast<size_t>(g->generator.max_token_bytes()) + 1;
+}
+
+// ---------------------------------------------------------------- tokenizers
+nc_status nc_tokenizer_load(const char* dir, nc_tokenizer** out) {
+  return guarded([&] {
+    const char* fn = "nc_tokenizer_load";
+    require(out, fn, "out");
+    *out = nullptr;
+    require(dir, fn, "dir");
+    *out = new nc_tokenizer{nc::text::BpeTokenizer::load(dir)};
+  });
+}
+
+void nc_tokenizer_free(nc_tokenizer* t) { delete t; }
+
+int64_t nc_tokenizer_vocab_size(const nc_tokenizer* t) { return t ? t->tokenizer.vocab_size() : 0; }
+
+int32_t nc_tokenizer_end_of_text(const nc_tokenizer* t) { return t ? t->tokenizer.end_of_text() : -1; }
+
+nc_status nc_tokenizer_encode(const nc_tokenizer* t, const char* text, size_t length, int special, int32_t* ids,
+                              size_t capacity, size_t* count) {
+  return guarded([&] {
+    const char* fn = "nc_tokenizer_encode";
+    require(t, fn, "t");
+    require(count, fn, "count");
+    *count = 0;
+    if (length > 0) require(text, fn, "text");
+    const std::vector<int32_t> out = t->tokenizer.encode(std::string_view(text ? text : "", length), special != 0);
+    *count = out.size();
+    if (!ids) return;
+    NC_CHECK(capacity >= out.size(), ValueError, fn, ": argument 'capacity' is ", capacity, " ids, too small for the ",
+             out.size(), " ids of the text's ", length, " bytes");
+    std::memcpy(ids, out.data(), out.size() * sizeof(int32_t));
+  });
+}
+
+nc_status nc_tokenizer_decode(const nc_tokenizer* t, const int32_t* ids, size_t count, char* text, size_t capacity,
+                              size_t* length) {
+  return guarded([&] {
+    const char* fn = "nc_tokenizer_decode";
+    require(t, fn, "t");
+    require(length, fn, "length");
+    *length = 0;
+    if (count > 0) require(ids, fn, "ids");
+    const std::vector<int32_t> list = count > 0 ? std::vector<int32_t>(ids, ids + count) : std::vector<int32_t>();
+    const std::string out = t->tokenizer.decode(list);
+    *length = out.size();
+    if (!text) return;
+    NC_CHECK(capacity > out.size(), ValueError, fn, ": argument 'capacity' is ", capacity, " bytes, too small for the ",
+             out.size(), " bytes of ", count, " ids and the terminating NUL");
+    std::memcpy(text, out.data(), out.size());
+    text[out.size()] = '\0';
   });
 }
 

@@ -360,35 +360,19 @@ int generate(const Args& args) {
   nc::models::GenerateOptions options;
   options.temperature = number(args, "temperature");
   options.top_k = integer(args, "top-k", 0);
+  options.top_p = number(args, "top-p");
   options.seed = static_cast<uint64_t>(integer(args, "seed", 0));
   const int64_t tokens = integer(args, "tokens", 0);
   const std::string& prompt = args.options.at("prompt");
-  if (const std::string& dir = args.options.at("model"); !dir.empty()) {
-    // A GPT-2 checkpoint of any vocabulary: the prompt through its tokenizer, each new
-    // token's bytes written as it is chosen.
-    const auto model = nc::models::load_hf_gpt2(dir, device);
-    const std::string& files = args.options.at("tokenizer");
-    const nc::text::BpeTokenizer tokenizer = nc::text::BpeTokenizer::load(files.empty() ? dir : files);
-    NC_CHECK(tokenizer.vocab_size() <= model->config.vocab_size, ValueError, "--tokenizer: its vocabulary of ",
-             tokenizer.vocab_size(), " tokens is larger than the model's ", model->config.vocab_size);
-    std::vector<int64_t> ids;
-    for (int32_t id : tokenizer.encode(prompt)) ids.push_back(id);
-    if (ids.empty()) {
-      NC_CHECK(tokenizer.end_of_text() >= 0, ValueError, "--prompt: empty, and the tokenizer has no <|endoftext|> "
-               "to start a new document with");
-      ids.push_back(tokenizer.end_of_text());
-    }
-    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-    std::fflush(stdout);
-    nc::models::generate_tokens(*model, ids, tokens, options, [&](int64_t id) {
-      const std::string piece = tokenizer.decode({static_cast<int32_t>(id)});
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    });
-    std::printf("\n");
-    return 0;
-  }
-  nc::models::TextGenerator generator(args.options.at("checkpoint"), device);
+  // A Hugging Face GPT-2 folder (any vocabulary, the prompt through its tokenizer) or a
+  // byte-level checkpoint; each token's bytes are written as it is chosen.
+  const std::string& folder = args.options.at("model");
+  NC_CHECK(!folder.empty() || args.options.at("tokenizer").empty(), ValueError,
+           "--tokenizer: goes with --model (a byte-level --checkpoint has no tokenizer)");
+  NC_CHECK(folder.empty() || std::filesystem::is_directory(folder), IOError, "--model: ", folder,
+           " is not a folder (a Hugging Face GPT-2 folder holds config.json and model.safetensors)");
+  nc::models::TextGenerator generator(folder.empty() ? args.options.at("checkpoint") : folder, device,
+                                      args.options.at("tokenizer"));
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
   generator.generate(prompt, tokens, options, [](const std::string& piece) {

@@ -135,7 +135,8 @@ const std::vector<OptionSpec> kGenerateOptions = {
     {"tokens", "300", "bytes (tokens with --model) to generate; past the context the model sees the last "
                       "context ones"},
     {"temperature", "0.8", "sampling temperature (0: greedy)"},
-    {"top-k", "0", "sample among the k most likely bytes (0: all)"},
+    {"top-k", "0", "sample among the k most likely tokens (0: all)"},
+    {"top-p", "1", "then among the most likely tokens whose probabilities add up to P (1: all)"},
     {"seed", "0", "seed of the sampling: the same seed gives the same text"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
 };

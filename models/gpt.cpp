@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <initializer_list>
 #include <tuple>
 #include <type_traits>
@@ -13,6 +14,7 @@
 #include "normcore/losses.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
+#include "normcore/text.h"
 #include "models/checkpoint_text.h"
 
 namespace normcore {
@@ -291,8 +293,9 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
 // ---------------------------------------------------------------- generation
 namespace {
 
-// The next byte from the last position's logits: the most likely (temperature 0), or a
-// draw from softmax(logits / temperature) over the top_k most likely, with u uniform on [0, 1).
+// The next token from the last position's logits: the most likely (temperature 0), or a
+// draw from softmax(logits / temperature) over the top_k most likely and then the top_p
+// nucleus, with u uniform on [0, 1).
 int64_t choose(const std::vector<float>& logits, const GenerateOptions& options, double u) {
   const auto most_likely = std::max_element(logits.begin(), logits.end());
   if (options.temperature <= 0) return most_likely - logits.begin();
@@ -308,6 +311,19 @@ int64_t choose(const std::vector<float>& logits, const GenerateOptions& options,
     if (logits[i] < cutoff) continue;
     weights[i] = std::exp((static_cast<double>(logits[i]) - *most_likely) / options.temperature);
     total += weights[i];
+  }
+  if (options.top_p < 1) {
+    // The most likely first (ties by index, so the cut is the same every time); keep them
+    // until their weight reaches top_p of the total, drop the rest.
+    std::vector<int64_t> order;
+    for (size_t i = 0; i < weights.size(); ++i)
+      if (weights[i] > 0) order.push_back(static_cast<int64_t>(i));
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
+    double kept = 0;
+    size_t n = 0;
+    while (n < order.size() && (n == 0 || kept < options.top_p * total)) kept += weights[order[n++]];
+    for (size_t j = n; j < order.size(); ++j) weights[order[j]] = 0;
+    total = kept;
   }
   double target = u * total;
   for (size_t i = 0; i < weights.size(); ++i) {
@@ -332,6 +348,8 @@ std::vector<int64_t> generate_tokens(GPT& model, const std::vector<int64_t>& pro
   NC_CHECK(std::isfinite(options.temperature) && options.temperature >= 0, ValueError, op,
            ": temperature must be finite and >= 0, got ", options.temperature);
   NC_CHECK(options.top_k >= 0, ValueError, op, ": top_k must be >= 0, got ", options.top_k);
+  NC_CHECK(options.top_p > 0 && options.top_p <= 1, ValueError, op, ": top_p must be in (0, 1], got ",
+           options.top_p);
   NC_CHECK(!prompt.empty(), ValueError, op, ": the prompt is empty (at least one token is needed)");
   for (size_t i = 0; i < prompt.size(); ++i)
     NC_CHECK(prompt[i] >= 0 && prompt[i] < model.config.vocab_size, IndexError, op, ": prompt token ", i, " is ",
@@ -384,14 +402,42 @@ std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens,
   return text;
 }
 
-TextGenerator::TextGenerator(const std::string& checkpoint, Device device)
-    : model_(load_gpt_checkpoint(checkpoint, device).model) {
+TextGenerator::TextGenerator(const std::string& path, Device device, const std::string& tokenizer_dir) {
+  if (!std::filesystem::is_directory(path)) {
+    NC_CHECK(tokenizer_dir.empty(), ValueError, "TextGenerator: ", path, " is a byte-level checkpoint, which takes "
+             "no tokenizer (got tokenizer folder ", tokenizer_dir, ")");
+    model_ = load_gpt_checkpoint(path, device).model;
+  } else {
+    model_ = load_hf_gpt2(path, device);
+    tokenizer_ = std::make_shared<const text::BpeTokenizer>(
+        text::BpeTokenizer::load(tokenizer_dir.empty() ? path : tokenizer_dir));
+    NC_CHECK(tokenizer_->vocab_size() <= model_->config.vocab_size, ValueError, "TextGenerator: the tokenizer of ",
+             tokenizer_dir.empty() ? path : tokenizer_dir, " has ", tokenizer_->vocab_size(),
+             " tokens, more than the model's vocabulary of ", model_->config.vocab_size);
+    max_token_bytes_ = 1;
+    for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id)
+      max_token_bytes_ = std::max<int64_t>(max_token_bytes_, static_cast<int64_t>(tokenizer_->decode({id}).size()));
+  }
   model_->eval();
 }
 
 std::string TextGenerator::generate(const std::string& prompt, int64_t tokens, const GenerateOptions& options,
                                     const std::function<void(const std::string&)>& on_text) {
-  return generate_text(*model_, prompt, tokens, options, on_text);
+  if (!tokenizer_) return generate_text(*model_, prompt, tokens, options, on_text);
+  std::vector<int64_t> ids;
+  for (int32_t id : tokenizer_->encode(prompt)) ids.push_back(id);
+  if (ids.empty()) {
+    NC_CHECK(tokenizer_->end_of_text() >= 0, ValueError, "TextGenerator::generate: the prompt is empty and the "
+             "tokenizer has no <|endoftext|> to start a new document with");
+    ids.push_back(tokenizer_->end_of_text());
+  }
+  std::string text;
+  generate_tokens(*model_, ids, tokens, options, [&](int64_t id) {
+    const std::string piece = tokenizer_->decode({static_cast<int32_t>(id)});
+    text += piece;
+    if (on_text) on_text(piece);
+  });
+  return text;
 }
 
 }  // namespace models

@@ -67,6 +67,12 @@ if [ "${1:-}" = tokenize ]; then
   [ "$(head -c 11 gen-a.txt)" = "Hello world" ] && [ "$(wc -c < gen-a.txt)" -gt 12 ] ||
     fail "generate --model did not continue the prompt: $(cat gen-a.txt)"
   expect_error "config.json" "$normcore" generate --model "$work/none" --tokenizer "$vocab" --prompt x
+  # Nucleus sampling: the same seed gives the same text; top-p outside (0, 1] is refused.
+  "$normcore" generate --model hf --prompt "Hello" --tokens 8 --temperature 1 --top-p 0.9 --seed 3 --device cpu > p-a.txt
+  "$normcore" generate --model hf --prompt "Hello" --tokens 8 --temperature 1 --top-p 0.9 --seed 3 --device cpu > p-b.txt
+  cmp p-a.txt p-b.txt || fail "generate --top-p gave two texts for one seed: $(cat p-a.txt) / $(cat p-b.txt)"
+  expect_error "top_p must be in (0, 1]" "$normcore" generate --model hf --prompt x --top-p 0 --device cpu
+  expect_error "goes with --model" "$normcore" generate --checkpoint lm2.safetensors --tokenizer "$vocab" --prompt x
   # Bad input: each an error naming what is wrong.
   echo 50257 > past.ids
   echo "12 x" > word.ids

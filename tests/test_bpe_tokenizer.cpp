@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "normcore/gpt.h"
+#include "normcore/normcore_c.h"
 #include "normcore/text.h"
 #include "tests/test_support.h"
 
@@ -356,4 +357,119 @@ TEST_F(SmallBpe, TokenizerJsonOfAnotherKindIsRefused) {
   refused(pairs, {"tokenizer.json model.merges [0]", "a pair of strings"})();
   refused(added, {"added_tokens[0]", "not in model.vocab under that id"})();
   refused(no_model, {"\"model\" is a JSON null"})();
+}
+
+// ---------------------------------------------------------------- a model folder and the C API
+namespace {
+
+// The small tokenizer with <|endoftext|> (ids 256 to 259) in dir, as a GPT-2 folder has it.
+const std::string kMerges = "#version: 0.2\nb c\na b\na a\n";
+Json folder_vocab() { return small_vocab({"bc", "ab", "aa", "<|endoftext|>"}); }
+
+std::string decoded(const BpeTokenizer& t, const std::vector<int64_t>& ids) {
+  std::string text;
+  for (int64_t id : ids) text += t.decode({static_cast<int32_t>(id)});
+  return text;
+}
+
+}  // namespace
+
+TEST_F(SmallBpe, TextGeneratorOnAModelFolder) {
+  const BpeTokenizer t = load(folder_vocab(), kMerges);
+  ASSERT_EQ(t.end_of_text(), 259);
+  nc::models::GPTConfig c;
+  c.vocab_size = 260;
+  c.context = 16;
+  c.layers = 2;
+  c.heads = 2;
+  c.embed = 16;
+  nc::Generator gen(8);
+  nc::models::save_hf_gpt2(nc::models::GPT(c, &gen), dir_.string());
+  const auto model = nc::models::load_hf_gpt2(dir_.string());
+
+  nc::models::TextGenerator generator(dir_.string());
+  ASSERT_NE(generator.tokenizer(), nullptr);
+  EXPECT_EQ(generator.max_token_bytes(), 13);  // "<|endoftext|>"
+  // The prompt through the tokenizer, generate_tokens, each token decoded as it comes.
+  std::vector<int64_t> prompt;
+  for (int32_t id : t.encode("abcab")) prompt.push_back(id);
+  const std::string expected = decoded(t, nc::models::generate_tokens(*model, prompt, 10, {0.0, 0, 0}));
+  std::string streamed;
+  EXPECT_EQ(generator.generate("abcab", 10, {0.0, 0, 0}, [&](const std::string& piece) { streamed += piece; }),
+            expected);
+  EXPECT_EQ(streamed, expected);
+  // An empty prompt starts a document from <|endoftext|>; sampling follows the seed.
+  EXPECT_EQ(generator.generate("", 6, {0.9, 0, 4, 0.8}),
+            decoded(t, nc::models::generate_tokens(*model, {259}, 6, {0.9, 0, 4, 0.8})));
+
+  // The C API on the same folder.
+  nc_generator* g = nullptr;
+  ASSERT_EQ(nc_generator_load(dir_.c_str(), "cpu", &g), NC_OK) << nc_last_error();
+  EXPECT_EQ(nc_generator_max_bytes(g, 10), 131u);
+  EXPECT_EQ(nc_generator_max_bytes(nullptr, 10), 0u);
+  std::vector<char> text(nc_generator_max_bytes(g, 10));
+  size_t length = 0;
+  ASSERT_EQ(nc_generator_generate_top_p(g, "abcab", 10, 0.0, 0, 1.0, 0, text.data(), text.size(), &length, nullptr,
+                                        nullptr),
+            NC_OK)
+      << nc_last_error();
+  EXPECT_EQ(std::string(text.data(), length), expected);
+  EXPECT_EQ(text[length], '\0');
+  EXPECT_EQ(nc_generator_generate(g, "abcab", 10, 0.0, 0, 0, text.data(), 100, &length, nullptr, nullptr),
+            NC_ERROR_VALUE);
+  EXPECT_NE(std::string(nc_last_error()).find("'capacity' is 100 bytes"), std::string::npos) << nc_last_error();
+  EXPECT_EQ(nc_generator_generate_top_p(g, "ab", 2, 1.0, 0, 0.0, 0, nullptr, 0, nullptr, nullptr, nullptr),
+            NC_ERROR_VALUE);
+  EXPECT_NE(std::string(nc_last_error()).find("top_p"), std::string::npos) << nc_last_error();
+  nc_generator_free(g);
+  // A byte-level checkpoint takes no tokenizer.
+  const std::string checkpoint = (dir_ / "lm.safetensors").string();
+  nc::models::save_gpt_checkpoint(checkpoint, nc::models::GPT(nc::models::GPTConfig{}, &gen), 0, {}, {}, {});
+  throws<nc::ValueError>([&] { nc::models::TextGenerator(checkpoint, nc::Device::cpu(), dir_.string()); },
+                         {"TextGenerator", "byte-level", "tokenizer"})();
+}
+
+TEST_F(SmallBpe, CApiEncodesAndDecodes) {
+  const BpeTokenizer t = load(folder_vocab(), kMerges);
+  nc_tokenizer* tok = nullptr;
+  ASSERT_EQ(nc_tokenizer_load(dir_.c_str(), &tok), NC_OK) << nc_last_error();
+  EXPECT_EQ(nc_tokenizer_vocab_size(tok), 260);
+  EXPECT_EQ(nc_tokenizer_end_of_text(tok), 259);
+  const std::string text = "abcab q<|endoftext|>aaa";
+  for (int special : {0, 1}) {
+    const std::vector<int32_t> expected = t.encode(text, special != 0);
+    size_t count = 0;
+    ASSERT_EQ(nc_tokenizer_encode(tok, text.data(), text.size(), special, nullptr, 0, &count), NC_OK);
+    EXPECT_EQ(count, expected.size());
+    std::vector<int32_t> ids(count);
+    ASSERT_EQ(nc_tokenizer_encode(tok, text.data(), text.size(), special, ids.data(), ids.size(), &count), NC_OK);
+    EXPECT_EQ(ids, expected);
+    EXPECT_EQ(nc_tokenizer_encode(tok, text.data(), text.size(), special, ids.data(), count - 1, &count),
+              NC_ERROR_VALUE);
+    EXPECT_NE(std::string(nc_last_error()).find("too small for the " + std::to_string(expected.size()) + " ids"),
+              std::string::npos)
+        << nc_last_error();
+    size_t length = 0;
+    ASSERT_EQ(nc_tokenizer_decode(tok, ids.data(), ids.size(), nullptr, 0, &length), NC_OK);
+    EXPECT_EQ(length, text.size());
+    std::vector<char> back(length + 1, 'x');
+    ASSERT_EQ(nc_tokenizer_decode(tok, ids.data(), ids.size(), back.data(), back.size(), &length), NC_OK);
+    EXPECT_EQ(std::string(back.data(), length), text);
+    EXPECT_EQ(back[length], '\0');
+    EXPECT_EQ(nc_tokenizer_decode(tok, ids.data(), ids.size(), back.data(), length, &length), NC_ERROR_VALUE);
+  }
+  const int32_t bad[] = {'a', 260};
+  size_t length = 0;
+  EXPECT_EQ(nc_tokenizer_decode(tok, bad, 2, nullptr, 0, &length), NC_ERROR_INDEX);
+  EXPECT_NE(std::string(nc_last_error()).find("position 1"), std::string::npos) << nc_last_error();
+  size_t count = 0;
+  EXPECT_EQ(nc_tokenizer_encode(nullptr, "a", 1, 0, nullptr, 0, &count), NC_ERROR_VALUE);
+  EXPECT_NE(std::string(nc_last_error()).find("nc_tokenizer_encode"), std::string::npos) << nc_last_error();
+  EXPECT_EQ(nc_tokenizer_encode(tok, "", 0, 0, nullptr, 0, &count), NC_OK);
+  EXPECT_EQ(count, 0u);
+  nc_tokenizer_free(tok);
+  nc_tokenizer* none = nullptr;
+  EXPECT_EQ(nc_tokenizer_load((dir_ / "missing").c_str(), &none), NC_ERROR_IO);
+  EXPECT_EQ(none, nullptr);
+  nc_tokenizer_free(nullptr);
 }

@@ -318,6 +318,53 @@ TEST(GPT, SamplingIsDeterministicForASeed) {
   throws<nc::ValueError>([&] { models::generate_text(model, "a", 3, {-1.0, 0, 0}); }, {"temperature"})();
 }
 
+TEST(GPT, TopPSamplesFromTheNucleus) {
+  nc::Generator gen(5);
+  models::GPT model(tiny_config(), &gen);
+  // top_p 1 is no cut; a top_p below every probability keeps the most likely alone: greedy.
+  EXPECT_EQ(models::generate_text(model, "ab", 12, {1.0, 0, 3, 1.0}),
+            models::generate_text(model, "ab", 12, {1.0, 0, 3}));
+  EXPECT_EQ(models::generate_text(model, "ab", 12, {2.0, 0, 3, 1e-9}),
+            models::generate_text(model, "ab", 12, {0.0, 0, 0}));
+  // At top_p 0.5 every byte drawn is in its step's nucleus: the fewest most likely bytes of
+  // softmax(logits / T) that reach 0.5, recomputed from a full forward of the history.
+  const double temperature = 1.5, top_p = 0.5;
+  const std::string prompt = "The quick";
+  const std::string text = models::generate_text(model, prompt, 20, {temperature, 0, 11, top_p});
+  model.eval();
+  nc::autograd::NoGradGuard no_grad;
+  std::string history = prompt;
+  int64_t outside_greedy = 0;
+  for (char c : text) {
+    const std::string window = history.size() > 8 ? history.substr(history.size() - 8) : history;
+    std::vector<int64_t> ids;
+    for (unsigned char b : window) ids.push_back(b);
+    const nc::Tensor logits = model(nc::from_vector<int64_t>(ids, {1, static_cast<int64_t>(ids.size())}));
+    const std::vector<double> l =
+        nc::div(logits.select(0, 0).select(0, -1), temperature).to(nc::DType::F64).to_vector<double>();
+    std::vector<double> p(l.size());
+    const double top = *std::max_element(l.begin(), l.end());
+    double total = 0;
+    for (size_t i = 0; i < l.size(); ++i) total += (p[i] = std::exp(l[i] - top));
+    std::vector<size_t> order(p.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+    double kept = 0;
+    std::vector<bool> nucleus(p.size(), false);
+    for (size_t n = 0; n < order.size() && (n == 0 || kept < top_p * total); ++n) {
+      nucleus[order[n]] = true;
+      kept += p[order[n]];
+    }
+    const auto byte = static_cast<unsigned char>(c);
+    EXPECT_TRUE(nucleus[byte]) << "byte " << int(byte) << " after '" << history << "'";
+    if (byte != order[0]) ++outside_greedy;
+    history += c;
+  }
+  EXPECT_GT(outside_greedy, 0);  // it did sample, not only take the most likely
+  for (double bad : {0.0, -0.5, 1.5, std::nan("")})
+    throws<nc::ValueError>([&] { models::generate_text(model, "a", 3, {1.0, 0, 0, bad}); }, {"top_p", "(0, 1]"})();
+}
+
 TEST(GPT, TokenGenerationOverALargerVocabulary) {
   models::GPTConfig c = tiny_config();
   c.vocab_size = 1000;

@@ -20,6 +20,9 @@
 #pragma GCC visibility push(default)
 
 namespace normcore {
+namespace text {
+class BpeTokenizer;
+}  // namespace text
 namespace models {
 
 struct GPTConfig {
@@ -193,9 +196,13 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device = Devic
 
 // ---------------------------------------------------------------- generation
 struct GenerateOptions {
-  double temperature = 0.8;  // 0: greedy (the most likely byte)
-  int64_t top_k = 0;         // sample among the k most likely bytes (0: all)
+  double temperature = 0.8;  // 0: greedy (the most likely token)
+  int64_t top_k = 0;         // sample among the k most likely tokens (0: all)
   uint64_t seed = 0;         // the same seed gives the same text on a device
+  // Then among the fewest most likely tokens whose probabilities (at the temperature, after
+  // top_k) add up to at least top_p, in (0, 1]; 1 keeps them all (nucleus sampling). Last,
+  // so that {temperature, top_k, seed} still initializes the others.
+  double top_p = 1.0;
 };
 
 // Continues prompt by `tokens` bytes, one KV-cache step per byte, handing each byte to
@@ -215,17 +222,28 @@ std::vector<int64_t> generate_tokens(GPT& model, const std::vector<int64_t>& pro
                                      const GenerateOptions& options,
                                      const std::function<void(int64_t)>& on_token = {});
 
-// Loads a GPT checkpoint once and writes text with it.
+// Loads a model once and writes text with it: a checkpoint file of `normcore train-lm` (a
+// byte-level GPT), or a Hugging Face GPT-2 folder (load_hf_gpt2) with its tokenizer's files
+// (text::BpeTokenizer::load) from the folder itself or from tokenizer_dir when given.
 class TextGenerator {
  public:
-  explicit TextGenerator(const std::string& checkpoint, Device device = Device::cpu());
-  // generate_text with the loaded model.
+  explicit TextGenerator(const std::string& path, Device device = Device::cpu(), const std::string& tokenizer_dir = "");
+  // Continues prompt by `tokens` tokens (bytes for a byte-level model), handing each
+  // token's bytes to on_text as it is chosen, and returns the continuation. An empty prompt
+  // starts a new fortune (byte models: generate_text) or a new document (<|endoftext|>).
   std::string generate(const std::string& prompt, int64_t tokens, const GenerateOptions& options = {},
                        const std::function<void(const std::string&)>& on_text = {});
   const GPT& model() const { return *model_; }
+  // The tokenizer of a model folder; null for a byte-level checkpoint.
+  const text::BpeTokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The most bytes one token's text can have (1 for a byte-level model): a continuation of
+  // n tokens has at most n times this many bytes.
+  int64_t max_token_bytes() const { return max_token_bytes_; }
 
  private:
   std::shared_ptr<GPT> model_;
+  std::shared_ptr<const text::BpeTokenizer> tokenizer_;
+  int64_t max_token_bytes_ = 1;
 };
 
 }  // namespace models

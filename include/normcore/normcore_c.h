@@ -32,7 +32,7 @@ extern "C" {
 #define NC_API
 #endif
 
-#define NC_API_VERSION 1
+#define NC_API_VERSION 2
 
 typedef enum nc_status {
   NC_OK = 0,
@@ -120,25 +120,59 @@ NC_API nc_status nc_image_read(const char* path, float* pixels);
 NC_API nc_status nc_classifier_predict(const nc_classifier* c, const float* images, int64_t count, int64_t* labels,
                                        float* probabilities);
 
-/* ---- text generators (checkpoints of `normcore train-lm`: a byte-level GPT) */
-/* Receives each byte of a continuation as it is chosen (length 1 for this model), with the
- * user pointer given to nc_generator_generate. */
+/* ---- text generators: a checkpoint of `normcore train-lm` (a byte-level GPT), or (since
+ * version 2) a Hugging Face GPT-2 folder (config.json, model.safetensors) with GPT-2's
+ * tokenizer files beside them (encoder.json and vocab.bpe, vocab.json and merges.txt, or
+ * tokenizer.json); for a folder, prompts go through the tokenizer and `tokens` counts its
+ * tokens, each of one or more bytes. */
+/* Receives the bytes of each token of a continuation as it is chosen (one byte for a
+ * byte-level model), with the user pointer given to nc_generator_generate. */
 typedef void (*nc_text_callback)(const char* text, size_t length, void* user);
 NC_API nc_status nc_generator_load(const char* checkpoint, const char* device, nc_generator** out);
 NC_API void nc_generator_free(nc_generator* g);
 /* The most bytes the model conditions on (its context). */
 NC_API int64_t nc_generator_context(const nc_generator* g);
-/* Continues prompt (NUL-terminated; "" starts a new fortune) by `tokens` bytes (>= 0):
- * temperature 0 takes the most likely byte each step, else bytes are sampled at that
- * temperature among the top_k most likely (0: all), from seed (the same seed gives the
- * same text on a device). Each byte goes to on_text (or nowhere, NULL) as it is chosen;
- * text (or NULL) gets the whole continuation and a terminating NUL, so capacity must be at
- * least tokens + 1 (checked before generating), and *length (or NULL) its length (bytes
- * may be 0). A generator serves one thread at a time; load one per thread to generate in
- * parallel. */
+/* Continues prompt (NUL-terminated; "" starts a new fortune, or for a folder a new
+ * document) by `tokens` tokens (>= 0; bytes for a byte-level model): temperature 0 takes
+ * the most likely token each step, else tokens are sampled at that temperature among the
+ * top_k most likely (0: all), from seed (the same seed gives the same text on a device).
+ * Each token's bytes go to on_text (or nowhere, NULL) as it is chosen; text (or NULL) gets
+ * the whole continuation and a terminating NUL, so capacity must be at least
+ * nc_generator_max_bytes(g, tokens) (checked before generating: tokens + 1 for a
+ * byte-level model), and *length (or NULL) its length (bytes may be 0). A generator serves
+ * one thread at a time; load one per thread to generate in parallel. */
 NC_API nc_status nc_generator_generate(nc_generator* g, const char* prompt, int64_t tokens, double temperature,
                                        int64_t top_k, uint64_t seed, char* text, size_t capacity, size_t* length,
                                        nc_text_callback on_text, void* user);
+/* Since version 2. The text buffer a continuation of `tokens` tokens always fits in, its
+ * NUL included: tokens times the longest token's bytes, plus 1 (0 for NULL or tokens < 0). */
+NC_API size_t nc_generator_max_bytes(const nc_generator* g, int64_t tokens);
+/* Since version 2. nc_generator_generate, then among the fewest most likely tokens whose
+ * probabilities add up to at least top_p, in (0, 1] (nucleus sampling; 1 keeps all). */
+NC_API nc_status nc_generator_generate_top_p(nc_generator* g, const char* prompt, int64_t tokens, double temperature,
+                                             int64_t top_k, double top_p, uint64_t seed, char* text, size_t capacity,
+                                             size_t* length, nc_text_callback on_text, void* user);
+
+/* ---- tokenizers (since version 2): GPT-2's byte-level BPE from a folder of its files
+ * (encoder.json and vocab.bpe, vocab.json and merges.txt, or tokenizer.json). Any bytes
+ * encode (invalid UTF-8 included) and decode back to the same bytes. */
+typedef struct nc_tokenizer nc_tokenizer;
+NC_API nc_status nc_tokenizer_load(const char* dir, nc_tokenizer** out);
+NC_API void nc_tokenizer_free(nc_tokenizer* t);
+NC_API int64_t nc_tokenizer_vocab_size(const nc_tokenizer* t); /* 50257 for GPT-2; 0 for NULL */
+NC_API int32_t nc_tokenizer_end_of_text(const nc_tokenizer* t); /* <|endoftext|>'s id, or -1 */
+/* The ids of text [length bytes]; with special != 0, "<|endoftext|>" in the text is the
+ * end-of-text token. *count (required) gets the number of ids; ids (or NULL, to ask for the
+ * count) gets them when capacity (in ids) holds them all, else NC_ERROR_VALUE naming the
+ * count needed, nothing written. */
+NC_API nc_status nc_tokenizer_encode(const nc_tokenizer* t, const char* text, size_t length, int special,
+                                     int32_t* ids, size_t capacity, size_t* count);
+/* The bytes ids [count] stand for. *length (required) gets their number; text (or NULL)
+ * gets them and a terminating NUL when capacity is at least *length + 1, else
+ * NC_ERROR_VALUE naming the size needed, nothing written. An id outside the vocabulary is
+ * NC_ERROR_INDEX naming its position. */
+NC_API nc_status nc_tokenizer_decode(const nc_tokenizer* t, const int32_t* ids, size_t count, char* text,
+                                     size_t capacity, size_t* length);
 
 #ifdef __cplusplus
 }
