@@ -79,6 +79,11 @@ const std::vector<OptionSpec> kEvalOptions = {
 };
 const std::vector<OptionSpec> kPredictOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to use"},
+    {"resnet", "", "instead: a torchvision ResNet (resnet18, resnet34, resnet50, resnet101) classifying color "
+                   "images (PPM, PGM or PNG, any size)"},
+    {"weights", "", "with --resnet: its state_dict as safetensors"},
+    {"labels", "", "with --resnet: a file of class names, one a line (empty: class numbers)"},
+    {"top", "5", "with --resnet: the most likely classes printed per image"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
 };
 const std::vector<OptionSpec> kTrainLmOptions = {
@@ -163,7 +168,7 @@ void usage(std::ostream& os) {
         "commands:\n"
         "  train     train a Fashion-MNIST classifier\n"
         "  eval      print a checkpoint's test accuracy and confusion matrix\n"
-        "  predict   classify 28x28 PGM or PNG images with a checkpoint\n"
+        "  predict   classify 28x28 PGM or PNG images with a checkpoint, or color images with a ResNet\n"
         "  train-lm  train a byte-level GPT on the fortunes corpus\n"
         "  generate  continue a prompt with a GPT checkpoint\n"
         "  conformance  run the reference cases in a folder against every device\n"
@@ -377,6 +382,18 @@ int tokenize(const Args& args) {
 int predict(const Args& args) {
   NC_CHECK(!args.positional.empty(), ValueError, "predict: give at least one image file");
   nc::Device device = pick_device(args.options.at("device"));
+  if (const std::string& name = args.options.at("resnet"); !name.empty()) {
+    NC_CHECK(!args.options.at("weights").empty(), ValueError, "--resnet: give its weights with --weights");
+    const nc::models::ImageClassifier classifier(name, args.options.at("weights"), device, args.options.at("labels"));
+    const int64_t top = integer(args, "top", 1);
+    for (const std::string& path : args.positional) {
+      std::printf("%s:", path.c_str());
+      for (const auto& p : classifier.predict(nc::data::read_color_image(path), top))
+        std::printf(" %s (class %lld, %.1f%%)", p.name.c_str(), static_cast<long long>(p.label), 100 * p.probability);
+      std::printf("\n");
+    }
+    return 0;
+  }
   nc::models::Classifier classifier(args.options.at("checkpoint"), device);
   for (const std::string& path : args.positional) {
     auto p = classifier.predict(nc::models::read_image(path));

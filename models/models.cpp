@@ -13,6 +13,7 @@
 #include "normcore/autograd.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
+#include "data/pnm.h"
 #include "models/checkpoint_text.h"
 #ifdef NORMCORE_HAS_PNG
 #include <png.h>
@@ -182,32 +183,6 @@ Checkpoint load_checkpoint(const std::string& path, Device device, Generator* ge
 // ---------------------------------------------------------------- images
 namespace {
 
-// Reads the next PGM header token, skipping white space and '#' comments.
-std::string pgm_token(std::istream& in) {
-  std::string token;
-  int c;
-  while ((c = in.get()) != EOF) {
-    if (c == '#') {
-      while ((c = in.get()) != EOF && c != '\n') {
-      }
-      continue;
-    }
-    if (std::isspace(c)) {
-      if (!token.empty()) break;
-      continue;
-    }
-    token.push_back(static_cast<char>(c));
-  }
-  return token;
-}
-
-int64_t pgm_number(std::istream& in, const std::string& path, const char* what) {
-  std::string token = pgm_token(in);
-  NC_CHECK(!token.empty() && token.size() < 10 && token.find_first_not_of("0123456789") == std::string::npos,
-           IOError, "read_image: ", path, ": bad PGM ", what, " '", token, "'");
-  return std::stoll(token);
-}
-
 Tensor from_gray(const std::vector<float>& pixels, const std::string& path, int64_t width, int64_t height) {
   NC_CHECK(width == kSide && height == kSide, IOError, "read_image: ", path, " is ", width, "x", height,
            ", expected ", kSide, "x", kSide, " (Fashion-MNIST's size)");
@@ -215,27 +190,8 @@ Tensor from_gray(const std::vector<float>& pixels, const std::string& path, int6
 }
 
 Tensor read_pgm(const std::string& path, std::ifstream& in) {
-  std::string magic = pgm_token(in);
-  int64_t width = pgm_number(in, path, "width"), height = pgm_number(in, path, "height");
-  int64_t maxval = pgm_number(in, path, "maximum value");
-  NC_CHECK(maxval > 0 && maxval < 65536, IOError, "read_image: ", path, ": PGM maximum value ", maxval,
-           " out of range");
-  NC_CHECK(width > 0 && height > 0 && width <= 4096 && height <= 4096, IOError, "read_image: ", path,
-           ": PGM size ", width, "x", height, " out of range");
-  std::vector<float> pixels(static_cast<size_t>(width * height));
-  for (float& p : pixels) {
-    int64_t v;
-    if (magic == "P2") {
-      v = pgm_number(in, path, "pixel");
-    } else {
-      int hi = in.get(), lo = maxval > 255 ? in.get() : 0;
-      NC_CHECK(lo != EOF && hi != EOF, IOError, "read_image: ", path, ": PGM pixel data is truncated");
-      v = maxval > 255 ? (hi << 8 | lo) : hi;
-    }
-    NC_CHECK(v <= maxval, IOError, "read_image: ", path, ": PGM pixel ", v, " exceeds the maximum ", maxval);
-    p = static_cast<float>(v) / static_cast<float>(maxval);
-  }
-  return from_gray(pixels, path, width, height);
+  const data::PnmImage image = data::read_pnm(in, path, "read_image", 4096);
+  return from_gray(image.samples, path, image.width, image.height);
 }
 
 #ifdef NORMCORE_HAS_PNG

@@ -1,9 +1,14 @@
 // torchvision's ResNets (normcore/models.h: resnet, load_resnet): the same modules under the
 // same names, so a torchvision state_dict saved as safetensors loads as it is. ResNet v1.5:
 // a bottleneck block strides in its 3x3 convolution, as torchvision's does.
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "normcore/models.h"
+
+#include "normcore/autograd.h"
+#include "normcore/data.h"
 #include "normcore/nn.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
@@ -121,6 +126,56 @@ std::shared_ptr<nn::Module> load_resnet(const std::string& name, const std::stri
   model->to(device);
   model->eval();
   return model;
+}
+
+ImageClassifier::ImageClassifier(const std::string& name, const std::string& weights, Device device,
+                                 const std::string& labels, int64_t resize, int64_t crop)
+    : model_(load_resnet(name, weights, device)), device_(device), resize_(resize), crop_(crop) {
+  NC_CHECK(crop >= 1 && resize >= crop, ValueError, "ImageClassifier: expects 1 <= crop <= resize, got crop ", crop,
+           " and resize ", resize);
+  int64_t classes = 0;
+  for (const auto& [key, tensor] : model_->named_parameters())
+    if (key == "fc.weight") classes = tensor.size(0);
+  if (labels.empty()) {
+    for (int64_t i = 0; i < classes; ++i) names_.push_back(std::to_string(i));
+    return;
+  }
+  std::ifstream in(labels);
+  NC_CHECK(in.good(), IOError, "ImageClassifier: cannot open the labels file ", labels);
+  for (std::string line; std::getline(in, line) && static_cast<int64_t>(names_.size()) <= classes;) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    names_.push_back(line);
+  }
+  NC_CHECK(static_cast<int64_t>(names_.size()) == classes, IOError, "ImageClassifier: ", labels, " has ",
+           static_cast<int64_t>(names_.size()) > classes ? "more than " + std::to_string(classes)
+                                                         : std::to_string(names_.size()),
+           " lines, the model ", classes, " classes (one name a line)");
+}
+
+Tensor ImageClassifier::probabilities(const Tensor& images) const {
+  NC_CHECK(images.defined() && images.dim() == 4 && images.size(1) == 3 && images.size(2) == crop_ &&
+               images.size(3) == crop_,
+           ShapeError, "ImageClassifier::probabilities: expects preprocessed images [B, 3, ", crop_, ", ", crop_,
+           "], got ", images.defined() ? describe(images) : "undefined");
+  NC_CHECK(is_floating(images.dtype()), DTypeError, "ImageClassifier::probabilities: expects float images, got ",
+           describe(images));
+  autograd::InferenceModeGuard inference;
+  return softmax((*model_)(images.to(device_, DType::F32)), 1);
+}
+
+std::vector<ImageClassifier::Prediction> ImageClassifier::predict(const Tensor& image, int64_t k) const {
+  NC_CHECK(k >= 1, ValueError, "ImageClassifier::predict: k must be positive, got ", k);
+  const Tensor batch = data::imagenet_preprocess(image, resize_, crop_).unsqueeze(0);
+  const std::vector<float> p = probabilities(batch).select(0, 0).to(Device::cpu()).to_vector<float>();
+  std::vector<int64_t> order(p.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  const auto n = std::min<int64_t>(k, static_cast<int64_t>(order.size()));
+  std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int64_t a, int64_t b) {
+    return p[a] > p[b] || (p[a] == p[b] && a < b);
+  });
+  std::vector<Prediction> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back({order[i], names_[order[i]], p[order[i]]});
+  return out;
 }
 
 }  // namespace models

@@ -31,6 +31,24 @@ namespace data {
 // truncated or trailing-garbage gzip stream are IOErrors.
 Tensor read_idx(const std::string& path);
 
+// ---------------------------------------------------------------- color images
+// Reads a color image of any size (1 to 16384 pixels a side) as f32 [3, H, W] in [0, 1]:
+// binary or plain PPM (P6/P3), PGM (P5/P2, gray repeated into the three channels) or, where
+// normcore was built with libpng, PNG (gray, RGB or with alpha, composed to RGB). IOError
+// naming the file and the problem; a header claiming more pixels than the file holds is one.
+Tensor read_color_image(const std::string& path);
+// image [C, H, W] resized to [C, height, width] by bilinear interpolation with half-pixel
+// centers (F.interpolate's bilinear with align_corners = false, no antialiasing), in f32 on
+// the CPU.
+Tensor resize_bilinear(const Tensor& image, int64_t height, int64_t width);
+// torchvision's evaluation transform for ImageNet models on an RGB image [3, H, W] in [0, 1]:
+// the shorter side resized to `resize` (the other in proportion), the center `crop` x
+// `crop` cut out, each channel normalized with ImageNet's mean (0.485, 0.456, 0.406) and
+// standard deviation (0.229, 0.224, 0.225). Resizing is bilinear without antialiasing, so a
+// photo much larger than `resize` comes out smoother in torchvision (PIL filters when it
+// shrinks); scale such images down first to match it closely.
+Tensor imagenet_preprocess(const Tensor& image, int64_t resize = 256, int64_t crop = 224);
+
 // ---------------------------------------------------------------- datasets
 // One sample: what a model reads and what it should give. Tensors on the CPU.
 struct Example {

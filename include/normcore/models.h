@@ -49,6 +49,33 @@ std::shared_ptr<nn::Module> resnet(const std::string& name, int64_t num_classes 
 std::shared_ptr<nn::Module> load_resnet(const std::string& name, const std::string& path,
                                         Device device = Device::cpu());
 
+// A torchvision ResNet (load_resnet) classifying color images: each image [3, H, W] in
+// [0, 1] (data::read_color_image) through data::imagenet_preprocess(resize, crop), the
+// logits' softmax over the classes, named by a labels file (one name a line, as many lines
+// as the model has classes) or by their indices.
+class ImageClassifier {
+ public:
+  ImageClassifier(const std::string& name, const std::string& weights, Device device = Device::cpu(),
+                  const std::string& labels = "", int64_t resize = 256, int64_t crop = 224);
+  struct Prediction {
+    int64_t label;
+    std::string name;
+    double probability;
+  };
+  // The k most likely classes of an image, most likely first.
+  std::vector<Prediction> predict(const Tensor& image, int64_t k = 5) const;
+  // The class probabilities [B, classes] of preprocessed images [B, 3, crop, crop].
+  Tensor probabilities(const Tensor& images) const;
+  int64_t classes() const { return static_cast<int64_t>(names_.size()); }
+  const std::string& class_name(int64_t label) const { return names_.at(static_cast<size_t>(label)); }
+
+ private:
+  std::shared_ptr<nn::Module> model_;
+  Device device_;
+  std::vector<std::string> names_;
+  int64_t resize_, crop_;
+};
+
 struct Evaluation {
   double accuracy = 0;
   std::vector<std::vector<int64_t>> confusion;  // [true label][predicted label], 10 x 10
