@@ -37,6 +37,10 @@ struct nc_generator {
   nc::models::TextGenerator generator;
 };
 
+struct nc_image_classifier {
+  nc::models::ImageClassifier classifier;
+};
+
 struct nc_tokenizer {
   nc::text::BpeTokenizer tokenizer;
 };
@@ -334,6 +338,66 @@ nc_status nc_classifier_predict(const nc_classifier* c, const float* images, int
     const nc::Tensor best = nc::argmax(probs, 1);
     std::memcpy(labels, best.data_ptr(), static_cast<size_t>(count) * sizeof(int64_t));
     if (probabilities) std::memcpy(probabilities, probs.data_ptr(), probs.nbytes());
+  });
+}
+
+// ---------------------------------------------------------------- image classifiers
+nc_status nc_image_classifier_load(const char* name, const char* weights, const char* labels, const char* device,
+                                   nc_image_classifier** out) {
+  return guarded([&] {
+    const char* fn = "nc_image_classifier_load";
+    require(out, fn, "out");
+    *out = nullptr;
+    require(name, fn, "name");
+    require(weights, fn, "weights");
+    const nc::Device where = to_device(device, fn);
+    *out = new nc_image_classifier{nc::models::ImageClassifier(name, weights, where, labels ? labels : "")};
+  });
+}
+
+void nc_image_classifier_free(nc_image_classifier* c) { delete c; }
+
+int64_t nc_image_classifier_classes(const nc_image_classifier* c) { return c ? c->classifier.classes() : 0; }
+
+const char* nc_image_classifier_class_name(const nc_image_classifier* c, int64_t label) {
+  return c && label >= 0 && label < c->classifier.classes() ? c->classifier.class_name(label).c_str() : nullptr;
+}
+
+nc_status nc_color_image_read(const char* path, float* pixels, size_t capacity, int64_t* height, int64_t* width) {
+  return guarded([&] {
+    const char* fn = "nc_color_image_read";
+    require(path, fn, "path");
+    require(height, fn, "height");
+    require(width, fn, "width");
+    *height = *width = 0;
+    const nc::Tensor image = nc::data::read_color_image(path);
+    *height = image.size(1);
+    *width = image.size(2);
+    if (!pixels) return;
+    const auto count = static_cast<size_t>(image.numel());
+    NC_CHECK(capacity >= count, ValueError, fn, ": argument 'capacity' is ", capacity, " floats, too small for the ",
+             count, " values of ", path, " (3 x ", *height, " x ", *width, ")");
+    std::memcpy(pixels, image.data_ptr(), count * sizeof(float));
+  });
+}
+
+nc_status nc_image_classifier_classify(const nc_image_classifier* c, const float* pixels, int64_t height,
+                                       int64_t width, int64_t k, int64_t* labels, float* probabilities) {
+  return guarded([&] {
+    const char* fn = "nc_image_classifier_classify";
+    require(c, fn, "c");
+    require(pixels, fn, "pixels");
+    require(labels, fn, "labels");
+    NC_CHECK(height >= 1 && width >= 1 && height <= 16384 && width <= 16384, ShapeError, fn, ": the image must be 1 to ",
+             "16384 pixels a side, got ", height, "x", width);
+    NC_CHECK(k >= 1 && k <= c->classifier.classes(), ValueError, fn, ": argument 'k' is ", k, ", not in [1, ",
+             c->classifier.classes(), "]");
+    const std::vector<float> values(pixels, pixels + 3 * height * width);
+    const auto top = c->classifier.predict(nc::from_vector(values, {3, height, width}), k);
+    for (int64_t i = 0; i < k; ++i) {
+      labels[i] = top[static_cast<size_t>(i)].label;
+      if (probabilities) probabilities[i] = static_cast<float>(top[static_cast<size_t>(i)].probability);
+    }
   });
 }
 

@@ -1,7 +1,7 @@
 // Color images for the ResNet classifiers: PPM/PGM/PNG reading (binary and plain, gray
 // repeated into RGB, bad and lying headers refused), bilinear resizing against values
 // worked out by hand, torchvision's evaluation preprocessing, and ImageClassifier against
-// the ResNet's own forward.
+// the ResNet's own forward, from C++ and through the C API.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 
 #include "normcore/models.h"
 #include "normcore/normcore.h"
+#include "normcore/normcore_c.h"
 #include "tests/test_support.h"
 
 namespace nc = normcore;
@@ -144,4 +145,50 @@ TEST_F(Images, ImageClassifierMatchesTheResNet) {
                       {"ImageClassifier", "l3.txt", "3 lines", "4 classes"})();
   throws<nc::ShapeError>([&] { classifier.probabilities(nc::zeros({1, 3, 32, 32})); },
                          {"ImageClassifier::probabilities", "[B, 3, 64, 64]", "[1, 3, 32, 32]"})();
+}
+
+TEST_F(Images, CApiReadsAndClassifies) {
+  nc::Generator gen(3);
+  const auto model = nc::models::resnet("resnet18", 5, &gen);
+  const std::string weights = (dir_ / "r18.safetensors").string();
+  model->save(weights);
+  const std::string labels = write("labels.txt", "a\nb\nc\nd\ne\n");
+  std::string ppm = "P3 20 12 255\n";
+  for (int i = 0; i < 20 * 12 * 3; ++i) ppm += std::to_string((i * 37) % 256) + " ";
+  const std::string image = write("img.ppm", ppm);
+
+  int64_t height = 0, width = 0;
+  ASSERT_EQ(nc_color_image_read(image.c_str(), nullptr, 0, &height, &width), NC_OK) << nc_last_error();
+  EXPECT_EQ(height, 12);
+  EXPECT_EQ(width, 20);
+  std::vector<float> pixels(static_cast<size_t>(3 * height * width));
+  EXPECT_EQ(nc_color_image_read(image.c_str(), pixels.data(), pixels.size() - 1, &height, &width), NC_ERROR_VALUE);
+  EXPECT_NE(std::string(nc_last_error()).find("too small for the 720 values"), std::string::npos) << nc_last_error();
+  ASSERT_EQ(nc_color_image_read(image.c_str(), pixels.data(), pixels.size(), &height, &width), NC_OK);
+  EXPECT_EQ(std::vector<double>(pixels.begin(), pixels.end()), values(nc::data::read_color_image(image)));
+
+  nc_image_classifier* c = nullptr;
+  ASSERT_EQ(nc_image_classifier_load("resnet18", weights.c_str(), labels.c_str(), "cpu", &c), NC_OK) << nc_last_error();
+  EXPECT_EQ(nc_image_classifier_classes(c), 5);
+  EXPECT_STREQ(nc_image_classifier_class_name(c, 4), "e");
+  EXPECT_EQ(nc_image_classifier_class_name(c, 5), nullptr);
+  int64_t top[3];
+  float p[3];
+  ASSERT_EQ(nc_image_classifier_classify(c, pixels.data(), height, width, 3, top, p), NC_OK) << nc_last_error();
+  const nc::models::ImageClassifier reference("resnet18", weights, nc::Device::cpu(), labels);
+  const auto expected = reference.predict(nc::data::read_color_image(image), 3);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(top[i], expected[i].label);
+    EXPECT_NEAR(p[i], expected[i].probability, 1e-6);
+  }
+  EXPECT_EQ(nc_image_classifier_classify(c, pixels.data(), height, width, 6, top, nullptr), NC_ERROR_VALUE);
+  EXPECT_NE(std::string(nc_last_error()).find("'k' is 6"), std::string::npos) << nc_last_error();
+  EXPECT_EQ(nc_image_classifier_classify(c, nullptr, height, width, 1, top, nullptr), NC_ERROR_VALUE);
+  nc_image_classifier_free(c);
+  nc_image_classifier* none = nullptr;
+  EXPECT_EQ(nc_image_classifier_load("resnet18", (dir_ / "missing").c_str(), nullptr, "cpu", &none), NC_ERROR_IO);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(nc_image_classifier_load("resnet7", weights.c_str(), nullptr, "cpu", &none), NC_ERROR_VALUE);
+  EXPECT_NE(std::string(nc_last_error()).find("resnet7"), std::string::npos) << nc_last_error();
+  nc_image_classifier_free(nullptr);
 }

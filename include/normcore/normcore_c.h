@@ -120,6 +120,31 @@ NC_API nc_status nc_image_read(const char* path, float* pixels);
 NC_API nc_status nc_classifier_predict(const nc_classifier* c, const float* images, int64_t count, int64_t* labels,
                                        float* probabilities);
 
+/* ---- image classifiers (since version 2): a torchvision ResNet ("resnet18", "resnet34",
+ * "resnet50" or "resnet101") from its state_dict saved as safetensors, labelling RGB images
+ * through torchvision's evaluation transform (the shorter side resized to 256, the center
+ * 224 x 224 cut out, ImageNet's normalization). May be shared between threads. */
+typedef struct nc_image_classifier nc_image_classifier;
+/* labels: a file of class names, one a line, as many as the model's classes; or NULL (the
+ * names are then the class numbers). */
+NC_API nc_status nc_image_classifier_load(const char* name, const char* weights, const char* labels,
+                                          const char* device, nc_image_classifier** out);
+NC_API void nc_image_classifier_free(nc_image_classifier* c);
+NC_API int64_t nc_image_classifier_classes(const nc_image_classifier* c); /* 0 for NULL */
+/* The name of a class; NULL when label is out of range. */
+NC_API const char* nc_image_classifier_class_name(const nc_image_classifier* c, int64_t label);
+/* Reads a color image (PPM, PGM or, where the library has libpng, PNG; 1 to 16384 pixels a
+ * side) as planes [3, height, width] of floats in [0, 1]. *height and *width (required) get
+ * its size; pixels (or NULL, to ask the size) gets its 3 * height * width values when
+ * capacity (in floats) holds them, else NC_ERROR_VALUE naming the count needed. */
+NC_API nc_status nc_color_image_read(const char* path, float* pixels, size_t capacity, int64_t* height,
+                                     int64_t* width);
+/* The k (>= 1, at most the classes) most likely classes of an image [3, height, width] in
+ * [0, 1] (as nc_color_image_read gives it), most likely first: labels [k] and, or NULL,
+ * probabilities [k]. */
+NC_API nc_status nc_image_classifier_classify(const nc_image_classifier* c, const float* pixels, int64_t height,
+                                              int64_t width, int64_t k, int64_t* labels, float* probabilities);
+
 /* ---- text generators: a checkpoint of `normcore train-lm` (a byte-level GPT), or (since
  * version 2) a Hugging Face GPT-2 folder (config.json, model.safetensors) with GPT-2's
  * tokenizer files beside them (encoder.json and vocab.bpe, vocab.json and merges.txt, or
