@@ -167,3 +167,13 @@ write('corpus/bpe/tokenizer.json', json.dumps({
     "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
     "model": {"type": "BPE", "dropout": None, "unk_token": None, "vocab": small,
               "merges": ["a b", ["\u0120", "x"], "\u0120x y"]}}, ensure_ascii=False).encode())
+
+# read_color_image: binary and plain color and gray maps, 16-bit samples, a header claiming
+# more pixels than follow, and a PNG (the Fashion-MNIST test image).
+write('corpus/color_image/rgb.ppm', b'P6\n# comment\n2 2 255\n' + bytes(range(12)))
+write('corpus/color_image/plain.ppm', b'P3 2 1 15\n15 0 0 0 7 15\n')
+write('corpus/color_image/gray16.pgm', b'P5 1 2 65535\n' + struct.pack('>2H', 0, 65535))
+write('corpus/color_image/plain.pgm', b'P2 3 1 9 0 4 9\n')
+write('corpus/color_image/short.ppm', b'P6 100 100 255\n' + bytes(30))
+with open('../data/images/t10k-4-shirt.png', 'rb') as f:
+    write('corpus/color_image/shirt.png', f.read())
