@@ -301,6 +301,7 @@ int train_lm(const Args& args) {
 
   const int64_t stop_after = integer(args, "stop-after", 0);
   const int64_t last_step = stop_after > 0 ? std::min(steps, stop_after) : steps;
+  RunMetrics metrics(args, main_rank, !resume.empty(), "normcore train-lm", "step", {"loss", "lr", "tokens_per_s"});
   for (int64_t step = first_step; step < last_step;) {
     const int64_t interval_end = std::min(last_step, (step / eval_interval + 1) * eval_interval);
     Progress progress("train", steps, "tokens", step);
@@ -308,15 +309,19 @@ int train_lm(const Args& args) {
     int64_t loss_count = 0, tokens = 0;
     for (; step < interval_end; ++step) {
       const nc::data::Batch batch = next_batch(step);
+      const double lr = optimizer.decay->lr();  // this step's
       const nc::Tensor loss = train_step({batch.inputs, batch.targets});
       optimizer.step_schedules();  // also after a skipped fp16 step
       tokens += batch.inputs.numel() * job.world_size();
       // Reading the loss waits for the device: every tenth step, for the display only (rank 0's
       // windows in a data-parallel job).
       if (main_rank && (step % 10 == 0 || step + 1 == interval_end)) {
-        loss_sum += loss.item<double>();
+        const double value = loss.item<double>();
+        loss_sum += value;
         ++loss_count;
         progress.update(step + 1, tokens, loss_sum / static_cast<double>(loss_count));
+        metrics.log(step + 1, "train", {{"loss", value}, {"lr", lr},
+                                        {"tokens_per_s", static_cast<double>(tokens) / progress.elapsed()}});
       }
     }
     if (!main_rank) continue;  // the others go on and wait in the next step's first all-reduce
@@ -328,6 +333,8 @@ int train_lm(const Args& args) {
                 loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), validation, seconds,
                 static_cast<double>(tokens) / seconds, precision.scaler_report().c_str());
     std::fflush(stdout);
+    metrics.log(step, "validation", {{"loss", validation}});
+    metrics.plot();
     if (!out.empty()) {
       saved_options["rng.offset"] = std::to_string(gen.offset());
       nc::nn::NamedTensors optimizer_state = optimizer.state_dict();

@@ -58,6 +58,9 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"seed", "0", "seed of initialization, dropout and shuffling"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
     {"out", "normcore-fashion.safetensors", "checkpoint written after every epoch"},
+    {"log", "", "metrics as JSON lines (epoch, train loss, samples/s and lr at its end; test accuracy), appended on "
+                "--resume"},
+    {"plot", "", "an SVG of the loss and accuracy curves, rewritten after every epoch"},
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
     {"limit", "0", "use only the first N training samples (0: all)"},
     {"workers", "1", "data-loading threads (0: load on the training thread); the batches do not depend on it"},
@@ -117,6 +120,8 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"seed", "0", "seed of initialization, batches and dropout"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
     {"out", "normcore-gpt.safetensors", "checkpoint written at every evaluation"},
+    {"log", "", "metrics as JSON lines (step, loss, lr, tokens/s; validation loss), appended on --resume"},
+    {"plot", "", "an SVG of the train and validation loss curves, rewritten at every evaluation"},
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
     {"init", "", "initial weights: a train-lm checkpoint's model, or a safetensors file under the model's "
                  "state_dict names (e.g. saved by another trainer); not with --resume"},
@@ -304,6 +309,7 @@ int train(const Args& args) {
 
   const int64_t stop_after = integer(args, "stop-after", 0);
   const int64_t last_epoch = stop_after > 0 ? std::min(epochs, stop_after) : epochs;
+  RunMetrics metrics(args, main_rank, !resume.empty(), "normcore train " + model_name, "epoch", {"loss", "accuracy"});
   for (int64_t epoch = first_epoch; epoch < last_epoch; ++epoch) {
     loader.begin_epoch(static_cast<uint64_t>(epoch));
     Progress progress("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), loader.num_batches(),
@@ -326,6 +332,11 @@ int train(const Args& args) {
     progress.finish();
     double train_seconds = progress.elapsed();
     nc::models::Evaluation e = nc::models::evaluate(*model, test_set, device);
+    const double train_loss = loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1));
+    const double samples_per_s = static_cast<double>(samples * job.world_size()) / train_seconds;
+    metrics.log(epoch + 1, "train", {{"loss", train_loss}, {"lr", optimizer->lr()}, {"samples_per_s", samples_per_s}});
+    metrics.log(epoch + 1, "test", {{"accuracy", e.accuracy}});
+    metrics.plot();
     std::printf("epoch %lld/%lld: train loss %.4f, test accuracy %.2f%% (%.1f s, %.0f samples/s)%s\n",
                 static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
                 loss_sum / static_cast<double>(std::max<int64_t>(loss_count, 1)), 100 * e.accuracy, train_seconds,

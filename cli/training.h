@@ -247,4 +247,30 @@ struct DataParallelJob {
   }
 };
 
+// --log and --plot of a training command, on the rank that prints: each record appended to
+// the log as it comes, the curves redrawn from the whole log (a resumed run's earlier records
+// included) when plot() is called.
+class RunMetrics {
+ public:
+  RunMetrics(const Args& args, bool main_rank, bool resuming, std::string title, std::string x_label,
+             std::vector<std::string> curves)
+      : plot_path_(main_rank ? args.options.at("plot") : std::string()), title_(std::move(title)),
+        x_label_(std::move(x_label)), curves_(std::move(curves)),
+        log_(main_rank ? args.options.at("log") : std::string(), /*append=*/resuming) {}
+  void log(int64_t step, const std::string& phase, const std::vector<std::pair<std::string, double>>& values) {
+    if (!log_.path().empty() || !plot_path_.empty()) log_.log(step, phase, values);
+  }
+  void plot() const {
+    if (plot_path_.empty()) return;
+    const std::vector<nc::train::MetricsRecord> records =
+        log_.path().empty() ? log_.records() : nc::train::read_metrics(log_.path());
+    nc::train::write_curves_svg(plot_path_, records, curves_, title_, x_label_);
+  }
+
+ private:
+  std::string plot_path_, title_, x_label_;
+  std::vector<std::string> curves_;
+  nc::train::MetricsLog log_;
+};
+
 }  // namespace cli

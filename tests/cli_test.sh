@@ -109,9 +109,16 @@ if [ "${1:-}" = lm ]; then
   "$normcore" train-lm "${lm[@]}" --steps 40 --seed 1 --workers 0 --out lm-w.safetensors > lm-w.log
   [ "$(lm_summary 40 lm-a.log)" = "$(lm_summary 40 lm-w.log)" ] || fail "--workers 0 changed train-lm's run"
 
-  "$normcore" train-lm "${lm[@]}" --steps 40 --stop-after 20 --seed 1 --out lm-c.safetensors > lm-c1.log
+  "$normcore" train-lm "${lm[@]}" --steps 40 --stop-after 20 --seed 1 --out lm-c.safetensors --log lm-c.jsonl \
+    > lm-c1.log
   grep -q "^step 40/" lm-c1.log && fail "--stop-after 20 ran past step 20"
-  "$normcore" train-lm "${lm[@]}" --steps 40 --resume lm-c.safetensors --out lm-c.safetensors > lm-c2.log
+  "$normcore" train-lm "${lm[@]}" --steps 40 --resume lm-c.safetensors --out lm-c.safetensors --log lm-c.jsonl \
+    --plot lm-c.svg > lm-c2.log
+  # --log's lines of both parts (the resumed run appends) and --plot's curves of them all.
+  [ "$(grep -c '"phase":"validation"' lm-c.jsonl)" -eq 2 ] || fail "--log holds no validation loss per evaluation"
+  grep -q '^{"step":40,"phase":"validation","loss":' lm-c.jsonl || fail "--log has no step-40 validation loss"
+  grep -q '"phase":"train","loss":.*"lr":.*"tokens_per_s":' lm-c.jsonl || fail "--log has no train records"
+  [ "$(grep -c '<polyline' lm-c.svg)" -ge 4 ] || fail "--plot drew $(grep -c '<polyline' lm-c.svg) curves"
   grep -q "resuming after step 20" lm-c2.log || fail "train-lm did not say where it resumed"
   [ "$(lm_summary 40 lm-a.log)" = "$(lm_summary 40 lm-c2.log)" ] ||
     fail "resuming changed the run: $(lm_summary 40 lm-a.log) vs $(lm_summary 40 lm-c2.log)"

@@ -18,6 +18,7 @@
 #include "normcore/conformance.h"
 #include "normcore/conv.h"
 #include "normcore/losses.h"
+#include "normcore/metrics.h"
 #include "normcore/nn.h"
 #include "normcore/norms.h"
 #include "normcore/random.h"
