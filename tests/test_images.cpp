@@ -51,7 +51,7 @@ TEST_F(Images, ReadsPpmAndPgm) {
   const Tensor gray = nc::data::read_color_image(write("d.pgm", "P2 2 1 4\n0 2\n"));
   EXPECT_EQ(values(gray), (std::vector<double>{0, 0.5, 0, 0.5, 0, 0.5}));
   // The Fashion-MNIST test images (PGM, and PNG where libpng is built in) as color.
-  const std::filesystem::path images = std::filesystem::path(__FILE__).parent_path() / "data/images";
+  const std::filesystem::path images = std::filesystem::path(NORMCORE_TEST_DATA_DIR) / "images";
   const Tensor boot = nc::data::read_color_image((images / "t10k-0-ankle-boot.pgm").string());
   EXPECT_EQ(boot.shape(), (nc::Shape{3, 28, 28}));
   EXPECT_EQ(values(boot.select(0, 2)),
