@@ -4,6 +4,7 @@
 // into C. The handles hold C++ values: a Tensor, a loaded safetensors File, a Classifier.
 #include "normcore/normcore_c.h"
 
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -464,7 +465,10 @@ nc_status nc_generator_generate_top_p(nc_generator* g, const char* prompt, int64
 
 size_t nc_generator_max_bytes(const nc_generator* g, int64_t tokens) {
   if (!g || tokens < 0) return 0;
-  return static_cast<size_t>(tokens) * static_cast<size_t>(g->generator.max_token_bytes()) + 1;
+  const auto per_token = static_cast<size_t>(g->generator.max_token_bytes());
+  // A count no buffer can have (SIZE_MAX) rather than a product that wraps around.
+  if (static_cast<uint64_t>(tokens) > (SIZE_MAX - 1) / per_token) return SIZE_MAX;
+  return static_cast<size_t>(tokens) * per_token + 1;
 }
 
 // ---------------------------------------------------------------- tokenizers

@@ -407,6 +407,7 @@ TEST_F(SmallBpe, TextGeneratorOnAModelFolder) {
   ASSERT_EQ(nc_generator_load(dir_.c_str(), "cpu", &g), NC_OK) << nc_last_error();
   EXPECT_EQ(nc_generator_max_bytes(g, 10), 131u);
   EXPECT_EQ(nc_generator_max_bytes(nullptr, 10), 0u);
+  EXPECT_EQ(nc_generator_max_bytes(g, INT64_MAX), SIZE_MAX);  // never a product that wraps around
   std::vector<char> text(nc_generator_max_bytes(g, 10));
   size_t length = 0;
   ASSERT_EQ(nc_generator_generate_top_p(g, "abcab", 10, 0.0, 0, 1.0, 0, text.data(), text.size(), &length, nullptr,
@@ -418,6 +419,8 @@ TEST_F(SmallBpe, TextGeneratorOnAModelFolder) {
   EXPECT_EQ(nc_generator_generate(g, "abcab", 10, 0.0, 0, 0, text.data(), 100, &length, nullptr, nullptr),
             NC_ERROR_VALUE);
   EXPECT_NE(std::string(nc_last_error()).find("'capacity' is 100 bytes"), std::string::npos) << nc_last_error();
+  EXPECT_EQ(nc_generator_generate(g, "ab", INT64_MAX, 0.0, 0, 0, text.data(), text.size(), &length, nullptr, nullptr),
+            NC_ERROR_VALUE);
   EXPECT_EQ(nc_generator_generate_top_p(g, "ab", 2, 1.0, 0, 0.0, 0, nullptr, 0, nullptr, nullptr, nullptr),
             NC_ERROR_VALUE);
   EXPECT_NE(std::string(nc_last_error()).find("top_p"), std::string::npos) << nc_last_error();

@@ -170,7 +170,8 @@ NC_API nc_status nc_generator_generate(nc_generator* g, const char* prompt, int6
                                        int64_t top_k, uint64_t seed, char* text, size_t capacity, size_t* length,
                                        nc_text_callback on_text, void* user);
 /* Since version 2. The text buffer a continuation of `tokens` tokens always fits in, its
- * NUL included: tokens times the longest token's bytes, plus 1 (0 for NULL or tokens < 0). */
+ * NUL included: tokens times the longest token's bytes, plus 1 (0 for NULL or tokens < 0;
+ * SIZE_MAX where that does not fit a size_t). */
 NC_API size_t nc_generator_max_bytes(const nc_generator* g, int64_t tokens);
 /* Since version 2. nc_generator_generate, then among the fewest most likely tokens whose
  * probabilities add up to at least top_p, in (0, 1] (nucleus sampling; 1 keeps all). */
