@@ -15,16 +15,13 @@
 namespace nc = normcore;
 using nc::DType;
 using nc::Tensor;
+using normcore_test::random;
 using normcore_test::relative_error;
 using normcore_test::throws;
 using normcore_test::values;
 
 namespace {
 
-Tensor random(const nc::Shape& shape, uint64_t seed, double scale = 1.0, double shift = 0.0) {
-  nc::Generator gen(seed);
-  return nc::add(nc::mul(nc::randn(shape, DType::F64, &gen), scale), shift);
-}
 
 
 

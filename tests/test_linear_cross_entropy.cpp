@@ -14,16 +14,13 @@
 namespace nc = normcore;
 using nc::DType;
 using nc::Tensor;
+using normcore_test::random;
 using normcore_test::relative_error;
 using normcore_test::throws;
 using normcore_test::values;
 
 namespace {
 
-Tensor random(const nc::Shape& shape, uint64_t seed, double scale = 1.0) {
-  nc::Generator gen(seed);
-  return nc::mul(nc::randn(shape, DType::F64, &gen), scale);
-}
 
 Tensor targets(const nc::Shape& shape, int64_t classes, uint64_t seed) {
   nc::Generator gen(seed);

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "normcore/ops.h"
+#include "normcore/random.h"
 #include "normcore/tensor.h"
 
 namespace normcore_test {
@@ -47,6 +49,13 @@ std::function<void()> throws(std::function<void()> call, std::vector<std::string
       ADD_FAILURE() << "threw an exception of another type: " << e.what();
     }
   };
+}
+
+// f64 normal values of a seeded generator, times scale, plus shift.
+inline normcore::Tensor random(const normcore::Shape& shape, uint64_t seed, double scale = 1.0, double shift = 0.0) {
+  normcore::Generator gen(seed);
+  const normcore::Tensor t = normcore::mul(normcore::randn(shape, normcore::DType::F64, &gen), scale);
+  return shift == 0.0 ? t : normcore::add(t, shift);
 }
 
 // A tensor's values as doubles, from any device and dtype.
