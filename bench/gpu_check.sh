@@ -323,10 +323,15 @@ for section in "${sections[@]}"; do
       echo "== benchmark: GPT-2 124M training steps, normcore then PyTorch torch.compile, then llm.c"
       shards=$(mktemp -d)
       (cd "$shards" && python3 "$run/peers/llmc/mkdata.py" 2000000)
+      # GPT2_RECOMPUTE: normcore's --recompute modes, run in turn (e.g. "none gelu none gelu").
       for b in ${GPT2_BATCHES:-16}; do
         echo "-- B = $b"
-        "$run/normcore" train-lm --model gpt2 --data "$shards/train.bin" --val-data "$shards/val.bin" --device cuda \
-          --precision bf16 --batch-size $b --lr 6e-4 --warmup 10 --benchmark ${GPT2_STEPS:-20} | grep -E "^(normcore|benchmark)"
+        for r in ${GPT2_RECOMPUTE:-none}; do
+          echo "normcore --recompute $r"
+          "$run/normcore" train-lm --model gpt2 --data "$shards/train.bin" --val-data "$shards/val.bin" --device cuda \
+            --precision bf16 --batch-size $b --lr 6e-4 --warmup 10 --recompute $r --benchmark ${GPT2_STEPS:-20} |
+            grep -E "^benchmark"
+        done
         [ "${GPT2_PEERS:-1}" = 1 ] && python3 "$run/peers/tools/gpt_peer.py" --vocab 50304 --batch $b --compile 2>&1 | tail -1
       done
       if [ "${GPT2_PEERS:-1}" = 1 ] && [ "${GPT2_BYTES:-1}" = 1 ]; then
@@ -337,8 +342,10 @@ for section in "${sections[@]}"; do
         python3 "$run/peers/tools/gpt_peer.py" --vocab 256 --batch 16 --compile 2>&1 | tail -1
       fi
       if [ "${GPT2_PEERS:-1}" = 1 ]; then
-        echo "-- llm.c, B = 16"
-        bash "$run/peers/llmc/run.sh" 16
+        echo "-- llm.c, B = 16 (its device memory in use: cudaMemGetInfo once everything is allocated)"
+        sed 's/num_parameters|precision"/num_parameters|precision|memory usage"/; s/head -2/head -3/' \
+          "$run/peers/llmc/run.sh" > "$run/peers/llmc/run_mem.sh"
+        bash "$run/peers/llmc/run_mem.sh" 16
       fi
       if [ "${GPT2_PROFILE:-0}" = 1 ]; then
         # ncu times every kernel of four eager steps (3 warm-up, 1 timed) of GPT-2's widths with

@@ -203,6 +203,10 @@ int train_lm(const Args& args) {
   const std::string& shuffle = args.options.at("shuffle");
   NC_CHECK(shuffle == "on" || shuffle == "off", ValueError, "option --shuffle: on or off, got '", shuffle, "'");
   model->train();
+  const std::string& recompute = args.options.at("recompute");
+  NC_CHECK(recompute == "none" || recompute == "gelu", ValueError, "option --recompute: none or gelu, got '",
+           recompute, "'");
+  for (const auto& block : model->blocks) block->mlp->recompute_gelu = recompute == "gelu";
   // Each rank draws its own dropout masks.
   job.start(args, model, device, gen, seed);
   const nc::models::GPTConfig& config = model->config;
@@ -290,9 +294,17 @@ int train_lm(const Args& args) {
     if (main_rank) {
       std::printf("benchmark: %lld steps, %.2f ms/step, %.0f tokens/s, loss %.4f", static_cast<long long>(timed),
                   1e3 * seconds / static_cast<double>(timed), step_tokens * static_cast<double>(timed) / seconds, loss);
-      if (device.is_cuda())
-        std::printf(", peak memory %.0f MiB",
-                    static_cast<double>(nc::cuda::memory_stats(device.index).peak_allocated) / (1 << 20));
+      if (device.is_cuda()) {
+        // The allocator's high-water mark of tensors, what it holds from the driver, and the
+        // device's memory in use by every process and context (cudaMemGetInfo, as llm.c reports).
+        const nc::cuda::MemoryStats stats = nc::cuda::memory_stats(device.index);
+        size_t free_bytes = 0, total_bytes = 0;
+        nc::cuda::mem_get_info(device.index, &free_bytes, &total_bytes);
+        constexpr double kMiB = 1 << 20;
+        std::printf(", peak memory %.0f MiB (reserved %.0f MiB, device in use %.0f MiB)",
+                    static_cast<double>(stats.peak_allocated) / kMiB, static_cast<double>(stats.reserved) / kMiB,
+                    static_cast<double>(total_bytes - free_bytes) / kMiB);
+      }
       std::printf("\n");
     }
     job.finish();

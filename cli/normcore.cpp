@@ -128,6 +128,8 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"hf-out", "", "also write the trained model to this folder as a Hugging Face GPT-2 checkpoint "
                    "(config.json, model.safetensors) at the end"},
     {"shuffle", "on", "on: the training windows in a new random order each epoch; off: in order"},
+    {"recompute", "none", "gelu: keep only each MLP's GELU input for the backward and compute its output again "
+                          "there (less memory, one more pass); none: keep both"},
     {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
     {"benchmark", "0", "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "
                        "device memory; no evaluation, checkpoint or sample (0: train)"},

@@ -122,7 +122,11 @@ MLP::MLP(int64_t embed_dim, bool bias, double dropout, Generator* gen)
 }
 
 Tensor MLP::forward(const Tensor& x) {
-  return nn::dropout((*proj)(gelu((*fc)(x), /*approximate=*/true)), dropout, is_training(), gen_);
+  const bool one_op = recompute_gelu && fc->bias.defined() && proj->bias.defined() && !fc->has_forward_hooks() &&
+                      !proj->has_forward_hooks();
+  const Tensor y = one_op ? gelu_mlp(x, fc->weight, fc->bias, proj->weight, proj->bias, /*recompute_gelu=*/true)
+                          : (*proj)(gelu((*fc)(x), /*approximate=*/true));
+  return nn::dropout(y, dropout, is_training(), gen_);
 }
 
 // ---------------------------------------------------------------- block

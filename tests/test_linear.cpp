@@ -159,12 +159,13 @@ struct MlpOutcome {
   Tensor y, grad_x, grad_w1, grad_b1, grad_w2, grad_b2;
 };
 
-// y and the gradients (of sum(y * probe)) of gelu_mlp, or of linear, gelu, linear, with fresh
-// leaves on device in dtype. p holds x, w1, b1, w2, b2.
-MlpOutcome run_mlp(bool fused, const std::vector<Tensor>& p, nc::Device device, DType dtype) {
+// y and the gradients (of sum(y * probe)) of gelu_mlp (with recompute_gelu when recompute),
+// or of linear, gelu, linear, with fresh leaves on device in dtype. p holds x, w1, b1, w2, b2.
+MlpOutcome run_mlp(bool fused, const std::vector<Tensor>& p, nc::Device device, DType dtype,
+                   bool recompute = false) {
   std::vector<Tensor> v;
   for (const Tensor& t : p) v.push_back(t.to(device, dtype).detach().requires_grad_());
-  const Tensor y = fused ? nc::nn::gelu_mlp(v[0], v[1], v[2], v[3], v[4])
+  const Tensor y = fused ? nc::nn::gelu_mlp(v[0], v[1], v[2], v[3], v[4], recompute)
                          : nc::nn::linear(nc::gelu(nc::nn::linear(v[0], v[1], v[2]), true), v[3], v[4]);
   nc::sum(nc::mul(y, random(y.shape(), 98).to(device, dtype))).backward();
   return {y, v[0].grad(), v[1].grad(), v[2].grad(), v[3].grad(), v[4].grad()};
@@ -191,24 +192,67 @@ TEST(GeluMlp, MatchesTheCompositionOnCpu) {
   for (const nc::Shape& xs : {nc::Shape{6, 5}, nc::Shape{2, 3, 8}, nc::Shape{1, 4}}) {
     SCOPED_TRACE(nc::shape_str(xs));
     const std::vector<Tensor> p = mlp_inputs(xs, 4 * xs.back(), xs.back(), 40);
-    for (DType dtype : {DType::F64, DType::F32}) {
-      const MlpOutcome fused = run_mlp(true, p, nc::Device::cpu(), dtype);
-      EXPECT_EQ(fused.y.dtype(), dtype);
-      expect_mlp_close(fused, run_mlp(false, p, nc::Device::cpu(), dtype), dtype == DType::F64 ? 1e-13 : 1e-5);
+    for (bool recompute : {false, true}) {
+      SCOPED_TRACE(recompute ? "recompute_gelu" : "keep the GELU's output");
+      for (DType dtype : {DType::F64, DType::F32}) {
+        const MlpOutcome fused = run_mlp(true, p, nc::Device::cpu(), dtype, recompute);
+        EXPECT_EQ(fused.y.dtype(), dtype);
+        expect_mlp_close(fused, run_mlp(false, p, nc::Device::cpu(), dtype), dtype == DType::F64 ? 1e-13 : 1e-5);
+      }
+      // bf16: one rounding fewer (the GELU reads the f32 pre-activation, its gradient the f32
+      // product) than the composition.
+      const MlpOutcome reference = run_mlp(false, p, nc::Device::cpu(), DType::F64);
+      expect_mlp_close(run_mlp(true, p, nc::Device::cpu(), DType::BF16, recompute), reference, 3e-2);
     }
-    // bf16: one rounding fewer (the GELU reads the f32 pre-activation, its gradient the f32
-    // product) than the composition.
-    const MlpOutcome reference = run_mlp(false, p, nc::Device::cpu(), DType::F64);
-    expect_mlp_close(run_mlp(true, p, nc::Device::cpu(), DType::BF16), reference, 3e-2);
+  }
+}
+
+// The recomputed GELU output is the kept one in f32 and f64 (the same function of the same
+// pre-activation), so the gradients agree bit for bit.
+TEST(GeluMlp, RecomputeGivesTheKeptGradients) {
+  const std::vector<Tensor> p = mlp_inputs({3, 5, 8}, 32, 8, 45);
+  for (DType dtype : {DType::F64, DType::F32}) {
+    const MlpOutcome kept = run_mlp(true, p, nc::Device::cpu(), dtype, false);
+    const MlpOutcome again = run_mlp(true, p, nc::Device::cpu(), dtype, true);
+    EXPECT_EQ(values(again.y), values(kept.y));
+    EXPECT_EQ(values(again.grad_w2), values(kept.grad_w2));
+    EXPECT_EQ(values(again.grad_x), values(kept.grad_x));
+    EXPECT_EQ(values(again.grad_b1), values(kept.grad_b1));
+  }
+}
+
+// nn::MLP with recompute_gelu runs gelu_mlp: the same output and parameter gradients as the
+// layers one by one.
+TEST(GeluMlp, MlpModuleRecomputes) {
+  nc::Generator gen(7);
+  nc::nn::MLP mlp(8, /*bias=*/true, 0.0, &gen);
+  const Tensor x = random({2, 3, 8}, 46).to(DType::F32);
+  auto run = [&](bool recompute) {
+    mlp.recompute_gelu = recompute;
+    mlp.zero_grad();
+    const Tensor y = mlp(x);
+    nc::sum(nc::mul(y, y)).backward();
+    return std::vector<std::vector<double>>{values(y), values(mlp.fc->weight.grad()), values(mlp.fc->bias.grad()),
+                                            values(mlp.proj->weight.grad())};
+  };
+  const auto kept = run(false), again = run(true);
+  ASSERT_EQ(kept.size(), again.size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    ASSERT_EQ(kept[i].size(), again[i].size());
+    for (size_t j = 0; j < kept[i].size(); ++j) EXPECT_NEAR(again[i][j], kept[i][j], 1e-5 * (1 + std::abs(kept[i][j])));
   }
 }
 
 TEST(GeluMlp, GradcheckAndErrors) {
-  auto f = [](const std::vector<Tensor>& v) { return nc::nn::gelu_mlp(v[0], v[1], v[2], v[3], v[4]); };
   std::vector<Tensor> p = mlp_inputs({2, 3, 4}, 6, 5, 50);
   for (Tensor& t : p) t.requires_grad_();
-  std::string report;
-  EXPECT_TRUE(nc::gradcheck(f, p, {}, &report)) << report;
+  for (bool recompute : {false, true}) {
+    auto f = [recompute](const std::vector<Tensor>& v) {
+      return nc::nn::gelu_mlp(v[0], v[1], v[2], v[3], v[4], recompute);
+    };
+    std::string report;
+    EXPECT_TRUE(nc::gradcheck(f, p, {}, &report)) << report;
+  }
   const std::vector<Tensor> q = mlp_inputs({3, 4}, 8, 4, 60);
   throws<nc::ShapeError>([&] { nc::nn::gelu_mlp(q[0], q[1], q[2], q[1], q[4]); },
                          {"gelu_mlp", "proj_weight [out, hidden]", "[8, 4]"})();
@@ -236,6 +280,7 @@ TEST(GeluMlp, CudaMatchesCpu) {
       SCOPED_TRACE(nc::dtype_name(dtype));
       const double tol = dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 1e-4 : 3e-2;
       expect_mlp_close(run_mlp(true, p, nc::Device::cuda(), dtype), reference, tol);
+      expect_mlp_close(run_mlp(true, p, nc::Device::cuda(), dtype, /*recompute=*/true), reference, tol);
     }
   }
 }

@@ -127,9 +127,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // true), proj_weight, proj_bias), x [..., in] -> [..., out]. On CUDA the GELU is the first
 // product's epilogue forward (its input kept for the gradient) and the second product's
 // epilogue backward (cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD), not passes of their own. Without
-// both biases it is the composition. (nn::MLP does not use it yet: see docs/DESIGN.md.)
+// both biases it is the composition. With recompute_gelu only the GELU's input is kept for
+// the backward, which makes its output again (one elementwise pass): hidden values a row
+// less held between forward and backward. nn::MLP uses it when its recompute_gelu is set.
 Tensor gelu_mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
-                const Tensor& proj_bias);
+                const Tensor& proj_bias, bool recompute_gelu = false);
 
 // y = x @ weight^T + bias: [*, in_features] -> [*, out_features]. weight [out, in] and
 // bias [out] start uniform on [-1/sqrt(in), 1/sqrt(in)] (PyTorch's default), drawn from
@@ -441,6 +443,11 @@ class MLP : public Module {
   MLP(int64_t embed_dim, bool bias = true, double dropout = 0.0, Generator* gen = nullptr);
   Tensor forward(const Tensor& x) override;
 
+  // Trade a pass for memory: keep only the GELU's input for the backward and make its output
+  // again there (gelu_mlp's recompute_gelu), 4 * embed_dim values a token less held from the
+  // forward to the backward. Needs the biases and no forward hooks on fc or proj (otherwise
+  // the layers run one by one, keeping both).
+  bool recompute_gelu = false;
   const double dropout;
   std::shared_ptr<Linear> fc;
   std::shared_ptr<Linear> proj;
