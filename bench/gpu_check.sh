@@ -343,7 +343,7 @@ for section in "${sections[@]}"; do
       fi
       if [ "${GPT2_PEERS:-1}" = 1 ]; then
         echo "-- llm.c, B = 16 (its device memory in use: cudaMemGetInfo once everything is allocated)"
-        sed 's/num_parameters|precision"/num_parameters|precision|memory usage"/; s/head -2/head -3/' \
+        sed 's/num_parameters|precision"/num_parameters|precision|memory usage"/; s/head -2/head -4/' \
           "$run/peers/llmc/run.sh" > "$run/peers/llmc/run_mem.sh"
         bash "$run/peers/llmc/run_mem.sh" 16
       fi

@@ -7,7 +7,7 @@
 // GELU lives in the first product's epilogue forward and in the second product's backward
 // (matmul_epilogue's BiasGelu and DGelu). With recompute_gelu the GELU's output is not kept
 // for the backward: it is made again there from the kept pre-activation (one elementwise
-// pass), so a call holds 4 * hidden bytes a row less in bf16 between forward and backward.
+// pass), so a call holds hidden values a row less between forward and backward.
 #include "autograd/graph.h"
 #include "core/internal.h"
 #include "kernels/elementwise.h"
@@ -71,6 +71,33 @@ Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   return y;
 }
 
+namespace {
+
+// linear(gelu_tanh(pre), weight, bias) as one recorded op that keeps pre, not the GELU's
+// output, for the backward, which makes that output again (one elementwise pass).
+Tensor gelu_linear_recomputed(const OpScope& op, const Tensor& pre, const Tensor& weight, const Tensor& bias) {
+  Tensor y;
+  {
+    autograd::NoGradGuard no_grad;
+    y = linear(gelu(pre, /*approximate=*/true), weight, bias);
+  }
+  if (!autograd::needs_grad(pre, weight, bias)) return y;
+  const int64_t hidden = pre.size(-1), out = weight.size(0), rows = hidden > 0 ? pre.numel() / hidden : 0;
+  autograd::record(op, y, {pre, weight, bias},
+                   [pres = autograd::saved(pre), ws = autograd::saved(weight), rows, hidden, out](const Tensor& grad) {
+                     const Tensor p = pres.get().reshape({rows, hidden});
+                     const Tensor g = grad.reshape({rows, out});
+                     Tensor grad_pre = new_tensor({rows, hidden}, p.dtype(), p.device());
+                     kernels::elementwise(p.device()).binary(BinaryOp::GeluTanhGrad, grad_pre, matmul(g, ws.get()), p);
+                     const Tensor h = gelu(p, /*approximate=*/true);
+                     return std::vector<Tensor>{grad_pre.view(pres.get().shape()), matmul(g.t(), h),
+                                                autograd::sum_to(g, {out})};
+                   });
+  return y;
+}
+
+}  // namespace
+
 Tensor gelu_mlp(const Tensor& x_arg, const Tensor& fc_weight_arg, const Tensor& fc_bias_arg,
                 const Tensor& proj_weight_arg, const Tensor& proj_bias_arg, bool recompute_gelu) {
   const OpScope op("gelu_mlp");
@@ -100,6 +127,10 @@ Tensor gelu_mlp(const Tensor& x_arg, const Tensor& fc_weight_arg, const Tensor& 
   if (rows == 0 || in == 0 || hidden == 0 || out == 0)
     return linear(gelu(linear(x, w1, b1), /*approximate=*/true), w2, b2);
 
+  // Recomputing, the products run without the GELU epilogues, which made a GPT-2 step slower
+  // on the H200 than plain products with the GELU as passes of its own (docs/PERFORMANCE.md).
+  if (recompute_gelu) return gelu_linear_recomputed(op, linear(x, w1, b1), w2, b2);
+
   using Epilogue = kernels::MatmulKernels::Epilogue;
   const kernels::MatmulKernels& products = kernels::matmul(x.device());
   const Tensor x2 = x.reshape({rows, in});
@@ -121,13 +152,10 @@ Tensor gelu_mlp(const Tensor& x_arg, const Tensor& fc_weight_arg, const Tensor& 
   autograd::record(
       op, y, {x, w1, b1, w2, b2},
       [xs = autograd::saved(x2), w1s = autograd::saved(w1), w2s = autograd::saved(w2), pres = autograd::saved(pre),
-       hs = recompute_gelu ? autograd::SavedTensor() : autograd::saved(h), x_shape = x.shape(), rows, hidden,
-       out](const Tensor& grad) {
+       hs = autograd::saved(h), x_shape = x.shape(), rows, hidden, out](const Tensor& grad) {
         const Tensor g = grad.reshape({rows, out}).contiguous();
         const Tensor& pre = pres.get();
         const Tensor& w2 = w2s.get();
-        // The GELU's output again, from its kept input, where the forward did not keep it.
-        const Tensor h = hs.defined() ? hs.get() : gelu(pre, /*approximate=*/true);
         // The GELU's input gradient (and fc's bias gradient) straight from g @ proj_weight.
         Tensor grad_pre = new_tensor({rows, hidden}, g.dtype(), g.device());
         Tensor grad_b1 = new_tensor({hidden}, g.dtype(), g.device());
@@ -136,7 +164,7 @@ Tensor gelu_mlp(const Tensor& x_arg, const Tensor& fc_weight_arg, const Tensor& 
           grad_b1 = autograd::sum_to(grad_pre, {hidden});
         }
         return std::vector<Tensor>{matmul(grad_pre, w1s.get()).view(x_shape), matmul(grad_pre.t(), xs.get()), grad_b1,
-                                   matmul(g.t(), h), autograd::sum_to(g, {out})};
+                                   matmul(g.t(), hs.get()), autograd::sum_to(g, {out})};
       });
   return y;
 }

@@ -954,7 +954,45 @@ TEST(CudaRuntime, FreedBlocksAreReusedWithoutCudaMalloc) {
   EXPECT_EQ(nc::cuda::memory_stats(0).num_device_mallocs, second.num_device_mallocs + 2);
   nc::cuda::empty_cache();
   const nc::cuda::MemoryStats emptied = nc::cuda::memory_stats(0);
-  EXPECT_EQ(emptied.reserved, emptied.allocated);
+  EXPECT_EQ(emptied.reserved, emptied.allocated + emptied.split_cached);
+}
+
+// A request of 1 MiB or more is cut from a larger cached block, and the parts merge back
+// when they are freed: no cudaMalloc for either, and the whole block serves the next large
+// request.
+TEST(CudaRuntime, LargeCachedBlocksAreCutAndMergeBack) {
+  if (!normcore::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  nc::cuda::synchronize();
+  nc::cuda::empty_cache();
+  const nc::TensorOptions u8_cuda(DType::U8, Device::cuda());
+  constexpr int64_t kMiB = 1 << 20;
+  const int64_t big = 97 * kMiB + 512;  // a size no other test asks for
+  { Tensor t = nc::empty({big}, u8_cuda); }
+  const nc::cuda::MemoryStats cached = nc::cuda::memory_stats(0);
+  {
+    Tensor a = nc::empty({31 * kMiB}, u8_cuda);
+    Tensor b = nc::empty({33 * kMiB}, u8_cuda);
+    const nc::cuda::MemoryStats cut = nc::cuda::memory_stats(0);
+    EXPECT_EQ(cut.num_device_mallocs, cached.num_device_mallocs);
+    EXPECT_EQ(cut.reserved, cached.reserved);
+    EXPECT_EQ(static_cast<const char*>(b.data_ptr()) - static_cast<const char*>(a.data_ptr()), 31 * kMiB);
+    EXPECT_EQ(cut.split_cached, cached.split_cached + static_cast<size_t>(big - 64 * kMiB));
+    // Half a MiB is too small to cut a block for: it gets its own.
+    { Tensor small = nc::empty({kMiB / 2}, u8_cuda); }
+    EXPECT_EQ(nc::cuda::memory_stats(0).num_device_mallocs, cached.num_device_mallocs + 1);
+    // The parts hold what was written to them.
+    a.fill_(1);
+    b.fill_(2);
+    EXPECT_EQ(nc::sum(a.to(DType::F64)).item<double>(), static_cast<double>(31 * kMiB));
+    EXPECT_EQ(nc::sum(b.to(DType::F64)).item<double>(), static_cast<double>(2 * 33 * kMiB));
+  }
+  const nc::cuda::MemoryStats merged = nc::cuda::memory_stats(0);
+  EXPECT_EQ(merged.split_cached, cached.split_cached);
+  { Tensor whole = nc::empty({big}, u8_cuda); }
+  EXPECT_EQ(nc::cuda::memory_stats(0).num_device_mallocs, merged.num_device_mallocs);
+  nc::cuda::empty_cache();
+  const nc::cuda::MemoryStats emptied = nc::cuda::memory_stats(0);
+  EXPECT_EQ(emptied.reserved, emptied.allocated + emptied.split_cached);
 }
 
 TEST(CudaRuntime, SteadyLoopMakesNoCudaMalloc) {
@@ -1008,7 +1046,7 @@ TEST(CudaRuntime, AllocationLargerThanTheGpuThrowsOutOfMemoryAndAllocatorStillWo
   const nc::cuda::MemoryStats after = nc::cuda::memory_stats(0);
   EXPECT_EQ(after.num_ooms, before.num_ooms + 1);
   EXPECT_EQ(after.allocated, before.allocated);
-  EXPECT_EQ(after.reserved, after.allocated);  // the cache was freed before the retry
+  EXPECT_EQ(after.reserved, after.allocated + after.split_cached);  // the cache was freed before the retry
   Pair x = make_input({1000}, DType::F32, Layout::Contiguous, 9);
   expect_equal(nc::neg(x.cuda), nc::neg(x.cpu), "neg after an out-of-memory error");
 }

@@ -207,17 +207,20 @@ TEST(GeluMlp, MatchesTheCompositionOnCpu) {
   }
 }
 
-// The recomputed GELU output is the kept one in f32 and f64 (the same function of the same
-// pre-activation), so the gradients agree bit for bit.
-TEST(GeluMlp, RecomputeGivesTheKeptGradients) {
+// Recomputing, gelu_mlp runs the composition's kernels and makes the GELU's output again
+// from the same pre-activation: the composition's values and gradients bit for bit.
+TEST(GeluMlp, RecomputeGivesTheCompositionsGradients) {
   const std::vector<Tensor> p = mlp_inputs({3, 5, 8}, 32, 8, 45);
-  for (DType dtype : {DType::F64, DType::F32}) {
-    const MlpOutcome kept = run_mlp(true, p, nc::Device::cpu(), dtype, false);
-    const MlpOutcome again = run_mlp(true, p, nc::Device::cpu(), dtype, true);
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
+    SCOPED_TRACE(nc::dtype_name(dtype));
+    const MlpOutcome kept = run_mlp(false, p, nc::Device::cpu(), dtype);
+    const MlpOutcome again = run_mlp(true, p, nc::Device::cpu(), dtype, /*recompute=*/true);
     EXPECT_EQ(values(again.y), values(kept.y));
-    EXPECT_EQ(values(again.grad_w2), values(kept.grad_w2));
     EXPECT_EQ(values(again.grad_x), values(kept.grad_x));
+    EXPECT_EQ(values(again.grad_w1), values(kept.grad_w1));
     EXPECT_EQ(values(again.grad_b1), values(kept.grad_b1));
+    EXPECT_EQ(values(again.grad_w2), values(kept.grad_w2));
+    EXPECT_EQ(values(again.grad_b2), values(kept.grad_b2));
   }
 }
 

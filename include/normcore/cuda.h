@@ -22,6 +22,10 @@ struct MemoryStats {
   uint64_t num_cache_hits = 0;      // requests served from the cache
   uint64_t num_device_mallocs = 0;  // cudaMalloc calls
   uint64_t num_ooms = 0;            // requests that failed even after freeing the cache
+  // Cached bytes in parts of cudaMalloc segments (a large cached block is cut for a smaller
+  // request, and merges back when its neighbours are freed): empty_cache returns only whole
+  // segments, so after it reserved == allocated + split_cached.
+  size_t split_cached = 0;
 };
 
 MemoryStats memory_stats(int device = 0);

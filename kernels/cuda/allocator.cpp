@@ -1,26 +1,33 @@
 // The caching device allocator: per device, freed blocks stay reserved in a cache and are
 // handed out again for later requests of a similar size, so a steady training loop calls
 // cudaMalloc only while it warms up. Sizes are rounded up to 512 bytes; a cached block is
-// reused when it is at most a quarter larger than the request (blocks are never split).
+// reused whole when it is at most a quarter larger than the request. A request of 1 MiB or
+// more may also be cut from the front of a larger cached block (the rest, at least 1 MiB,
+// stays cached), and a block freed next to a free neighbour of its cudaMalloc segment merges
+// with it: a training step whose largest tensor (a language model's logits) dies early then
+// serves the rest of its backward from that memory instead of new cudaMallocs. Only whole
+// segments go back to the driver.
 //
 // Reuse is stream-ordered: a block freed while kernels on its stream may still use it is
 // handed out again only for work on that same stream, which runs after them. Each block
-// remembers the stream current when it was allocated; a tensor used on another stream
-// must be synchronized by the user before it is freed (normcore itself queues everything
-// for a device on that device's one current stream).
+// remembers the stream current when its segment was allocated (a segment's blocks share
+// it); a tensor used on another stream must be synchronized by the user before it is freed
+// (normcore itself queues everything for a device on that device's one current stream).
 //
 // CUDA graphs get private pools (pool > 0; the shared cache is pool 0). While a graph is
 // captured on a device, its allocations come from its pool and every block freed goes to
 // it, whatever pool it came from: the graph may read or write any of them on each replay,
 // so none may serve work outside the graph until the graph is destroyed. A capture takes
-// free blocks of the shared cache too (they become the graph's). Nothing is
-// returned to the driver during a capture (cudaFree cannot be captured).
+// free blocks of the shared cache too (they become the graph's). Blocks merge only within
+// one pool. Nothing is returned to the driver during a capture (cudaFree cannot be captured).
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <set>
 #include <tuple>
-#include <unordered_map>
+#include <vector>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/runtime.h"
@@ -31,34 +38,43 @@ namespace cuda {
 namespace {
 
 constexpr size_t kGranularity = 512;
+constexpr size_t kMinSplit = size_t{1} << 20;  // the least request, and the least rest, of a cut
 
 size_t round_up(size_t nbytes) { return (nbytes + kGranularity - 1) / kGranularity * kGranularity; }
-// The largest cached block a request of size bytes may take.
+// The largest cached block a request of size bytes takes whole.
 size_t max_reuse_size(size_t size) { return size + size / 4; }
 
 struct CachedBlock {
   uint64_t pool;
   cudaStream_t stream;
   size_t size;
-  void* ptr;
+  char* ptr;
   bool operator<(const CachedBlock& o) const {
     return std::tie(pool, stream, size, ptr) < std::tie(o.pool, o.stream, o.size, o.ptr);
   }
 };
 
-struct LiveBlock {
+// Every block, live or cached, by address: a segment's blocks are neighbours.
+struct Block {
   size_t size;
+  char* segment;  // the cudaMalloc'd pointer the block lies in
+  size_t segment_size;
   cudaStream_t stream;
   uint64_t pool;
+  bool free;
 };
 
 struct DevicePool {
   std::mutex mutex;
-  std::set<CachedBlock> cached;  // by pool, stream, then size: best fit is a lower_bound
-  std::unordered_map<void*, LiveBlock> live;
+  std::set<CachedBlock> cached;  // the free blocks by pool, stream, then size: best fit is a lower_bound
+  std::map<char*, Block> blocks;
   uint64_t capture_pool = 0;  // the pool of the graph being captured; 0: none
   MemoryStats stats;
 };
+
+CachedBlock key(char* ptr, const Block& b) { return CachedBlock{b.pool, b.stream, b.size, ptr}; }
+
+bool whole_segment(char* ptr, const Block& b) { return ptr == b.segment && b.size == b.segment_size; }
 
 // The shared pool's cached blocks: [begin, shared_end(p)).
 std::set<CachedBlock>::iterator shared_end(DevicePool& p) {
@@ -71,20 +87,64 @@ DevicePool& pool(int device) {
   return pools[device];
 }
 
-// Frees the cached blocks of pool in [first, last). Caller holds the pool's mutex.
+// Counts a block into or out of stats.split_cached when it is a part of its segment.
+void count_split(DevicePool& p, char* ptr, const Block& b, bool add) {
+  if (whole_segment(ptr, b)) return;
+  if (add) p.stats.split_cached += b.size;
+  else p.stats.split_cached -= b.size;
+}
+
+void uncache(DevicePool& p, std::map<char*, Block>::iterator it) {
+  p.cached.erase(key(it->first, it->second));
+  count_split(p, it->first, it->second, false);
+  it->second.free = false;
+}
+
+// Puts the block at it (free now, not cached) into the cache, merged with the cached
+// neighbours of its segment and pool. Caller holds the mutex.
+void cache_block(DevicePool& p, std::map<char*, Block>::iterator it) {
+  auto mergeable = [&](std::map<char*, Block>::iterator other) {
+    return other->second.free && other->second.segment == it->second.segment && other->second.pool == it->second.pool;
+  };
+  if (auto next = std::next(it); next != p.blocks.end() && mergeable(next)) {
+    uncache(p, next);
+    it->second.size += next->second.size;
+    p.blocks.erase(next);
+  }
+  if (it != p.blocks.begin()) {
+    if (auto prev = std::prev(it); mergeable(prev)) {
+      uncache(p, prev);
+      prev->second.size += it->second.size;
+      p.blocks.erase(it);
+      it = prev;
+    }
+  }
+  it->second.free = true;
+  p.cached.insert(key(it->first, it->second));
+  count_split(p, it->first, it->second, true);
+}
+
+// Frees the whole-segment cached blocks among [first, last) of the cache. Caller holds the
+// pool's mutex.
 void release_cached(DevicePool& p, int device, std::set<CachedBlock>::iterator first,
                     std::set<CachedBlock>::iterator last) {
   if (first == last) return;
   DeviceGuard guard(device);
-  for (auto it = first; it != last; ++it) {
+  for (auto it = first; it != last;) {
+    auto block = p.blocks.find(it->ptr);
+    if (!whole_segment(it->ptr, block->second)) {
+      ++it;
+      continue;
+    }
     NC_CUDA_CHECK(cudaFree(it->ptr));  // waits for work still using the block
     p.stats.reserved -= it->size;
+    p.blocks.erase(block);
+    it = p.cached.erase(it);
   }
-  p.cached.erase(first, last);
 }
 
 // cudaMalloc, and on failure once more after freeing the cache. Caller holds the mutex.
-void* malloc_with_retry(DevicePool& p, int device, size_t size, size_t requested) {
+char* malloc_with_retry(DevicePool& p, int device, size_t size, size_t requested) {
   DeviceGuard guard(device);
   void* ptr = nullptr;
   cudaError_t status = cudaMalloc(&ptr, size);
@@ -101,46 +161,60 @@ void* malloc_with_retry(DevicePool& p, int device, size_t size, size_t requested
     throw OutOfMemoryError(with_op(detail::cat_str(
         "CUDA out of memory on cuda:", device, ": tried to allocate ", requested, " bytes (",
         requested >> 20, " MiB); the device has ", free_bytes, " bytes free of ", total_bytes,
-        ", normcore holds ", p.stats.allocated, " bytes in tensors and no cached blocks")));
+        ", normcore holds ", p.stats.allocated, " bytes in tensors and ", p.stats.split_cached,
+        " bytes cached in parts of segments (the driver takes back only whole ones)")));
   }
   check(status, "cudaMalloc", __FILE__, __LINE__);
   ++p.stats.num_device_mallocs;
   p.stats.reserved += size;
-  return ptr;
+  return static_cast<char*>(ptr);
 }
 
 }  // namespace
 
 void* device_alloc(size_t nbytes, int device) {
   if (nbytes == 0) return nullptr;
-  size_t size = round_up(nbytes);
+  const size_t size = round_up(nbytes);
   cudaStream_t s = stream(device);
   DevicePool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mutex);
-  void* ptr = nullptr;
   const uint64_t pool_id = p.capture_pool;
+  // The best cached block of pool `from`: the smallest that fits, taken whole when it is
+  // at most a quarter larger, else cut when request and rest are large enough.
   auto fits = [&](uint64_t from) {
     auto it = p.cached.lower_bound(CachedBlock{from, s, size, nullptr});
-    const bool ok = it != p.cached.end() && it->pool == from && it->stream == s && it->size <= max_reuse_size(size);
-    return ok ? it : p.cached.end();
+    if (it == p.cached.end() || it->pool != from || it->stream != s) return p.cached.end();
+    if (it->size <= max_reuse_size(size) || (size >= kMinSplit && it->size - size >= kMinSplit)) return it;
+    return p.cached.end();
   };
   auto it = fits(pool_id);
   // A capture may also take a free block of the shared cache: the work that used it was
   // queued on this stream before the graph's replays can be.
   if (it == p.cached.end() && pool_id != 0) it = fits(0);
+  std::map<char*, Block>::iterator block;
   if (it != p.cached.end()) {
-    ptr = it->ptr;
-    size = it->size;
-    p.cached.erase(it);
+    block = p.blocks.find(it->ptr);
+    uncache(p, block);
+    if (block->second.size > max_reuse_size(size)) {
+      // The front is the request's; the rest stays cached in the block's pool.
+      Block rest = block->second;
+      rest.size = block->second.size - size;
+      block->second.size = size;
+      auto rest_it = p.blocks.emplace(block->first + size, rest).first;
+      rest_it->second.free = false;
+      cache_block(p, rest_it);
+    }
     ++p.stats.num_cache_hits;
   } else {
-    ptr = malloc_with_retry(p, device, size, nbytes);
+    char* ptr = malloc_with_retry(p, device, size, nbytes);
+    block = p.blocks.emplace(ptr, Block{size, ptr, size, s, pool_id, false}).first;
   }
-  p.live.emplace(ptr, LiveBlock{size, s, pool_id});
+  block->second.free = false;
+  block->second.pool = pool_id;
   ++p.stats.num_allocs;
-  p.stats.allocated += size;
+  p.stats.allocated += block->second.size;
   p.stats.peak_allocated = std::max(p.stats.peak_allocated, p.stats.allocated);
-  return ptr;
+  return block->first;
 }
 
 void device_free(void* ptr, size_t /*nbytes: the block remembers its rounded size*/, int device) {
@@ -148,15 +222,14 @@ void device_free(void* ptr, size_t /*nbytes: the block remembers its rounded siz
   try {
     DevicePool& p = pool(device);
     std::lock_guard<std::mutex> lock(p.mutex);
-    auto it = p.live.find(ptr);
-    if (it == p.live.end()) {
+    auto it = p.blocks.find(static_cast<char*>(ptr));
+    if (it == p.blocks.end() || it->second.free) {
       std::fprintf(stderr, "normcore: device_free: %p was not allocated on cuda:%d\n", ptr, device);
       return;
     }
-    const uint64_t pool_id = p.capture_pool != 0 ? p.capture_pool : it->second.pool;
-    p.cached.insert(CachedBlock{pool_id, it->second.stream, it->second.size, ptr});
+    if (p.capture_pool != 0) it->second.pool = p.capture_pool;
     p.stats.allocated -= it->second.size;
-    p.live.erase(it);
+    cache_block(p, it);
   } catch (const std::exception& e) {
     // Called from storage destructors: report, never throw.
     std::fprintf(stderr, "normcore: device_free: %s\n", e.what());
@@ -187,15 +260,24 @@ void end_private_pool(int device) {
 void release_private_pool(int device, uint64_t pool_id) {
   DevicePool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mutex);
-  auto first = p.cached.lower_bound(CachedBlock{pool_id, nullptr, 0, nullptr});
-  auto last = p.cached.lower_bound(CachedBlock{pool_id + 1, nullptr, 0, nullptr});
-  for (auto it = first; it != last; ++it) p.cached.insert(CachedBlock{0, it->stream, it->size, it->ptr});
-  p.cached.erase(first, last);
-  for (auto& entry : p.live) {
-    if (entry.second.pool == pool_id) entry.second.pool = 0;
+  // Its live blocks join the shared pool (they are freed there); its cached ones too,
+  // merged with the shared pool's free neighbours.
+  std::vector<char*> freed;
+  for (auto& [ptr, block] : p.blocks) {
+    if (block.pool != pool_id) continue;
+    if (block.free) {
+      p.cached.erase(key(ptr, block));
+      count_split(p, ptr, block, false);
+      block.free = false;  // out of the cache until cache_block below
+      freed.push_back(ptr);
+    }
+    block.pool = 0;
+  }
+  for (char* ptr : freed) {
+    auto it = p.blocks.find(ptr);
+    cache_block(p, p.blocks.find(ptr));
   }
 }
-
 
 MemoryStats memory_stats(int device) {
   check_device("cuda::memory_stats", device);
