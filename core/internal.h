@@ -41,5 +41,11 @@ void check_representable(const char* op, const char* what, Scalar value, DType d
 void check_index_range(const Tensor& index, int64_t size, std::optional<int64_t> allowed, const char* op,
                        const char* what, const char* unit);
 
+// linear_cross_entropy (normcore/losses.h) with its logits made at most chunk_bytes at a
+// time (whole rows, at least one); the public op passes kLinearCrossEntropyChunkBytes.
+constexpr int64_t kLinearCrossEntropyChunkBytes = int64_t{256} << 20;
+Tensor linear_cross_entropy_in_chunks(const Tensor& x, const Tensor& weight, const Tensor& target, int64_t classes,
+                                      int64_t ignore_index, int64_t chunk_bytes);
+
 }  // namespace detail
 }  // namespace normcore

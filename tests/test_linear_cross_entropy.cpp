@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/internal.h"
 #include "normcore/normcore.h"
 #include "tests/test_support.h"
 
@@ -34,13 +35,17 @@ struct Outcome {
 };
 
 // loss, x's and weight's gradients of the fused op (or the composition) on copies of x and
-// weight as fresh leaves on device in dtype.
+// weight as fresh leaves on device in dtype; with piece_rows > 0 the fused op makes its
+// logits that many rows at a time.
 Outcome run_loss(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& t0, int64_t classes, nc::Device device,
-        DType dtype) {
+                 DType dtype, int64_t piece_rows = 0) {
   const Tensor x = x0.to(device, dtype).detach().requires_grad_(), w = w0.to(device, dtype).detach().requires_grad_();
   const Tensor t = t0.to(device);
   Tensor loss;
-  if (fused) {
+  if (fused && piece_rows > 0) {
+    const int64_t row_bytes = w.size(0) * static_cast<int64_t>(nc::dtype_size(dtype));
+    loss = nc::detail::linear_cross_entropy_in_chunks(x, w, t, classes, -100, piece_rows * row_bytes);
+  } else if (fused) {
     loss = nc::nn::linear_cross_entropy(x, w, t, classes);
   } else {
     const Tensor logits = nc::matmul(x, w.narrow(0, 0, classes).t());
@@ -77,6 +82,49 @@ TEST(LinearCrossEntropy, MatchesCompositionOnCpu) {
                 tol);
     }
   }
+}
+
+// Logits too large to hold are made in pieces of rows, each used at once for its share of
+// both gradients: the values of the op that holds them whole, with ignored targets, padded
+// classes, pieces that do not divide the rows, and a scaled incoming gradient.
+TEST(LinearCrossEntropy, InPiecesMatchesTheWholeOnCpu) {
+  const Tensor x = random({3, 11, 16}, 31), w = random({300, 16}, 32);
+  Tensor t = targets({3, 11}, 257, 33);
+  t = nc::where(nc::lt(random({3, 11}, 34), nc::Scalar(-0.8)), nc::full({3, 11}, -100, nc::TensorOptions(DType::I64)), t);
+  for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
+    SCOPED_TRACE(nc::dtype_name(dtype));
+    const Outcome whole = run_loss(true, x, w, t, 257, nc::Device::cpu(), dtype);
+    for (int64_t piece : {1, 5, 32}) {
+      SCOPED_TRACE("pieces of " + std::to_string(piece) + " rows");
+      const Outcome pieces = run_loss(true, x, w, t, 257, nc::Device::cpu(), dtype, piece);
+      const double tol = dtype == DType::F64 ? 1e-12 : dtype == DType::F32 ? 1e-5 : 1e-2;
+      EXPECT_EQ(pieces.loss.dtype(), whole.loss.dtype());
+      EXPECT_LT(relative_error(pieces.loss, whole.loss), tol);
+      EXPECT_LT(relative_error(pieces.grad_x, whole.grad_x), tol);
+      EXPECT_LT(relative_error(pieces.grad_weight, whole.grad_weight), tol);
+      EXPECT_EQ(values(nc::max(nc::abs(pieces.grad_weight.narrow(0, 257, 43)))), std::vector<double>{0.0});
+    }
+  }
+  // The incoming gradient scales both; without gradients the loss alone, the same.
+  const Tensor xs = x.detach().requires_grad_(), ws = w.detach().requires_grad_();
+  const int64_t row_bytes = 300 * 8;
+  nc::mul(nc::detail::linear_cross_entropy_in_chunks(xs, ws, t, 257, -100, 4 * row_bytes), nc::Scalar(3.0)).backward();
+  const Outcome whole = run_loss(true, x, w, t, 257, nc::Device::cpu(), DType::F64);
+  EXPECT_LT(relative_error(xs.grad(), nc::mul(whole.grad_x, nc::Scalar(3.0))), 1e-12);
+  EXPECT_LT(relative_error(ws.grad(), nc::mul(whole.grad_weight, nc::Scalar(3.0))), 1e-12);
+  nc::autograd::NoGradGuard no_grad;
+  EXPECT_LT(relative_error(nc::detail::linear_cross_entropy_in_chunks(x, w, t, 257, -100, 4 * row_bytes), whole.loss),
+            1e-12);
+}
+
+TEST(LinearCrossEntropy, InPiecesGradcheck) {
+  const Tensor t = targets({7}, 5, 36);
+  auto f = [&](const std::vector<Tensor>& v) {
+    return nc::detail::linear_cross_entropy_in_chunks(v[0], v[1], t, 5, -100, 2 * 6 * 8);
+  };
+  std::vector<Tensor> p = {random({7, 4}, 37).requires_grad_(), random({6, 4}, 38).requires_grad_()};
+  std::string report;
+  EXPECT_TRUE(nc::gradcheck(f, p, {}, &report)) << report;
 }
 
 TEST(LinearCrossEntropy, KnownValue) {
@@ -217,14 +265,17 @@ TEST(LinearCrossEntropy, CudaMatchesCpu) {
     for (DType dtype : {DType::F64, DType::F32, DType::BF16, DType::F16}) {
       SCOPED_TRACE(nc::dtype_name(dtype));
       const double tol = dtype == DType::F64 ? 1e-10 : dtype == DType::F32 ? 1e-4 : 3e-2;
-      const Outcome cuda = run_loss(true, x, w, t, c.classes, nc::Device::cuda(), dtype);
-      EXPECT_LT(relative_error(cuda.loss, reference.loss), tol);
-      EXPECT_LT(relative_error(cuda.grad_x, reference.grad_x), tol);
-      EXPECT_LT(relative_error(cuda.grad_weight.narrow(0, 0, c.classes), reference.grad_weight.narrow(0, 0, c.classes)),
-                tol);
-      if (c.vocab > c.classes)
-        EXPECT_EQ(values(nc::max(nc::abs(cuda.grad_weight.narrow(0, c.classes, c.vocab - c.classes)))),
-                  std::vector<double>{0.0});
+      for (int64_t piece : {0, 7}) {  // the logits whole, and in pieces of 7 rows
+        SCOPED_TRACE(piece ? "in pieces" : "whole");
+        const Outcome cuda = run_loss(true, x, w, t, c.classes, nc::Device::cuda(), dtype, piece);
+        EXPECT_LT(relative_error(cuda.loss, reference.loss), tol);
+        EXPECT_LT(relative_error(cuda.grad_x, reference.grad_x), tol);
+        EXPECT_LT(
+            relative_error(cuda.grad_weight.narrow(0, 0, c.classes), reference.grad_weight.narrow(0, 0, c.classes)), tol);
+        if (c.vocab > c.classes)
+          EXPECT_EQ(values(nc::max(nc::abs(cuda.grad_weight.narrow(0, c.classes, c.vocab - c.classes)))),
+                    std::vector<double>{0.0});
+      }
     }
   }
   // A bad target is an IndexError on CUDA too, raised where the host reads the loss, and

@@ -32,7 +32,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 // one op that holds the logits once, in the matrix product's dtype (bf16 or f16 under
 // autocast, which casts x and weight as matmul does), and never in f32: a kernel turns them
 // in place into the gradient over them and gives each row's loss, and the backward is two
-// matrix products (a language model's head and its loss; weight may have rows past
+// matrix products. Logits over 256 MiB are made a piece of rows at a time (pieces of at
+// most 256 MiB), each piece's gradient used at once for its share of x's gradient and summed
+// in f32 into weight's, so they are never held whole: what waits for the backward is the
+// two gradients (before the incoming factor), not the logits (a language model's head and
+// its loss; weight may have rows past
 // `classes`, such as a vocabulary padded for the tensor cores: they get zero gradient).
 // x [..., C] and weight [V, C] floating of one dtype; target i64 of x's leading shape, values
 // in [0, classes) or ignore_index (IndexError otherwise; on CUDA raised where the host next

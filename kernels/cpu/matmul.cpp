@@ -107,13 +107,7 @@ class CpuMatmul final : public kernels::MatmulKernels {
     visit_float(out.dtype(), "matmul", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      std::vector<C> p(static_cast<size_t>(rows * cols));
-      if constexpr (std::is_floating_point_v<T>) {
-        multiply<T>(p.data(), 1, Operand(a.unsqueeze(0)), data_as<const T>(a), Operand(b.unsqueeze(0)),
-                    data_as<const T>(b));
-      } else {
-        p = widened_product<T>(out.view({1, rows, cols}), a.unsqueeze(0), b.unsqueeze(0));
-      }
+      const std::vector<C> p = unrounded_product<T>(out, a, b);
       T* bias_grad = epilogue == Epilogue::DGelu ? data_or_null<T>(bias) : nullptr;
       finish<T, C>(epilogue, p.data(), rows, cols, epilogue == Epilogue::DGelu ? nullptr : data_or_null<const T>(bias),
                    data_or_null<T>(aux), data_as<T>(out), bias_grad);
@@ -121,7 +115,34 @@ class CpuMatmul final : public kernels::MatmulKernels {
     return true;
   }
 
+  bool matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) const override {
+    if (out.dtype() != (a.dtype() == DType::F64 ? DType::F64 : DType::F32) || b.dtype() != a.dtype()) return false;
+    visit_float(a.dtype(), "matmul", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      const std::vector<C> p = unrounded_product<T>(out, a, b);
+      C* o = data_as<C>(out);
+      for (size_t k = 0; k < p.size(); ++k) o[k] += p[k];
+    });
+    return true;
+  }
+
  private:
+  // The 2-D product a @ b of T operands before rounding (f64 for f64, f32 else), out's
+  // [rows, cols] its shape.
+  template <class T, class C = std::conditional_t<std::is_same_v<T, double>, double, float>>
+  static std::vector<C> unrounded_product(const Tensor& out, const Tensor& a, const Tensor& b) {
+    const int64_t rows = out.size(0), cols = out.size(1);
+    if constexpr (std::is_floating_point_v<T>) {
+      std::vector<C> p(static_cast<size_t>(rows * cols));
+      multiply<T>(p.data(), 1, Operand(a.unsqueeze(0)), data_as<const T>(a), Operand(b.unsqueeze(0)),
+                  data_as<const T>(b));
+      return p;
+    } else {
+      return widened_product<T>(out.view({1, rows, cols}), a.unsqueeze(0), b.unsqueeze(0));
+    }
+  }
+
   // A 16-bit product in f32: the operands widened once, multiplied.
   template <class T>
   static std::vector<float> widened_product(const Tensor& out, const Tensor& a, const Tensor& b) {

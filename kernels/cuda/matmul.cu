@@ -5,7 +5,8 @@
 // row-major (stride(2) == 1) or column-major (stride(1) == 1), with any batch stride.
 // matmul_epilogue runs through cuBLASLt with its epilogues (bias; bias and GELU keeping the
 // GELU's input; the GELU's gradient with the bias gradient), so a Linear's bias and an MLP's
-// GELU cost no pass of their own over the output.
+// GELU cost no pass of their own over the output. matmul_accumulate adds a 16-bit product
+// into an f32 output (beta = 1).
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -65,6 +66,7 @@ class CudaMatmul final : public kernels::MatmulKernels {
   void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override;
   bool matmul_epilogue(Epilogue epilogue, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
                        const Tensor& aux) const override;
+  bool matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) const override;
 };
 
 // ---------------------------------------------------------------- cuBLASLt with an epilogue
@@ -258,6 +260,39 @@ void CudaMatmul::matmul(const Tensor& out, const Tensor& a, const Tensor& b) con
       cublas_handle(launch.device()), gb.op, ga.op, n, m, k, alpha, gb.ptr, data_type, gb.ld,
       gb.batch_stride, ga.ptr, data_type, ga.ld, ga.batch_stride, beta, out.data_ptr(), data_type, n, m * n,
       batch, compute_type, CUBLAS_GEMM_DEFAULT));
+}
+
+// cuBLAS with beta = 1 and an f32 output for 16-bit or f32 operands (f64 for f64).
+bool CudaMatmul::matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) const {
+  const DType operands = a.dtype();
+  if (out.dtype() != (operands == DType::F64 ? DType::F64 : DType::F32) || b.dtype() != operands) return false;
+  cudaDataType_t data_type;
+  cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
+  switch (operands) {
+    case DType::F32:
+      data_type = CUDA_R_32F;
+      if (allow_tf32()) compute_type = CUBLAS_COMPUTE_32F_FAST_TF32;
+      break;
+    case DType::F64: data_type = CUDA_R_64F; compute_type = CUBLAS_COMPUTE_64F; break;
+    case DType::F16: data_type = CUDA_R_16F; break;
+    case DType::BF16: data_type = CUDA_R_16BF; break;
+    default: return false;
+  }
+  const int64_t m = out.size(0), n = out.size(1), k = a.size(1);
+  if (out.numel() == 0 || k == 0) return true;
+  const Launcher launch("matmul", out);
+  Tensor packed_a, packed_b;
+  const GemmOperand ga = operand(a.unsqueeze(0), &packed_a), gb = operand(b.unsqueeze(0), &packed_b);
+  const float one_f = 1.0f;
+  const double one_d = 1.0;
+  const bool is_f64 = operands == DType::F64;
+  const void* one = is_f64 ? static_cast<const void*>(&one_d) : &one_f;
+  const cudaDataType_t out_type = is_f64 ? CUDA_R_64F : CUDA_R_32F;
+  // Column-major view: out^T [n, m] += b^T [n, k] @ a^T [k, m], ldc = n.
+  NC_CUDA_CHECK(cublasGemmEx_64(cublas_handle(launch.device()), gb.op, ga.op, n, m, k, one, gb.ptr, data_type, gb.ld,
+                                ga.ptr, data_type, ga.ld, one, out.data_ptr(), out_type, n, compute_type,
+                                CUBLAS_GEMM_DEFAULT));
+  return true;
 }
 
 }  // namespace
