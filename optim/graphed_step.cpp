@@ -81,6 +81,9 @@ Tensor GraphedStep::operator()(const std::vector<Tensor>& inputs) {
     static_inputs_.clear();
     throw;
   }
+  // What the warm-up steps left cached and the graph did not take would stay reserved for
+  // the eager work between replays, which is small: back to the driver.
+  cuda::empty_cache();
   graph_->graph.replay();
   ++replays_;
   return loss_;

@@ -18,8 +18,9 @@
 //
 // The first `warmup` calls run the step directly (they make the optimizer state and fill
 // the caches); the next one copies its inputs into buffers of its own, captures the step on
-// those and replays it; later calls with inputs of the same shapes, dtypes and device copy
-// them in and replay. Inputs of other shapes (a smaller last batch) run directly. Without
+// those and replays it (after the capture the allocator's cached blocks go back to the
+// driver, cuda::empty_cache: the graph has its own); later calls with inputs of the same
+// shapes, dtypes and device copy them in and replay. Inputs of other shapes (a smaller last batch) run directly. Without
 // CUDA inputs, or with enabled false, every call runs directly. A step that cannot be
 // captured throws CaptureError from the capturing call, leaving the parameters and the
 // optimizer state as they were; the object then runs every later call directly.

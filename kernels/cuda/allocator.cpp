@@ -1,12 +1,12 @@
 // The caching device allocator: per device, freed blocks stay reserved in a cache and are
-// handed out again for later requests of a similar size, so a steady training loop calls
-// cudaMalloc only while it warms up. Sizes are rounded up to 512 bytes; a cached block is
-// reused whole when it is at most a quarter larger than the request. A request of 1 MiB or
-// more may also be cut from the front of a larger cached block (the rest, at least 1 MiB,
-// stays cached), and a block freed next to a free neighbour of its cudaMalloc segment merges
-// with it: a training step whose largest tensor (a language model's logits) dies early then
-// serves the rest of its backward from that memory instead of new cudaMallocs. Only whole
-// segments go back to the driver.
+// handed out again for later requests, so a steady training loop calls cudaMalloc only
+// while it warms up. Sizes are rounded up to 512 bytes. A request under 1 MiB takes the
+// smallest cached block that fits when it is at most a quarter larger; a request of 1 MiB
+// or more takes the smallest that fits, cut to its size when at least 1 MiB would be left
+// (the rest stays cached). A block freed next to a free neighbour of its cudaMalloc segment
+// merges with it: a training step whose largest tensor (a language model's logits) dies
+// early then serves the rest of its backward from that memory instead of new cudaMallocs.
+// Only whole segments go back to the driver.
 //
 // Reuse is stream-ordered: a block freed while kernels on its stream may still use it is
 // handed out again only for work on that same stream, which runs after them. Each block
@@ -179,13 +179,12 @@ void* device_alloc(size_t nbytes, int device) {
   DevicePool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mutex);
   const uint64_t pool_id = p.capture_pool;
-  // The best cached block of pool `from`: the smallest that fits, taken whole when it is
-  // at most a quarter larger, else cut when request and rest are large enough.
+  // The best cached block of pool `from`: the smallest that fits, for a small request only
+  // when it is at most a quarter larger.
   auto fits = [&](uint64_t from) {
     auto it = p.cached.lower_bound(CachedBlock{from, s, size, nullptr});
     if (it == p.cached.end() || it->pool != from || it->stream != s) return p.cached.end();
-    if (it->size <= max_reuse_size(size) || (size >= kMinSplit && it->size - size >= kMinSplit)) return it;
-    return p.cached.end();
+    return it->size <= max_reuse_size(size) || size >= kMinSplit ? it : p.cached.end();
   };
   auto it = fits(pool_id);
   // A capture may also take a free block of the shared cache: the work that used it was
@@ -195,10 +194,13 @@ void* device_alloc(size_t nbytes, int device) {
   if (it != p.cached.end()) {
     block = p.blocks.find(it->ptr);
     uncache(p, block);
-    if (block->second.size > max_reuse_size(size)) {
-      // The front is the request's; the rest stays cached in the block's pool.
+    if (size >= kMinSplit ? block->second.size - size >= kMinSplit : block->second.size > max_reuse_size(size)) {
+      // The front is the request's; the rest stays cached, in the graph's pool when a capture
+      // cuts a block of the shared one (the segment is then the graph's to merge and reuse
+      // whole, and the shared cache keeps only segments it can return).
       Block rest = block->second;
       rest.size = block->second.size - size;
+      rest.pool = pool_id;
       block->second.size = size;
       auto rest_it = p.blocks.emplace(block->first + size, rest).first;
       rest_it->second.free = false;
