@@ -9,7 +9,7 @@
 // graph) and rank 0 reports the epoch of all ranks; bench/mlp_epoch_torch.py under torchrun
 // is the PyTorch DDP peer.
 //   mlp_epoch [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B] [--precision P]
-//             [--cuda-graph on|off]
+//             [--cuda-graph on|off] [--loader batch|sample]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,7 +38,7 @@ void wait_for(nc::Device device) {
 
 int main(int argc, char** argv) {
   std::string device_spec = "auto", data = "/usr/share/datasets/fashion-mnist", model_name = "mlp";
-  std::string precision = "fp32", graph_option = "auto";
+  std::string precision = "fp32", graph_option = "auto", loader_path = "batch";
   int64_t epochs = 1, batch_size = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--device")) device_spec = argv[i + 1];
@@ -48,13 +48,18 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--model")) model_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
     else if (!std::strcmp(argv[i], "--cuda-graph")) graph_option = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--loader")) loader_path = argv[i + 1];
     else {
       std::fprintf(stderr,
                    "usage: %s [--model NAME] [--device cpu|cuda] [--epochs N] [--data DIR] [--batch-size B] "
-                   "[--precision fp32|tf32|bf16|fp16] [--cuda-graph on|off]\n",
+                   "[--precision fp32|tf32|bf16|fp16] [--cuda-graph on|off] [--loader batch|sample]\n",
                    argv[0]);
       return 2;
     }
+  }
+  if (loader_path != "batch" && loader_path != "sample") {
+    std::fprintf(stderr, "mlp_epoch: --loader must be batch or sample, got '%s'\n", loader_path.c_str());
+    return 2;
   }
   const bool data_parallel = std::getenv("WORLD_SIZE") != nullptr;
   const nc::distributed::Env env = nc::distributed::Env::from_environment();
@@ -86,7 +91,10 @@ int main(int argc, char** argv) {
   options.device = device;
   options.num_replicas = env.world_size;
   options.rank = env.rank;
-  options.transforms = {nc::data::transforms::normalize()};
+  // batch: each batch gathered and normalized at once; sample: each sample got and
+  // normalized on its own, then stacked (the same values).
+  if (loader_path == "sample") options.transforms = {nc::data::transforms::normalize()};
+  else options.batch_transforms = {nc::data::transforms::normalize_batch()};
   nc::data::DataLoader loader(train, options);
 
   const bool graphed = device.is_cuda() && graph_option != "off" && !data_parallel;

@@ -257,10 +257,13 @@ int train(const Args& args) {
   }
 
   nc::data::DataLoaderOptions loader_options = job.loader_options(args, batch_size, seed, device);
+  // Augmented, each sample is cropped and flipped, then normalized; otherwise the loader
+  // gathers each batch at once and normalizes it whole (the same values).
   if (augment == "on")
     loader_options.transforms = {nc::data::transforms::random_crop(28, 28, 2),
-                                 nc::data::transforms::random_horizontal_flip()};
-  loader_options.transforms.push_back(nc::data::transforms::normalize());
+                                 nc::data::transforms::random_horizontal_flip(), nc::data::transforms::normalize()};
+  else
+    loader_options.batch_transforms = {nc::data::transforms::normalize_batch()};
   nc::data::DataLoader loader(train_set, loader_options);
   const int64_t steps = epochs * loader.num_batches();
   const int64_t warmup = std::min(integer(args, "warmup", 0), steps - 1);

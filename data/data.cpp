@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "base/shape.h"
 #include "data/windows.h"
 #include "normcore/data.h"
+#include "normcore/ops.h"
 
 namespace normcore {
 namespace data {
@@ -161,6 +163,14 @@ Example TensorDataset::get(int64_t index) const {
   return Example{inputs_.select(0, index), targets_.select(0, index)};
 }
 
+std::optional<Example> TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+  for (size_t i = 0; i < indices.size(); ++i)
+    NC_CHECK(indices[i] >= 0 && indices[i] < size(), IndexError, "TensorDataset::get_batch: index ", indices[i],
+             " (at ", i, ") is outside [0, ", size(), ")");
+  const Tensor rows = from_vector<int64_t>(indices, {static_cast<int64_t>(indices.size())});
+  return Example{index_select(inputs_, 0, rows), index_select(targets_, 0, rows)};
+}
+
 TensorDataset TensorDataset::head(int64_t n) const {
   NC_CHECK(n >= 0 && n <= size(), ValueError, "TensorDataset::head: ", n, " samples of a dataset of ", size());
   return TensorDataset(inputs_.narrow(0, 0, n), targets_.narrow(0, 0, n));
@@ -229,42 +239,80 @@ int64_t SampleRandom::integer(int64_t low, int64_t high) {
 
 namespace transforms {
 
-Transform normalize(std::vector<float> mean, std::vector<float> stddev) {
-  NC_CHECK(!mean.empty() && mean.size() == stddev.size(), ValueError,
-           "normalize: mean and stddev must hold as many values (one, or one per channel), got ", mean.size(),
-           " and ", stddev.size());
-  for (size_t c = 0; c < mean.size(); ++c) {
-    NC_CHECK(std::isfinite(mean[c]), ValueError, "normalize: mean must be finite, got ", mean[c]);
-    NC_CHECK(std::isfinite(stddev[c]) && stddev[c] > 0, ValueError,
-             "normalize: stddev must be positive and finite, got ", stddev[c]);
-  }
-  // u8 pixels through a table per channel.
-  std::vector<float> table(mean.size() * 256);
-  for (size_t c = 0; c < mean.size(); ++c)
-    for (int v = 0; v < 256; ++v) table[c * 256 + v] = (static_cast<float>(v) / 255.0f - mean[c]) / stddev[c];
-  return [mean, stddev, table](Example sample, SampleRandom&) {
-    const Image image = image_of("normalize", sample.input);
-    NC_CHECK(image.data.dtype() == DType::U8 || image.data.dtype() == DType::F32, DTypeError,
-             "normalize: the input must be u8 or f32, got ", describe(sample.input));
-    NC_CHECK(mean.size() == 1 || static_cast<int64_t>(mean.size()) == image.channels, ShapeError, "normalize: ",
-             mean.size(), " means and standard deviations for an image of ", image.channels, " channels (",
-             describe(sample.input), ")");
-    Tensor out = empty({image.channels, image.height, image.width}, TensorOptions(DType::F32));
-    const int64_t plane = image.height * image.width;
-    float* dst = out.data<float>();
-    for (int64_t c = 0; c < image.channels; ++c) {
-      const size_t k = mean.size() == 1 ? 0 : static_cast<size_t>(c);
-      if (image.data.dtype() == DType::U8) {
-        const uint8_t* src = image.data.data<uint8_t>() + c * plane;
-        const float* lut = table.data() + k * 256;
-        for (int64_t i = 0; i < plane; ++i) dst[c * plane + i] = lut[src[i]];
-      } else {
-        const float* src = image.data.data<float>() + c * plane;
-        for (int64_t i = 0; i < plane; ++i) dst[c * plane + i] = (src[i] - mean[k]) / stddev[k];
-      }
+namespace {
+
+// normalize's arithmetic: (x / 255 - mean[c]) / stddev[c] for u8 pixels (through a table
+// per channel), (x - mean[c]) / stddev[c] for f32, over images of `channels` planes.
+struct Normalizer {
+  std::vector<float> mean, stddev, table;
+
+  Normalizer(std::vector<float> mean_arg, std::vector<float> stddev_arg, const char* op)
+      : mean(std::move(mean_arg)), stddev(std::move(stddev_arg)) {
+    NC_CHECK(!mean.empty() && mean.size() == stddev.size(), ValueError, op,
+             ": mean and stddev must hold as many values (one, or one per channel), got ", mean.size(), " and ",
+             stddev.size());
+    for (size_t c = 0; c < mean.size(); ++c) {
+      NC_CHECK(std::isfinite(mean[c]), ValueError, op, ": mean must be finite, got ", mean[c]);
+      NC_CHECK(std::isfinite(stddev[c]) && stddev[c] > 0, ValueError, op,
+               ": stddev must be positive and finite, got ", stddev[c]);
     }
-    sample.input = out;
+    table.resize(mean.size() * 256);
+    for (size_t c = 0; c < mean.size(); ++c)
+      for (int v = 0; v < 256; ++v) table[c * 256 + v] = (static_cast<float>(v) / 255.0f - mean[c]) / stddev[c];
+  }
+
+  // data: `images` contiguous images of channels x plane values, u8 or f32 (`input` names
+  // the tensor in errors); returns them normalized, f32 of `shape`.
+  Tensor operator()(const char* op, const Tensor& input, const Tensor& data, int64_t images, int64_t channels,
+                    int64_t plane, const Shape& shape) const {
+    NC_CHECK(data.dtype() == DType::U8 || data.dtype() == DType::F32, DTypeError, op,
+             ": the input must be u8 or f32, got ", describe(input));
+    NC_CHECK(mean.size() == 1 || static_cast<int64_t>(mean.size()) == channels, ShapeError, op, ": ", mean.size(),
+             " means and standard deviations for an image of ", channels, " channels (", describe(input), ")");
+    Tensor out = empty(shape, TensorOptions(DType::F32));
+    float* dst = out.data<float>();
+    for (int64_t n = 0; n < images; ++n)
+      for (int64_t c = 0; c < channels; ++c) {
+        const size_t k = mean.size() == 1 ? 0 : static_cast<size_t>(c);
+        const int64_t at = (n * channels + c) * plane;
+        if (data.dtype() == DType::U8) {
+          const uint8_t* src = data.data<uint8_t>() + at;
+          const float* lut = table.data() + k * 256;
+          for (int64_t i = 0; i < plane; ++i) dst[at + i] = lut[src[i]];
+        } else {
+          const float* src = data.data<float>() + at;
+          for (int64_t i = 0; i < plane; ++i) dst[at + i] = (src[i] - mean[k]) / stddev[k];
+        }
+      }
+    return out;
+  }
+};
+
+}  // namespace
+
+Transform normalize(std::vector<float> mean, std::vector<float> stddev) {
+  const auto normalizer = std::make_shared<const Normalizer>(std::move(mean), std::move(stddev), "normalize");
+  return [normalizer](Example sample, SampleRandom&) {
+    const Image image = image_of("normalize", sample.input);
+    sample.input = (*normalizer)("normalize", sample.input, image.data, 1, image.channels,
+                                 image.height * image.width, {image.channels, image.height, image.width});
     return sample;
+  };
+}
+
+BatchTransform normalize_batch(std::vector<float> mean, std::vector<float> stddev) {
+  const auto normalizer = std::make_shared<const Normalizer>(std::move(mean), std::move(stddev), "normalize_batch");
+  return [normalizer](Batch batch) {
+    const Tensor& x = batch.inputs;
+    NC_CHECK(x.defined(), ValueError, "normalize_batch: the batch's inputs are undefined");
+    NC_CHECK(x.dim() == 3 || x.dim() == 4, ShapeError,
+             "normalize_batch: the inputs must be images [B, H, W] or [B, C, H, W], got ", describe(x));
+    NC_CHECK(x.device().is_cpu(), DeviceError, "normalize_batch: the inputs must be on the CPU, got ", describe(x));
+    const int64_t images = x.size(0), channels = x.dim() == 4 ? x.size(1) : 1;
+    const int64_t height = x.size(-2), width = x.size(-1);
+    batch.inputs = (*normalizer)("normalize_batch", x, x.contiguous(), images, channels, height * width,
+                                 {images, channels, height, width});
+    return batch;
   };
 }
 
@@ -350,6 +398,8 @@ class DataLoader::Impl {
   std::vector<int64_t> epoch_order(uint64_t epoch) const;
   std::vector<int64_t> rank_share(const std::vector<int64_t>& order) const;
   Batch make_batch(int64_t index, PinnedArena* arena) const;
+  // The batch transforms, then (with an arena) the tensors into page-locked memory.
+  Batch finish_batch(Batch batch, PinnedArena* arena) const;
   void run_worker() noexcept;
   void stop_workers();
 
@@ -395,6 +445,8 @@ DataLoader::Impl::Impl(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
            options_.rank, " is outside [0, num_replicas) for num_replicas ", options_.num_replicas);
   for (size_t t = 0; t < options_.transforms.size(); ++t)
     NC_CHECK(options_.transforms[t] != nullptr, ValueError, "DataLoader: transform ", t, " is empty");
+  for (size_t t = 0; t < options_.batch_transforms.size(); ++t)
+    NC_CHECK(options_.batch_transforms[t] != nullptr, ValueError, "DataLoader: batch transform ", t, " is empty");
   // Padding to a multiple of num_replicas gives every rank the same count.
   share_ = (samples_ + options_.num_replicas - 1) / options_.num_replicas;
   NC_CHECK(!options_.drop_last || share_ >= options_.batch_size, ValueError, "DataLoader: drop_last with ",
@@ -466,6 +518,21 @@ void DataLoader::Impl::begin_epoch(uint64_t epoch, int64_t first_batch) {
 Batch DataLoader::Impl::make_batch(int64_t index, PinnedArena* arena) const {
   const int64_t first = index * options_.batch_size;
   const int64_t rows = std::min(options_.batch_size, share_ - first);
+  // Without per-sample transforms or a collate of the user's, the dataset may gather the
+  // batch at once; the batch transforms follow, then the copy into page-locked memory.
+  if (options_.transforms.empty() && !options_.collate) {
+    const auto begin = order_.begin() + first;
+    if (std::optional<Example> gathered = dataset_->get_batch(std::vector<int64_t>(begin, begin + rows))) {
+      Batch batch{gathered->input, gathered->target, index};
+      NC_CHECK(batch.inputs.defined() && batch.targets.defined() && batch.inputs.dim() >= 1 &&
+                   batch.targets.dim() >= 1 && batch.inputs.size(0) == rows && batch.targets.size(0) == rows &&
+                   batch.inputs.device().is_cpu() && batch.targets.device().is_cpu(),
+               ValueError, "DataLoader: the dataset's get_batch gave batch ", index, " inputs ",
+               describe(batch.inputs), " and targets ", describe(batch.targets), " for ", rows,
+               " samples (CPU tensors with the samples first)");
+      return finish_batch(std::move(batch), arena);
+    }
+  }
   std::vector<Example> samples(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     Example sample = dataset_->get(order_[static_cast<size_t>(first + r)]);
@@ -482,12 +549,34 @@ Batch DataLoader::Impl::make_batch(int64_t index, PinnedArena* arena) const {
     batch = options_.collate(samples);
     NC_CHECK(batch.inputs.defined() && batch.targets.defined(), ValueError, "DataLoader: collate gave batch ",
              index, " an undefined ", batch.inputs.defined() ? "targets" : "inputs", " tensor");
-  } else if (arena) {
+  } else if (arena && options_.batch_transforms.empty()) {
     batch = stack_samples(samples, [&](const Shape& shape, DType dtype) { return arena->take(shape, dtype); });
   } else {
     batch = collate(samples);
   }
   batch.index = index;
+  return finish_batch(std::move(batch), arena);
+}
+
+Batch DataLoader::Impl::finish_batch(Batch batch, PinnedArena* arena) const {
+  const int64_t index = batch.index;
+  for (const BatchTransform& transform : options_.batch_transforms) {
+    batch = transform(std::move(batch));
+    NC_CHECK(batch.inputs.defined() && batch.targets.defined(), ValueError, "DataLoader: a batch transform gave batch ",
+             index, " an undefined ", batch.inputs.defined() ? "targets" : "inputs", " tensor");
+  }
+  batch.index = index;
+  if (arena && !options_.collate) {
+    // Into page-locked memory, from which the upload is asynchronous.
+    auto pinned = [&](const Tensor& t) {
+      if (t.is_pinned()) return t;
+      Tensor out = arena->take(t.shape(), t.dtype());
+      out.copy_(t);
+      return out;
+    };
+    batch.inputs = pinned(batch.inputs);
+    batch.targets = pinned(batch.targets);
+  }
   return batch;
 }
 

@@ -36,6 +36,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the test writes big-en
 namespace {
 
 using Bytes = std::vector<uint8_t>;
+using normcore_test::throws;
 
 const char* const kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
@@ -1041,6 +1042,92 @@ TEST(DataLoader, TheSameBatchesForAnyNumberOfWorkers) {
       }
     }
   }
+}
+
+// ---- batches gathered at once (Dataset::get_batch) and batch transforms ----
+
+TEST(DataLoader, GatheredBatchesAreTheSamplesBatches) {
+  const ncd::TensorDataset data = numbered(203, {6, 5});
+  // get_batch gives what get() gives, stacked; an index outside the dataset is named.
+  const std::optional<ncd::Example> rows = data.get_batch({7, 0, 202, 7});
+  ASSERT_TRUE(rows.has_value());
+  EXPECT_EQ(rows->input.shape(), (nc::Shape{4, 6, 5}));
+  const std::vector<int64_t> picked = {7, 0, 202, 7};
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(bytes_of(rows->input.select(0, i)), bytes_of(data.get(picked[static_cast<size_t>(i)]).input));
+    EXPECT_EQ(bytes_of(rows->target.select(0, i)), bytes_of(data.get(picked[static_cast<size_t>(i)]).target));
+  }
+  throws<nc::IndexError>([&] { data.get_batch({3, 203}); }, {"TensorDataset::get_batch", "203", "[0, 203)"})();
+  // The loader's batches: per-sample normalize() and gathered batches with normalize_batch()
+  // hold the same bytes, for any number of workers and ranks.
+  for (int replicas : {1, 2}) {
+    ncd::DataLoaderOptions per_sample = sharded(16, true, replicas, replicas - 1, 23);
+    per_sample.transforms = {ncd::transforms::normalize()};
+    ncd::DataLoader reference(data, per_sample);
+    const EpochBytes expected = epoch_bytes(reference, 3);
+    for (int workers : {0, 1, 3}) {
+      SCOPED_TRACE(::testing::Message() << "num_replicas " << replicas << ", workers " << workers);
+      ncd::DataLoaderOptions gathered = sharded(16, true, replicas, replicas - 1, 23);
+      gathered.workers = workers;
+      gathered.transforms.clear();
+      gathered.batch_transforms = {ncd::transforms::normalize_batch()};
+      ncd::DataLoader loader(data, gathered);
+      EXPECT_TRUE(epoch_bytes(loader, 3) == expected);
+    }
+  }
+}
+
+// A dataset without get_batch: the loader stacks its samples, then runs the batch
+// transforms; they also run after per-sample transforms.
+TEST(DataLoader, BatchTransformsFollowStackingAndSampleTransforms) {
+  struct Squares : ncd::Dataset {
+    int64_t size() const override { return 10; }
+    ncd::Example get(int64_t i) const override {
+      return {nc::full({2, 2}, static_cast<double>(i * i), nc::TensorOptions(nc::DType::F32)),
+              nc::full({}, i, nc::TensorOptions(nc::DType::I64))};
+    }
+  };
+  ncd::DataLoaderOptions o = options(4);
+  o.batch_transforms = {[](ncd::Batch b) {
+    b.targets = nc::mul(b.targets, nc::Scalar(int64_t{10}));
+    return b;
+  }};
+  o.transforms = {[](ncd::Example e, ncd::SampleRandom&) {
+    e.input = nc::add(e.input, nc::Scalar(1.0));
+    return e;
+  }};
+  ncd::DataLoader loader(std::make_shared<const Squares>(), o);
+  loader.begin_epoch(0);
+  ncd::Batch batch;
+  ASSERT_TRUE(loader.next(batch));
+  EXPECT_EQ(batch.targets.to_vector<int64_t>(), (std::vector<int64_t>{0, 10, 20, 30}));
+  EXPECT_EQ(batch.inputs.select(0, 3).to_vector<float>(), std::vector<float>(4, 10.0f));
+  // normalize_batch names its op and what is wrong.
+  ncd::Batch flat{nc::zeros({4, 5}, nc::TensorOptions(nc::DType::U8)), nc::zeros({4}), 0};
+  throws<nc::ShapeError>([&] { ncd::transforms::normalize_batch()(flat); },
+                         {"normalize_batch", "[B, H, W] or [B, C, H, W]", "[4, 5]"})();
+  ncd::Batch wrong{nc::zeros({4, 3, 5, 5}, nc::TensorOptions(nc::DType::U8)), nc::zeros({4}), 0};
+  throws<nc::ShapeError>([&] { ncd::transforms::normalize_batch({0.5f, 0.5f}, {1, 1})(wrong); },
+                         {"normalize_batch", "2 means", "3 channels"})();
+  o.batch_transforms = {nullptr};
+  throws<nc::ValueError>([&] { ncd::DataLoader bad(std::make_shared<const Squares>(), o); },
+                         {"DataLoader", "batch transform 0", "empty"})();
+}
+
+TEST(DataLoader, CudaGatheredBatchesMatchCpuBatches) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const ncd::TensorDataset data = numbered(300, {28, 28});
+  // Gathered batches, normalized whole, staged through page-locked memory: the CPU's bytes.
+  ncd::DataLoaderOptions g = options(32, true, 9);
+  g.transforms.clear();
+  g.batch_transforms = {ncd::transforms::normalize_batch()};
+  ncd::DataLoader gathered_cpu(data, g);
+  g.device = nc::Device::cuda(0);
+  g.workers = 2;
+  ncd::DataLoader gathered_gpu(data, g);
+  const EpochBytes on_cpu = epoch_bytes(gathered_cpu, 4), on_gpu = epoch_bytes(gathered_gpu, 4);
+  EXPECT_TRUE(on_gpu == on_cpu);
+  EXPECT_EQ(static_cast<int64_t>(on_gpu.inputs.size()), gathered_gpu.num_batches());
 }
 
 TEST(DataLoader, BeginEpochAtABatchResumesTheEpoch) {

@@ -66,6 +66,15 @@ class Dataset {
   virtual int64_t size() const = 0;
   // Sample index, 0 <= index < size().
   virtual Example get(int64_t index) const = 0;
+  // The samples at indices (each in [0, size())) at once: inputs [n, ...] and targets
+  // [n, ...], CPU tensors holding what get() gives for each, stacked in order. The loader
+  // calls it for each batch when it has no per-sample transforms and no collate of the
+  // user's; a dataset whose samples are rows of tensors gathers them in one indexed copy.
+  // nullopt (the default): no faster way than get() per sample, which the loader then does.
+  virtual std::optional<Example> get_batch(const std::vector<int64_t>& indices) const {
+    (void)indices;
+    return std::nullopt;
+  }
 };
 
 // Samples that are rows of two tensors: sample i is {inputs[i], targets[i]} (views).
@@ -77,6 +86,9 @@ class TensorDataset : public Dataset {
   TensorDataset(Tensor inputs, Tensor targets);
   int64_t size() const override { return inputs_.defined() ? inputs_.size(0) : 0; }
   Example get(int64_t index) const override;
+  // The rows at indices, gathered by index_select (IndexError naming an index outside
+  // [0, size())).
+  std::optional<Example> get_batch(const std::vector<int64_t>& indices) const override;
   const Tensor& inputs() const { return inputs_; }
   const Tensor& targets() const { return targets_; }
   // The first n samples (n <= size()), sharing memory.
@@ -205,6 +217,20 @@ Transform random_horizontal_flip(double p = 0.5);
 Transform flatten();
 }  // namespace transforms
 
+struct Batch;
+// A transform of a whole batch (CPU tensors, inputs [B, ...] and targets [B, ...]): runs on
+// a loader worker after the batch is gathered or stacked, before it goes to the device.
+using BatchTransform = std::function<Batch(Batch batch)>;
+
+namespace transforms {
+// normalize() for a batch of images [B, H, W] or [B, C, H, W], u8 or f32: f32
+// [B, C, H, W] (C = 1 for [B, H, W]) holding, bit for bit, what normalize() gives each
+// sample. With a dataset that gathers batches (get_batch) and no per-sample transforms, the
+// loader then never makes a sample on its own.
+BatchTransform normalize_batch(std::vector<float> mean = {kFashionMnistMean},
+                               std::vector<float> stddev = {kFashionMnistStd});
+}  // namespace transforms
+
 // ---------------------------------------------------------------- the loader
 // One batch: inputs [B, ...] and targets [B, ...] (the samples' shapes, stacked), both on
 // the loader's device; index counts batches in the epoch.
@@ -240,6 +266,9 @@ struct DataLoaderOptions {
   int workers = 1;
   // Applied in order to each sample after get().
   std::vector<Transform> transforms;
+  // Applied in order to each batch after it is stacked (or gathered by the dataset's
+  // get_batch, when there are no per-sample transforms and no collate).
+  std::vector<BatchTransform> batch_transforms;
   // Turns a batch's samples into a Batch on the CPU (collate() when empty). Runs on a worker.
   std::function<Batch(const std::vector<Example>&)> collate;
 };
