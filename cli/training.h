@@ -16,7 +16,9 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "normcore/normcore.h"
@@ -197,8 +199,18 @@ struct DataParallelJob {
     options.device = device;
     options.num_replicas = world_size();
     options.rank = active ? env.rank : 0;
-    options.workers = static_cast<int>(integer(args, "workers", 0));
+    const std::string& workers = args.options.at("workers");
+    const bool whole = !workers.empty() && workers.find_first_not_of("0123456789") == std::string::npos;
+    NC_CHECK(workers == "auto" || (whole && workers.size() <= 4), ValueError,
+             "option --workers expects auto or a whole number from 0 to 9999, got '", workers, "'");
+    options.workers = workers == "auto" ? auto_workers() : std::stoi(workers);
     return options;
+  }
+
+  // --workers auto: half this machine's cores shared among the job's ranks, 1 to 4.
+  int auto_workers() const {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    return std::clamp(cores / 2 / std::max(world_size(), 1), 1, 4);
   }
 
   // --device for this process; a given GPU index would put every rank on one GPU.

@@ -339,7 +339,7 @@ grep -q "loss scale" h.log || fail "an fp16 run did not report its loss scale"
 [ "$(summary 2 h.log)" = "$(summary 2 h2.log)" ] || fail "resuming fp16 changed the run: $(summary 2 h.log) vs $(summary 2 h2.log)"
 expect_error "must be fp32, tf32, bf16 or fp16" "$normcore" train "${common[@]}" --precision f8
 expect_error "--augment: must be on or off" "$normcore" train "${common[@]}" --augment yes
-expect_error "--workers expects a whole number >= 0" "$normcore" train "${common[@]}" --workers -1
+expect_error "--workers expects auto or a whole number" "$normcore" train "${common[@]}" --workers -1
 
 # Anomaly mode checks every op and gradient and changes nothing when all are finite.
 "$normcore" train "${common[@]}" --epochs 2 --stop-after 1 --seed 7 --detect-anomaly on --out d.safetensors > d.log
