@@ -63,8 +63,8 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"plot", "", "an SVG of the loss and accuracy curves, rewritten after every epoch"},
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
     {"limit", "0", "use only the first N training samples (0: all)"},
-    {"workers", "auto", "data-loading threads (0: load on the training thread; auto: half the cores among the "
-                        "job's ranks, 1 to 4); the batches do not depend on it"},
+    {"workers", "auto", "data-loading threads (0: load on the training thread; auto: with --augment on half the "
+                        "cores among the job's ranks, 1 to 4, else 1); the batches do not depend on it"},
     {"augment", "off", "on: each training image randomly cropped (28 x 28 of the image padded by 2) and mirrored"},
     {"stop-after", "0", "stop after this many epochs, as if interrupted (0: run all)"},
     {"detect-anomaly", "off", "on: check every op's result and gradient for NaN/Inf, naming the op (slow)"},
@@ -105,8 +105,8 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"norm", "layernorm", "layernorm or rmsnorm"},
     {"dropout", "0.1", "dropout on the embeddings and the residual branches (0 with --model unless given)"},
     {"batch-size", "64", "windows per step"},
-    {"workers", "auto", "data-loading threads (0: load on the training thread; auto: half the cores among the "
-                        "job's ranks, 1 to 4); the batches do not depend on it"},
+    {"workers", "auto", "data-loading threads (0: load on the training thread; auto: 1); the batches do not "
+                        "depend on it"},
     {"steps", "3000", "optimizer steps"},
     {"lr", "0.001", "peak learning rate"},
     {"min-lr", "0.0001", "learning rate at the end of the cosine schedule"},
@@ -258,7 +258,8 @@ int train(const Args& args) {
     throw nc::ValueError("option --optimizer: unknown optimizer '" + optimizer_name + "' (sgd, adam, adamw)");
   }
 
-  nc::data::DataLoaderOptions loader_options = job.loader_options(args, batch_size, seed, device);
+  nc::data::DataLoaderOptions loader_options =
+      job.loader_options(args, batch_size, seed, device, /*sample_transforms=*/augment == "on");
   // Augmented, each sample is cropped and flipped, then normalized; otherwise the loader
   // gathers each batch at once and normalizes it whole (the same values).
   if (augment == "on")

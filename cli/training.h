@@ -190,9 +190,11 @@ struct DataParallelJob {
   bool is_main() const { return env.rank == 0; }
   int world_size() const { return active ? env.world_size : 1; }
 
-  // A data loader's options for this rank: its share of each epoch, --workers threads.
-  nc::data::DataLoaderOptions loader_options(const Args& args, int64_t batch_size, uint64_t seed,
-                                             nc::Device device) const {
+  // A data loader's options for this rank: its share of each epoch, --workers threads
+  // (auto: from the cores with per-sample transforms, which the caller says it has; one
+  // otherwise, where a worker gathers a batch faster than a step uses it).
+  nc::data::DataLoaderOptions loader_options(const Args& args, int64_t batch_size, uint64_t seed, nc::Device device,
+                                             bool sample_transforms = false) const {
     nc::data::DataLoaderOptions options;
     options.batch_size = batch_size;
     options.seed = seed;
@@ -203,11 +205,11 @@ struct DataParallelJob {
     const bool whole = !workers.empty() && workers.find_first_not_of("0123456789") == std::string::npos;
     NC_CHECK(workers == "auto" || (whole && workers.size() <= 4), ValueError,
              "option --workers expects auto or a whole number from 0 to 9999, got '", workers, "'");
-    options.workers = workers == "auto" ? auto_workers() : std::stoi(workers);
+    options.workers = workers != "auto" ? std::stoi(workers) : sample_transforms ? auto_workers() : 1;
     return options;
   }
 
-  // --workers auto: half this machine's cores shared among the job's ranks, 1 to 4.
+  // Half this machine's cores shared among the job's ranks, 1 to 4.
   int auto_workers() const {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     return std::clamp(cores / 2 / std::max(world_size(), 1), 1, 4);
