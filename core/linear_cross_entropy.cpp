@@ -8,6 +8,9 @@
 // made a piece of rows at a time and each piece's gradient is used at once (in_chunks), so
 // they are never held whole: GPT-2's 1.5 GiB at 16 x 1024 tokens becomes 7 pieces of at
 // most 256 MiB.
+#include <tuple>
+#include <utility>
+
 #include "autograd/graph.h"
 #include "core/internal.h"
 #include "kernels/backend.h"
@@ -33,6 +36,13 @@ Tensor scaled(const Tensor& t, const Tensor& s) {
   return mul(t, s.to(t.dtype()));
 }
 
+// The number of targets that count towards the mean (not ignore_index) and its inverse (0
+// when there are none), counted on the device in dtype.
+std::pair<Tensor, Tensor> counted_targets(const Tensor& target, int64_t ignore_index, DType dtype) {
+  const Tensor count = sum(ne(target, Scalar(ignore_index)).to(dtype));
+  return {count, div(ones_like(count), maximum(count, Scalar(1.0)))};
+}
+
 // The logits in `chunks` pieces of rows, each made, turned into its gradient, and used at
 // once for its share of both input gradients: grad_x's rows, and grad_weight summed over the
 // pieces in f32 (f64 for f64) before one rounding. What is kept for the backward is the two
@@ -48,8 +58,8 @@ Tensor in_chunks(const char* op, const Tensor& x, const Tensor& weight, const Te
   {
     autograd::NoGradGuard no_grad;
     const DType stats = kernels::stats_dtype(device, x.dtype());
-    const Tensor count = sum(ne(target, Scalar(ignore_index)).to(stats));
-    inverse_count = div(ones_like(count), maximum(count, Scalar(1.0)));
+    Tensor count;
+    std::tie(count, inverse_count) = counted_targets(target, ignore_index, stats);
     const Tensor row_loss = new_tensor({rows}, stats, device);
     const DType sum_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
     Tensor weight_sum = want_weight ? zeros({vocab, width}, TensorOptions(sum_dtype, device)) : Tensor();
@@ -132,8 +142,8 @@ Tensor linear_cross_entropy_in_chunks(const Tensor& x_arg, const Tensor& weight_
     autograd::NoGradGuard no_grad;
     grad_logits = matmul(x, weight.t()).contiguous();
     const DType stats = kernels::stats_dtype(device, x.dtype());
-    const Tensor count = sum(ne(target, Scalar(ignore_index)).to(stats));
-    inverse_count = div(ones_like(count), maximum(count, Scalar(1.0)));
+    Tensor count;
+    std::tie(count, inverse_count) = counted_targets(target, ignore_index, stats);
     const Tensor row_loss = new_tensor({rows}, stats, device);
     kernels::fused(device).cross_entropy_rows(op, grad_logits, target, classes, ignore_index,
                                               rows_scaled ? inverse_count : Tensor(), row_loss);
