@@ -33,6 +33,7 @@ struct DeviceContext {
   std::atomic<int> sm_count{0};
   std::atomic<int> shared_memory_optin{-1};
   std::atomic<int> cluster_blocks{-1};
+  std::atomic<int> compute_capability{0};
   std::atomic<uint64_t> host_waits{0};
 };
 
@@ -191,6 +192,19 @@ int cluster_blocks(int device) {
     ctx.cluster_blocks.store(blocks, std::memory_order_relaxed);
   }
   return blocks;
+}
+
+int compute_capability(int device) {
+  DeviceContext& ctx = context(device);
+  int found = ctx.compute_capability.load(std::memory_order_relaxed);
+  if (found == 0) {
+    int major = 0, minor = 0;
+    NC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    NC_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    found = major * 10 + minor;
+    ctx.compute_capability.store(found, std::memory_order_relaxed);
+  }
+  return found;
 }
 
 void wait_for_stream(int device, cudaStream_t s) {

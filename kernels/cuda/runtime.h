@@ -77,6 +77,8 @@ int shared_memory_per_block(int device);
 // Blocks a thread-block cluster may hold on device: 8 (the portable size) where clusters
 // launch (sm_90 and later), else 0 (cached).
 int cluster_blocks(int device);
+// major * 10 + minor of device (90 for the H100 and H200; cached).
+int compute_capability(int device);
 
 // Makes device current for the guard's lifetime.
 class DeviceGuard {

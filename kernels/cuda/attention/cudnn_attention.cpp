@@ -362,18 +362,6 @@ Plan* plan_for(const PlanKey& key) {
   return slot.plan.get();
 }
 
-int compute_capability(int device) {
-  static std::mutex mutex;
-  static std::map<int, int> found;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = found.find(device);
-  if (it != found.end()) return it->second;
-  int major = 0, minor = 0;
-  NC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  NC_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return found[device] = major * 10 + minor;
-}
-
 bool aligned(const std::vector<const Tensor*>& tensors) {
   for (const Tensor* t : tensors) {
     if (reinterpret_cast<uintptr_t>(t->data_ptr()) % kAlignment != 0) return false;
