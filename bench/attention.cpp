@@ -1,14 +1,15 @@
 // Benchmark: scaled_dot_product_attention on the GPU, forward and forward+backward, bf16 and
 // f16, causal and not, at the transformer shapes of the performance targets (and smaller ones
-// that place Auto's switch), on each CUDA engine in the same run: normcore's own kernels and
-// cuDNN's fused attention (cuda::set_attention_engine). Times are CUDA-event medians after a
-// warm-up (which builds cuDNN's plans); each row reports ms and TFLOP/s on the attention's
-// matrix products (forward 4 * B * H * L * S * D, backward 2.5 times that, causal halved), the
-// fraction of the dense bf16 tensor-core peak given with --peak (TFLOP/s), and the engines
-// that ran the forward and the backward (a pass cuDNN does not take runs on the native
-// kernels) and the peak of allocated device memory over the forward+backward runs; a last
-// line per case says what Auto picks. One JSON line per case and engine
-// with --json.
+// that place Auto's switch), on each CUDA engine in the same run: cuDNN's fused attention
+// (cuda::set_attention_engine) and the native engine three times: with the Hopper kernels
+// where they apply ("native"), their serial form ("serial") and the mma.sync kernels alone
+// ("mma"). Times are CUDA-event medians after a warm-up (which builds cuDNN's plans); each
+// row reports ms and TFLOP/s on the attention's matrix products (forward 4 * B * H * L * S *
+// D, backward 2.5 times that, causal halved), the fraction of the dense bf16 tensor-core peak
+// given with --peak (TFLOP/s), the kernels that ran the forward (wgmma, mma.sync or cudnn:
+// a pass cuDNN does not take runs on the native kernels) and the backward's engine, and the
+// peak of allocated device memory over the forward+backward runs; a last line per case says
+// what Auto picks. One JSON line per case and engine with --json.
 //   attention [--filter SUBSTRING] [--reps N] [--peak TFLOPS] [--json FILE]
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cuda_timing.h"
+#include "kernels/attention.h"
 #include "normcore/normcore.h"
 
 namespace nc = normcore;
@@ -27,6 +29,17 @@ namespace {
 struct Case {
   int64_t batch, heads, L, D;
 };
+
+// What a row times: an engine, and for the native one whether the Hopper kernels may run.
+struct Variant {
+  const char* name;
+  nc::cuda::AttentionEngine engine;
+  nc::kernels::HopperAttention hopper;
+};
+const Variant variants[] = {{"native", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Pipelined},
+                            {"serial", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Serial},
+                            {"mma", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Off},
+                            {"cudnn", nc::cuda::AttentionEngine::Cudnn, nc::kernels::HopperAttention::Pipelined}};
 
 }  // namespace
 
@@ -83,18 +96,22 @@ int main(int argc, char** argv) {
         };
         const double fwd_flops = 4.0 * static_cast<double>(c.batch * c.heads) * static_cast<double>(c.L) *
                                  static_cast<double>(c.L) * static_cast<double>(c.D) * (causal ? 0.5 : 1.0);
-        for (nc::cuda::AttentionEngine engine : {nc::cuda::AttentionEngine::Native, nc::cuda::AttentionEngine::Cudnn}) {
+        for (const Variant& variant : variants) {
+          const nc::cuda::AttentionEngine engine = variant.engine;
           nc::cuda::set_attention_engine(engine);
+          nc::kernels::set_hopper_attention(variant.hopper);
           const double fwd_ms = bench::median_ms(forward, reps);
           nc::cuda::reset_peak_memory_stats(0);
           const double fwd_bwd_ms = bench::median_ms(forward_backward, reps);
           const double peak_mib = static_cast<double>(nc::cuda::memory_stats(0).peak_allocated) / (1 << 20);
           const char* ran_fwd = nc::cuda::attention_engine_name(nc::cuda::last_attention_engine());
+          if (nc::cuda::last_attention_engine() == nc::cuda::AttentionEngine::Native)
+            ran_fwd = nc::kernels::last_native_attention_kernels(nc::cuda::AttentionPass::Forward);
           const char* ran_bwd =
               nc::cuda::attention_engine_name(nc::cuda::last_attention_engine(nc::cuda::AttentionPass::Backward));
           const double fwd_tflops = fwd_flops / (fwd_ms * 1e-3) / 1e12;
           const double fwd_bwd_tflops = 3.5 * fwd_flops / (fwd_bwd_ms * 1e-3) / 1e12;
-          const char* engine_name = nc::cuda::attention_engine_name(engine);
+          const char* engine_name = variant.name;
           std::printf("%-34s %-6s %9.3f %7.1f %5.0f%% %11.3f %7.1f %5.0f%% %9.0f  %s/%s\n", name.c_str(), engine_name,
                       fwd_ms, fwd_tflops, 100 * fwd_tflops / peak, fwd_bwd_ms, fwd_bwd_tflops,
                       100 * fwd_bwd_tflops / peak, peak_mib, ran_fwd, ran_bwd);
@@ -108,6 +125,7 @@ int main(int argc, char** argv) {
           }
         }
         nc::cuda::set_attention_engine(nc::cuda::AttentionEngine::Auto);
+        nc::kernels::set_hopper_attention(nc::kernels::HopperAttention::Pipelined);
         forward_backward();
         const nc::cuda::AttentionEngine auto_backward = nc::cuda::last_attention_engine(nc::cuda::AttentionPass::Backward);
         std::printf("%-34s auto picks %s/%s\n", name.c_str(),

@@ -14,7 +14,9 @@
 # custom-op example with its CUDA kernels, staged from BUILD_DIR/custom-op),
 # norms (the normalization benchmark), normsfresh (the same with each case in a fresh process,
 # median and range of NORMS_RUNS runs, the GPU's clock, temperature and power logged), transformer (bench/attention and the transformer-shape
-# norms beside PyTorch's back ends), gemm (the Linear + GroupNorm + min + bias model against
+# norms beside PyTorch's back ends), attention (the attention tests with the Hopper kernels'
+# own, their HGMMA/UTMALDG instruction counts, bench/attention beside
+# ../shared/tools/attn_peer.py; ATTENTION_FILTER picks cases, ATTENTION_PEERS=0 skips PyTorch), gemm (the Linear + GroupNorm + min + bias model against
 # its GEMM, beside PyTorch), compare (the benchmarks of the baseline
 # build staged by BASELINE=DIR bash bench/gpu_stage.sh and of this one, alternating: those of
 # bench/norms, bench/gemm_gn_min and, with the data staged, bench/mlp_epoch that the baseline
@@ -81,12 +83,13 @@ for section in "${sections[@]}"; do
     sanitizers)
       # memcheck runs the whole suite but the tests that run out of memory on purpose (memcheck
       # counts their failing allocations as errors). racecheck and synccheck look at shared
-      # memory and barriers, which only the copy (transpose), reduction, normalization and
-      # fused kernels use: they run the tests that reach those kernels.
+      # memory and barriers, which only the copy (transpose), reduction, normalization, fused
+      # and Hopper attention kernels use: they run the tests that reach those kernels.
       all='-CudaFaults.*OutOfMemory*:CudaRuntime.AllocationLargerThanTheGpu*'
       shared='CudaBackend.CopyConvertsEveryDTypePairAtEveryLayout:CudaBackend.Reduce*:CudaBackend.ArgReduce*'
       shared+=':CudaBackend.ReductionsPropagateNan:CudaBackend.PublicOpsOnCudaTensorsMatchCpu:NormCuda.*'
       shared+=':FusedGemmGroupNormMinBias.Cuda*:Nn.CudaForwardMatchesCpu:OptimCuda.*:Conformance.AllCasesPassOnCuda'
+      shared+=':AttentionHopper.*'
       for tool in ${SANITIZER_TOOLS:-memcheck racecheck synccheck}; do
         tests=$shared
         [ $tool = memcheck ] && tests=$all
@@ -175,6 +178,19 @@ for section in "${sections[@]}"; do
       echo "== benchmark: the normalization kernels, each case in a fresh process, median of ${NORMS_RUNS:-3} runs"
       python3 bench/norms_fresh.py "$run/norms" --runs "${NORMS_RUNS:-3}" --json "$out/norms-fresh.json" \
         2> "$out/norms-fresh.log"
+      ;;
+    attention)
+      echo "== attention: the Hopper kernels' tests, their SASS, then bench/attention beside PyTorch's back ends"
+      "$run/normcore_tests" --gtest_filter='AttentionHopper*:AttentionCuda*:AttentionCudnn*' > "$out/attention-tests.log" 2>&1
+      grep -A8 'Failure$' "$out/attention-tests.log" | head -${ATTENTION_FAILURE_LINES:-80}
+      tail -3 "$out/attention-tests.log"
+      if command -v cuobjdump > /dev/null; then
+        echo "-- warpgroup MMA (HGMMA) and tensor-copy (UTMALDG) instructions in the library's Hopper kernels"
+        cuobjdump -sass "$run/libnormcore.so" | awk '/Function : .*hopper/ {on = 1} /Function : / && !/hopper/ {on = 0}
+          on && /HGMMA/ {h++} on && /UTMALDG/ {u++} END {printf "HGMMA %d, UTMALDG %d\n", h, u}'
+      fi
+      "$run/attention" --filter "${ATTENTION_FILTER:-}" --json "$out/attention.json"
+      [ "${ATTENTION_PEERS:-1}" = 1 ] && python3 "$run/peers/tools/attn_peer.py"
       ;;
     transformer)
       echo "== benchmark: attention and the transformer norms, normcore then PyTorch"

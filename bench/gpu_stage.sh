@@ -48,7 +48,7 @@ ninja -C "$build" -t commands normcore_objects | grep '/nvcc ' |
 # suite, bench/conv: 40-60 MB each, mostly device code) travel compressed; gpu_check.sh
 # unpacks them.
 xz -T0 -f gpu-run/libnormcore.so
-for program in normcore_tests conv; do
+for program in normcore_tests conv attention; do
   [ -f gpu-run/$program ] && xz -T0 -f gpu-run/$program
 done
 du -sh gpu-run

@@ -32,6 +32,9 @@ constexpr int64_t kAutoCudnnScores = int64_t{1} << 21;
 thread_local cuda::AttentionEngine t_attention_engine[2] = {cuda::AttentionEngine::Native,
                                                             cuda::AttentionEngine::Native};
 
+thread_local const char* t_native_kernels[2] = {nullptr, nullptr};
+std::atomic<kernels::HopperAttention> g_hopper_attention{kernels::HopperAttention::Pipelined};
+
 void check_operand(const char* op, const char* name, const Tensor& t, const Tensor& q) {
   check_defined(op, name, t);
   NC_CHECK(t.dim() == 4, ShapeError, op, ": ", name, " must be 4-D [B, H, ", name[0] == 'q' ? "L" : "S",
@@ -105,6 +108,17 @@ const char* cuda::attention_engine_name(AttentionEngine engine) {
 void kernels::record_attention_engine(cuda::AttentionPass pass, cuda::AttentionEngine engine) {
   t_attention_engine[pass == cuda::AttentionPass::Backward ? 1 : 0] = engine;
 }
+
+void kernels::record_native_attention_kernels(cuda::AttentionPass pass, const char* kernels) {
+  t_native_kernels[pass == cuda::AttentionPass::Backward ? 1 : 0] = kernels;
+}
+
+const char* kernels::last_native_attention_kernels(cuda::AttentionPass pass) {
+  return t_native_kernels[pass == cuda::AttentionPass::Backward ? 1 : 0];
+}
+
+void kernels::set_hopper_attention(HopperAttention mode) { g_hopper_attention.store(mode); }
+kernels::HopperAttention kernels::hopper_attention() { return g_hopper_attention.load(); }
 
 const char* kernels::cudnn_attention_refusal(const AttentionEngineQuery& q) {
   using cuda::AttentionEngine;

@@ -76,6 +76,19 @@ const char* cudnn_attention_refusal(const AttentionEngineQuery& query);
 // CUDA kernels record it. Defined in core/attention.cpp.
 void record_attention_engine(cuda::AttentionPass pass, cuda::AttentionEngine engine);
 
+// Which of the native CUDA kernels ran the last native pass on this thread: "wgmma" (the
+// Hopper kernels, kernels/cuda/hopper/), "mma.sync" (the tensor-core kernels of flash.cuh) or
+// "simt" (f32, f64); nullptr before any. For benchmarks and tests; core/attention.cpp.
+void record_native_attention_kernels(cuda::AttentionPass pass, const char* kernels);
+const char* last_native_attention_kernels(cuda::AttentionPass pass);
+// Whether a pass that may run on the Hopper kernels does, and in which form: Pipelined (the
+// default: a tile's softmax runs while the previous tile's P V is on the tensor cores),
+// Serial (one product at a time), Off (the mma.sync kernels); process-wide, for benchmarks
+// and tests that set the forms side by side.
+enum class HopperAttention { Off, Serial, Pipelined };
+void set_hopper_attention(HopperAttention mode);
+HopperAttention hopper_attention();
+
 }  // namespace kernels
 
 namespace cpu { const kernels::AttentionKernels& attention_kernels(); }

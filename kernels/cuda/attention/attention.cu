@@ -1,6 +1,8 @@
 // CUDA scaled dot-product attention (contract: kernels/attention.h): each pass first offered
 // to cuDNN's fused attention (attention/cudnn_attention.h, under cuda::attention_engine()),
-// else run on the kernels of attention/flash.cuh. plan_attention picks the path: f16/bf16 on tensor cores, head dims
+// then, for an f16/bf16 forward on an sm_90 device of a build with Hopper kernels, to
+// hopper/attention.h (kernels::hopper_attention()), else run on the kernels of
+// attention/flash.cuh. plan_attention picks the path: f16/bf16 on tensor cores, head dims
 // padded to 32, 64 or 128; f32 on the register-tiled SIMT kernels, padded the same way; f64 on
 // the row-per-warp SIMT kernels. Forward: one kernel writing out and
 // lse. Backward: delta = rowsum(grad_out * out) (f64: the rows' statistics and delta =
@@ -10,6 +12,9 @@
 #include "kernels/cuda/attention/cudnn_attention.h"
 #include "kernels/cuda/attention/flash_simt.cuh"
 #include "kernels/cuda/loops.cuh"
+#if NORMCORE_HOPPER_KERNELS
+#include "kernels/cuda/hopper/attention.h"
+#endif
 
 namespace normcore {
 namespace cuda {
@@ -155,13 +160,24 @@ class CudaAttention final : public kernels::AttentionKernels {
       using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
       const auto p = make_params<T, C>(q, k, v, out, lse, shape, causal, scale);
       if constexpr (is_reduced_float_v<T>) {
+#if NORMCORE_HOPPER_KERNELS
+        const kernels::HopperAttention hopper_mode = kernels::hopper_attention();
+        if (hopper_mode != kernels::HopperAttention::Off &&
+            hopper::attention_forward(launch, p, hopper_mode == kernels::HopperAttention::Pipelined)) {
+          kernels::record_native_attention_kernels(AttentionPass::Forward, "wgmma");
+          return;
+        }
+#endif
+        kernels::record_native_attention_kernels(AttentionPass::Forward, "mma.sync");
         with_head_dim(plan.head_dim, [&](auto hd) { tc_forward<T, decltype(hd)::value>(launch, p); });
       } else if constexpr (std::is_same_v<T, float>) {
+        kernels::record_native_attention_kernels(AttentionPass::Forward, "simt");
         with_head_dim(plan.head_dim, [&](auto hd) {
           constexpr int HD = decltype(hd)::value;
           tiled_run(launch, flash::tiled_forward_kernel<HD>, flash::tiled_forward_shared_bytes<HD>(), p.L, p);
         });
       } else {
+        kernels::record_native_attention_kernels(AttentionPass::Forward, "simt");
         simt_run<T>(launch, flash::simt_forward_kernel<T>, p.L, p);
       }
     });
@@ -199,6 +215,8 @@ class CudaAttention final : public kernels::AttentionKernels {
         launch(flash::delta_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, flash::kDeltaRowsPerBlock)),
                flash::kDeltaRowsPerBlock * flash::kWarp, 0, p);
       }
+      kernels::record_native_attention_kernels(AttentionPass::Backward,
+                                               is_reduced_float_v<T> ? "mma.sync" : "simt");
       if constexpr (is_reduced_float_v<T>) {
         with_head_dim(plan.head_dim, [&](auto hd) { tc_backward<T, decltype(hd)::value>(launch, p); });
       } else if constexpr (std::is_same_v<T, float>) {
