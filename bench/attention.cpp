@@ -6,8 +6,8 @@
 // ("mma"). Times are CUDA-event medians after a warm-up (which builds cuDNN's plans); each
 // row reports ms and TFLOP/s on the attention's matrix products (forward 4 * B * H * L * S *
 // D, backward 2.5 times that, causal halved), the fraction of the dense bf16 tensor-core peak
-// given with --peak (TFLOP/s), the kernels that ran the forward (wgmma, mma.sync or cudnn:
-// a pass cuDNN does not take runs on the native kernels) and the backward's engine, and the
+// given with --peak (TFLOP/s), the kernels that ran the forward and the backward (wgmma,
+// mma.sync or cudnn: a pass cuDNN does not take runs on the native kernels), and the
 // peak of allocated device memory over the forward+backward runs; a last line per case says
 // what Auto picks. One JSON line per case and engine with --json.
 //   attention [--filter SUBSTRING] [--reps N] [--peak TFLOPS] [--json FILE]
@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
             ran_fwd = nc::kernels::last_native_attention_kernels(nc::cuda::AttentionPass::Forward);
           const char* ran_bwd =
               nc::cuda::attention_engine_name(nc::cuda::last_attention_engine(nc::cuda::AttentionPass::Backward));
+          if (nc::cuda::last_attention_engine(nc::cuda::AttentionPass::Backward) == nc::cuda::AttentionEngine::Native)
+            ran_bwd = nc::kernels::last_native_attention_kernels(nc::cuda::AttentionPass::Backward);
           const double fwd_tflops = fwd_flops / (fwd_ms * 1e-3) / 1e12;
           const double fwd_bwd_tflops = 3.5 * fwd_flops / (fwd_bwd_ms * 1e-3) / 1e12;
           const char* engine_name = variant.name;

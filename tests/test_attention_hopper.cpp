@@ -1,13 +1,13 @@
-// The Hopper attention forward (kernels/cuda/hopper/: warpgroup MMA fed by the tensor memory
-// accelerator) on an sm_90 device: out, and through the backward the log-sum-exp it saves,
-// against a float64 CPU reference of the same rounded inputs and against the mma.sync kernels
-// (kernels::set_hopper_attention(Off)), both forms of the Hopper kernels (pipelined and
-// serial), in f16 and bf16, for head dims 64 and 128,
-// causal or not, lengths on and off the 128-row tiles (1, 127, 129, 300), L != S both ways,
+// The Hopper attention kernels (kernels/cuda/hopper/: warpgroup MMA fed by the tensor memory
+// accelerator) on an sm_90 device: out and the gradients (the backward on the Hopper kernels
+// too, reading the log-sum-exp the forward saved) against a float64 CPU reference of the
+// same rounded inputs and against the mma.sync kernels (kernels::set_hopper_attention(Off)),
+// both forms of the forward (pipelined and serial), in f16 and bf16, for head dims 64 and
+// 128, causal or not, lengths on and off the tiles (1, 127, 129, 300), L != S both ways,
 // grouped-query and multi-query heads, q, k and v as views of one packed projection, and
 // logits large enough to saturate the softmax. Every case checks that the Hopper kernels
-// ran (kernels::last_native_attention_kernels), so a silent fallback fails. On other
-// devices, or builds without the Hopper kernels, the tests skip.
+// ran both passes (kernels::last_native_attention_kernels), so a silent fallback fails. On
+// other devices, or builds without the Hopper kernels, the tests skip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -108,7 +108,7 @@ double error(const Tensor& got, const Tensor& expected) {
 struct Run {
   Tensor out;
   std::vector<Tensor> grads;
-  std::string forward_kernels;
+  std::string forward_kernels, backward_kernels;
 };
 
 // out and the gradients for grad_out on the device, with the Hopper kernels in `mode`.
@@ -120,6 +120,8 @@ Run run(const Case& c, DType dtype, nc::Device device, HopperAttention mode, con
   const char* ran = nc::kernels::last_native_attention_kernels(AttentionPass::Forward);
   r.forward_kernels = device.is_cuda() && ran != nullptr ? ran : "cpu";
   r.out.backward(grad_out.to(dtype).to(device));
+  const char* ran_backward = nc::kernels::last_native_attention_kernels(AttentionPass::Backward);
+  r.backward_kernels = device.is_cuda() && ran_backward != nullptr ? ran_backward : "cpu";
   if (c.packed) r.grads = {in.packed.grad()};
   else r.grads = {in.q.grad(), in.k.grad(), in.v.grad()};
   return r;
@@ -150,6 +152,7 @@ void check_case(const Case& c, DType dtype) {
   }
   const Run mma = run(c, dtype, nc::Device::cuda(), HopperAttention::Off, grad_out);
   ASSERT_EQ(mma.forward_kernels, "mma.sync");
+  ASSERT_EQ(mma.backward_kernels, "mma.sync");
   // P is rounded to the storage type before P V on both kernels: errors of a few units of
   // that type's precision, and the Hopper kernels' no larger than the mma.sync kernels' by
   // more than rounding noise.
@@ -159,6 +162,7 @@ void check_case(const Case& c, DType dtype) {
     SCOPED_TRACE(mode == HopperAttention::Pipelined ? "pipelined" : "serial");
     const Run hopper = run(c, dtype, nc::Device::cuda(), mode, grad_out);
     ASSERT_EQ(hopper.forward_kernels, "wgmma");
+    ASSERT_EQ(hopper.backward_kernels, "wgmma");
     const double out_hopper = error(hopper.out, reference.out);
     EXPECT_LT(out_hopper, 2 * unit) << "out: mma.sync's error " << out_mma;
     EXPECT_LT(out_hopper, 1.5 * out_mma + unit / 4) << "out";
@@ -171,7 +175,7 @@ void check_case(const Case& c, DType dtype) {
   }
 }
 
-TEST(AttentionHopper, ForwardMatchesReferenceAndMmaSync) {
+TEST(AttentionHopper, MatchesReferenceAndMmaSync) {
   if (!hopper_device()) GTEST_SKIP() << "no sm_90 device, or a build without the Hopper kernels";
   Settings restore;
   const std::vector<Case> cases = {

@@ -215,6 +215,14 @@ class CudaAttention final : public kernels::AttentionKernels {
         launch(flash::delta_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, flash::kDeltaRowsPerBlock)),
                flash::kDeltaRowsPerBlock * flash::kWarp, 0, p);
       }
+      if constexpr (is_reduced_float_v<T>) {
+#if NORMCORE_HOPPER_KERNELS
+        if (kernels::hopper_attention() != kernels::HopperAttention::Off && hopper::attention_backward(launch, p)) {
+          kernels::record_native_attention_kernels(AttentionPass::Backward, "wgmma");
+          return;
+        }
+#endif
+      }
       kernels::record_native_attention_kernels(AttentionPass::Backward,
                                                is_reduced_float_v<T> ? "mma.sync" : "simt");
       if constexpr (is_reduced_float_v<T>) {

@@ -1,6 +1,6 @@
 // Scaled dot-product attention on Hopper's warpgroup MMA and tensor memory accelerator
-// (attention_forward.cu, compiled for sm_90a only; kernels/cuda/attention/attention.cu calls
-// it first when the build has it). The contract is kernels/attention.h's.
+// (attention_forward.cu, attention_backward.cu, compiled for sm_90a only;
+// kernels/cuda/attention/attention.cu calls them first when the build has them). The contract is kernels/attention.h's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,6 +24,12 @@ const char* forward_refusal(int compute_capability, const flash::AttentionParams
 bool attention_forward(const Launcher& launch, const flash::AttentionParams<__half, float>& p, bool pipelined);
 bool attention_forward(const Launcher& launch, const flash::AttentionParams<__nv_bfloat16, float>& p,
                        bool pipelined);
+
+// Runs the backward's gradients (delta already in p.delta) when forward_refusal is nullptr
+// and grad_out's strides suit a tensor map and the gradients' rows take 4-byte stores;
+// false (nothing launched) otherwise.
+bool attention_backward(const Launcher& launch, const flash::AttentionParams<__half, float>& p);
+bool attention_backward(const Launcher& launch, const flash::AttentionParams<__nv_bfloat16, float>& p);
 
 }  // namespace hopper
 }  // namespace cuda

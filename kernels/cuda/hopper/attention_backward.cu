@@ -1,0 +1,385 @@
+// The attention backward on Hopper (contract: kernels/attention.h; entry points:
+// hopper/attention.h), in the deterministic layout of the mma.sync kernels: delta =
+// rowsum(grad_out * out) first (attention.cu), then two kernels that each write their
+// gradients once, with no atomics:
+//   keys:    a block per 128 keys of a q head; for each tile of 64 queries
+//            S^T = K Q^T and dP^T = V dO^T (wgmma, shared memory), P^T = exp(scale S^T - lse),
+//            dS^T = P^T (dP^T - delta), then grad_v += P^T dO and grad_k += dS^T Q (wgmma,
+//            P^T and dS^T from registers, dO and Q N-major);
+//   queries: a block per 128 queries; for each tile of 64 keys S = Q K^T and dP = dO V^T,
+//            P and dS likewise, grad_q += dS K.
+// Each block is a producer warpgroup (one thread copies the block's own K and V, or Q and
+// dO, once and then the other side's tiles through two stages, as the forward does) and two
+// consumer warpgroups of 64 rows. grad_k and grad_q are scaled once at the end. Rows past L
+// or S read as zeros; queries past L get lse = +inf (P = 0), keys past S are masked in the
+// query kernel and not written by the key kernel; causal blocks visit only the tiles their
+// diagonal reaches.
+//
+// Built for sm_90a alone, as attention_forward.cu.
+#include "kernels/cuda/hopper/attention.h"
+
+#include "kernels/cuda/hopper/sm90.cuh"
+#include "kernels/cuda/hopper/tensor_map.cuh"
+#include "kernels/cuda/hopper/wgmma.cuh"
+
+namespace normcore {
+namespace cuda {
+namespace hopper {
+namespace {
+
+using flash::AttentionParams;
+
+// OWN rows of the block's own side (keys or queries), stepping through tiles of STEP rows
+// of the other side.
+template <int HD, int OWN, int STEP>
+struct BackwardTiles {
+  static constexpr int kHeadDim = HD, kOwn = OWN, kStep = STEP;
+  static constexpr int kConsumers = OWN / 64, kStages = 2;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kParts = HD / 64;
+  static constexpr uint32_t kOwnPartBytes = OWN * 128, kOwnBytes = kParts * kOwnPartBytes;
+  static constexpr uint32_t kStepPartBytes = STEP * 128, kStepBytes = kParts * kStepPartBytes;
+  // Two own tiles (K and V, or Q and dO), two step tiles a stage, barriers (own full; step
+  // full and empty a stage) and room to align to 1024 bytes.
+  static constexpr size_t kSharedBytes = 1024 + 2 * kOwnBytes + 2 * kStages * kStepBytes + 8 * (1 + 2 * kStages);
+};
+template <int HD>
+using KeyTiles = BackwardTiles<HD, 128, 64>;
+template <int HD>
+using QueryTiles = BackwardTiles<HD, 128, 64>;
+
+// The shared-memory layout and barriers of a backward block; `own` holds two tiles (own0,
+// own1) and each stage two step tiles (step0, step1).
+template <class Tiles>
+struct BackwardSmem {
+  uint32_t own0, own1, steps, own_full;
+  __device__ explicit BackwardSmem(const void* smem) {
+    own0 = (flash::smem_address(smem) + 1023u) & ~1023u;
+    own1 = own0 + Tiles::kOwnBytes;
+    steps = own1 + Tiles::kOwnBytes;
+    own_full = steps + 2 * Tiles::kStages * Tiles::kStepBytes;
+  }
+  __device__ uint32_t step0(int st) const { return steps + st * 2 * Tiles::kStepBytes; }
+  __device__ uint32_t step1(int st) const { return step0(st) + Tiles::kStepBytes; }
+  __device__ uint32_t step_full(int st) const { return own_full + 8 * (1 + st); }
+  __device__ uint32_t step_empty(int st) const { return own_full + 8 * (1 + Tiles::kStages + st); }
+
+  __device__ void init() const {
+    sm90::barrier_init(own_full, 1);
+    for (int st = 0; st < Tiles::kStages; ++st) {
+      sm90::barrier_init(step_full(st), 1);
+      sm90::barrier_init(step_empty(st), Tiles::kConsumers * 128);
+    }
+    sm90::barrier_init_fence();
+  }
+};
+
+// The producer's copies: the two own tiles at own_row, then for steps [first, last) the two
+// step tiles at row STEP * step. Heads: own_head for the own maps, step_head for the step maps.
+template <class Tiles>
+__device__ void produce(const BackwardSmem<Tiles>& sm, const CUtensorMap* own0, const MapOrder& own0_order,
+                        const CUtensorMap* own1, const MapOrder& own1_order, const CUtensorMap* step0,
+                        const MapOrder& step0_order, const CUtensorMap* step1, const MapOrder& step1_order,
+                        int own_row, int own_head, int step_head, int batch, int first, int last) {
+  if (first >= last) return;
+  sm90::barrier_expect_bytes(sm.own_full, 2 * Tiles::kOwnBytes);
+#pragma unroll
+  for (int part = 0; part < Tiles::kParts; ++part) {
+    load_box(sm.own0 + part * Tiles::kOwnPartBytes, own0, own0_order, sm.own_full, part * 64, own_row, own_head, batch);
+    load_box(sm.own1 + part * Tiles::kOwnPartBytes, own1, own1_order, sm.own_full, part * 64, own_row, own_head, batch);
+  }
+  for (int step = first, n = 0; step < last; ++step, ++n) {
+    const int st = n % Tiles::kStages;
+    if (n >= Tiles::kStages) sm90::barrier_wait(sm.step_empty(st), (n / Tiles::kStages - 1) & 1);
+    sm90::barrier_expect_bytes(sm.step_full(st), 2 * Tiles::kStepBytes);
+#pragma unroll
+    for (int part = 0; part < Tiles::kParts; ++part) {
+      load_box(sm.step0(st) + part * Tiles::kStepPartBytes, step0, step0_order, sm.step_full(st), part * 64,
+               step * Tiles::kStep, step_head, batch);
+      load_box(sm.step1(st) + part * Tiles::kStepPartBytes, step1, step1_order, sm.step_full(st), part * 64,
+               step * Tiles::kStep, step_head, batch);
+    }
+  }
+}
+
+// S = A B^T over the head dim for the 64 rows of A at a_rows (own tile) and the STEP rows of
+// the step tile b, both K-major (parts of 64 columns), issued.
+template <class T, class Tiles>
+__device__ __forceinline__ void issue_product(float (&d)[Tiles::kStep / 2], uint32_t a_rows, uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < Tiles::kHeadDim / 16; ++kk) {
+    const uint32_t a_offset = kk / 4 * Tiles::kOwnPartBytes + kk % 4 * 32;
+    const uint32_t b_offset = kk / 4 * Tiles::kStepPartBytes + kk % 4 * 32;
+    sm90::Wgmma<T, Tiles::kStep>::ss(d, sm90::swizzled_descriptor(a_rows + a_offset, 0),
+                                     sm90::swizzled_descriptor(b + b_offset, 0), kk > 0);
+  }
+}
+
+// Waits for stage st's step tiles, then d0 = A0 step0^T and d1 = A1 step1^T (A0 and A1
+// the 64 own rows of this consumer at a0_rows, a1_rows) and waits for them.
+template <class T, class Tiles>
+__device__ __forceinline__ void step_products(const BackwardSmem<Tiles>& sm, int st, uint32_t parity,
+                                              float (&d0)[Tiles::kStep / 2], uint32_t a0_rows,
+                                              float (&d1)[Tiles::kStep / 2], uint32_t a1_rows) {
+  sm90::barrier_wait(sm.step_full(st), parity);
+  sm90::wgmma_fence();
+  issue_product<T, Tiles>(d0, a0_rows, sm.step0(st));
+  issue_product<T, Tiles>(d1, a1_rows, sm.step1(st));
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(d0);
+  sm90::fence_registers(d1);
+}
+
+// acc += P B for P (64 x STEP, registers) and the step tile b read N-major (STEP x HD), issued.
+template <class T, class Tiles>
+__device__ __forceinline__ void issue_accumulate(float (&acc)[Tiles::kHeadDim / 2],
+                                                 const uint32_t (&pa)[Tiles::kStep / 16][4], uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < Tiles::kStep / 16; ++kk)
+    sm90::Wgmma<T, Tiles::kHeadDim>::rs(acc, pa[kk], sm90::swizzled_descriptor(b + kk * 16 * 128, Tiles::kStepPartBytes),
+                                        true);
+}
+
+template <class T, int N>
+__device__ __forceinline__ void pack_operand(uint32_t (&pa)[N / 16][4], const float (&x)[N / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pa[kk][r] = flash::pack2<T>(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
+}
+
+// Rows [row_lo, row_lo + 8] of a consumer's 64 x HD accumulators times factor to dst (rows
+// `stride` apart), those below rows.
+template <class T, int HD>
+__device__ __forceinline__ void store_rows(T* dst, int64_t stride, int row_lo, int rows, int t,
+                                           const float (&acc)[HD / 2], float factor) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row_lo + half * 8;
+    if (row >= rows) continue;
+    T* out = dst + row * stride + 2 * t;
+#pragma unroll
+    for (int c = 0; c < HD / 8; ++c)
+      *reinterpret_cast<uint32_t*>(out + 8 * c) =
+          flash::pack2<T>(acc[4 * c + 2 * half] * factor, acc[4 * c + 2 * half + 1] * factor);
+  }
+}
+
+// ---------------------------------------------------------------- grad_k, grad_v
+template <class T, class Tiles>
+__global__ void __launch_bounds__(Tiles::kThreads, 1)
+    key_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+               const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap do_map,
+               const MapOrders orders, const MapOrder do_order, const AttentionParams<T, float> p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int HD = Tiles::kHeadDim, BN = Tiles::kOwn, BM = Tiles::kStep, STAGES = Tiles::kStages;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const BackwardSmem<Tiles> sm(smem);
+  const int k_tiles = (p.S + BN - 1) / BN;
+  const int64_t bh = blockIdx.x / k_tiles;
+  const int k0 = static_cast<int>(blockIdx.x - bh * k_tiles) * BN;  // causal: the longest blocks come first
+  const int batch = static_cast<int>(bh / p.heads), head = static_cast<int>(bh % p.heads);
+  const int first = p.causal ? k0 / BM : 0, last = (p.L + BM - 1) / BM;
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) sm.init();
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    sm90::registers_down<24>();
+    if (threadIdx.x == 0)
+      produce(sm, &k_map, orders.k, &v_map, orders.v, &q_map, orders.q, &do_map, do_order, k0, head / p.group, head,
+              batch, first, last);
+    return;
+  }
+
+  sm90::registers_up<240>();
+  const int consumer = warpgroup - 1, tid = threadIdx.x - 128 * warpgroup;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int key_lo = k0 + consumer * 64 + warp * 16 + g;  // accumulators 4 c + 0, 1: key_lo; + 2, 3: key_lo + 8
+  const float scale_log2 = static_cast<float>(p.scale) * flash::kLog2e;
+  const uint32_t k_rows = sm.own0 + consumer * 64 * 128, v_rows = sm.own1 + consumer * 64 * 128;
+  float dk[HD / 2], dv[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; ++i) dk[i] = dv[i] = 0.0f;
+  if (first < last) sm90::barrier_wait(sm.own_full, 0);
+  for (int step = first, n = 0; step < last; ++step, ++n) {
+    const int st = n % STAGES, q0 = step * BM;
+    // This thread's columns are queries q0 + 8 c + 2 t + e: their lse (base 2) and delta.
+    float lse2[BM / 4], delta[BM / 4];
+#pragma unroll
+    for (int c = 0; c < BM / 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int q = q0 + 8 * c + 2 * t + e;
+        lse2[2 * c + e] = q < p.L ? p.lse[bh * p.L + q] * flash::kLog2e : INFINITY;
+        delta[2 * c + e] = q < p.L ? p.delta[bh * p.L + q] : 0.0f;
+      }
+    float s[BM / 2], dp[BM / 2];
+    step_products<T, Tiles>(sm, st, (n / STAGES) & 1, s, k_rows, dp, v_rows);  // S^T = K Q^T, dP^T = V dO^T
+    const bool masked = p.causal && k0 + BN - 1 > q0;
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) {
+      const int col = i / 4 * 2 + i % 2;
+      float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse2[col]));
+      if (masked && key_lo + i % 4 / 2 * 8 > q0 + 8 * (i / 4) + 2 * t + i % 2) x = 0.0f;
+      s[i] = x;
+      dp[i] = x * (dp[i] - delta[col]);
+    }
+    uint32_t pa[BM / 16][4], ds[BM / 16][4];
+    pack_operand<T, BM>(pa, s);
+    pack_operand<T, BM>(ds, dp);
+    sm90::wgmma_fence();
+    issue_accumulate<T, Tiles>(dv, pa, sm.step1(st));  // P^T dO
+    issue_accumulate<T, Tiles>(dk, ds, sm.step0(st));  // dS^T Q
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(dv);
+    sm90::fence_registers(dk);
+    sm90::barrier_arrive(sm.step_empty(st));
+  }
+  store_rows<T, HD>(flash::head_rows(p.grad_k, p.grad_k_stride, bh, p.heads), p.grad_k_stride.row, key_lo, p.S, t,
+                    dk, static_cast<float>(p.scale));
+  store_rows<T, HD>(flash::head_rows(p.grad_v, p.grad_v_stride, bh, p.heads), p.grad_v_stride.row, key_lo, p.S, t,
+                    dv, 1.0f);
+#endif
+}
+
+// ---------------------------------------------------------------- grad_q
+template <class T, class Tiles>
+__global__ void __launch_bounds__(Tiles::kThreads, 1)
+    query_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap do_map,
+                 const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                 const MapOrders orders, const MapOrder do_order, const AttentionParams<T, float> p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int HD = Tiles::kHeadDim, BM = Tiles::kOwn, BN = Tiles::kStep, STAGES = Tiles::kStages;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const BackwardSmem<Tiles> sm(smem);
+  const int m_tiles = (p.L + BM - 1) / BM;
+  const int64_t bh = blockIdx.x / m_tiles;
+  const int m0 = (m_tiles - 1 - static_cast<int>(blockIdx.x - bh * m_tiles)) * BM;  // longest causal blocks first
+  const int batch = static_cast<int>(bh / p.heads), head = static_cast<int>(bh % p.heads);
+  int last = (p.S + BN - 1) / BN;
+  if (p.causal) last = min(last, (min(m0 + BM, p.L) - 1) / BN + 1);
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) sm.init();
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    sm90::registers_down<24>();
+    if (threadIdx.x == 0)
+      produce(sm, &q_map, orders.q, &do_map, do_order, &k_map, orders.k, &v_map, orders.v, m0, head, head / p.group,
+              batch, 0, last);
+    return;
+  }
+
+  sm90::registers_up<240>();
+  const int consumer = warpgroup - 1, tid = threadIdx.x - 128 * warpgroup;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int row_lo = m0 + consumer * 64 + warp * 16 + g;  // accumulators 4 c + 0, 1: row_lo; + 2, 3: row_lo + 8
+  const float scale_log2 = static_cast<float>(p.scale) * flash::kLog2e;
+  const uint32_t q_rows = sm.own0 + consumer * 64 * 128, do_rows = sm.own1 + consumer * 64 * 128;
+  float lse2[2], delta[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row_lo + 8 * half;
+    lse2[half] = row < p.L ? p.lse[bh * p.L + row] * flash::kLog2e : INFINITY;
+    delta[half] = row < p.L ? p.delta[bh * p.L + row] : 0.0f;
+  }
+  float dq[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; ++i) dq[i] = 0.0f;
+  if (last > 0) sm90::barrier_wait(sm.own_full, 0);
+  for (int n = 0; n < last; ++n) {
+    const int st = n % STAGES, n0 = n * BN;
+    float s[BN / 2], dp[BN / 2];
+    step_products<T, Tiles>(sm, st, (n / STAGES) & 1, s, q_rows, dp, do_rows);  // S = Q K^T, dP = dO V^T
+    const bool masked = n0 + BN > p.S || (p.causal && n0 + BN - 1 > m0 + consumer * 64);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      const int half = i % 4 / 2;
+      float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse2[half]));
+      if (masked) {
+        const int j = n0 + i / 4 * 8 + 2 * t + i % 2;
+        if (j >= p.S || (p.causal && j > row_lo + 8 * half)) x = 0.0f;
+      }
+      dp[i] = x * (dp[i] - delta[half]);
+    }
+    uint32_t ds[BN / 16][4];
+    pack_operand<T, BN>(ds, dp);
+    sm90::wgmma_fence();
+    issue_accumulate<T, Tiles>(dq, ds, sm.step0(st));  // dS K
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(dq);
+    sm90::barrier_arrive(sm.step_empty(st));
+  }
+  store_rows<T, HD>(flash::head_rows(p.grad_q, p.grad_q_stride, bh, p.heads), p.grad_q_stride.row, row_lo, p.L, t, dq,
+                    static_cast<float>(p.scale));
+#endif
+}
+
+// ---------------------------------------------------------------- host
+template <class T, int HD>
+bool run_backward(const Launcher& launch, const AttentionParams<T, float>& p) {
+  using Keys = KeyTiles<HD>;
+  using Queries = QueryTiles<HD>;
+  const int kv_heads = p.heads / p.group;
+  // The key kernel's own tiles are K and V (128 rows), its steps Q and dO (64); the query
+  // kernel's the other way round.
+  CUtensorMap k_own, v_own, q_step, do_step, q_own, do_own, k_step, v_step;
+  MapOrders key_orders, query_orders;
+  MapOrder key_do_order, query_do_order;
+  if (!make_map(&k_own, &key_orders.k, p.k, p.k_stride, p.batch, kv_heads, p.S, HD, Keys::kOwn) ||
+      !make_map(&v_own, &key_orders.v, p.v, p.v_stride, p.batch, kv_heads, p.S, HD, Keys::kOwn) ||
+      !make_map(&q_step, &key_orders.q, p.q, p.q_stride, p.batch, p.heads, p.L, HD, Keys::kStep) ||
+      !make_map(&do_step, &key_do_order, p.grad_out, p.grad_out_stride, p.batch, p.heads, p.L, HD, Keys::kStep) ||
+      !make_map(&q_own, &query_orders.q, p.q, p.q_stride, p.batch, p.heads, p.L, HD, Queries::kOwn) ||
+      !make_map(&do_own, &query_do_order, p.grad_out, p.grad_out_stride, p.batch, p.heads, p.L, HD, Queries::kOwn) ||
+      !make_map(&k_step, &query_orders.k, p.k, p.k_stride, p.batch, kv_heads, p.S, HD, Queries::kStep) ||
+      !make_map(&v_step, &query_orders.v, p.v, p.v_stride, p.batch, kv_heads, p.S, HD, Queries::kStep))
+    return false;
+  const int64_t batch_heads = int64_t{p.batch} * p.heads;
+  const int64_t key_grid = flash::tile_blocks(batch_heads, p.S, Keys::kOwn);
+  const int64_t query_grid = flash::tile_blocks(batch_heads, p.L, Queries::kOwn);
+  if (key_grid > 0) {
+    const auto kernel = key_kernel<T, Keys>;
+    launch.allow_shared_memory(kernel, Keys::kSharedBytes);
+    launch(kernel, static_cast<unsigned>(key_grid), Keys::kThreads, Keys::kSharedBytes, k_own, v_own, q_step, do_step,
+           key_orders, key_do_order, p);
+  }
+  if (query_grid > 0) {
+    const auto kernel = query_kernel<T, Queries>;
+    launch.allow_shared_memory(kernel, Queries::kSharedBytes);
+    launch(kernel, static_cast<unsigned>(query_grid), Queries::kThreads, Queries::kSharedBytes, q_own, do_own, k_step,
+           v_step, query_orders, query_do_order, p);
+  }
+  return true;
+}
+
+bool aligned_pairs(const void* base, const flash::RowStrides& s) {
+  return reinterpret_cast<uintptr_t>(base) % 4 == 0 && s.batch % 2 == 0 && s.head % 2 == 0 && s.row % 2 == 0;
+}
+
+template <class T>
+bool backward(const Launcher& launch, const AttentionParams<T, float>& p) {
+  if (forward_refusal(compute_capability(launch.device()), p) != nullptr) return false;
+  if (!map_stride(p.grad_out_stride.row) || !map_stride(p.grad_out_stride.head) ||
+      !map_stride(p.grad_out_stride.batch))
+    return false;
+  if (!aligned_pairs(p.grad_q, p.grad_q_stride) || !aligned_pairs(p.grad_k, p.grad_k_stride) ||
+      !aligned_pairs(p.grad_v, p.grad_v_stride))
+    return false;
+  return p.D == 64 ? run_backward<T, 64>(launch, p) : run_backward<T, 128>(launch, p);
+}
+
+}  // namespace
+
+bool attention_backward(const Launcher& launch, const AttentionParams<__half, float>& p) { return backward(launch, p); }
+bool attention_backward(const Launcher& launch, const AttentionParams<__nv_bfloat16, float>& p) {
+  return backward(launch, p);
+}
+
+}  // namespace hopper
+}  // namespace cuda
+}  // namespace normcore
