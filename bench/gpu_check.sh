@@ -33,7 +33,8 @@
 # for sm_90 alone and for the portable default set, their CPU time and size), gpt2 (GPT-2 124M
 # training steps, `train-lm --model gpt2 --benchmark`, at each batch of GPT2_BATCHES beside
 # PyTorch's torch.compile, then the byte-vocabulary model beside PyTorch and llm.c at B = 16;
-# GPT2_PEERS=0 leaves the peers out, GPT2_BYTES=0 the byte-vocabulary model, GPT2_PROFILE=1 adds ncu's
+# GPT2_PEERS=0 leaves the peers out, GPT2_BYTES=0 the byte-vocabulary model, GPT2_RECOMPUTE and
+# GPT2_ATTENTION list --recompute modes and --attention engines to run, GPT2_PROFILE=1 adds ncu's
 # kernel table of a 2-layer step), gpt2curve (GPT-2 124M trained by PyTorch and by train-lm from
 # the same initial weights on the same windows, their train losses every 50 steps side by side),
 # hfgpt2 (transformers' GPT-2 checkpoints loaded by normcore and normcore's saved ones by
@@ -339,14 +340,17 @@ for section in "${sections[@]}"; do
       echo "== benchmark: GPT-2 124M training steps, normcore then PyTorch torch.compile, then llm.c"
       shards=$(mktemp -d)
       (cd "$shards" && python3 "$run/peers/llmc/mkdata.py" 2000000)
-      # GPT2_RECOMPUTE: normcore's --recompute modes, run in turn (e.g. "none gelu none gelu").
+      # GPT2_RECOMPUTE: normcore's --recompute modes, run in turn (e.g. "none gelu none gelu");
+      # GPT2_ATTENTION: its --attention engines, each with every mode (e.g. "auto native").
       for b in ${GPT2_BATCHES:-16}; do
         echo "-- B = $b"
-        for r in ${GPT2_RECOMPUTE:-none}; do
-          echo "normcore --recompute $r"
-          "$run/normcore" train-lm --model gpt2 --data "$shards/train.bin" --val-data "$shards/val.bin" --device cuda \
-            --precision bf16 --batch-size $b --lr 6e-4 --warmup 10 --recompute $r --benchmark ${GPT2_STEPS:-20} |
-            grep -E "^benchmark"
+        for a in ${GPT2_ATTENTION:-auto}; do
+          for r in ${GPT2_RECOMPUTE:-none}; do
+            echo "normcore --recompute $r --attention $a"
+            "$run/normcore" train-lm --model gpt2 --data "$shards/train.bin" --val-data "$shards/val.bin" \
+              --device cuda --precision bf16 --batch-size $b --lr 6e-4 --warmup 10 --recompute $r --attention $a \
+              --benchmark ${GPT2_STEPS:-20} | grep -E "^benchmark"
+          done
         done
         [ "${GPT2_PEERS:-1}" = 1 ] && python3 "$run/peers/tools/gpt_peer.py" --vocab 50304 --batch $b --compile 2>&1 | tail -1
       done

@@ -207,6 +207,12 @@ int train_lm(const Args& args) {
   NC_CHECK(recompute == "none" || recompute == "gelu", ValueError, "option --recompute: none or gelu, got '",
            recompute, "'");
   for (const auto& block : model->blocks) block->mlp->recompute_gelu = recompute == "gelu";
+  const std::string& attention = args.options.at("attention");
+  NC_CHECK(attention == "auto" || attention == "native" || attention == "cudnn", ValueError,
+           "option --attention: auto, native or cudnn, got '", attention, "'");
+  nc::cuda::set_attention_engine(attention == "native"  ? nc::cuda::AttentionEngine::Native
+                                 : attention == "cudnn" ? nc::cuda::AttentionEngine::Cudnn
+                                                        : nc::cuda::AttentionEngine::Auto);
   // Each rank draws its own dropout masks.
   job.start(args, model, device, gen, seed);
   const nc::models::GPTConfig& config = model->config;

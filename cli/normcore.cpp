@@ -132,6 +132,9 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"shuffle", "on", "on: the training windows in a new random order each epoch; off: in order"},
     {"recompute", "none", "gelu: keep only each MLP's GELU input for the backward and compute its output again "
                           "there (less memory, one more pass); none: keep both"},
+    {"attention", "auto", "CUDA attention engine: auto (cuDNN's fused attention from 2^21 scores a call, else "
+                          "normcore's kernels), native (normcore's kernels: no cuDNN workspace, which is 2 x B x "
+                          "heads x context^2 bytes in the backward) or cudnn"},
     {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
     {"benchmark", "0", "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "
                        "device memory; no evaluation, checkpoint or sample (0: train)"},
