@@ -31,10 +31,10 @@ using flash::AttentionParams;
 
 // OWN rows of the block's own side (keys or queries), stepping through tiles of STEP rows
 // of the other side.
-template <int HD, int OWN, int STEP>
+template <int HD, int OWN, int STEP, int STAGES>
 struct BackwardTiles {
   static constexpr int kHeadDim = HD, kOwn = OWN, kStep = STEP;
-  static constexpr int kConsumers = OWN / 64, kStages = 2;
+  static constexpr int kConsumers = OWN / 64, kStages = STAGES;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kParts = HD / 64;
   static constexpr uint32_t kOwnPartBytes = OWN * 128, kOwnBytes = kParts * kOwnPartBytes;
@@ -44,9 +44,9 @@ struct BackwardTiles {
   static constexpr size_t kSharedBytes = 1024 + 2 * kOwnBytes + 2 * kStages * kStepBytes + 8 * (1 + 2 * kStages);
 };
 template <int HD>
-using KeyTiles = BackwardTiles<HD, 128, 64>;
+using KeyTiles = BackwardTiles<HD, 128, 64, HD == 64 ? 3 : 2>;
 template <int HD>
-using QueryTiles = BackwardTiles<HD, 128, 64>;
+using QueryTiles = BackwardTiles<HD, 128, 64, HD == 64 ? 3 : 2>;
 
 // The shared-memory layout and barriers of a backward block; `own` holds two tiles (own0,
 // own1) and each stage two step tiles (step0, step1).
@@ -115,20 +115,17 @@ __device__ __forceinline__ void issue_product(float (&d)[Tiles::kStep / 2], uint
   }
 }
 
-// Waits for stage st's step tiles, then d0 = A0 step0^T and d1 = A1 step1^T (A0 and A1
-// the 64 own rows of this consumer at a0_rows, a1_rows) and waits for them.
+// Waits for stage st's step tiles, then issues d0 = A0 step0^T and d1 = A1 step1^T (A0 and
+// A1 the 64 own rows of this consumer at a0_rows, a1_rows) as one group.
 template <class T, class Tiles>
-__device__ __forceinline__ void step_products(const BackwardSmem<Tiles>& sm, int st, uint32_t parity,
-                                              float (&d0)[Tiles::kStep / 2], uint32_t a0_rows,
-                                              float (&d1)[Tiles::kStep / 2], uint32_t a1_rows) {
+__device__ __forceinline__ void issue_step_products(const BackwardSmem<Tiles>& sm, int st, uint32_t parity,
+                                                    float (&d0)[Tiles::kStep / 2], uint32_t a0_rows,
+                                                    float (&d1)[Tiles::kStep / 2], uint32_t a1_rows) {
   sm90::barrier_wait(sm.step_full(st), parity);
   sm90::wgmma_fence();
   issue_product<T, Tiles>(d0, a0_rows, sm.step0(st));
   issue_product<T, Tiles>(d1, a1_rows, sm.step1(st));
   sm90::wgmma_commit();
-  sm90::wgmma_wait<0>();
-  sm90::fence_registers(d0);
-  sm90::fence_registers(d1);
 }
 
 // acc += P B for P (64 x STEP, registers) and the step tile b read N-major (STEP x HD), issued.
@@ -167,7 +164,9 @@ __device__ __forceinline__ void store_rows(T* dst, int64_t stride, int row_lo, i
 }
 
 // ---------------------------------------------------------------- grad_k, grad_v
-template <class T, class Tiles>
+// PIPELINED: a step's accumulation issued with the next step's products (registers for both
+// sets of operands: head dim 64 only).
+template <class T, class Tiles, bool PIPELINED>
 __global__ void __launch_bounds__(Tiles::kThreads, 1)
     key_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap do_map,
@@ -202,41 +201,118 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   float dk[HD / 2], dv[HD / 2];
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) dk[i] = dv[i] = 0.0f;
-  if (first < last) sm90::barrier_wait(sm.own_full, 0);
-  for (int step = first, n = 0; step < last; ++step, ++n) {
-    const int st = n % STAGES, q0 = step * BM;
-    // This thread's columns are queries q0 + 8 c + 2 t + e: their lse (base 2) and delta.
-    float lse2[BM / 4], delta[BM / 4];
+  if constexpr (!PIPELINED) {
+    // One step at a time: the accumulators and both sets of operands would not fit together.
+    if (first < last) sm90::barrier_wait(sm.own_full, 0);
+    for (int step = first, n = 0; step < last; ++step, ++n) {
+      const int st = n % STAGES, q0 = step * BM;
+      // This thread's columns are queries q0 + 8 c + 2 t + e: their lse (base 2) and delta.
+      float lse2[BM / 4], delta[BM / 4];
 #pragma unroll
-    for (int c = 0; c < BM / 8; ++c)
+      for (int c = 0; c < BM / 8; ++c)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int q = q0 + 8 * c + 2 * t + e;
-        lse2[2 * c + e] = q < p.L ? p.lse[bh * p.L + q] * flash::kLog2e : INFINITY;
-        delta[2 * c + e] = q < p.L ? p.delta[bh * p.L + q] : 0.0f;
+        for (int e = 0; e < 2; ++e) {
+          const int q = q0 + 8 * c + 2 * t + e;
+          lse2[2 * c + e] = q < p.L ? p.lse[bh * p.L + q] * flash::kLog2e : INFINITY;
+          delta[2 * c + e] = q < p.L ? p.delta[bh * p.L + q] : 0.0f;
+        }
+      float s[BM / 2], dp[BM / 2];
+      issue_step_products<T, Tiles>(sm, st, (n / STAGES) & 1, s, k_rows, dp, v_rows);  // S^T = K Q^T, dP^T = V dO^T
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(s);
+      sm90::fence_registers(dp);
+      const bool masked = p.causal && k0 + BN - 1 > q0;
+#pragma unroll
+      for (int i = 0; i < BM / 2; ++i) {
+        const int col = i / 4 * 2 + i % 2;
+        float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse2[col]));
+        if (masked && key_lo + i % 4 / 2 * 8 > q0 + 8 * (i / 4) + 2 * t + i % 2) x = 0.0f;
+        s[i] = x;
+        dp[i] = x * (dp[i] - delta[col]);
       }
-    float s[BM / 2], dp[BM / 2];
-    step_products<T, Tiles>(sm, st, (n / STAGES) & 1, s, k_rows, dp, v_rows);  // S^T = K Q^T, dP^T = V dO^T
-    const bool masked = p.causal && k0 + BN - 1 > q0;
-#pragma unroll
-    for (int i = 0; i < BM / 2; ++i) {
-      const int col = i / 4 * 2 + i % 2;
-      float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse2[col]));
-      if (masked && key_lo + i % 4 / 2 * 8 > q0 + 8 * (i / 4) + 2 * t + i % 2) x = 0.0f;
-      s[i] = x;
-      dp[i] = x * (dp[i] - delta[col]);
+      uint32_t pa[BM / 16][4], ds[BM / 16][4];
+      pack_operand<T, BM>(pa, s);
+      pack_operand<T, BM>(ds, dp);
+      sm90::wgmma_fence();
+      issue_accumulate<T, Tiles>(dv, pa, sm.step1(st));  // P^T dO
+      issue_accumulate<T, Tiles>(dk, ds, sm.step0(st));  // dS^T Q
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(dv);
+      sm90::fence_registers(dk);
+      sm90::barrier_arrive(sm.step_empty(st));
     }
+  } else {
+    float s[BM / 2], dp[BM / 2];
     uint32_t pa[BM / 16][4], ds[BM / 16][4];
-    pack_operand<T, BM>(pa, s);
-    pack_operand<T, BM>(ds, dp);
-    sm90::wgmma_fence();
-    issue_accumulate<T, Tiles>(dv, pa, sm.step1(st));  // P^T dO
-    issue_accumulate<T, Tiles>(dk, ds, sm.step0(st));  // dS^T Q
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(dv);
-    sm90::fence_registers(dk);
-    sm90::barrier_arrive(sm.step_empty(st));
+    // grad_v += P^T dO and grad_k += dS^T Q from stage st, issued as one group.
+    const auto accumulate = [&](int st) {
+      sm90::wgmma_fence();
+      issue_accumulate<T, Tiles>(dv, pa, sm.step1(st));
+      issue_accumulate<T, Tiles>(dk, ds, sm.step0(st));
+      sm90::wgmma_commit();
+    };
+    const auto accumulated = [&](int st) {
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(dv);
+      sm90::fence_registers(dk);
+      sm90::barrier_arrive(sm.step_empty(st));
+    };
+    // Step n's products S^T = K Q^T and dP^T = V dO^T, issued, after this thread's columns'
+    // (queries q0 + 8 c + 2 t + e) lse in base 2 and delta are read.
+    float lse2[BM / 4], delta[BM / 4];
+    const auto products = [&](int n) {
+      const int q0 = (first + n) * BM;
+#pragma unroll
+      for (int c = 0; c < BM / 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int q = q0 + 8 * c + 2 * t + e;
+          lse2[2 * c + e] = q < p.L ? p.lse[bh * p.L + q] * flash::kLog2e : INFINITY;
+          delta[2 * c + e] = q < p.L ? p.delta[bh * p.L + q] : 0.0f;
+        }
+      issue_step_products<T, Tiles>(sm, n % STAGES, (n / STAGES) & 1, s, k_rows, dp, v_rows);
+    };
+    // P^T and dS^T of step n in s and dp.
+    const auto elementwise = [&](int n) {
+      sm90::fence_registers(s);
+      sm90::fence_registers(dp);
+      const int q0 = (first + n) * BM;
+      const bool masked = p.causal && k0 + BN - 1 > q0;
+#pragma unroll
+      for (int i = 0; i < BM / 2; ++i) {
+        const int col = i / 4 * 2 + i % 2;
+        float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse2[col]));
+        if (masked && key_lo + i % 4 / 2 * 8 > q0 + 8 * (i / 4) + 2 * t + i % 2) x = 0.0f;
+        s[i] = x;
+        dp[i] = x * (dp[i] - delta[col]);
+      }
+    };
+    const auto pack = [&] {
+      pack_operand<T, BM>(pa, s);
+      pack_operand<T, BM>(ds, dp);
+    };
+    const int steps = last - first;
+    if (steps > 0) {
+      sm90::barrier_wait(sm.own_full, 0);
+      products(0);
+      sm90::wgmma_wait<0>();
+      elementwise(0);
+      pack();
+      for (int n = 1; n < steps; ++n) {
+        // Step n - 1's accumulation runs under step n's elementwise work.
+        products(n);
+        issue_accumulate<T, Tiles>(dv, pa, sm.step1((n - 1) % STAGES));
+        issue_accumulate<T, Tiles>(dk, ds, sm.step0((n - 1) % STAGES));
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();
+        elementwise(n);
+        accumulated((n - 1) % STAGES);
+        pack();
+      }
+      accumulate((steps - 1) % STAGES);
+      accumulated((steps - 1) % STAGES);
+    }
   }
   store_rows<T, HD>(flash::head_rows(p.grad_k, p.grad_k_stride, bh, p.heads), p.grad_k_stride.row, key_lo, p.S, t,
                     dk, static_cast<float>(p.scale));
@@ -246,7 +322,8 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
 }
 
 // ---------------------------------------------------------------- grad_q
-template <class T, class Tiles>
+// PIPELINED: as the key kernel's (head dim 64 only; at 128 it was measured slower).
+template <class T, class Tiles, bool PIPELINED>
 __global__ void __launch_bounds__(Tiles::kThreads, 1)
     query_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap do_map,
                  const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
@@ -289,11 +366,21 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   float dq[HD / 2];
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) dq[i] = 0.0f;
-  if (last > 0) sm90::barrier_wait(sm.own_full, 0);
-  for (int n = 0; n < last; ++n) {
-    const int st = n % STAGES, n0 = n * BN;
-    float s[BN / 2], dp[BN / 2];
-    step_products<T, Tiles>(sm, st, (n / STAGES) & 1, s, q_rows, dp, do_rows);  // S = Q K^T, dP = dO V^T
+  float s[BN / 2], dp[BN / 2];
+  uint32_t ds[BN / 16][4];
+  const auto accumulated = [&](int st) {
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(dq);
+    sm90::barrier_arrive(sm.step_empty(st));
+  };
+  const auto products = [&](int n) {
+    issue_step_products<T, Tiles>(sm, n % STAGES, (n / STAGES) & 1, s, q_rows, dp, do_rows);  // S, dP
+  };
+  // dS of step n in dp.
+  const auto elementwise = [&](int n) {
+    sm90::fence_registers(s);
+    sm90::fence_registers(dp);
+    const int n0 = n * BN;
     const bool masked = n0 + BN > p.S || (p.causal && n0 + BN - 1 > m0 + consumer * 64);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) {
@@ -305,14 +392,43 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       }
       dp[i] = x * (dp[i] - delta[half]);
     }
-    uint32_t ds[BN / 16][4];
-    pack_operand<T, BN>(ds, dp);
+  };
+  const auto accumulate = [&](int st) {
     sm90::wgmma_fence();
-    issue_accumulate<T, Tiles>(dq, ds, sm.step0(st));  // dS K
+    issue_accumulate<T, Tiles>(dq, ds, sm.step0(st));
     sm90::wgmma_commit();
+  };
+  if (last > 0) sm90::barrier_wait(sm.own_full, 0);
+  if (!PIPELINED) {
+    for (int n = 0; n + 1 < last; ++n) {
+      products(n);
+      sm90::wgmma_wait<0>();
+      elementwise(n);
+      pack_operand<T, BN>(ds, dp);
+      accumulate(n % STAGES);
+      accumulated(n % STAGES);
+    }
+  }
+  if (last > 0) {
+    const int first = PIPELINED ? 0 : last - 1;
+    products(first);
     sm90::wgmma_wait<0>();
-    sm90::fence_registers(dq);
-    sm90::barrier_arrive(sm.step_empty(st));
+    elementwise(first);
+    pack_operand<T, BN>(ds, dp);
+    if constexpr (PIPELINED) {
+      for (int n = 1; n < last; ++n) {
+        // Step n - 1's grad_q += dS K runs under step n's elementwise work.
+        products(n);
+        issue_accumulate<T, Tiles>(dq, ds, sm.step0((n - 1) % STAGES));
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();
+        elementwise(n);
+        accumulated((n - 1) % STAGES);
+        pack_operand<T, BN>(ds, dp);
+      }
+    }
+    accumulate((last - 1) % STAGES);
+    accumulated((last - 1) % STAGES);
   }
   store_rows<T, HD>(flash::head_rows(p.grad_q, p.grad_q_stride, bh, p.heads), p.grad_q_stride.row, row_lo, p.L, t, dq,
                     static_cast<float>(p.scale));
@@ -343,13 +459,13 @@ bool run_backward(const Launcher& launch, const AttentionParams<T, float>& p) {
   const int64_t key_grid = flash::tile_blocks(batch_heads, p.S, Keys::kOwn);
   const int64_t query_grid = flash::tile_blocks(batch_heads, p.L, Queries::kOwn);
   if (key_grid > 0) {
-    const auto kernel = key_kernel<T, Keys>;
+    const auto kernel = key_kernel<T, Keys, HD == 64>;
     launch.allow_shared_memory(kernel, Keys::kSharedBytes);
     launch(kernel, static_cast<unsigned>(key_grid), Keys::kThreads, Keys::kSharedBytes, k_own, v_own, q_step, do_step,
            key_orders, key_do_order, p);
   }
   if (query_grid > 0) {
-    const auto kernel = query_kernel<T, Queries>;
+    const auto kernel = query_kernel<T, Queries, HD == 64>;
     launch.allow_shared_memory(kernel, Queries::kSharedBytes);
     launch(kernel, static_cast<unsigned>(query_grid), Queries::kThreads, Queries::kSharedBytes, q_own, do_own, k_step,
            v_step, query_orders, query_do_order, p);
