@@ -1,4 +1,4 @@
-// The pooling ops of normcore/conv.h: max_pool2d, avg_pool2d, adaptive_avg_pool2d. Each
+// The pooling ops of normcore/pool.h: max_pool2d, avg_pool2d, adaptive_avg_pool2d. Each
 // checks its arguments with PyTorch's rules, works out the output size (PyTorch's formula,
 // ceil_mode included), runs the forward kernel of x's device (kernels/pool.h) on x made
 // contiguous and viewed as [N * C, H, W], and records one node whose backward is the
@@ -6,7 +6,7 @@
 #include "autograd/graph.h"
 #include "core/internal.h"
 #include "kernels/pool.h"
-#include "normcore/conv.h"
+#include "normcore/pool.h"
 
 namespace normcore {
 

@@ -1,6 +1,6 @@
 // Pooling layers: each holds its hyper-parameters, checked when the layer is made, and calls
-// the functional op of normcore/conv.h, which checks the input and records the backward.
-#include "normcore/conv.h"
+// the functional op of normcore/pool.h, which checks the input and records the backward.
+#include "normcore/pool.h"
 #include "normcore/nn.h"
 
 namespace normcore {

@@ -1,33 +1,20 @@
-// Convolution and pooling over images, NCHW (PyTorch's F.conv2d, F.max_pool2d, F.avg_pool2d
-// and F.adaptive_avg_pool2d). Each is one recorded op with its own forward and backward:
-// on the GPU the convolution runs on cuDNN and the pooling on normcore's kernels; the CPU
-// holds the reference they are tested against. Floating dtypes; f16/bf16 accumulate in f32.
-// Inputs are [N, C, H, W] or, without the batch dim, [C, H, W] (the output then has no
-// batch dim either).
+// Convolution over images, NCHW (PyTorch's F.conv2d): one recorded op with its own forward
+// and backward, on cuDNN on the GPU, the CPU holding the reference it is tested against.
+// Floating dtypes; f16/bf16 accumulate in f32. Inputs are [N, C, H, W] or, without the batch
+// dim, [C, H, W] (the output then has no batch dim either). Pooling is in normcore/pool.h,
+// which this header still includes for programs that found it here.
 #pragma once
 
 #include <cstdint>
 
+#include "normcore/pool.h"
+#include "normcore/size2.h"
 #include "normcore/tensor.h"
 
 // The library builds with hidden visibility; what an installed header declares is exported.
 #pragma GCC visibility push(default)
 
 namespace normcore {
-
-// A (height, width) pair: Size2(3) is 3x3, Size2(3, 1) or {3, 1} is 3 high and 1 wide.
-// The default, Size2(), is "not given" (both 0): a pooling stride that is not given is the
-// kernel size, as in PyTorch.
-struct Size2 {
-  int64_t h = 0;
-  int64_t w = 0;
-  Size2() = default;
-  Size2(int64_t both) : h(both), w(both) {}  // NOLINT: implicit, like PyTorch's int-or-pair
-  Size2(int64_t h, int64_t w) : h(h), w(w) {}
-  bool given() const { return h != 0 || w != 0; }
-  bool operator==(const Size2& o) const { return h == o.h && w == o.w; }
-  bool operator!=(const Size2& o) const { return !(*this == o); }
-};
 
 // y[n, o] = bias[o] + sum over the channels c of o's group and the kernel window of
 // x[n, c, i * stride + ki * dilation - padding, ...] * weight[o, c, ki, kj], zero padding.
@@ -37,26 +24,6 @@ struct Size2 {
 // floating dtype and a device. On CUDA the TF32 setting (cuda::set_allow_tf32) applies to f32.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2 stride = 1,
               Size2 padding = 0, Size2 dilation = 1, int64_t groups = 1);
-
-// The maximum over each window; padding counts as -infinity (padding <= kernel / 2), a NaN
-// in a window wins. The gradient goes to the (first) maximum. stride not given: kernel_size.
-// ceil_mode rounds the output size up, but a window never starts in the right or bottom
-// padding. Output size floor((H + 2 padding - dilation (kernel - 1) - 1) / stride) + 1 (or
-// ceil), at least 1. As in PyTorch, ties go to the first element in row-major window order
-// and, of several NaNs, to the last; a dilated window that holds padding only gives
-// -infinity and no gradient. N may be 0 (an empty result), C, H and W not (PyTorch's rule).
-Tensor max_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride = Size2(), Size2 padding = 0, Size2 dilation = 1,
-                  bool ceil_mode = false);
-
-// The mean over each window. count_include_pad: divide by the window's size clipped to the
-// padded input (PyTorch's rule), else by the number of input elements in it. Output size and
-// padding as for max_pool2d, with dilation 1.
-Tensor avg_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride = Size2(), Size2 padding = 0,
-                  bool ceil_mode = false, bool count_include_pad = true);
-
-// The mean over output_size.h x output_size.w bins: bin i of H spans rows floor(i H / h) to
-// ceil((i + 1) H / h) - 1 (bins may overlap). output_size >= 1. N and C may be 0, H and W not.
-Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size);
 
 }  // namespace normcore
 

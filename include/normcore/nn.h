@@ -17,6 +17,7 @@
 #include "normcore/autograd.h"
 #include "normcore/conv.h"
 #include "normcore/losses.h"
+#include "normcore/pool.h"
 #include "normcore/random.h"
 #include "normcore/tensor.h"
 

@@ -17,6 +17,7 @@
 #include "normcore/autograd.h"
 #include "normcore/conformance.h"
 #include "normcore/conv.h"
+#include "normcore/pool.h"
 #include "normcore/losses.h"
 #include "normcore/metrics.h"
 #include "normcore/nn.h"
