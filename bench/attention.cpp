@@ -36,6 +36,13 @@ struct Variant {
   nc::cuda::AttentionEngine engine;
   nc::kernels::HopperAttention hopper;
 };
+// What ran the last pass: the native kernels by name (wgmma, mma.sync, simt), or "cudnn".
+const char* ran(nc::cuda::AttentionPass pass) {
+  const nc::cuda::AttentionEngine engine = nc::cuda::last_attention_engine(pass);
+  return engine == nc::cuda::AttentionEngine::Native ? nc::kernels::last_native_attention_kernels(pass)
+                                                     : nc::cuda::attention_engine_name(engine);
+}
+
 const Variant variants[] = {{"native", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Pipelined},
                             {"serial", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Serial},
                             {"mma", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Off},
@@ -97,20 +104,14 @@ int main(int argc, char** argv) {
         const double fwd_flops = 4.0 * static_cast<double>(c.batch * c.heads) * static_cast<double>(c.L) *
                                  static_cast<double>(c.L) * static_cast<double>(c.D) * (causal ? 0.5 : 1.0);
         for (const Variant& variant : variants) {
-          const nc::cuda::AttentionEngine engine = variant.engine;
-          nc::cuda::set_attention_engine(engine);
+          nc::cuda::set_attention_engine(variant.engine);
           nc::kernels::set_hopper_attention(variant.hopper);
           const double fwd_ms = bench::median_ms(forward, reps);
           nc::cuda::reset_peak_memory_stats(0);
           const double fwd_bwd_ms = bench::median_ms(forward_backward, reps);
           const double peak_mib = static_cast<double>(nc::cuda::memory_stats(0).peak_allocated) / (1 << 20);
-          const char* ran_fwd = nc::cuda::attention_engine_name(nc::cuda::last_attention_engine());
-          if (nc::cuda::last_attention_engine() == nc::cuda::AttentionEngine::Native)
-            ran_fwd = nc::kernels::last_native_attention_kernels(nc::cuda::AttentionPass::Forward);
-          const char* ran_bwd =
-              nc::cuda::attention_engine_name(nc::cuda::last_attention_engine(nc::cuda::AttentionPass::Backward));
-          if (nc::cuda::last_attention_engine(nc::cuda::AttentionPass::Backward) == nc::cuda::AttentionEngine::Native)
-            ran_bwd = nc::kernels::last_native_attention_kernels(nc::cuda::AttentionPass::Backward);
+          const char* ran_fwd = ran(nc::cuda::AttentionPass::Forward);
+          const char* ran_bwd = ran(nc::cuda::AttentionPass::Backward);
           const double fwd_tflops = fwd_flops / (fwd_ms * 1e-3) / 1e12;
           const double fwd_bwd_tflops = 3.5 * fwd_flops / (fwd_bwd_ms * 1e-3) / 1e12;
           const char* engine_name = variant.name;

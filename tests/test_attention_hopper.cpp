@@ -17,6 +17,7 @@
 
 #include "kernels/attention.h"
 #include "normcore/normcore.h"
+#include "tests/test_support.h"
 
 #if NORMCORE_HAS_CUDA
 #include <cuda_runtime.h>
@@ -88,14 +89,10 @@ Tensor attend(const Case& c, const Inputs& in) {
   return nc::scaled_dot_product_attention(in.q, in.k, in.v, c.causal, std::nullopt, c.kv_heads != c.heads);
 }
 
-std::vector<double> values(const Tensor& t) {
-  return t.to(nc::Device::cpu()).to(DType::F64).contiguous().to_vector<double>();
-}
-
 // Largest |got - expected| over the largest |expected|, or over 1 where every |expected| is
 // smaller (the gradients of q and k are zero with one key).
 double error(const Tensor& got, const Tensor& expected) {
-  const std::vector<double> g = values(got), e = values(expected);
+  const std::vector<double> g = normcore_test::values(got), e = normcore_test::values(expected);
   double worst = 0, scale = 1;
   for (size_t i = 0; i < g.size(); ++i) {
     if (!std::isfinite(g[i])) return INFINITY;

@@ -164,6 +164,62 @@ __device__ __forceinline__ void store_rows(T* dst, int64_t stride, int row_lo, i
 }
 
 // ---------------------------------------------------------------- grad_k, grad_v
+// A key-kernel step's query columns of this thread, q0 + 8 c + 2 t + e: their lse in base 2
+// (+inf past L: P = 0 there) and delta (0 past L).
+template <class T, int BM>
+__device__ __forceinline__ void column_stats(float (&lse2)[BM / 4], float (&delta)[BM / 4],
+                                             const AttentionParams<T, float>& p, int64_t bh, int q0, int t) {
+#pragma unroll
+  for (int c = 0; c < BM / 8; ++c)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int q = q0 + 8 * c + 2 * t + e;
+      lse2[2 * c + e] = q < p.L ? p.lse[bh * p.L + q] * flash::kLog2e : INFINITY;
+      delta[2 * c + e] = q < p.L ? p.delta[bh * p.L + q] : 0.0f;
+    }
+}
+
+// grad_v += P^T dO and grad_k += dS^T Q from stage st, issued as one group (commit).
+template <class T, class Tiles>
+__device__ __forceinline__ void issue_key_accumulation(float (&dv)[Tiles::kHeadDim / 2], float (&dk)[Tiles::kHeadDim / 2],
+                                                       const uint32_t (&pa)[Tiles::kStep / 16][4],
+                                                       const uint32_t (&ds)[Tiles::kStep / 16][4],
+                                                       const BackwardSmem<Tiles>& sm, int st) {
+  issue_accumulate<T, Tiles>(dv, pa, sm.step1(st));  // P^T dO
+  issue_accumulate<T, Tiles>(dk, ds, sm.step0(st));  // dS^T Q
+  sm90::wgmma_commit();
+}
+// Waits for the accumulations into a (and b), then frees stage st for the producer.
+template <class Tiles, int N>
+__device__ __forceinline__ void accumulated(float (&a)[N], const BackwardSmem<Tiles>& sm, int st) {
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(a);
+  sm90::barrier_arrive(sm.step_empty(st));
+}
+template <class Tiles, int N>
+__device__ __forceinline__ void accumulated(float (&a)[N], float (&b)[N], const BackwardSmem<Tiles>& sm, int st) {
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(a);
+  sm90::fence_registers(b);
+  sm90::barrier_arrive(sm.step_empty(st));
+}
+
+// P^T and dS^T in place of a key-kernel step's S^T and dP^T: rows are keys from key_lo (and
+// key_lo + 8), columns the queries from q0; masked: keys past a column's query are zeroed.
+template <int BM>
+__device__ __forceinline__ void key_probabilities(float (&s)[BM / 2], float (&dp)[BM / 2], const float (&lse2)[BM / 4],
+                                                  const float (&delta)[BM / 4], float scale_log2, bool masked,
+                                                  int key_lo, int q0, int t) {
+#pragma unroll
+  for (int i = 0; i < BM / 2; ++i) {
+    const int col = i / 4 * 2 + i % 2;
+    float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse2[col]));
+    if (masked && key_lo + i % 4 / 2 * 8 > q0 + 8 * (i / 4) + 2 * t + i % 2) x = 0.0f;
+    s[i] = x;
+    dp[i] = x * (dp[i] - delta[col]);
+  }
+}
+
 // PIPELINED: a step's accumulation issued with the next step's products (registers for both
 // sets of operands: head dim 64 only).
 template <class T, class Tiles, bool PIPELINED>
@@ -206,71 +262,28 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
     if (first < last) sm90::barrier_wait(sm.own_full, 0);
     for (int step = first, n = 0; step < last; ++step, ++n) {
       const int st = n % STAGES, q0 = step * BM;
-      // This thread's columns are queries q0 + 8 c + 2 t + e: their lse (base 2) and delta.
       float lse2[BM / 4], delta[BM / 4];
-#pragma unroll
-      for (int c = 0; c < BM / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int q = q0 + 8 * c + 2 * t + e;
-          lse2[2 * c + e] = q < p.L ? p.lse[bh * p.L + q] * flash::kLog2e : INFINITY;
-          delta[2 * c + e] = q < p.L ? p.delta[bh * p.L + q] : 0.0f;
-        }
+      column_stats<T, BM>(lse2, delta, p, bh, q0, t);
       float s[BM / 2], dp[BM / 2];
       issue_step_products<T, Tiles>(sm, st, (n / STAGES) & 1, s, k_rows, dp, v_rows);  // S^T = K Q^T, dP^T = V dO^T
       sm90::wgmma_wait<0>();
       sm90::fence_registers(s);
       sm90::fence_registers(dp);
-      const bool masked = p.causal && k0 + BN - 1 > q0;
-#pragma unroll
-      for (int i = 0; i < BM / 2; ++i) {
-        const int col = i / 4 * 2 + i % 2;
-        float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse2[col]));
-        if (masked && key_lo + i % 4 / 2 * 8 > q0 + 8 * (i / 4) + 2 * t + i % 2) x = 0.0f;
-        s[i] = x;
-        dp[i] = x * (dp[i] - delta[col]);
-      }
+      key_probabilities<BM>(s, dp, lse2, delta, scale_log2, p.causal && k0 + BN - 1 > q0, key_lo, q0, t);
       uint32_t pa[BM / 16][4], ds[BM / 16][4];
       pack_operand<T, BM>(pa, s);
       pack_operand<T, BM>(ds, dp);
       sm90::wgmma_fence();
-      issue_accumulate<T, Tiles>(dv, pa, sm.step1(st));  // P^T dO
-      issue_accumulate<T, Tiles>(dk, ds, sm.step0(st));  // dS^T Q
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(dv);
-      sm90::fence_registers(dk);
-      sm90::barrier_arrive(sm.step_empty(st));
+      issue_key_accumulation<T, Tiles>(dv, dk, pa, ds, sm, st);
+      accumulated(dv, dk, sm, st);
     }
   } else {
     float s[BM / 2], dp[BM / 2];
     uint32_t pa[BM / 16][4], ds[BM / 16][4];
-    // grad_v += P^T dO and grad_k += dS^T Q from stage st, issued as one group.
-    const auto accumulate = [&](int st) {
-      sm90::wgmma_fence();
-      issue_accumulate<T, Tiles>(dv, pa, sm.step1(st));
-      issue_accumulate<T, Tiles>(dk, ds, sm.step0(st));
-      sm90::wgmma_commit();
-    };
-    const auto accumulated = [&](int st) {
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(dv);
-      sm90::fence_registers(dk);
-      sm90::barrier_arrive(sm.step_empty(st));
-    };
-    // Step n's products S^T = K Q^T and dP^T = V dO^T, issued, after this thread's columns'
-    // (queries q0 + 8 c + 2 t + e) lse in base 2 and delta are read.
+    // Step n's products S^T = K Q^T and dP^T = V dO^T, issued, after its column statistics.
     float lse2[BM / 4], delta[BM / 4];
     const auto products = [&](int n) {
-      const int q0 = (first + n) * BM;
-#pragma unroll
-      for (int c = 0; c < BM / 8; ++c)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int q = q0 + 8 * c + 2 * t + e;
-          lse2[2 * c + e] = q < p.L ? p.lse[bh * p.L + q] * flash::kLog2e : INFINITY;
-          delta[2 * c + e] = q < p.L ? p.delta[bh * p.L + q] : 0.0f;
-        }
+      column_stats<T, BM>(lse2, delta, p, bh, (first + n) * BM, t);
       issue_step_products<T, Tiles>(sm, n % STAGES, (n / STAGES) & 1, s, k_rows, dp, v_rows);
     };
     // P^T and dS^T of step n in s and dp.
@@ -278,15 +291,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       sm90::fence_registers(s);
       sm90::fence_registers(dp);
       const int q0 = (first + n) * BM;
-      const bool masked = p.causal && k0 + BN - 1 > q0;
-#pragma unroll
-      for (int i = 0; i < BM / 2; ++i) {
-        const int col = i / 4 * 2 + i % 2;
-        float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse2[col]));
-        if (masked && key_lo + i % 4 / 2 * 8 > q0 + 8 * (i / 4) + 2 * t + i % 2) x = 0.0f;
-        s[i] = x;
-        dp[i] = x * (dp[i] - delta[col]);
-      }
+      key_probabilities<BM>(s, dp, lse2, delta, scale_log2, p.causal && k0 + BN - 1 > q0, key_lo, q0, t);
     };
     const auto pack = [&] {
       pack_operand<T, BM>(pa, s);
@@ -302,16 +307,15 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       for (int n = 1; n < steps; ++n) {
         // Step n - 1's accumulation runs under step n's elementwise work.
         products(n);
-        issue_accumulate<T, Tiles>(dv, pa, sm.step1((n - 1) % STAGES));
-        issue_accumulate<T, Tiles>(dk, ds, sm.step0((n - 1) % STAGES));
-        sm90::wgmma_commit();
+        issue_key_accumulation<T, Tiles>(dv, dk, pa, ds, sm, (n - 1) % STAGES);
         sm90::wgmma_wait<1>();
         elementwise(n);
-        accumulated((n - 1) % STAGES);
+        accumulated(dv, dk, sm, (n - 1) % STAGES);
         pack();
       }
-      accumulate((steps - 1) % STAGES);
-      accumulated((steps - 1) % STAGES);
+      sm90::wgmma_fence();
+      issue_key_accumulation<T, Tiles>(dv, dk, pa, ds, sm, (steps - 1) % STAGES);
+      accumulated(dv, dk, sm, (steps - 1) % STAGES);
     }
   }
   store_rows<T, HD>(flash::head_rows(p.grad_k, p.grad_k_stride, bh, p.heads), p.grad_k_stride.row, key_lo, p.S, t,
@@ -368,11 +372,6 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   for (int i = 0; i < HD / 2; ++i) dq[i] = 0.0f;
   float s[BN / 2], dp[BN / 2];
   uint32_t ds[BN / 16][4];
-  const auto accumulated = [&](int st) {
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(dq);
-    sm90::barrier_arrive(sm.step_empty(st));
-  };
   const auto products = [&](int n) {
     issue_step_products<T, Tiles>(sm, n % STAGES, (n / STAGES) & 1, s, q_rows, dp, do_rows);  // S, dP
   };
@@ -406,7 +405,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       elementwise(n);
       pack_operand<T, BN>(ds, dp);
       accumulate(n % STAGES);
-      accumulated(n % STAGES);
+      accumulated(dq, sm, n % STAGES);
     }
   }
   if (last > 0) {
@@ -423,12 +422,12 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
         sm90::wgmma_commit();
         sm90::wgmma_wait<1>();
         elementwise(n);
-        accumulated((n - 1) % STAGES);
+        accumulated(dq, sm, (n - 1) % STAGES);
         pack_operand<T, BN>(ds, dp);
       }
     }
     accumulate((last - 1) % STAGES);
-    accumulated((last - 1) % STAGES);
+    accumulated(dq, sm, (last - 1) % STAGES);
   }
   store_rows<T, HD>(flash::head_rows(p.grad_q, p.grad_q_stride, bh, p.heads), p.grad_q_stride.row, row_lo, p.L, t, dq,
                     static_cast<float>(p.scale));
