@@ -1,9 +1,10 @@
 // Benchmark: scaled_dot_product_attention on the GPU, forward and forward+backward, bf16 and
 // f16, causal and not, at the transformer shapes of the performance targets (and smaller ones
 // that place Auto's switch), on each CUDA engine in the same run: cuDNN's fused attention
-// (cuda::set_attention_engine) and the native engine three times: with the Hopper kernels
-// where they apply ("native"), their serial form ("serial") and the mma.sync kernels alone
-// ("mma"). Times are CUDA-event medians after a warm-up (which builds cuDNN's plans); each
+// (cuda::set_attention_engine) and the native engine four times: with the Hopper kernels
+// where they apply ("native", the backward's fast form), the same with the deterministic
+// backward ("determ", cuda::set_deterministic), the forward's serial form ("serial") and the
+// mma.sync kernels alone ("mma"). Times are CUDA-event medians after a warm-up (which builds cuDNN's plans); each
 // row reports ms and TFLOP/s on the attention's matrix products (forward 4 * B * H * L * S *
 // D, backward 2.5 times that, causal halved), the fraction of the dense bf16 tensor-core peak
 // given with --peak (TFLOP/s), the kernels that ran the forward and the backward (wgmma,
@@ -30,11 +31,13 @@ struct Case {
   int64_t batch, heads, L, D;
 };
 
-// What a row times: an engine, and for the native one whether the Hopper kernels may run.
+// What a row times: an engine, and for the native one whether the Hopper kernels may run
+// and whether the backward must be deterministic.
 struct Variant {
   const char* name;
   nc::cuda::AttentionEngine engine;
   nc::kernels::HopperAttention hopper;
+  bool deterministic = false;
 };
 // What ran the last pass: the native kernels by name (wgmma, mma.sync, simt), or "cudnn".
 const char* ran(nc::cuda::AttentionPass pass) {
@@ -44,6 +47,7 @@ const char* ran(nc::cuda::AttentionPass pass) {
 }
 
 const Variant variants[] = {{"native", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Pipelined},
+                            {"determ", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Pipelined, true},
                             {"serial", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Serial},
                             {"mma", nc::cuda::AttentionEngine::Native, nc::kernels::HopperAttention::Off},
                             {"cudnn", nc::cuda::AttentionEngine::Cudnn, nc::kernels::HopperAttention::Pipelined}};
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
         for (const Variant& variant : variants) {
           nc::cuda::set_attention_engine(variant.engine);
           nc::kernels::set_hopper_attention(variant.hopper);
+          nc::cuda::set_deterministic(variant.deterministic);
           const double fwd_ms = bench::median_ms(forward, reps);
           nc::cuda::reset_peak_memory_stats(0);
           const double fwd_bwd_ms = bench::median_ms(forward_backward, reps);
@@ -129,6 +134,7 @@ int main(int argc, char** argv) {
         }
         nc::cuda::set_attention_engine(nc::cuda::AttentionEngine::Auto);
         nc::kernels::set_hopper_attention(nc::kernels::HopperAttention::Pipelined);
+        nc::cuda::set_deterministic(false);
         forward_backward();
         const nc::cuda::AttentionEngine auto_backward = nc::cuda::last_attention_engine(nc::cuda::AttentionPass::Backward);
         std::printf("%-34s auto picks %s/%s\n", name.c_str(),

@@ -34,6 +34,7 @@ thread_local cuda::AttentionEngine t_attention_engine[2] = {cuda::AttentionEngin
 
 thread_local const char* t_native_kernels[2] = {nullptr, nullptr};
 std::atomic<kernels::HopperAttention> g_hopper_attention{kernels::HopperAttention::Pipelined};
+std::atomic<bool> g_deterministic{false};
 
 void check_operand(const char* op, const char* name, const Tensor& t, const Tensor& q) {
   check_defined(op, name, t);
@@ -87,6 +88,10 @@ double checked_scale(const char* op, const kernels::AttentionShape& shape, const
 Tensor packed_part(const Tensor& qkv, int64_t i) { return qkv.select(2, i).permute({0, 2, 1, 3}); }
 
 }  // namespace
+
+void cuda::set_deterministic(bool deterministic) { g_deterministic.store(deterministic); }
+
+bool cuda::deterministic() { return g_deterministic.load(); }
 
 void cuda::set_attention_engine(AttentionEngine engine) { g_attention_engine.store(engine); }
 

@@ -300,8 +300,16 @@ TEST(AttentionCuda, NoKeysAndEmpty) {
 }
 
 // No atomics in the backward: two runs give the same bits.
+// Under cuda::set_deterministic(true) (the Hopper kernels' fast backward sums grad_q with
+// atomics otherwise).
 TEST(AttentionCuda, BackwardIsDeterministic) {
   if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const bool was = nc::cuda::deterministic();
+  nc::cuda::set_deterministic(true);
+  struct Restore {
+    bool was;
+    ~Restore() { nc::cuda::set_deterministic(was); }
+  } restore{was};
   const Case c{"deterministic", 2, 4, 300, 300, 64, 64, true};
   std::vector<Tensor> a = inputs(c, DType::BF16, nc::Device::cuda(), 30), b = inputs(c, DType::BF16, nc::Device::cuda(), 30);
   Tensor grad = random({2, 4, 300, 64}, 31, DType::BF16).to(nc::Device::cuda());

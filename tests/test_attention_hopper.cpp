@@ -5,7 +5,8 @@
 // both forms of the forward (pipelined and serial), in f16 and bf16, for head dims 64 and
 // 128, causal or not, lengths on and off the tiles (1, 127, 129, 300), L != S both ways,
 // grouped-query and multi-query heads, q, k and v as views of one packed projection, and
-// logits large enough to saturate the softmax. Every case checks that the Hopper kernels
+// logits large enough to saturate the softmax; the backward in its fast form (grad_q summed
+// with atomics) and its deterministic form (cuda::set_deterministic). Every case checks that the Hopper kernels
 // ran both passes (kernels::last_native_attention_kernels), so a silent fallback fails. On
 // other devices, or builds without the Hopper kernels, the tests skip.
 #include <gtest/gtest.h>
@@ -43,20 +44,26 @@ bool hopper_device() {
 #endif
 }
 
-// Restores the engine and the Hopper kernels' switch when a test ends.
+// Restores the engine, the Hopper kernels' switch and the deterministic switch when a test
+// ends.
 class Settings {
  public:
-  Settings() : engine_(nc::cuda::attention_engine()), hopper_(nc::kernels::hopper_attention()) {
+  Settings()
+      : engine_(nc::cuda::attention_engine()),
+        hopper_(nc::kernels::hopper_attention()),
+        deterministic_(nc::cuda::deterministic()) {
     nc::cuda::set_attention_engine(nc::cuda::AttentionEngine::Native);
   }
   ~Settings() {
     nc::cuda::set_attention_engine(engine_);
     nc::kernels::set_hopper_attention(hopper_);
+    nc::cuda::set_deterministic(deterministic_);
   }
 
  private:
   nc::cuda::AttentionEngine engine_;
   nc::kernels::HopperAttention hopper_;
+  bool deterministic_;
 };
 
 struct Case {
@@ -108,9 +115,12 @@ struct Run {
   std::string forward_kernels, backward_kernels;
 };
 
-// out and the gradients for grad_out on the device, with the Hopper kernels in `mode`.
-Run run(const Case& c, DType dtype, nc::Device device, HopperAttention mode, const Tensor& grad_out) {
+// out and the gradients for grad_out on the device, with the Hopper kernels in `mode` and
+// the backward's deterministic form or not.
+Run run(const Case& c, DType dtype, nc::Device device, HopperAttention mode, const Tensor& grad_out,
+        bool deterministic = true) {
   nc::kernels::set_hopper_attention(mode);
+  nc::cuda::set_deterministic(deterministic);
   Inputs in = make_inputs(c, dtype, device);
   Run r;
   r.out = attend(c, in);
@@ -155,9 +165,14 @@ void check_case(const Case& c, DType dtype) {
   // more than rounding noise.
   const double unit = dtype == DType::BF16 ? 1.0 / 128 : 1.0 / 1024;
   const double out_mma = error(mma.out, reference.out);
-  for (HopperAttention mode : {HopperAttention::Pipelined, HopperAttention::Serial}) {
-    SCOPED_TRACE(mode == HopperAttention::Pipelined ? "pipelined" : "serial");
-    const Run hopper = run(c, dtype, nc::Device::cuda(), mode, grad_out);
+  // Both forward forms; the backward's fast form (grad_q summed with atomics) after each, and
+  // its deterministic form once.
+  const std::pair<HopperAttention, bool> forms[] = {
+      {HopperAttention::Pipelined, false}, {HopperAttention::Serial, false}, {HopperAttention::Pipelined, true}};
+  for (const auto& [mode, deterministic] : forms) {
+    SCOPED_TRACE(std::string(mode == HopperAttention::Pipelined ? "pipelined" : "serial") +
+                 (deterministic ? ", deterministic backward" : ", fast backward"));
+    const Run hopper = run(c, dtype, nc::Device::cuda(), mode, grad_out, deterministic);
     ASSERT_EQ(hopper.forward_kernels, "wgmma");
     ASSERT_EQ(hopper.backward_kernels, "wgmma");
     const double out_hopper = error(hopper.out, reference.out);
@@ -193,6 +208,26 @@ TEST(AttentionHopper, MatchesReferenceAndMmaSync) {
   };
   for (const Case& c : cases) {
     for (DType dtype : {DType::F16, DType::BF16}) check_case(c, dtype);
+  }
+}
+
+// The deterministic backward gives the same bits on every run; the fast one sums grad_q with
+// atomics, so its bits may differ, but grad_k and grad_v are written once and stay the same.
+TEST(AttentionHopper, DeterministicBackwardRepeatsItsBits) {
+  if (!hopper_device()) GTEST_SKIP() << "no sm_90 device, or a build without the Hopper kernels";
+  Settings restore;
+  const Case c{"repeat", 2, 4, 4, 700, 700, 64, true};
+  nc::Generator gen(11);
+  const Tensor grad_out = nc::randn({c.batch, c.heads, c.L, c.D}, DType::F64, &gen);
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic ? "deterministic" : "fast");
+    const auto a = run(c, DType::BF16, nc::Device::cuda(), HopperAttention::Pipelined, grad_out, deterministic);
+    const auto b = run(c, DType::BF16, nc::Device::cuda(), HopperAttention::Pipelined, grad_out, deterministic);
+    ASSERT_EQ(a.backward_kernels, "wgmma");
+    if (deterministic) EXPECT_EQ(normcore_test::values(a.grads[0]), normcore_test::values(b.grads[0])) << "grad_q";
+    EXPECT_EQ(normcore_test::values(a.grads[1]), normcore_test::values(b.grads[1])) << "grad_k";
+    EXPECT_EQ(normcore_test::values(a.grads[2]), normcore_test::values(b.grads[2])) << "grad_v";
+    EXPECT_LT(error(a.grads[0], b.grads[0]), 1.0 / 128) << "grad_q";
   }
 }
 

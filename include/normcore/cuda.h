@@ -53,11 +53,25 @@ bool allow_tf32();
 void set_cudnn_benchmark(bool benchmark);
 bool cudnn_benchmark();
 
+// Whether CUDA ops must give the same bits on every run of the same inputs, for the whole
+// process (PyTorch's torch.use_deterministic_algorithms). false (the default) lets an op sum
+// with atomic additions where that is faster; their order varies from run to run, so its
+// results may differ in the last bits between runs (and two replays of one CUDA graph may
+// differ alike). Today one op does: scaled_dot_product_attention's backward on Hopper's
+// native kernels (f16/bf16, head dims 64 and 128), whose grad_q is summed in f32 over blocks
+// of 128 keys in any order (grad_k and grad_v are written once). true takes the
+// deterministic form of every op (that backward on two kernels that each write their
+// gradients once, about 1.3x its time). CPU ops are deterministic either way. Settable in
+// every build.
+void set_deterministic(bool deterministic);
+bool deterministic();
+
 // Which engine runs scaled_dot_product_attention on CUDA, for the whole process (the
 // counterpart of PyTorch's sdpa_kernel back ends). Settable in every build.
 // - Native: normcore's own fused kernels, for every floating dtype, head dims up to 128 and
-//   grouped-query attention. Forward and backward are deterministic: the same inputs give
-//   the same bits, every run.
+//   grouped-query attention. The forward is deterministic: the same inputs give the same
+//   bits, every run; so is the backward, except on Hopper's kernels without
+//   set_deterministic(true) (above).
 // - Cudnn: cuDNN's fused flash attention (a graph of its graph API), for f16 and bf16 with
 //   head dims D and Dv multiples of 8 up to 128, Hkv == H (no grouped-query attention), q, k
 //   and v with 16-byte aligned rows (the views of one packed qkv projection qualify), on

@@ -7,7 +7,8 @@
 // the row-per-warp SIMT kernels. Forward: one kernel writing out and
 // lse. Backward: delta = rowsum(grad_out * out) (f64: the rows' statistics and delta =
 // sum_j p_j dp_j, flash.cuh says why), then grad_k and grad_v over key tiles, then grad_q over
-// query tiles; every gradient is written (=) once, so results are deterministic.
+// query tiles; every gradient is written (=) once, so results are deterministic (the Hopper
+// backward's fast form, without cuda::set_deterministic(true), sums grad_q with atomics).
 #include "kernels/attention.h"
 #include "kernels/cuda/attention/cudnn_attention.h"
 #include "kernels/cuda/attention/flash_simt.cuh"
@@ -217,7 +218,8 @@ class CudaAttention final : public kernels::AttentionKernels {
       }
       if constexpr (is_reduced_float_v<T>) {
 #if NORMCORE_HOPPER_KERNELS
-        if (kernels::hopper_attention() != kernels::HopperAttention::Off && hopper::attention_backward(launch, p)) {
+        if (kernels::hopper_attention() != kernels::HopperAttention::Off &&
+            hopper::attention_backward(launch, p, cuda::deterministic())) {
           kernels::record_native_attention_kernels(AttentionPass::Backward, "wgmma");
           return;
         }

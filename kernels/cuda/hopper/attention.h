@@ -27,9 +27,11 @@ bool attention_forward(const Launcher& launch, const flash::AttentionParams<__nv
 
 // Runs the backward's gradients (delta already in p.delta) when forward_refusal is nullptr
 // and grad_out's strides suit a tensor map and the gradients' rows take 4-byte stores;
-// false (nothing launched) otherwise.
-bool attention_backward(const Launcher& launch, const flash::AttentionParams<__half, float>& p);
-bool attention_backward(const Launcher& launch, const flash::AttentionParams<__nv_bfloat16, float>& p);
+// false (nothing launched) otherwise. Not deterministic: grad_q summed with atomic additions
+// in f32 (faster); deterministic: every gradient written once.
+bool attention_backward(const Launcher& launch, const flash::AttentionParams<__half, float>& p, bool deterministic);
+bool attention_backward(const Launcher& launch, const flash::AttentionParams<__nv_bfloat16, float>& p,
+                        bool deterministic);
 
 }  // namespace hopper
 }  // namespace cuda

@@ -1,7 +1,10 @@
 // The attention backward on Hopper (contract: kernels/attention.h; entry points:
-// hopper/attention.h), in the deterministic layout of the mma.sync kernels: delta =
-// rowsum(grad_out * out) first (attention.cu), then two kernels that each write their
-// gradients once, with no atomics:
+// hopper/attention.h), in two forms after delta = rowsum(grad_out * out) (attention.cu).
+// The fast form (the default) is one key kernel that writes grad_k and grad_v and adds each
+// step's grad_q into an f32 accumulator (5 tile products a step; see "the fast form's
+// grad_q"), then a pass scaling the accumulator into grad_q. The deterministic form
+// (cuda::set_deterministic(true)) is the layout of the mma.sync kernels: two kernels that each
+// write their gradients once, with no atomics (7 products):
 //   keys:    a block per 128 keys of a q head; for each tile of 64 queries
 //            S^T = K Q^T and dP^T = V dO^T (wgmma, shared memory), P^T = exp(scale S^T - lse),
 //            dS^T = P^T (dP^T - delta), then grad_v += P^T dO and grad_k += dS^T Q (wgmma,
@@ -31,7 +34,8 @@ using flash::AttentionParams;
 
 // OWN rows of the block's own side (keys or queries), stepping through tiles of STEP rows
 // of the other side.
-template <int HD, int OWN, int STEP, int STAGES>
+// GRAD_Q: the key kernel that also sums grad_q (the fast form, below).
+template <int HD, int OWN, int STEP, int STAGES, bool GRAD_Q = false>
 struct BackwardTiles {
   static constexpr int kHeadDim = HD, kOwn = OWN, kStep = STEP;
   static constexpr int kConsumers = OWN / 64, kStages = STAGES;
@@ -39,36 +43,64 @@ struct BackwardTiles {
   static constexpr int kParts = HD / 64;
   static constexpr uint32_t kOwnPartBytes = OWN * 128, kOwnBytes = kParts * kOwnPartBytes;
   static constexpr uint32_t kStepPartBytes = STEP * 128, kStepBytes = kParts * kStepPartBytes;
-  // Two own tiles (K and V, or Q and dO), two step tiles a stage, barriers (own full; step
-  // full and empty a stage) and room to align to 1024 bytes.
-  static constexpr size_t kSharedBytes = 1024 + 2 * kOwnBytes + 2 * kStages * kStepBytes + 8 * (1 + 2 * kStages);
+  // The fast form's grad_q: a step's dS^T (OWN keys by STEP queries, rows of 128 bytes) in two
+  // buffers, and each consumer's columns of the step's grad_q (kGradQWidth f32 columns, in
+  // boxes of 32 columns by STEP rows) in two buffers.
+  static constexpr bool kGradQ = GRAD_Q;
+  static constexpr int kGradQWidth = HD / kConsumers;
+  static constexpr uint32_t kDsBytes = GRAD_Q ? OWN * STEP * 2 : 0;
+  static constexpr uint32_t kGradQBoxBytes = STEP * 128;
+  static constexpr uint32_t kGradQBytes = GRAD_Q ? kGradQWidth / 32 * kGradQBoxBytes : 0;
+  static_assert(!GRAD_Q || (STEP == 64 && kGradQWidth % 32 == 0), "dS^T rows are one 128-byte swizzle row");
+  // Two own tiles (K and V, or Q and dO), two step tiles a stage, the grad_q buffers,
+  // barriers (own full; step full and empty a stage; dS^T full and empty a buffer) and room
+  // to align to 1024 bytes.
+  static constexpr size_t kSharedBytes = 1024 + 2 * kOwnBytes + 2 * kStages * kStepBytes + 2 * kDsBytes +
+                                         2 * kConsumers * kGradQBytes + 8 * (1 + 2 * kStages + 4);
 };
 template <int HD>
 using KeyTiles = BackwardTiles<HD, 128, 64, HD == 64 ? 3 : 2>;
 template <int HD>
+using FastKeyTiles = BackwardTiles<HD, 128, 64, HD == 64 ? 3 : 2, true>;
+template <int HD>
 using QueryTiles = BackwardTiles<HD, 128, 64, HD == 64 ? 3 : 2>;
 
 // The shared-memory layout and barriers of a backward block; `own` holds two tiles (own0,
-// own1) and each stage two step tiles (step0, step1).
+// own1), each stage two step tiles (step0, step1), then the fast form's grad_q buffers.
 template <class Tiles>
 struct BackwardSmem {
-  uint32_t own0, own1, steps, own_full;
+  uint32_t own0, own1, steps, ds_buffers, grad_q_buffers, own_full;
   __device__ explicit BackwardSmem(const void* smem) {
     own0 = (flash::smem_address(smem) + 1023u) & ~1023u;
     own1 = own0 + Tiles::kOwnBytes;
     steps = own1 + Tiles::kOwnBytes;
-    own_full = steps + 2 * Tiles::kStages * Tiles::kStepBytes;
+    ds_buffers = steps + 2 * Tiles::kStages * Tiles::kStepBytes;
+    grad_q_buffers = ds_buffers + 2 * Tiles::kDsBytes;
+    own_full = grad_q_buffers + 2 * Tiles::kConsumers * Tiles::kGradQBytes;
   }
   __device__ uint32_t step0(int st) const { return steps + st * 2 * Tiles::kStepBytes; }
   __device__ uint32_t step1(int st) const { return step0(st) + Tiles::kStepBytes; }
+  // Step n's buffers: ds(n % 2), grad_q(consumer, n % 2).
+  __device__ uint32_t ds(int parity) const { return ds_buffers + parity * Tiles::kDsBytes; }
+  __device__ uint32_t grad_q(int consumer, int parity) const {
+    return grad_q_buffers + (2 * consumer + parity) * Tiles::kGradQBytes;
+  }
   __device__ uint32_t step_full(int st) const { return own_full + 8 * (1 + st); }
   __device__ uint32_t step_empty(int st) const { return own_full + 8 * (1 + Tiles::kStages + st); }
+  __device__ uint32_t ds_full(int parity) const { return own_full + 8 * (1 + 2 * Tiles::kStages + parity); }
+  __device__ uint32_t ds_empty(int parity) const { return own_full + 8 * (3 + 2 * Tiles::kStages + parity); }
 
   __device__ void init() const {
     sm90::barrier_init(own_full, 1);
     for (int st = 0; st < Tiles::kStages; ++st) {
       sm90::barrier_init(step_full(st), 1);
       sm90::barrier_init(step_empty(st), Tiles::kConsumers * 128);
+    }
+    if constexpr (Tiles::kGradQ) {
+      for (int parity = 0; parity < 2; ++parity) {
+        sm90::barrier_init(ds_full(parity), Tiles::kConsumers * 128);
+        sm90::barrier_init(ds_empty(parity), Tiles::kConsumers * 128);
+      }
     }
     sm90::barrier_init_fence();
   }
@@ -179,15 +211,96 @@ __device__ __forceinline__ void column_stats(float (&lse2)[BM / 4], float (&delt
     }
 }
 
-// grad_v += P^T dO and grad_k += dS^T Q from stage st, issued as one group (commit).
+// ---------------------------------------------------------------- the fast form's grad_q
+// The fast key kernel also adds each step's grad_q = dS K (the scale applied at the end) into
+// an f32 accumulator [batch * heads, L, HD] in global memory, through the tensor memory
+// accelerator's reductions: the consumers publish dS^T in shared memory, each multiplies the
+// dS of all the block's keys by its half of K's columns (wgmma, dS M-major, K N-major),
+// stores its 64 x HD/2 part and one of its threads adds that to the accumulator. Additions
+// from different key blocks reach a grad_q element in an order that varies between runs.
+
+// Publishes this consumer's dS^T of step n (block rows key_row and key_row + 8, the step's
+// query columns) into buffer ds(n % 2) in the 128-byte swizzle's layout, once every
+// consumer's grad_q of step n - 2 has read that buffer (ds_empty), and says so on ds_full.
+// The consumers run apart: none waits for another's dS^T until it issues its grad_q.
+template <class Tiles>
+__device__ __forceinline__ void publish_ds(const BackwardSmem<Tiles>& sm, int n,
+                                           const uint32_t (&ds)[Tiles::kStep / 16][4], int key_row, int g, int t) {
+  if (n >= 2) sm90::barrier_wait(sm.ds_empty(n % 2), (n / 2 - 1) & 1);
+  const uint32_t buf = sm.ds(n % 2);
+#pragma unroll
+  for (int kk = 0; kk < Tiles::kStep / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)  // rows key_row + 8 (r % 2), columns 16 kk + 8 (r / 2) + 2 t and + 1
+      sm90::store_shared(buf + (key_row + 8 * (r % 2)) * 128 + (((2 * kk + r / 2) ^ g) << 4) + 4 * t, ds[kk][r]);
+  sm90::fence_proxy_async();
+  sm90::barrier_arrive(sm.ds_full(n % 2));
+}
+
+// dq = dS K over the block's keys for this consumer's kGradQWidth columns of K, issued.
+template <class T, class Tiles>
+__device__ __forceinline__ void issue_grad_q(float (&dq)[Tiles::kGradQWidth / 2], uint32_t ds, uint32_t k_tile,
+                                             int consumer) {
+  constexpr int W = Tiles::kGradQWidth;
+  const uint32_t b = k_tile + consumer * W / 64 * Tiles::kOwnPartBytes + consumer * W % 64 * 2;
+#pragma unroll
+  for (int kk = 0; kk < Tiles::kOwn / 16; ++kk)
+    sm90::Wgmma<T, W>::ss_mn(dq, sm90::swizzled_descriptor(ds + kk * 16 * 128, Tiles::kDsBytes),
+                             sm90::swizzled_descriptor(b + kk * 16 * 128, Tiles::kOwnPartBytes), kk > 0);
+}
+
+// Stores this consumer's part of the grad_q of the step at query q0 into `buf` (boxes of 32
+// columns, 128-byte swizzle) and adds it to the accumulator (one thread, after the
+// consumer's named barrier 2 + consumer). That thread first waits until the previous step's
+// addition has read its buffer, so a buffer is free again two steps on.
+template <class Tiles>
+__device__ __forceinline__ void add_grad_q(const float (&dq)[Tiles::kGradQWidth / 2], uint32_t buf,
+                                           const CUtensorMap* map, int consumer, int tid, int q0, int64_t bh) {
+  const int warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+#pragma unroll
+  for (int c = 0; c < Tiles::kGradQWidth / 8; ++c)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)  // row 16 warp + g + 8 half, columns 8 c + 2 t and + 1
+      sm90::store_shared(buf + c / 4 * Tiles::kGradQBoxBytes + (warp * 16 + g + 8 * half) * 128 +
+                             (((2 * (c % 4) + t / 2) ^ g) << 4) + t % 2 * 8,
+                         dq[4 * c + 2 * half], dq[4 * c + 2 * half + 1]);
+  sm90::fence_proxy_async();
+  if (tid == 0) sm90::bulk_wait_read<0>();
+  sm90::named_sync(2 + consumer, 128);
+  if (tid == 0) {
+#pragma unroll
+    for (int box = 0; box < Tiles::kGradQWidth / 32; ++box)
+      sm90::tma_reduce_add_3d(map, buf + box * Tiles::kGradQBoxBytes, consumer * Tiles::kGradQWidth + 32 * box, q0,
+                              static_cast<int>(bh));
+    sm90::bulk_commit();
+  }
+}
+
+// Step n's grad_v += P^T dO and grad_k += dS^T Q from stage st (and in the fast form, once
+// every consumer has published its dS^T, dq = dS K), issued as one group (commit).
 template <class T, class Tiles>
 __device__ __forceinline__ void issue_key_accumulation(float (&dv)[Tiles::kHeadDim / 2], float (&dk)[Tiles::kHeadDim / 2],
+                                                       float (&dq)[Tiles::kGradQWidth / 2],
                                                        const uint32_t (&pa)[Tiles::kStep / 16][4],
                                                        const uint32_t (&ds)[Tiles::kStep / 16][4],
-                                                       const BackwardSmem<Tiles>& sm, int st) {
+                                                       const BackwardSmem<Tiles>& sm, int st, int n, int consumer) {
   issue_accumulate<T, Tiles>(dv, pa, sm.step1(st));  // P^T dO
   issue_accumulate<T, Tiles>(dk, ds, sm.step0(st));  // dS^T Q
+  if constexpr (Tiles::kGradQ) {
+    sm90::barrier_wait(sm.ds_full(n % 2), (n / 2) & 1);
+    issue_grad_q<T, Tiles>(dq, sm.ds(n % 2), sm.own0, consumer);
+  }
   sm90::wgmma_commit();
+}
+
+// After step n's accumulation in the fast form: frees its dS^T buffer for step n + 2 and adds
+// its grad_q (queries from q0) to the accumulator.
+template <class Tiles>
+__device__ __forceinline__ void grad_q_done(float (&dq)[Tiles::kGradQWidth / 2], const BackwardSmem<Tiles>& sm, int n,
+                                            const CUtensorMap* map, int consumer, int tid, int q0, int64_t bh) {
+  sm90::fence_registers(dq);
+  sm90::barrier_arrive(sm.ds_empty(n % 2));
+  add_grad_q<Tiles>(dq, sm.grad_q(consumer, n % 2), map, consumer, tid, q0, bh);
 }
 // Waits for the accumulations into a (and b), then frees stage st for the producer.
 template <class Tiles, int N>
@@ -222,11 +335,13 @@ __device__ __forceinline__ void key_probabilities(float (&s)[BM / 2], float (&dp
 
 // PIPELINED: a step's accumulation issued with the next step's products (registers for both
 // sets of operands: head dim 64 only).
+// Tiles::kGradQ: the fast form, adding grad_q into the accumulator of grad_q_map.
 template <class T, class Tiles, bool PIPELINED>
 __global__ void __launch_bounds__(Tiles::kThreads, 1)
     key_kernel(const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap do_map,
-               const MapOrders orders, const MapOrder do_order, const AttentionParams<T, float> p) {
+               const __grid_constant__ CUtensorMap grad_q_map, const MapOrders orders, const MapOrder do_order,
+               const AttentionParams<T, float> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int HD = Tiles::kHeadDim, BN = Tiles::kOwn, BM = Tiles::kStep, STAGES = Tiles::kStages;
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -254,7 +369,8 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   const int key_lo = k0 + consumer * 64 + warp * 16 + g;  // accumulators 4 c + 0, 1: key_lo; + 2, 3: key_lo + 8
   const float scale_log2 = static_cast<float>(p.scale) * flash::kLog2e;
   const uint32_t k_rows = sm.own0 + consumer * 64 * 128, v_rows = sm.own1 + consumer * 64 * 128;
-  float dk[HD / 2], dv[HD / 2];
+  const int ds_row = consumer * 64 + warp * 16 + g;
+  float dk[HD / 2], dv[HD / 2], dq[Tiles::kGradQWidth / 2];  // dq: the fast form's
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) dk[i] = dv[i] = 0.0f;
   if constexpr (!PIPELINED) {
@@ -273,9 +389,11 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       uint32_t pa[BM / 16][4], ds[BM / 16][4];
       pack_operand<T, BM>(pa, s);
       pack_operand<T, BM>(ds, dp);
+      if constexpr (Tiles::kGradQ) publish_ds<Tiles>(sm, n, ds, ds_row, g, t);
       sm90::wgmma_fence();
-      issue_key_accumulation<T, Tiles>(dv, dk, pa, ds, sm, st);
+      issue_key_accumulation<T, Tiles>(dv, dk, dq, pa, ds, sm, st, n, consumer);
       accumulated(dv, dk, sm, st);
+      if constexpr (Tiles::kGradQ) grad_q_done<Tiles>(dq, sm, n, &grad_q_map, consumer, tid, q0, bh);
     }
   } else {
     float s[BM / 2], dp[BM / 2];
@@ -293,9 +411,19 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       const int q0 = (first + n) * BM;
       key_probabilities<BM>(s, dp, lse2, delta, scale_log2, p.causal && k0 + BN - 1 > q0, key_lo, q0, t);
     };
-    const auto pack = [&] {
+    // P^T and dS^T of step n as operands (dS^T published in the fast form).
+    const auto pack = [&](int n) {
       pack_operand<T, BM>(pa, s);
       pack_operand<T, BM>(ds, dp);
+      if constexpr (Tiles::kGradQ) publish_ds<Tiles>(sm, n, ds, ds_row, g, t);
+    };
+    const auto accumulation = [&](int n) {
+      issue_key_accumulation<T, Tiles>(dv, dk, dq, pa, ds, sm, n % STAGES, n, consumer);
+    };
+    // Waits for step n's accumulation, then adds its grad_q in the fast form.
+    const auto accumulation_done = [&](int n) {
+      accumulated(dv, dk, sm, n % STAGES);
+      if constexpr (Tiles::kGradQ) grad_q_done<Tiles>(dq, sm, n, &grad_q_map, consumer, tid, (first + n) * BM, bh);
     };
     const int steps = last - first;
     if (steps > 0) {
@@ -303,20 +431,23 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       products(0);
       sm90::wgmma_wait<0>();
       elementwise(0);
-      pack();
+      pack(0);
       for (int n = 1; n < steps; ++n) {
         // Step n - 1's accumulation runs under step n's elementwise work.
         products(n);
-        issue_key_accumulation<T, Tiles>(dv, dk, pa, ds, sm, (n - 1) % STAGES);
+        accumulation(n - 1);
         sm90::wgmma_wait<1>();
         elementwise(n);
-        accumulated(dv, dk, sm, (n - 1) % STAGES);
-        pack();
+        accumulation_done(n - 1);
+        pack(n);
       }
       sm90::wgmma_fence();
-      issue_key_accumulation<T, Tiles>(dv, dk, pa, ds, sm, (steps - 1) % STAGES);
-      accumulated(dv, dk, sm, (steps - 1) % STAGES);
+      accumulation(steps - 1);
+      accumulation_done(steps - 1);
     }
+  }
+  if constexpr (Tiles::kGradQ) {
+    if (tid == 0) sm90::bulk_wait<0>();
   }
   store_rows<T, HD>(flash::head_rows(p.grad_k, p.grad_k_stride, bh, p.heads), p.grad_k_stride.row, key_lo, p.S, t,
                     dk, static_cast<float>(p.scale));
@@ -434,10 +565,26 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
 #endif
 }
 
+// grad_q = scale * the fast form's accumulator, in grad_q's layout (two columns a thread).
+template <class T, int HD>
+__global__ void grad_q_from_accumulator(const float* accumulator, const AttentionParams<T, float> p) {
+  const int64_t pairs = int64_t{p.batch} * p.heads * p.L * (HD / 2);
+  const float scale = static_cast<float>(p.scale);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pairs; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = i / (HD / 2);
+    const int col = static_cast<int>(i - row * (HD / 2)) * 2;
+    const int64_t bh = row / p.L;
+    const float2 x = reinterpret_cast<const float2*>(accumulator)[i];
+    T* out = flash::head_rows(p.grad_q, p.grad_q_stride, bh, p.heads) + (row - bh * p.L) * p.grad_q_stride.row + col;
+    *reinterpret_cast<uint32_t*>(out) = flash::pack2<T>(x.x * scale, x.y * scale);
+  }
+}
+
 // ---------------------------------------------------------------- host
 template <class T, int HD>
-bool run_backward(const Launcher& launch, const AttentionParams<T, float>& p) {
+bool run_backward(const Launcher& launch, const AttentionParams<T, float>& p, bool deterministic) {
   using Keys = KeyTiles<HD>;
+  using FastKeys = FastKeyTiles<HD>;
   using Queries = QueryTiles<HD>;
   const int kv_heads = p.heads / p.group;
   // The key kernel's own tiles are K and V (128 rows), its steps Q and dO (64); the query
@@ -457,11 +604,30 @@ bool run_backward(const Launcher& launch, const AttentionParams<T, float>& p) {
   const int64_t batch_heads = int64_t{p.batch} * p.heads;
   const int64_t key_grid = flash::tile_blocks(batch_heads, p.S, Keys::kOwn);
   const int64_t query_grid = flash::tile_blocks(batch_heads, p.L, Queries::kOwn);
+  if (!deterministic) {
+    // The fast form: grad_q summed in f32 by the key kernel, then scaled into grad_q.
+    const size_t elements = static_cast<size_t>(batch_heads) * p.L * HD;
+    const DeviceBuffer accumulator = launch.buffer(sizeof(float) * elements);
+    CUtensorMap grad_q_map;
+    if (!make_accumulator_map(&grad_q_map, accumulator.as<float>(), batch_heads, p.L, HD)) return false;
+    NC_CUDA_CHECK(cudaMemsetAsync(accumulator.as<float>(), 0, sizeof(float) * elements, launch.stream()));
+    if (key_grid > 0) {
+      const auto kernel = key_kernel<T, FastKeys, HD == 64>;
+      launch.allow_shared_memory(kernel, FastKeys::kSharedBytes);
+      launch(kernel, static_cast<unsigned>(key_grid), FastKeys::kThreads, FastKeys::kSharedBytes, k_own, v_own, q_step,
+             do_step, grad_q_map, key_orders, key_do_order, p);
+    }
+    if (elements > 0)
+      launch(grad_q_from_accumulator<T, HD>, launch.grid_for(static_cast<int64_t>(elements / 2)), kThreads, 0,
+             accumulator.as<const float>(), p);
+    return true;
+  }
   if (key_grid > 0) {
+    const CUtensorMap unused{};
     const auto kernel = key_kernel<T, Keys, HD == 64>;
     launch.allow_shared_memory(kernel, Keys::kSharedBytes);
     launch(kernel, static_cast<unsigned>(key_grid), Keys::kThreads, Keys::kSharedBytes, k_own, v_own, q_step, do_step,
-           key_orders, key_do_order, p);
+           unused, key_orders, key_do_order, p);
   }
   if (query_grid > 0) {
     const auto kernel = query_kernel<T, Queries, HD == 64>;
@@ -477,7 +643,7 @@ bool aligned_pairs(const void* base, const flash::RowStrides& s) {
 }
 
 template <class T>
-bool backward(const Launcher& launch, const AttentionParams<T, float>& p) {
+bool backward(const Launcher& launch, const AttentionParams<T, float>& p, bool deterministic) {
   if (forward_refusal(compute_capability(launch.device()), p) != nullptr) return false;
   if (!map_stride(p.grad_out_stride.row) || !map_stride(p.grad_out_stride.head) ||
       !map_stride(p.grad_out_stride.batch))
@@ -485,14 +651,16 @@ bool backward(const Launcher& launch, const AttentionParams<T, float>& p) {
   if (!aligned_pairs(p.grad_q, p.grad_q_stride) || !aligned_pairs(p.grad_k, p.grad_k_stride) ||
       !aligned_pairs(p.grad_v, p.grad_v_stride))
     return false;
-  return p.D == 64 ? run_backward<T, 64>(launch, p) : run_backward<T, 128>(launch, p);
+  return p.D == 64 ? run_backward<T, 64>(launch, p, deterministic) : run_backward<T, 128>(launch, p, deterministic);
 }
 
 }  // namespace
 
-bool attention_backward(const Launcher& launch, const AttentionParams<__half, float>& p) { return backward(launch, p); }
-bool attention_backward(const Launcher& launch, const AttentionParams<__nv_bfloat16, float>& p) {
-  return backward(launch, p);
+bool attention_backward(const Launcher& launch, const AttentionParams<__half, float>& p, bool deterministic) {
+  return backward(launch, p, deterministic);
+}
+bool attention_backward(const Launcher& launch, const AttentionParams<__nv_bfloat16, float>& p, bool deterministic) {
+  return backward(launch, p, deterministic);
 }
 
 }  // namespace hopper

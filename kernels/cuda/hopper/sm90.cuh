@@ -52,6 +52,14 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Ordinary shared-memory stores (address in the shared window).
+__device__ __forceinline__ void store_shared(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void store_shared(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
 // ---------------------------------------------------------------- tensor copies
 // The box at coordinates (c0 innermost .. c3) of a 4-D tensor map into shared memory at dst,
 // completing its bytes on bar. Coordinates past the tensor's extent read as zeros.
@@ -63,6 +71,32 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+// Adds the box at dst's shared-memory address (f32) into the 3-D tensor map's box at (c0,
+// c1, c2), element by element, in global memory (parts past the tensor's extent are
+// dropped); one bulk group, committed with bulk_commit. The box must have been written by
+// this block's threads and made visible with fence_proxy_async.
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(c0), "r"(c1), "r"(c2), "r"(src)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most `pending` of this thread's bulk groups still read shared memory.
+template <int pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(pending) : "memory");
+}
+// Waits until at most `pending` of this thread's bulk groups are incomplete (writes done).
+template <int pending>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+// Orders this thread's ordinary shared-memory writes before later reads of the asynchronous
+// proxy (wgmma operands, tensor stores), once the threads that read have synchronized.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }

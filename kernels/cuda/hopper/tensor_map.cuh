@@ -1,5 +1,6 @@
 // Tensor maps of attention's operands for the Hopper kernels: a 4-D map per q, k, v (or
-// grad_out) over [batch, heads, rows, D] as strided, made on the host with the driver's
+// grad_out) over [batch, heads, rows, D] as strided (and a 3-D one over the backward's f32
+// grad_q accumulator), made on the host with the driver's
 // cuTensorMapEncodeTiled (reached through the runtime, so the library does not link libcuda),
 // and the device side's copy of one box of it.
 #pragma once
@@ -82,6 +83,22 @@ inline bool make_map(CUtensorMap* map, MapOrder* order, const T* base, const fla
   const CUtensorMapDataType type =
       std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   return encode(map, type, 4, const_cast<T*>(base), extents, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The 3-D map of an f32 accumulator [batch_heads, rows, HD] (contiguous), written in boxes
+// of 32 columns (128 bytes) by 64 rows with the 128-byte swizzle.
+inline bool make_accumulator_map(CUtensorMap* map, float* base, int64_t batch_heads, int64_t rows, int HD) {
+  const auto encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t extents[3] = {static_cast<cuuint64_t>(HD), static_cast<cuuint64_t>(rows),
+                                 static_cast<cuuint64_t>(batch_heads)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(HD) * sizeof(float),
+                                 static_cast<cuuint64_t>(rows * HD) * sizeof(float)};
+  const cuuint32_t box[3] = {32, 64, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, extents, strides, box, element_strides,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }

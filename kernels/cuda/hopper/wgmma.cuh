@@ -1,9 +1,10 @@
 // Warpgroup matrix products (wgmma.mma_async, sm_90a) at the shapes the Hopper attention
-// kernels use: m64nNk16 with f32 accumulators, f16 or bf16 operands, N of 64 or 128. A thread
+// kernels use: m64nNk16 with f32 accumulators, f16 or bf16 operands, N of 32, 64 or 128. A thread
 // of the warpgroup holds N / 2 accumulators: d[4 c + e] is row 16 w + g + 8 (e / 2) and column
 // 8 c + 2 t + e % 2 of the 64 x N result (w the warp in the warpgroup, g = lane / 4, t =
 // lane % 4), the layout of mma.sync's m16n8 accumulators repeated over N / 8 column chunks.
-// ss: A and B in shared memory, both K-major (descriptors, sm90.cuh); rs: A in registers
+// ss: A and B in shared memory, both K-major (descriptors, sm90.cuh); ss_mn: A M-major and B
+// N-major (both transposed; f16/bf16 only); rs: A in registers
 // (four registers of two elements: rows g and g + 8, columns 2 t and 2 t + 8 of the k16 slice,
 // as mma.sync's A), B in shared memory N-major (transposed; f16/bf16 only). accumulate false
 // overwrites d. Inline PTX takes no arrays, so the accumulators are spelled out once per N
@@ -22,6 +23,10 @@ namespace sm90 {
 template <class T, int N>
 struct Wgmma;
 
+#define NC_WGMMA_REGISTERS_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define NC_WGMMA_ACCUMULATORS_32 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),\
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define NC_WGMMA_REGISTERS_64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define NC_WGMMA_ACCUMULATORS_64 \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),\
@@ -39,18 +44,22 @@ struct Wgmma;
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),\
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
-// Wgmma<T, N> for T (PTX type TYPE); A, B, P, R0: the operand numbers of the ss form's
-// descriptors and predicate input and of the rs form's first A register (after N / 2
-// accumulators).
-#define NC_WGMMA(T, TYPE, N, A, B, P, R0, R1, R2, R3, RB, RP)                                          \
+// Wgmma<T, N> for T (PTX type TYPE); A, B, P, TA, TB, R0: the operand numbers of the ss
+// form's descriptors, predicate input and transpose immediates and of the rs form's first A
+// register (after N / 2 accumulators).
+#define NC_WGMMA(T, TYPE, N, A, B, P, TA, TB, R0, R1, R2, R3, RB, RP)                                \
   template <>                                                                                      \
   struct Wgmma<T, N> {                                                                             \
+    template <int kTransposeA = 0, int kTransposeB = 0>                                            \
     __device__ __forceinline__ static void ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate) { \
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                 \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " "             \
-                   NC_WGMMA_REGISTERS_##N ", %" A ", %" B ", p, 1, 1, 0, 0;\n}\n"                 \
+                   NC_WGMMA_REGISTERS_##N ", %" A ", %" B ", p, 1, 1, %" TA ", %" TB ";\n}\n"       \
                    : NC_WGMMA_ACCUMULATORS_##N                                                     \
-                   : "l"(a), "l"(b), "r"(int(accumulate)));                                        \
+                   : "l"(a), "l"(b), "r"(int(accumulate)), "n"(kTransposeA), "n"(kTransposeB));   \
+    }                                                                                              \
+    __device__ __forceinline__ static void ss_mn(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate) { \
+      ss<1, 1>(d, a, b, accumulate);                                                               \
     }                                                                                              \
     __device__ __forceinline__ static void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b,  \
                                               bool accumulate) {                                   \
@@ -63,12 +72,16 @@ struct Wgmma;
     }                                                                                              \
   };
 
-NC_WGMMA(__half, "f16", 64, "32", "33", "34", "32", "33", "34", "35", "36", "37")
-NC_WGMMA(__nv_bfloat16, "bf16", 64, "32", "33", "34", "32", "33", "34", "35", "36", "37")
-NC_WGMMA(__half, "f16", 128, "64", "65", "66", "64", "65", "66", "67", "68", "69")
-NC_WGMMA(__nv_bfloat16, "bf16", 128, "64", "65", "66", "64", "65", "66", "67", "68", "69")
+NC_WGMMA(__half, "f16", 32, "16", "17", "18", "19", "20", "16", "17", "18", "19", "20", "21")
+NC_WGMMA(__nv_bfloat16, "bf16", 32, "16", "17", "18", "19", "20", "16", "17", "18", "19", "20", "21")
+NC_WGMMA(__half, "f16", 64, "32", "33", "34", "35", "36", "32", "33", "34", "35", "36", "37")
+NC_WGMMA(__nv_bfloat16, "bf16", 64, "32", "33", "34", "35", "36", "32", "33", "34", "35", "36", "37")
+NC_WGMMA(__half, "f16", 128, "64", "65", "66", "67", "68", "64", "65", "66", "67", "68", "69")
+NC_WGMMA(__nv_bfloat16, "bf16", 128, "64", "65", "66", "67", "68", "64", "65", "66", "67", "68", "69")
 
 #undef NC_WGMMA
+#undef NC_WGMMA_REGISTERS_32
+#undef NC_WGMMA_ACCUMULATORS_32
 #undef NC_WGMMA_REGISTERS_64
 #undef NC_WGMMA_REGISTERS_128
 #undef NC_WGMMA_ACCUMULATORS_64
