@@ -12,7 +12,7 @@
 // already loads the next work tile. The tensor maps' 128-byte swizzle is the layout wgmma
 // reads (sm90.cuh); rows past L or S read as zeros and the keys past S (and above the
 // diagonal when causal) are masked to -inf. Causal work tiles stop at their last row's
-// diagonal, and each head's longest go first.
+// diagonal, and a block takes them in pairs of equal work (Schedule).
 //
 // The file is built for sm_90a alone (CMakeLists.txt), and only when the build targets
 // Hopper; attention.cu asks forward_refusal before calling it.
@@ -53,8 +53,10 @@ struct ForwardTiles {
   static constexpr size_t kSharedBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + 8 * kBarriers;
 };
 
-// Work tile t of a launch: query block m of head bh (batch * heads), heads outermost and each
-// head's longest causal blocks first; n_tiles key tiles (0 only when there are no keys).
+// Work tile t of a launch: query block m of head bh (batch * heads), heads outermost; n_tiles
+// key tiles (0 only when there are no keys). Causal, a head's tiles go longest, shortest,
+// second longest, second shortest, ..., so that the pairs (2 i, 2 i + 1) a block takes
+// together (Schedule) hold the same number of key tiles.
 struct WorkTile {
   int64_t bh;
   int m0, batch, head, n_tiles;
@@ -63,7 +65,9 @@ template <class T, int BM, int BN>
 __device__ __forceinline__ WorkTile work_tile(int64_t t, int m_tiles, const AttentionParams<T, float>& p) {
   WorkTile w;
   w.bh = t / m_tiles;
-  w.m0 = (m_tiles - 1 - static_cast<int>(t - w.bh * m_tiles)) * BM;
+  const int j = static_cast<int>(t - w.bh * m_tiles);
+  const int rank = !p.causal ? j : j % 2 == 0 ? j / 2 : m_tiles - 1 - j / 2;  // 0: the longest
+  w.m0 = (m_tiles - 1 - rank) * BM;
   w.batch = static_cast<int>(w.bh / p.heads);
   w.head = static_cast<int>(w.bh % p.heads);
   w.n_tiles = (p.S + BN - 1) / BN;
@@ -71,8 +75,20 @@ __device__ __forceinline__ WorkTile work_tile(int64_t t, int m_tiles, const Atte
   return w;
 }
 
-// Persistent: each block takes work tiles blockIdx.x, + gridDim.x, ...; the producer loads
-// the next tile's Q and keys while the consumers finish the last one and write it out.
+// The work tiles of a persistent block: blockIdx.x, + gridDim.x, ...; causal, the pairs
+// (2 b, 2 b + 1), (2 (b + gridDim.x), + 1), ..., of equal work (work_tile), since a stride
+// over single causal tiles gave some blocks 1.4 times the key tiles of others.
+struct Schedule {
+  bool paired;
+  __device__ int64_t first() const { return paired ? 2 * int64_t{blockIdx.x} : blockIdx.x; }
+  __device__ int64_t next(int64_t t) const {
+    if (!paired) return t + gridDim.x;
+    return t % 2 == 0 ? t + 1 : t - 1 + 2 * int64_t{gridDim.x};
+  }
+};
+
+// Persistent (Schedule); the producer loads the next tile's Q and keys while the consumers
+// finish the last one and write it out.
 template <class T, class Tiles, bool PIPELINED>
 __global__ void __launch_bounds__(Tiles::kThreads, 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -93,6 +109,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
 
   const int m_tiles = (p.L + BM - 1) / BM;
   const int64_t total = int64_t{p.batch} * p.heads * m_tiles;
+  const Schedule schedule{Tiles::kConsumers == 2 && p.causal};  // three consumers: never causal
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -118,7 +135,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
     sm90::prefetch_tensor_map(&v_map);
     int64_t kv = 0;  // key tiles loaded, over all work tiles
     int q_loads = 0;
-    for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    for (int64_t t = schedule.first(); t < total; t = schedule.next(t)) {
       const WorkTile w = work_tile<T, BM, BN>(t, m_tiles, p);
       if (w.n_tiles == 0) continue;
       const int kv_head = w.head / p.group;
@@ -248,11 +265,11 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       if (consumer + 1 < kConsumers || !last_turn) sm90::named_arrive(1 + (consumer + 1) % kConsumers, 256);
     }
   };
-  if (PIPELINED && consumer == kConsumers - 1 && p.S > 0 && blockIdx.x < total) sm90::named_arrive(1, 256);
+  if (PIPELINED && consumer == kConsumers - 1 && p.S > 0 && schedule.first() < total) sm90::named_arrive(1, 256);
 
-  for (int64_t work = blockIdx.x; work < total; work += gridDim.x) {
+  for (int64_t work = schedule.first(); work < total; work = schedule.next(work)) {
     const WorkTile w = work_tile<T, BM, BN>(work, m_tiles, p);
-    const bool last_work = work + gridDim.x >= total;
+    const bool last_work = schedule.next(work) >= total;
     const int n_tiles = w.n_tiles;
     row0 = w.m0 + consumer * 64;
     row_lo = row0 + warp * 16 + g;  // accumulators 4 c + 0, 1: row_lo; 4 c + 2, 3: row_lo + 8
@@ -373,7 +390,7 @@ bool run_forward(const Launcher& launch, const AttentionParams<T, float>& p) {
       !make_map(&v_map, &orders.v, p.v, p.v_stride, p.batch, kv_heads, p.S, HD, Tiles::kBlockN))
     return false;
   const int64_t tiles = flash::tile_blocks(int64_t{p.batch} * p.heads, p.L, Tiles::kBlockM);
-  const int64_t grid = std::min<int64_t>(tiles, launch.multiprocessors());
+  const int64_t grid = std::min<int64_t>(p.causal ? (tiles + 1) / 2 : tiles, launch.multiprocessors());
   const auto kernel = forward_kernel<T, Tiles, PIPELINED>;
   launch.allow_shared_memory(kernel, Tiles::kSharedBytes);
   launch(kernel, static_cast<unsigned>(grid), Tiles::kThreads, Tiles::kSharedBytes, q_map, k_map, v_map, orders, p);
