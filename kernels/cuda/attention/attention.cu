@@ -212,10 +212,6 @@ class CudaAttention final : public kernels::AttentionKernels {
       const int64_t rows = shape.batch * shape.heads * shape.L;
       const DeviceBuffer delta = launch.buffer(sizeof(C) * static_cast<size_t>(rows));
       p.delta = delta.as<C>();
-      if (rows > 0 && plan.path != AttentionPath::RowSimt) {
-        launch(flash::delta_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, flash::kDeltaRowsPerBlock)),
-               flash::kDeltaRowsPerBlock * flash::kWarp, 0, p);
-      }
       if constexpr (is_reduced_float_v<T>) {
 #if NORMCORE_HOPPER_KERNELS
         if (kernels::hopper_attention() != kernels::HopperAttention::Off &&
@@ -224,6 +220,10 @@ class CudaAttention final : public kernels::AttentionKernels {
           return;
         }
 #endif
+      }
+      if (rows > 0 && plan.path != AttentionPath::RowSimt) {
+        launch(flash::delta_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, flash::kDeltaRowsPerBlock)),
+               flash::kDeltaRowsPerBlock * flash::kWarp, 0, p);
       }
       kernels::record_native_attention_kernels(AttentionPass::Backward,
                                                is_reduced_float_v<T> ? "mma.sync" : "simt");

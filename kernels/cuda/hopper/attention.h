@@ -25,7 +25,8 @@ bool attention_forward(const Launcher& launch, const flash::AttentionParams<__ha
 bool attention_forward(const Launcher& launch, const flash::AttentionParams<__nv_bfloat16, float>& p,
                        bool pipelined);
 
-// Runs the backward's gradients (delta already in p.delta) when forward_refusal is nullptr
+// Runs the backward (delta = rowsum(grad_out * out) into p.delta, B * H * L floats, then the
+// gradients) when forward_refusal is nullptr
 // and grad_out's strides suit a tensor map and the gradients' rows take 4-byte stores;
 // false (nothing launched) otherwise. Not deterministic: grad_q summed with atomic additions
 // in f32 (faster); deterministic: every gradient written once.

@@ -1,5 +1,5 @@
 // The attention backward on Hopper (contract: kernels/attention.h; entry points:
-// hopper/attention.h), in two forms after delta = rowsum(grad_out * out) (attention.cu).
+// hopper/attention.h), in two forms after delta = rowsum(grad_out * out) (delta_rows).
 // The fast form (the default) is one key kernel that writes grad_k and grad_v and adds each
 // step's grad_q into an f32 accumulator (5 tile products a step; see "the fast form's
 // grad_q"), then a pass scaling the accumulator into grad_q. The deterministic form
@@ -196,18 +196,19 @@ __device__ __forceinline__ void store_rows(T* dst, int64_t stride, int row_lo, i
 }
 
 // ---------------------------------------------------------------- grad_k, grad_v
-// A key-kernel step's query columns of this thread, q0 + 8 c + 2 t + e: their lse in base 2
-// (+inf past L: P = 0 there) and delta (0 past L).
+// A key-kernel step's query columns of this thread, q0 + 8 c + 2 t + e: their lse and delta
+// (those of row L - 1 past L, where key_probabilities zeroes P). Loads alone: nothing uses
+// them before the step's products are issued, so they do not hold the issue up.
 template <class T, int BM>
-__device__ __forceinline__ void column_stats(float (&lse2)[BM / 4], float (&delta)[BM / 4],
+__device__ __forceinline__ void column_stats(float (&lse)[BM / 4], float (&delta)[BM / 4],
                                              const AttentionParams<T, float>& p, int64_t bh, int q0, int t) {
 #pragma unroll
   for (int c = 0; c < BM / 8; ++c)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int q = q0 + 8 * c + 2 * t + e;
-      lse2[2 * c + e] = q < p.L ? p.lse[bh * p.L + q] * flash::kLog2e : INFINITY;
-      delta[2 * c + e] = q < p.L ? p.delta[bh * p.L + q] : 0.0f;
+      const int64_t row = bh * p.L + min(q0 + 8 * c + 2 * t + e, p.L - 1);
+      lse[2 * c + e] = p.lse[row];
+      delta[2 * c + e] = p.delta[row];
     }
 }
 
@@ -318,16 +319,20 @@ __device__ __forceinline__ void accumulated(float (&a)[N], float (&b)[N], const 
 }
 
 // P^T and dS^T in place of a key-kernel step's S^T and dP^T: rows are keys from key_lo (and
-// key_lo + 8), columns the queries from q0; masked: keys past a column's query are zeroed.
+// key_lo + 8), columns the queries from q0. P is zeroed for queries past L and, causal, for
+// keys past a column's query; `masked`: the step has such columns.
 template <int BM>
-__device__ __forceinline__ void key_probabilities(float (&s)[BM / 2], float (&dp)[BM / 2], const float (&lse2)[BM / 4],
+__device__ __forceinline__ void key_probabilities(float (&s)[BM / 2], float (&dp)[BM / 2], const float (&lse)[BM / 4],
                                                   const float (&delta)[BM / 4], float scale_log2, bool masked,
-                                                  int key_lo, int q0, int t) {
+                                                  bool causal, int L, int key_lo, int q0, int t) {
 #pragma unroll
   for (int i = 0; i < BM / 2; ++i) {
     const int col = i / 4 * 2 + i % 2;
-    float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse2[col]));
-    if (masked && key_lo + i % 4 / 2 * 8 > q0 + 8 * (i / 4) + 2 * t + i % 2) x = 0.0f;
+    float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse[col] * flash::kLog2e));
+    if (masked) {
+      const int q = q0 + 8 * (i / 4) + 2 * t + i % 2;
+      if (q >= L || (causal && key_lo + i % 4 / 2 * 8 > q)) x = 0.0f;
+    }
     s[i] = x;
     dp[i] = x * (dp[i] - delta[col]);
   }
@@ -370,6 +375,8 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   const float scale_log2 = static_cast<float>(p.scale) * flash::kLog2e;
   const uint32_t k_rows = sm.own0 + consumer * 64 * 128, v_rows = sm.own1 + consumer * 64 * 128;
   const int ds_row = consumer * 64 + warp * 16 + g;
+  // Whether the step at query q0 has columns key_probabilities zeroes.
+  const auto masked_step = [&](int q0) { return q0 + BM > p.L || (p.causal && k0 + BN - 1 > q0); };
   float dk[HD / 2], dv[HD / 2], dq[Tiles::kGradQWidth / 2];  // dq: the fast form's
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) dk[i] = dv[i] = 0.0f;
@@ -378,14 +385,14 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
     if (first < last) sm90::barrier_wait(sm.own_full, 0);
     for (int step = first, n = 0; step < last; ++step, ++n) {
       const int st = n % STAGES, q0 = step * BM;
-      float lse2[BM / 4], delta[BM / 4];
-      column_stats<T, BM>(lse2, delta, p, bh, q0, t);
+      float lse[BM / 4], delta[BM / 4];
+      column_stats<T, BM>(lse, delta, p, bh, q0, t);
       float s[BM / 2], dp[BM / 2];
       issue_step_products<T, Tiles>(sm, st, (n / STAGES) & 1, s, k_rows, dp, v_rows);  // S^T = K Q^T, dP^T = V dO^T
       sm90::wgmma_wait<0>();
       sm90::fence_registers(s);
       sm90::fence_registers(dp);
-      key_probabilities<BM>(s, dp, lse2, delta, scale_log2, p.causal && k0 + BN - 1 > q0, key_lo, q0, t);
+      key_probabilities<BM>(s, dp, lse, delta, scale_log2, masked_step(q0), p.causal, p.L, key_lo, q0, t);
       uint32_t pa[BM / 16][4], ds[BM / 16][4];
       pack_operand<T, BM>(pa, s);
       pack_operand<T, BM>(ds, dp);
@@ -399,9 +406,9 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
     float s[BM / 2], dp[BM / 2];
     uint32_t pa[BM / 16][4], ds[BM / 16][4];
     // Step n's products S^T = K Q^T and dP^T = V dO^T, issued, after its column statistics.
-    float lse2[BM / 4], delta[BM / 4];
+    float lse[BM / 4], delta[BM / 4];
     const auto products = [&](int n) {
-      column_stats<T, BM>(lse2, delta, p, bh, (first + n) * BM, t);
+      column_stats<T, BM>(lse, delta, p, bh, (first + n) * BM, t);
       issue_step_products<T, Tiles>(sm, n % STAGES, (n / STAGES) & 1, s, k_rows, dp, v_rows);
     };
     // P^T and dS^T of step n in s and dp.
@@ -409,7 +416,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       sm90::fence_registers(s);
       sm90::fence_registers(dp);
       const int q0 = (first + n) * BM;
-      key_probabilities<BM>(s, dp, lse2, delta, scale_log2, p.causal && k0 + BN - 1 > q0, key_lo, q0, t);
+      key_probabilities<BM>(s, dp, lse, delta, scale_log2, masked_step(q0), p.causal, p.L, key_lo, q0, t);
     };
     // P^T and dS^T of step n as operands (dS^T published in the fast form).
     const auto pack = [&](int n) {
@@ -565,22 +572,86 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
 #endif
 }
 
-// grad_q = scale * the fast form's accumulator, in grad_q's layout (two columns a thread).
+// ---------------------------------------------------------------- row passes
+// The passes over rows of HD columns around the key kernel: a thread per 8 columns, rows of
+// 16 bytes (the Hopper kernels take 16-byte aligned rows of out and grad_out), grids sized to
+// the work with one division per thread.
+template <class T>
+__device__ __forceinline__ float2 unpack2(uint32_t v) {
+  if constexpr (std::is_same_v<T, __half>) return __half22float2(*reinterpret_cast<const __half2*>(&v));
+  else return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+
+// delta[row] = dot(grad_out[row], out[row]) in f32 (the row's HD / 8 threads are adjacent
+// lanes), and in the fast form (accumulator not null) the row's grad_q accumulator zeroed.
 template <class T, int HD>
-__global__ void grad_q_from_accumulator(const float* accumulator, const AttentionParams<T, float> p) {
-  const int64_t pairs = int64_t{p.batch} * p.heads * p.L * (HD / 2);
+__global__ void delta_rows(const AttentionParams<T, float> p, float* accumulator) {
+  constexpr int kChunks = HD / 8;
+  const int64_t rows = int64_t{p.batch} * p.heads * p.L;
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t row = i / kChunks;
+  const int chunk = static_cast<int>(i - row * kChunks);
+  float sum = 0.0f;
+  if (row < rows) {
+    const int64_t bh = row / p.L, l = row - bh * p.L;
+    const uint4 a = *reinterpret_cast<const uint4*>(flash::head_rows(p.grad_out, p.grad_out_stride, bh, p.heads) +
+                                                    l * p.grad_out_stride.row + 8 * chunk);
+    const uint4 b =
+        *reinterpret_cast<const uint4*>(flash::head_rows(p.out, p.out_stride, bh, p.heads) + l * p.out_stride.row + 8 * chunk);
+    const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 x = unpack2<T>(av[j]), y = unpack2<T>(bv[j]);
+      sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
+    }
+    if (accumulator != nullptr) {
+      float4* zero = reinterpret_cast<float4*>(accumulator + row * HD + 8 * chunk);
+      zero[0] = zero[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+#pragma unroll
+  for (int offset = kChunks / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (row < rows && chunk == 0) p.delta[row] = sum;
+}
+
+// grad_q = scale * the fast form's accumulator, in grad_q's layout (WIDE: 16-byte stores;
+// otherwise four 4-byte ones).
+template <class T, int HD, bool WIDE>
+__global__ void grad_q_rows(const float* accumulator, const AttentionParams<T, float> p) {
+  constexpr int kChunks = HD / 8;
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t row = i / kChunks;
+  if (row >= int64_t{p.batch} * p.heads * p.L) return;
+  const int chunk = static_cast<int>(i - row * kChunks);
+  const int64_t bh = row / p.L;
+  const float4* x = reinterpret_cast<const float4*>(accumulator + row * HD + 8 * chunk);
+  const float4 a = x[0], b = x[1];
   const float scale = static_cast<float>(p.scale);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pairs; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / (HD / 2);
-    const int col = static_cast<int>(i - row * (HD / 2)) * 2;
-    const int64_t bh = row / p.L;
-    const float2 x = reinterpret_cast<const float2*>(accumulator)[i];
-    T* out = flash::head_rows(p.grad_q, p.grad_q_stride, bh, p.heads) + (row - bh * p.L) * p.grad_q_stride.row + col;
-    *reinterpret_cast<uint32_t*>(out) = flash::pack2<T>(x.x * scale, x.y * scale);
+  const uint32_t v[4] = {flash::pack2<T>(a.x * scale, a.y * scale), flash::pack2<T>(a.z * scale, a.w * scale),
+                         flash::pack2<T>(b.x * scale, b.y * scale), flash::pack2<T>(b.z * scale, b.w * scale)};
+  T* out = flash::head_rows(p.grad_q, p.grad_q_stride, bh, p.heads) + (row - bh * p.L) * p.grad_q_stride.row + 8 * chunk;
+  if constexpr (WIDE) {
+    *reinterpret_cast<uint4*>(out) = make_uint4(v[0], v[1], v[2], v[3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) reinterpret_cast<uint32_t*>(out)[j] = v[j];
   }
 }
 
 // ---------------------------------------------------------------- host
+// A row pass over p's B * H * L rows of HD columns, a thread per 8 columns.
+template <int HD, class T, class... Params, class... Args>
+void launch_rows(const Launcher& launch, void (*kernel)(Params...), const AttentionParams<T, float>& p, Args&&... args) {
+  const int64_t threads = int64_t{p.batch} * p.heads * p.L * (HD / 8);
+  if (threads > 0)
+    launch(kernel, static_cast<unsigned>(ceil_div(threads, int64_t{kThreads})), kThreads, 0, std::forward<Args>(args)...);
+}
+
+// 16-byte rows: an aligned base and strides in whole 8 elements.
+bool rows_aligned(const void* base, const flash::RowStrides& s) {
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0;
+}
+
 template <class T, int HD>
 bool run_backward(const Launcher& launch, const AttentionParams<T, float>& p, bool deterministic) {
   using Keys = KeyTiles<HD>;
@@ -610,18 +681,20 @@ bool run_backward(const Launcher& launch, const AttentionParams<T, float>& p, bo
     const DeviceBuffer accumulator = launch.buffer(sizeof(float) * elements);
     CUtensorMap grad_q_map;
     if (!make_accumulator_map(&grad_q_map, accumulator.as<float>(), batch_heads, p.L, HD)) return false;
-    NC_CUDA_CHECK(cudaMemsetAsync(accumulator.as<float>(), 0, sizeof(float) * elements, launch.stream()));
+    launch_rows<HD>(launch, delta_rows<T, HD>, p, p, accumulator.as<float>());
     if (key_grid > 0) {
       const auto kernel = key_kernel<T, FastKeys, HD == 64>;
       launch.allow_shared_memory(kernel, FastKeys::kSharedBytes);
       launch(kernel, static_cast<unsigned>(key_grid), FastKeys::kThreads, FastKeys::kSharedBytes, k_own, v_own, q_step,
              do_step, grad_q_map, key_orders, key_do_order, p);
     }
-    if (elements > 0)
-      launch(grad_q_from_accumulator<T, HD>, launch.grid_for(static_cast<int64_t>(elements / 2)), kThreads, 0,
-             accumulator.as<const float>(), p);
+    if (rows_aligned(p.grad_q, p.grad_q_stride))
+      launch_rows<HD>(launch, grad_q_rows<T, HD, true>, p, accumulator.as<const float>(), p);
+    else
+      launch_rows<HD>(launch, grad_q_rows<T, HD, false>, p, accumulator.as<const float>(), p);
     return true;
   }
+  launch_rows<HD>(launch, delta_rows<T, HD>, p, p, nullptr);
   if (key_grid > 0) {
     const CUtensorMap unused{};
     const auto kernel = key_kernel<T, Keys, HD == 64>;
