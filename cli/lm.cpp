@@ -183,7 +183,8 @@ int train_lm(const Args& args) {
       // any other file, the model's state_dict names as they are.
       const nc::safetensors::File file = nc::safetensors::load(init);
       const auto format = file.metadata.find("format");
-      const bool checkpoint_file = format != file.metadata.end() && format->second == "normcore-gpt";
+      const bool checkpoint_file = format != file.metadata.end() &&
+                                   (format->second == "normcore-checkpoint" || format->second == "normcore-gpt");
       nc::nn::NamedTensors weights;
       for (const auto& [name, t] : file.tensors) {
         if (!checkpoint_file) weights.emplace_back(name, t);
