@@ -45,6 +45,9 @@ struct Outcome {
   nc::nn::NamedTensors state;
   std::vector<int64_t> steps, evaluations, checkpoints;
   std::vector<double> losses, eval_losses;
+  std::vector<nc::train::MetricsRecord> metrics;
+  int64_t saved_step = -1;
+  bool graphed = false;
 };
 Outcome train_blobs(train::TrainerOptions options, const std::string& precision = "fp32") {
   nc::Generator gen(11);
@@ -59,11 +62,13 @@ Outcome train_blobs(train::TrainerOptions options, const std::string& precision 
   trainer.set_evaluate([&](nc::nn::Module& m) -> std::vector<std::pair<std::string, double>> {
     nc::autograd::NoGradGuard no_grad;
     m.eval();
-    const double loss = cross_entropy(m(test->inputs()), test->targets()).item<double>();
+    const double loss = cross_entropy(m(test->inputs().to(options.device)), test->targets().to(options.device))
+                            .item<double>();
     m.train();
     return {{"loss", loss}};
   });
   Outcome r;
+  r.graphed = trainer.graphed();
   trainer.on_step([&](const train::StepInfo& s) {
     r.steps.push_back(s.step);
     r.losses.push_back(s.loss);
@@ -77,7 +82,10 @@ Outcome train_blobs(train::TrainerOptions options, const std::string& precision 
   loader.batch_size = 16;
   loader.workers = 0;
   trainer.fit(blobs(80, 5), loader);  // 5 batches an epoch
+  r.metrics = trainer.metrics();
+  r.saved_step = trainer.state().step;
   r.state = model->state_dict();
+  for (auto& [name, t] : r.state) t = t.to(nc::Device::cpu());
   return r;
 }
 
@@ -110,6 +118,14 @@ TEST_F(Trainer, TheLossFallsAndTheHooksSeeEveryStep) {
   EXPECT_GT(r.losses.front(), 0.5);
   EXPECT_LT(r.eval_losses.back(), 0.25);
   EXPECT_LT(r.eval_losses.back(), r.eval_losses.front());
+  // The metrics: a train record per loss read (every step here), one per evaluation.
+  ASSERT_EQ(r.metrics.size(), 15u);
+  EXPECT_EQ(r.metrics[0].phase, "train");
+  EXPECT_EQ(r.metrics[0].values.at("loss"), r.losses[0]);
+  EXPECT_EQ(r.metrics[5].phase, "eval");
+  EXPECT_EQ(r.metrics[5].step, 5);
+  EXPECT_EQ(r.metrics[5].values.at("loss"), r.eval_losses[0]);
+  EXPECT_EQ(r.saved_step, 12);
   const train::TrainingState saved = train::load_training_state(options.checkpoint);
   EXPECT_EQ(saved.step, 12);
   EXPECT_EQ(saved.epoch, 2);  // 12 steps of 5 batches an epoch: epoch 2, batch 2
@@ -141,6 +157,33 @@ TEST_F(Trainer, AResumedRunEndsBitIdentical) {
     EXPECT_EQ(second.steps.front(), 8);
     expect_same_bits(whole.state, second.state);
     EXPECT_EQ(whole.eval_losses.back(), second.eval_losses.back());
+  }
+}
+
+// On a GPU, each step one CUDA graph in bf16 and fp16 (the scaler's state on the device):
+// a run stopped within an epoch and resumed, capturing its graph again, ends with the bits
+// of one that never stopped.
+TEST_F(Trainer, CudaGraphedMixedPrecisionResumesBitIdentical) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    train::TrainerOptions options;
+    options.device = nc::Device::cuda();
+    options.cuda_graph = "on";
+    options.steps = 12;
+    options.eval_interval = 3;
+    options.checkpoint = path("whole.safetensors");
+    const Outcome whole = train_blobs(options, precision);
+    EXPECT_TRUE(whole.graphed);
+    EXPECT_LT(whole.eval_losses.back(), 0.3);
+    options.checkpoint = path("part.safetensors");
+    options.stop_after = 7;
+    train_blobs(options, precision);
+    options.stop_after = 0;
+    options.resume = options.checkpoint;
+    const Outcome second = train_blobs(options, precision);
+    EXPECT_EQ(second.steps.front(), 8);
+    expect_same_bits(whole.state, second.state);
   }
 }
 

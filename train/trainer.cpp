@@ -136,6 +136,7 @@ Tensor Trainer::train_step(const std::vector<Tensor>& in) {
 
 void Trainer::prepare(std::shared_ptr<const data::Dataset> data, data::DataLoaderOptions loader_options) {
   NC_CHECK(data, ValueError, "Trainer: the dataset is null");
+  NC_CHECK(loss_ || step_loss_, ValueError, "Trainer: the loss function is empty");
   NC_CHECK(!loader_, ValueError, "Trainer: fit or benchmark runs once per Trainer");
   TrainingState resumed;
   resuming_ = !options_.resume.empty();

@@ -263,7 +263,9 @@ class Trainer {
   bool is_main() const { return job_.is_main(); }
   uint64_t seed() const { return seed_; }  // the loader's (the checkpoint's when resumed)
   int64_t step() const { return step_; }
-  // Only where the Trainer logs: what it measured so far in this process.
+  // What fit measured so far, on the rank that prints (empty on the others): the train
+  // records (each loss read in a run of steps; each epoch's mean in a run of epochs) and
+  // the evaluations, as written to options.log.
   const std::vector<MetricsRecord>& metrics() const { return log_->records(); }
   std::vector<optim::Optimizer*> optimizers() const;
   // The run's state as a checkpoint holds it, and written to path (as at each evaluation).
