@@ -15,14 +15,13 @@
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
 #include "normcore/text.h"
+#include "normcore/train.h"
 #include "models/checkpoint_text.h"
 
 namespace normcore {
 namespace models {
 
 namespace {
-
-constexpr const char* kFormat = "normcore-gpt";
 
 // What is wrong with c, naming its fields with prefix ("config." in a checkpoint); empty
 // when nothing is.
@@ -211,40 +210,44 @@ Tensor lm_loss(GPT& model, const Tensor& inputs, const Tensor& targets) {
 }
 
 // ---------------------------------------------------------------- checkpoints
+std::map<std::string, std::string> gpt_description(const GPTConfig& c) {
+  return {{"vocab_size", std::to_string(c.vocab_size)}, {"vocab_multiple", std::to_string(c.vocab_multiple)},
+          {"context", std::to_string(c.context)},       {"layers", std::to_string(c.layers)},
+          {"heads", std::to_string(c.heads)},           {"embed", std::to_string(c.embed)},
+          {"dropout", detail::cat_str(c.dropout)},      {"norm", c.norm},
+          {"bias", c.bias ? "1" : "0"}};
+}
+
 void save_gpt_checkpoint(const std::string& path, const GPT& model, int64_t step,
                          const nn::NamedTensors& optimizer_state, const nn::NamedTensors& schedule_state,
                          const std::map<std::string, std::string>& options) {
-  safetensors::TensorList tensors;
-  for (const auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
-  for (const auto& [name, t] : optimizer_state) tensors.emplace_back("optim." + name, t);
-  for (const auto& [name, t] : schedule_state) tensors.emplace_back("schedule." + name, t);
-  std::map<std::string, std::string> metadata;
-  for (const auto& [k, v] : options) metadata["option." + k] = v;
-  const GPTConfig& c = model.config;
-  metadata["format"] = kFormat;
-  metadata["step"] = std::to_string(step);
-  metadata["config.vocab_size"] = std::to_string(c.vocab_size);
-  metadata["config.vocab_multiple"] = std::to_string(c.vocab_multiple);
-  metadata["config.context"] = std::to_string(c.context);
-  metadata["config.layers"] = std::to_string(c.layers);
-  metadata["config.heads"] = std::to_string(c.heads);
-  metadata["config.embed"] = std::to_string(c.embed);
-  metadata["config.dropout"] = detail::cat_str(c.dropout);
-  metadata["config.norm"] = c.norm;
-  metadata["config.bias"] = c.bias ? "1" : "0";
-  safetensors::save(path, tensors, metadata);
+  train::TrainingState state;
+  state.model = "gpt";
+  state.description = gpt_description(model.config);
+  state.model_state = model.state_dict();
+  state.optimizer_state = optimizer_state;
+  state.schedule_state = schedule_state;
+  state.step = step;
+  state.options = options;
+  train::save_training_state(path, state);
 }
 
 GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Generator* gen) {
-  safetensors::File file = safetensors::load(path);
+  train::TrainingState state;
+  try {
+    state = train::load_training_state(path);
+  } catch (const IOError& e) {
+    throw IOError(std::string("load_gpt_checkpoint: not a normcore GPT checkpoint: ") + e.what());
+  }
+  NC_CHECK(state.model == "gpt", IOError, "load_gpt_checkpoint: ", path, " is not a normcore GPT checkpoint (it "
+           "holds model '", state.model, "')");
+  NC_CHECK(state.step >= 0, IOError, "load_gpt_checkpoint: ", path, " has no step count");
   auto meta = [&](const std::string& key) -> const std::string& {
-    auto it = file.metadata.find(key);
-    NC_CHECK(it != file.metadata.end(), IOError, "load_gpt_checkpoint: ", path,
+    auto it = state.metadata.find(key);
+    NC_CHECK(it != state.metadata.end(), IOError, "load_gpt_checkpoint: ", path,
              " is not a normcore GPT checkpoint (its metadata has no '", key, "')");
     return it->second;
   };
-  NC_CHECK(meta("format") == kFormat, IOError, "load_gpt_checkpoint: ", path, " has format '", meta("format"),
-           "', expected '", kFormat, "'");
   auto whole = [&](const std::string& key, int64_t min) {
     int64_t value = 0;
     NC_CHECK(parse_whole(meta(key), &value) && value >= min, IOError, "load_gpt_checkpoint: ", path, " has a malformed ",
@@ -254,7 +257,7 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
   GPTConfig c;
   c.vocab_size = whole("config.vocab_size", 1);
   // Older checkpoints have no padding.
-  c.vocab_multiple = file.metadata.count("config.vocab_multiple") ? whole("config.vocab_multiple", 1) : 1;
+  c.vocab_multiple = state.metadata.count("config.vocab_multiple") ? whole("config.vocab_multiple", 1) : 1;
   c.context = whole("config.context", 1);
   c.layers = whole("config.layers", 1);
   c.heads = whole("config.heads", 1);
@@ -269,7 +272,7 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
   NC_CHECK(problem.empty(), IOError, "load_gpt_checkpoint: ", path, " has a bad config: ", problem);
   // The model is built only when the file holds every value its config calls for, so a
   // config cannot make the loader allocate more than the file's own size warrants.
-  const nn::NamedTensors weights = take_prefixed(file.tensors, "model.");
+  const nn::NamedTensors& weights = state.model_state;
   int64_t values = 0;
   for (const auto& [name, t] : weights) values += t.numel();
   const int64_t expected = count_parameters(c);
@@ -278,15 +281,15 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
            ") that calls for ", expected < 0 ? std::string("more than 2^63") : std::to_string(expected),
            " parameters, but its model tensors hold ", values, " values");
   GPTCheckpoint out;
-  out.step = whole("step", 0);
+  out.step = state.step;
   // Building draws an initialization from gen that the saved weights replace (a caller
   // restoring a generator's state does so after loading, as train-lm does).
   out.model = std::make_shared<GPT>(c, gen);
   out.model->load_state_dict(weights);
   out.model->to(device);
-  out.optimizer_state = take_prefixed(file.tensors, "optim.");
-  out.schedule_state = take_prefixed(file.tensors, "schedule.");
-  out.metadata = file.metadata;
+  out.optimizer_state = std::move(state.optimizer_state);
+  out.schedule_state = std::move(state.schedule_state);
+  out.metadata = std::move(state.metadata);
   return out;
 }
 

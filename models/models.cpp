@@ -13,6 +13,7 @@
 #include "normcore/autograd.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
+#include "normcore/train.h"
 #include "data/pnm.h"
 #include "models/checkpoint_text.h"
 #ifdef NORMCORE_HAS_PNG
@@ -25,7 +26,6 @@ namespace models {
 namespace {
 
 constexpr int64_t kSide = 28;
-constexpr const char* kFormat = "normcore-classifier";
 
 // A normalization layer over `features` features, or none.
 std::shared_ptr<nn::Module> make_norm(const std::string& norm, int64_t features) {
@@ -144,39 +144,36 @@ void save_checkpoint(const std::string& path, const std::string& model_name, con
                      int64_t epoch, const nn::NamedTensors& optimizer_state,
                      const nn::NamedTensors& schedule_state,
                      const std::map<std::string, std::string>& options) {
-  safetensors::TensorList tensors;
-  for (const auto& [name, t] : model.state_dict()) tensors.emplace_back("model." + name, t);
-  for (const auto& [name, t] : optimizer_state) tensors.emplace_back("optim." + name, t);
-  for (const auto& [name, t] : schedule_state) tensors.emplace_back("schedule." + name, t);
-  std::map<std::string, std::string> metadata;
-  for (const auto& [k, v] : options) metadata["option." + k] = v;
-  metadata["format"] = kFormat;
-  metadata["model"] = model_name;
-  metadata["epoch"] = std::to_string(epoch);
-  safetensors::save(path, tensors, metadata);
+  train::TrainingState state;
+  state.model = model_name;
+  state.model_state = model.state_dict();
+  state.optimizer_state = optimizer_state;
+  state.schedule_state = schedule_state;
+  state.epoch = epoch;
+  state.batch = 0;
+  state.options = options;
+  train::save_training_state(path, state);
 }
 
 Checkpoint load_checkpoint(const std::string& path, Device device, Generator* gen) {
-  safetensors::File file = safetensors::load(path);
-  auto meta = [&](const std::string& key) -> const std::string& {
-    auto it = file.metadata.find(key);
-    NC_CHECK(it != file.metadata.end(), IOError, "load_checkpoint: ", path,
-             " is not a normcore checkpoint (its metadata has no '", key, "')");
-    return it->second;
-  };
-  NC_CHECK(meta("format") == kFormat, IOError, "load_checkpoint: ", path, " has format '",
-           meta("format"), "', expected '", kFormat, "'");
+  train::TrainingState state;
+  try {
+    state = train::load_training_state(path);
+  } catch (const IOError& e) {
+    throw IOError(std::string("load_checkpoint: ") + e.what());
+  }
+  NC_CHECK(state.model != "gpt", IOError, "load_checkpoint: ", path, " holds a GPT, not a classifier");
+  NC_CHECK(state.epoch >= 0, IOError, "load_checkpoint: ", path, " was saved within an epoch (step ", state.step,
+           "), not at an epoch's end");
   Checkpoint c;
-  c.model_name = meta("model");
-  const std::string& epoch = meta("epoch");
-  NC_CHECK(parse_whole(epoch, &c.epoch) && c.epoch >= 0, IOError, "load_checkpoint: ", path,
-           " has a malformed epoch '", epoch, "' (expected a count of epochs)");
+  c.model_name = state.model;
+  c.epoch = state.epoch;
   c.model = make_classifier(c.model_name, gen);
-  c.model->load_state_dict(take_prefixed(file.tensors, "model."));
+  c.model->load_state_dict(state.model_state);
   c.model->to(device);
-  c.optimizer_state = take_prefixed(file.tensors, "optim.");
-  c.schedule_state = take_prefixed(file.tensors, "schedule.");
-  c.metadata = file.metadata;
+  c.optimizer_state = std::move(state.optimizer_state);
+  c.schedule_state = std::move(state.schedule_state);
+  c.metadata = std::move(state.metadata);
   return c;
 }
 

@@ -99,3 +99,16 @@ rm -rf "$build/custom-op"
 cmake -S examples/custom_op -B "$build/custom-op" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > /dev/null
 cmake --build "$build/custom-op" > /dev/null
 "$build/custom-op/custom_op" cpu
+
+# The training example: an outside project's own model trained with the Trainer; a few steps
+# on the CPU, which must report a test accuracy and write a checkpoint that loads.
+rm -rf "$build/train-custom"
+cmake -S examples/train_custom -B "$build/train-custom" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > /dev/null
+cmake --build "$build/train-custom" > /dev/null
+fashion=${NORMCORE_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+"$build/train-custom/train_custom" "$fashion" 8 "$build/train-custom/custom.safetensors" > "$build/train-custom/train.log"
+if ! grep -qE "^step 8: train loss [0-9.]+, test accuracy [0-9.]+%" "$build/train-custom/train.log" ||
+   [ ! -s "$build/train-custom/custom.safetensors" ]; then
+  echo "FAIL: the training example did not train: $(cat "$build/train-custom/train.log")" >&2
+  exit 1
+fi

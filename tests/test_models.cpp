@@ -91,9 +91,9 @@ TEST(Models, MalformedCheckpointMetadataIsAnIOError) {
     }
   };
   for (const std::string epoch : {"12abc", "-1", "", "99999999999999999999999"}) {
-    SCOPED_TRACE("epoch '" + epoch + "'");
-    save_with({{"epoch", epoch}});
-    expect_io_error([&] { nc::models::load_checkpoint(path); }, "malformed epoch");
+    SCOPED_TRACE("data.epoch '" + epoch + "'");
+    save_with({{"data.epoch", epoch}});
+    expect_io_error([&] { nc::models::load_checkpoint(path); }, "malformed data.epoch");
   }
   const nc::Tensor image = nc::zeros({1, 28, 28});
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{

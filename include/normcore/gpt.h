@@ -175,9 +175,9 @@ double evaluate_lm(GPT& model, const std::string& stream, int64_t windows, int64
 double evaluate_lm(GPT& model, const data::Dataset& windows, int64_t count, int64_t batch, Device device);
 
 // ---------------------------------------------------------------- checkpoints
-// One safetensors file: "model.<key>", optionally "optim." and "schedule." tensors, and
-// metadata: format "normcore-gpt", the config ("config.layers", ...), the step count and
-// the given options as "option.<name>".
+// The checkpoint format of normcore/train.h (model "gpt", its config as "config.layers",
+// ..., the step count, the options as "option.<name>"); files of the older "normcore-gpt"
+// format load as well.
 struct GPTCheckpoint {
   std::shared_ptr<GPT> model;  // rebuilt and loaded on the requested device
   int64_t step = 0;
@@ -185,6 +185,8 @@ struct GPTCheckpoint {
   nn::NamedTensors schedule_state;
   std::map<std::string, std::string> metadata;
 };
+// The config as a checkpoint's description ("layers" -> "6", ...; written as "config.*").
+std::map<std::string, std::string> gpt_description(const GPTConfig& config);
 // Writes atomically (a temporary file renamed over path).
 void save_gpt_checkpoint(const std::string& path, const GPT& model, int64_t step,
                          const nn::NamedTensors& optimizer_state, const nn::NamedTensors& schedule_state,

@@ -1,7 +1,8 @@
 // Ready-made image classifiers for 28x28 grayscale images (Fashion-MNIST), their
-// checkpoints, and image files. A checkpoint is one safetensors file holding the model
-// ("model.<name>"), optionally the optimizer and schedule state ("optim.", "schedule."),
-// and metadata (model name, epoch, training options) from which the model is rebuilt.
+// checkpoints, and image files. A checkpoint is normcore/train.h's format (the model name
+// as "model", the model's tensors, optionally the optimizer and schedule state, the epochs
+// done and the training options), from which the model is rebuilt; files of the older
+// "normcore-classifier" format load as well.
 #pragma once
 
 #include <map>

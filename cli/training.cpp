@@ -1,0 +1,55 @@
+// The normcore program's training options and its own launch (cli/training.h).
+#include "cli/training.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "normcore/distributed.h"
+#include "normcore/error.h"
+
+namespace cli {
+
+int launch_self(int nproc) {
+  NC_CHECK(std::getenv("WORLD_SIZE") == nullptr, ValueError, "option --nproc ", nproc,
+           ": this process is already a rank of a job (WORLD_SIZE is set)");
+  std::vector<std::string> command{std::filesystem::read_symlink("/proc/self/exe").string()};
+  for (size_t i = 1; i < g_argv.size(); ++i) {
+    if (g_argv[i] == "--nproc") {
+      ++i;
+    } else if (g_argv[i].rfind("--nproc=", 0) != 0) {
+      command.push_back(g_argv[i]);
+    }
+  }
+  nc::distributed::LaunchOptions options;
+  options.nproc = nproc;
+  options.master_port = nc::distributed::Env::from_environment().master_port;
+  return nc::distributed::launch(command, options);
+}
+
+nc::train::TrainerOptions trainer_options(const Args& args, const nc::Device& device) {
+  nc::train::TrainerOptions o;
+  o.device = device;
+  o.precision = args.options.at("precision");
+  o.cuda_graph = args.options.at("cuda-graph");
+  o.clip = number(args, "clip");
+  o.seed = static_cast<uint64_t>(integer(args, "seed", 0));
+  o.checkpoint = args.options.at("out");
+  o.resume = args.options.at("resume");
+  o.log = args.options.at("log");
+  o.plot = args.options.at("plot");
+  o.stop_after = integer(args, "stop-after", 0);
+  o.timeout_s = number(args, "timeout");
+  for (const auto& [k, v] : args.options)
+    if (k != "resume" && k != "help" && k != "stop-after") o.options[k] = v;
+  return o;
+}
+
+int loader_workers(const Args& args, const nc::train::DataParallelJob& job, bool sample_transforms) {
+  const std::string& workers = args.options.at("workers");
+  const bool whole = !workers.empty() && workers.find_first_not_of("0123456789") == std::string::npos;
+  NC_CHECK(workers == "auto" || (whole && workers.size() <= 4), ValueError,
+           "option --workers expects auto or a whole number from 0 to 9999, got '", workers, "'");
+  return workers != "auto" ? std::stoi(workers) : sample_transforms ? job.auto_workers() : 1;
+}
+
+}  // namespace cli
