@@ -119,6 +119,9 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"attention", "auto", "CUDA attention engine: auto (cuDNN's fused attention from 2^21 scores a call, else "
                           "normcore's kernels), native (normcore's kernels: no cuDNN workspace, which is 2 x B x "
                           "heads x context^2 bytes in the backward) or cudnn"},
+    {"deterministic", "off", "on: CUDA ops give the same bits every run (the Hopper attention backward on its "
+                             "two-kernel form, up to 1.15x its time), so a resumed run ends as an uninterrupted "
+                             "one on the GPU too; off: grad_q summed with atomics there"},
     {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
     {"benchmark", "0", "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "
                        "device memory; no evaluation, checkpoint or sample (0: train)"},

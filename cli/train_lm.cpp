@@ -158,6 +158,10 @@ int train_lm(const Args& args) {
   nc::cuda::set_attention_engine(attention == "native"  ? nc::cuda::AttentionEngine::Native
                                  : attention == "cudnn" ? nc::cuda::AttentionEngine::Cudnn
                                                         : nc::cuda::AttentionEngine::Auto);
+  const std::string& deterministic = args.options.at("deterministic");
+  NC_CHECK(deterministic == "on" || deterministic == "off", ValueError, "option --deterministic: on or off, got '",
+           deterministic, "'");
+  nc::cuda::set_deterministic(deterministic == "on");
   const nc::models::GPTConfig& config = model->config;
   const LmData data = lm_data(args, config);
 

@@ -209,6 +209,7 @@ if [ "${1:-}" = lm ]; then
     --init "$not_gpt"
   expect_error "option --shuffle: on or off" "$normcore" train-lm "${tok[@]}" --steps 1 --shuffle sometimes
   expect_error "option --attention: auto, native or cudnn" "$normcore" train-lm "${tok[@]}" --steps 1 --attention flash
+  expect_error "option --deterministic: on or off" "$normcore" train-lm "${tok[@]}" --steps 1 --deterministic yes
   # The resume and GPT-2's padded vocabulary (a 50304-row head) are left to the plain run:
   # the sanitizer run (NORMCORE_CLI_TEST_QUICK=1) checks the byte model's resume.
   if [ "${NORMCORE_CLI_TEST_QUICK:-0}" != 1 ]; then

@@ -1,6 +1,8 @@
 // Training as a library: a Trainer that runs the loop for any nn::Module (mixed precision
 // with a loss scaler, CUDA-graph steps, data parallelism from the launcher's environment,
-// progress, evaluation, metrics, checkpoints that resume bit for bit), the pieces it is
+// progress, evaluation, metrics, checkpoints that resume bit for bit: on CUDA, a model whose
+// ops may sum with atomics, attention's backward on Hopper, needs cuda::set_deterministic(true)
+// for that), the pieces it is
 // made of (Precision, Progress, DataParallelJob), and the one checkpoint format of every
 // model. The model, its optimizer and the data stay the caller's; the Trainer owns the
 // loop, the loader and the schedule.
