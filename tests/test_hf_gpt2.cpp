@@ -1,7 +1,9 @@
 // Hugging Face GPT-2 checkpoints: save_hf_gpt2 writes GPT2LMHeadModel's names and Conv1D
 // layout, load_hf_gpt2 reads them (and GPT2Model's, and 16-bit weights) back into a model
 // with the same logits, and every malformed config or tensor is an error naming the file and
-// the field. (Against transformers itself: bench/gpu_check.sh's hfgpt2 section.)
+// the field; a checkpoint transformers wrote (tests/data/hf_gpt2_tiny) gives transformers'
+// logits and greedy tokens. (Against transformers itself, several sizes: bench/gpu_check.sh's
+// hfgpt2 section.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -145,42 +147,69 @@ TEST_F(HfGpt2, ErrorsNameTheFileAndTheField) {
   throws<nc::IOError>([&] { load_hf_gpt2(dir); }, {"config.json", "not valid JSON"})();
 }
 
-// Against transformers: NORMCORE_HF_GPT2_DIR names the folder bench/hf_gpt2_reference.py
-// make wrote (random GPT2LMHeadModels with their logits and greedy continuations); each
-// model's logits on the CPU and every GPU match, its greedy continuation is the same 50
-// tokens, and save_hf_gpt2 writes it back to <model>/resaved for the script's check step.
+// A folder bench/hf_gpt2_reference.py wrote (transformers' save_pretrained and
+// reference.safetensors: tokens, transformers' logits for them and its greedy continuation
+// from the first row's first 8 tokens) against normcore on `device`: the logits match and
+// the greedy continuation is the same. Returns the model loaded.
+std::shared_ptr<nc::models::GPT> check_reference(const std::filesystem::path& folder, nc::Device device) {
+  SCOPED_TRACE(folder.filename().string() + " on " + device.str());
+  nc::autograd::NoGradGuard no_grad;
+  const nc::safetensors::File reference = nc::safetensors::load((folder / "reference.safetensors").string());
+  const Tensor tokens = reference.at("tokens"), expected = reference.at("logits");
+  const std::vector<int64_t> greedy = reference.at("greedy").to_vector<int64_t>();
+  const auto model = nc::models::load_hf_gpt2(folder.string(), device);
+  const Tensor logits = (*model)(tokens.to(device)).to(nc::Device::cpu(), DType::F64);
+  const Tensor want = expected.to(DType::F64);
+  const double error = nc::norm(nc::sub(logits, want)).item<double>() / nc::norm(want).item<double>();
+  EXPECT_LT(error, 1e-4) << "relative logits error";
+  // Greedy decoding: the last position's argmax, appended.
+  Tensor sequence = tokens.narrow(0, 0, 1).narrow(1, 0, 8).to(device);
+  std::vector<int64_t> ours;
+  for (size_t i = 0; i < greedy.size(); ++i) {
+    const Tensor last = model->hidden_states(sequence).select(1, sequence.size(1) - 1);
+    const Tensor scores = nc::matmul(last, model->tok_emb->weight.narrow(0, 0, model->config.vocab_size).t());
+    const Tensor next = nc::max(scores, 1).second.view({1, 1});
+    ours.push_back(next.item<int64_t>());
+    sequence = nc::cat({sequence, next}, 1);
+  }
+  EXPECT_EQ(ours, greedy) << "greedy continuation";
+  return model;
+}
+
+std::vector<nc::Device> every_device() {
+  std::vector<nc::Device> devices{nc::Device::cpu()};
+  if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
+  return devices;
+}
+
+// tests/data/hf_gpt2_tiny: a GPT2LMHeadModel transformers 5.17 saved (2 layers, width 32,
+// the 256 byte values as vocabulary, every parameter drawn at random, LayerNorms and biases
+// included; `bench/hf_gpt2_reference.py fixture`), with transformers' logits and greedy
+// continuation. normcore reproduces both, and so does the copy save_hf_gpt2 writes of it.
+TEST_F(HfGpt2, MatchesTransformersOnItsOwnCheckpoint) {
+  const std::filesystem::path folder = std::filesystem::path(NORMCORE_TEST_DATA_DIR) / "hf_gpt2_tiny";
+  for (nc::Device device : every_device()) {
+    const auto model = check_reference(folder, device);
+    if (!device.is_cpu()) continue;
+    nc::models::save_hf_gpt2(*model, dir_.string());
+    std::filesystem::copy_file(folder / "reference.safetensors", dir_ / "reference.safetensors");
+    check_reference(dir_, device);
+  }
+}
+
+// Against transformers itself: NORMCORE_HF_GPT2_DIR names the folder
+// `bench/hf_gpt2_reference.py make` wrote (random GPT2LMHeadModels of three sizes); each
+// model matches on the CPU and every GPU, and save_hf_gpt2 writes it back to
+// <model>/resaved for the script's check step.
 TEST(HfGpt2Reference, MatchesTransformers) {
   const char* root = std::getenv("NORMCORE_HF_GPT2_DIR");
   if (root == nullptr) GTEST_SKIP() << "NORMCORE_HF_GPT2_DIR is not set (bench/gpu_check.sh hfgpt2 sets it)";
-  std::vector<nc::Device> devices{nc::Device::cpu()};
-  if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
-  nc::autograd::NoGradGuard no_grad;
   int models = 0;
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
-    const std::filesystem::path reference_path = entry.path() / "reference.safetensors";
-    if (!std::filesystem::exists(reference_path)) continue;
+    if (!std::filesystem::exists(entry.path() / "reference.safetensors")) continue;
     ++models;
-    const nc::safetensors::File reference = nc::safetensors::load(reference_path.string());
-    const Tensor tokens = reference.at("tokens"), expected = reference.at("logits");
-    const std::vector<int64_t> greedy = reference.at("greedy").to_vector<int64_t>();
-    for (nc::Device device : devices) {
-      SCOPED_TRACE(entry.path().filename().string() + " on " + device.str());
-      const auto model = nc::models::load_hf_gpt2(entry.path().string(), device);
-      const Tensor logits = (*model)(tokens.to(device)).to(nc::Device::cpu(), DType::F64);
-      const Tensor want = expected.to(DType::F64);
-      const double error = nc::norm(nc::sub(logits, want)).item<double>() / nc::norm(want).item<double>();
-      EXPECT_LT(error, 1e-4) << "relative logits error";
-      // Greedy decoding from the first row's first 8 tokens: the last position's argmax.
-      Tensor sequence = tokens.narrow(0, 0, 1).narrow(1, 0, 8).to(device);
-      std::vector<int64_t> ours;
-      for (size_t i = 0; i < greedy.size(); ++i) {
-        const Tensor last = model->hidden_states(sequence).select(1, sequence.size(1) - 1);
-        const Tensor scores = nc::matmul(last, model->tok_emb->weight.narrow(0, 0, model->config.vocab_size).t());
-        const Tensor next = nc::max(scores, 1).second.view({1, 1});
-        ours.push_back(next.item<int64_t>());
-        sequence = nc::cat({sequence, next}, 1);
-      }
-      EXPECT_EQ(ours, greedy) << "greedy continuation";
+    for (nc::Device device : every_device()) {
+      const auto model = check_reference(entry.path(), device);
       if (device.is_cpu()) nc::models::save_hf_gpt2(*model, (entry.path() / "resaved").string());
     }
   }
