@@ -10,7 +10,8 @@
 # eval and predict), cnn (cnn-gn and cnn-bn trained with the defaults, eval, predict),
 # cnnbench (bench/conv and one CNN epoch beside PyTorch eager and torch.compile),
 # kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch), infer
-# (a classifier's batch forward and one-image latency beside PyTorch), customop (the
+# (a classifier's batch forward and one-image latency beside PyTorch), resnetinfer (ResNet-50
+# inference beside torchvision eager and torch.compile), customop (the
 # custom-op example with its CUDA kernels, staged from BUILD_DIR/custom-op),
 # norms (the normalization benchmark), normsfresh (the same with each case in a fresh process,
 # median and range of NORMS_RUNS runs, the GPU's clock, temperature and power logged), transformer (bench/attention and the transformer-shape
@@ -170,6 +171,13 @@ for section in "${sections[@]}"; do
           python3 bench/infer_torch.py --device cuda --model "$model" --reps 50
         done
       done
+      ;;
+    resnetinfer)
+      # torchvision's ResNet-50 on 224 x 224 images, batch 1 and 64: normcore eager and as
+      # CUDA graphs, then torchvision eager and under torch.compile (minutes: it compiles).
+      echo "== benchmark: ResNet-50 inference, normcore then PyTorch"
+      "$run/resnet_infer" --model resnet50 --batch 1,64 --reps 50 | grep -v '^{'
+      python3 bench/resnet_infer_torch.py --model resnet50 --batch 1,64 --reps 50 2>&1 | grep -v '^{' | grep -v Warning
       ;;
     norms)
       echo "== benchmark: the normalization kernels"
