@@ -8,25 +8,14 @@
 #   python3 bench/resnet_infer_torch.py [--model resnet50] [--batch 1,64] [--reps N]
 import argparse
 import json
-import statistics
+import os
+import sys
 
 import torch
 import torchvision
 
-
-def median_ms(fn, reps, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_gn_min_torch import median_ms  # noqa: E402 (CUDA-event median after warm-up)
 
 
 def main():
