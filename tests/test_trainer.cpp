@@ -4,6 +4,8 @@
 // the option and its value.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -44,7 +46,7 @@ nc::Tensor cross_entropy(const nc::Tensor& logits, const nc::Tensor& labels) {
 struct Outcome {
   nc::nn::NamedTensors state;
   std::vector<int64_t> steps, evaluations, checkpoints;
-  std::vector<double> losses, eval_losses;
+  std::vector<double> losses, eval_losses, grad_norms, loss_scales;
   std::vector<nc::train::MetricsRecord> metrics;
   int64_t saved_step = -1;
   bool graphed = false;
@@ -72,6 +74,8 @@ Outcome train_blobs(train::TrainerOptions options, const std::string& precision 
   trainer.on_step([&](const train::StepInfo& s) {
     r.steps.push_back(s.step);
     r.losses.push_back(s.loss);
+    r.grad_norms.push_back(s.grad_norm);
+    r.loss_scales.push_back(s.loss_scale);
   });
   trainer.on_evaluation([&](const train::EvalInfo& e) {
     r.evaluations.push_back(e.step);
@@ -134,6 +138,33 @@ TEST_F(Trainer, TheLossFallsAndTheHooksSeeEveryStep) {
   EXPECT_EQ(saved.data_seed, 0u);
   EXPECT_TRUE(saved.has_rng);
   EXPECT_EQ(saved.metadata.at("format"), train::kCheckpointFormat);
+}
+
+// With clipping the records carry the gradients' norm before clipping, and with fp16 the
+// loss scale; the same gradients give the same norm in f32 and under fp16's autocast (to
+// its rounding), the scale is the scaler's initial one in a run without overflow, and
+// without clipping there is no norm to report.
+TEST_F(Trainer, RecordsTheGradientNormAndTheLossScale) {
+  train::TrainerOptions options;
+  options.steps = 4;
+  options.clip = 1e-3;  // below the norms: every step clipped, the norm still the one before
+  const Outcome f32 = train_blobs(options), f16 = train_blobs(options, "fp16");
+  ASSERT_EQ(f32.grad_norms.size(), 4u);
+  for (const Outcome* r : {&f32, &f16}) {
+    for (size_t i = 0; i < r->grad_norms.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(r->grad_norms[i]) && r->grad_norms[i] > 1e-3) << i << ": " << r->grad_norms[i];
+      EXPECT_EQ(r->metrics[i].values.at("grad_norm"), r->grad_norms[i]);
+    }
+  }
+  EXPECT_NEAR(f16.grad_norms[0], f32.grad_norms[0], 0.01 * f32.grad_norms[0]);
+  EXPECT_TRUE(std::isnan(f32.loss_scales[0]));
+  EXPECT_EQ(f32.metrics[0].values.count("loss_scale"), 0u);
+  EXPECT_EQ(f16.loss_scales[0], 65536.0);
+  EXPECT_EQ(f16.metrics[0].values.at("loss_scale"), 65536.0);
+  options.clip = 0;
+  const Outcome unclipped = train_blobs(options);
+  EXPECT_TRUE(std::isnan(unclipped.grad_norms[0]));
+  EXPECT_EQ(unclipped.metrics[0].values.count("grad_norm"), 0u);
 }
 
 // Stopped after 6 steps (within the second epoch) and resumed, fp32 and fp16 (the loss

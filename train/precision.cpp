@@ -20,19 +20,21 @@ Precision::Precision(const std::string& name, Device device) : name_(name) {
   }
 }
 
-void Precision::backward_and_step(const Tensor& loss, const std::vector<Tensor>& params, double clip,
-                                  const std::function<void(const Tensor&)>& step) {
+Tensor Precision::backward_and_step(const Tensor& loss, const std::vector<Tensor>& params, double clip,
+                                    const std::function<void(const Tensor&)>& step) {
+  Tensor norm;
   if (!scaler_) {
     loss.backward();
-    if (clip > 0) optim::clip_grad_norm_async(params, clip);
+    if (clip > 0) norm = optim::clip_grad_norm_async(params, clip);
     step(Tensor());
-    return;
+    return norm;
   }
   scaler_->scale(loss).backward();
   scaler_->unscale_async(params);
-  if (clip > 0) optim::clip_grad_norm_async(params, clip);
+  if (clip > 0) norm = optim::clip_grad_norm_async(params, clip);
   step(scaler_->found_inf());
   scaler_->update();
+  return norm;
 }
 
 std::string Precision::scaler_report() const {

@@ -4,11 +4,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "normcore/autocast.h"
 #include "normcore/autograd.h"
 #include "normcore/error.h"
 #include "normcore/graphed_step.h"
+#include "normcore/ops.h"
 #include "normcore/train.h"
 
 namespace normcore {
@@ -128,11 +133,26 @@ Tensor Trainer::train_step(const std::vector<Tensor>& in) {
     }
   }
   for (NamedOptimizer& o : optimizers_) o.optimizer->zero_grad();
-  precision_.backward_and_step(loss, params_, options_.clip, [&](const Tensor& found_inf) {
+  const Tensor norm = precision_.backward_and_step(loss, params_, options_.clip, [&](const Tensor& found_inf) {
     for (NamedOptimizer& o : optimizers_) o.optimizer->step_unless(found_inf);
   });
-  return loss;
+  if (!norm.defined()) return loss;
+  // The loss and the gradient norm as one tensor: a graphed step returns one, and the
+  // two are read from the device together.
+  return cat({loss.detach().to(DType::F32).reshape({1}), norm.detach().to(DType::F32).reshape({1})}, 0);
 }
+
+namespace {
+
+// The loss and, with clipping, the gradient norm of train_step's result (one wait for the
+// device).
+std::pair<double, double> read_step(const Tensor& result) {
+  if (result.numel() == 1) return {result.item<double>(), NAN};
+  const std::vector<double> values = result.to(Device::cpu()).to_vector<double>();
+  return {values[0], values[1]};
+}
+
+}  // namespace
 
 void Trainer::prepare(std::shared_ptr<const data::Dataset> data, data::DataLoaderOptions loader_options) {
   NC_CHECK(data, ValueError, "Trainer: the dataset is null");
@@ -221,6 +241,15 @@ int64_t Trainer::fit(std::shared_ptr<const data::Dataset> data, data::DataLoader
     auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
     double loss_sum = 0;
     int64_t loss_count = 0, amount = 0;
+    // A train record: the loss, learning rate and rate given, and the last step read's
+    // gradient norm (with clipping) and loss scale (fp16).
+    StepInfo last_read;
+    const auto train_values = [&](double loss, double lr, double rate) {
+      std::vector<std::pair<std::string, double>> values = {{"loss", loss}, {"lr", lr}, {rate_name, rate}};
+      if (options_.clip > 0) values.emplace_back("grad_norm", last_read.grad_norm);
+      if (precision_.scaler()) values.emplace_back("loss_scale", last_read.loss_scale);
+      return values;
+    };
     for (; step_ < end; ++step_) {
       StepInfo info;
       const Tensor loss = advance(info, amount);
@@ -228,14 +257,15 @@ int64_t Trainer::fit(std::shared_ptr<const data::Dataset> data, data::DataLoader
       // epoch's start, or from the run's), on the rank that prints.
       const int64_t counted = by_epoch ? step_ - start : step_;
       if (main && (counted % options_.loss_every == 0 || step_ + 1 == end)) {
-        info.loss = loss.item<double>();
+        std::tie(info.loss, info.grad_norm) = read_step(loss);
+        if (precision_.scaler()) info.loss_scale = precision_.scaler()->get_scale();
         loss_sum += info.loss;
         ++loss_count;
         const double mean = loss_sum / static_cast<double>(loss_count);
         if (progress) progress->update(by_epoch ? step_ + 1 - start : step_ + 1, amount, mean);
+        last_read = info;
         if (!by_epoch)
-          log_->log(step_ + 1, "train", {{"loss", info.loss}, {"lr", info.lr},
-                                         {rate_name, static_cast<double>(amount) / seconds()}});
+          log_->log(step_ + 1, "train", train_values(info.loss, info.lr, static_cast<double>(amount) / seconds()));
       }
       for (const auto& hook : step_hooks_) hook(info);
     }
@@ -249,8 +279,7 @@ int64_t Trainer::fit(std::shared_ptr<const data::Dataset> data, data::DataLoader
     e.rate = static_cast<double>(amount) / e.seconds;
     if (evaluate_) e.results = evaluate_(*model_);
     const int64_t x = by_epoch ? e.epoch : step_;
-    if (by_epoch)
-      log_->log(x, "train", {{"loss", e.train_loss}, {"lr", optimizers_[0].optimizer->lr()}, {rate_name, e.rate}});
+    if (by_epoch) log_->log(x, "train", train_values(e.train_loss, optimizers_[0].optimizer->lr(), e.rate));
     if (!e.results.empty()) log_->log(x, options_.eval_phase, e.results);
     if (!options_.plot.empty()) {
       const std::vector<MetricsRecord> records = options_.log.empty() ? log_->records() : read_metrics(options_.log);
@@ -283,7 +312,7 @@ Trainer::Timing Trainer::benchmark(std::shared_ptr<const data::Dataset> data, da
       last = advance(info, amount);
     }
     t.amount = amount;
-    if (last.defined()) t.loss = last.item<double>();
+    if (last.defined()) t.loss = read_step(last).first;
   };
   run(warmup);
   const auto start = std::chrono::steady_clock::now();

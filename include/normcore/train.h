@@ -49,9 +49,10 @@ class Precision {
 
   // backward from loss, then clipping (clip > 0) and the update: step(found_inf) with an
   // undefined tensor, or for fp16 with the scaler's flag, which skips the update on the
-  // device when a gradient holds an inf or a NaN. Never waits for the device.
-  void backward_and_step(const Tensor& loss, const std::vector<Tensor>& params, double clip,
-                         const std::function<void(const Tensor& found_inf)>& step);
+  // device when a gradient holds an inf or a NaN. Never waits for the device. Returns the
+  // gradients' total 2-norm before clipping (a device scalar; undefined when clip is 0).
+  Tensor backward_and_step(const Tensor& loss, const std::vector<Tensor>& params, double clip,
+                           const std::function<void(const Tensor& found_inf)>& step);
   // ", loss scale 65536 (3 steps skipped)" for fp16, else "".
   std::string scaler_report() const;
   // The scaler's state (empty without one).
@@ -210,6 +211,8 @@ struct StepInfo {
   int64_t epoch = 0;  // the epoch of this step (from 0)
   double lr = 0;      // the step's learning rate (the first optimizer's)
   double loss = NAN;  // read from the device on loss_every steps only, NaN otherwise
+  double grad_norm = NAN;   // the gradients' 2-norm before clipping: read with the loss when clip > 0
+  double loss_scale = NAN;  // fp16's loss scale after the step: read with the loss
 };
 struct EvalInfo {
   int64_t step = 0, epoch = 0;  // epoch: epochs completed
