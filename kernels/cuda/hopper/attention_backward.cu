@@ -21,6 +21,8 @@
 // Built for sm_90a alone, as attention_forward.cu.
 #include "kernels/cuda/hopper/attention.h"
 
+#include <type_traits>
+
 #include "kernels/cuda/hopper/sm90.cuh"
 #include "kernels/cuda/hopper/tensor_map.cuh"
 #include "kernels/cuda/hopper/wgmma.cuh"
@@ -51,12 +53,14 @@ struct BackwardTiles {
   static constexpr uint32_t kDsBytes = GRAD_Q ? OWN * STEP * 2 : 0;
   static constexpr uint32_t kGradQBoxBytes = STEP * 128;
   static constexpr uint32_t kGradQBytes = GRAD_Q ? kGradQWidth / 32 * kGradQBoxBytes : 0;
+  // The fast form's step statistics (lse and delta of STEP queries) in a ring of three.
+  static constexpr uint32_t kStatsBytes = GRAD_Q ? 2 * STEP * 4 : 0;
   static_assert(!GRAD_Q || (STEP == 64 && kGradQWidth % 32 == 0), "dS^T rows are one 128-byte swizzle row");
   // Two own tiles (K and V, or Q and dO), two step tiles a stage, the grad_q buffers,
   // barriers (own full; step full and empty a stage; dS^T full and empty a buffer) and room
   // to align to 1024 bytes.
   static constexpr size_t kSharedBytes = 1024 + 2 * kOwnBytes + 2 * kStages * kStepBytes + 2 * kDsBytes +
-                                         2 * kConsumers * kGradQBytes + 8 * (1 + 2 * kStages + 4);
+                                         2 * kConsumers * kGradQBytes + 3 * kStatsBytes + 8 * (1 + 2 * kStages + 4);
 };
 template <int HD>
 using KeyTiles = BackwardTiles<HD, 128, 64, HD == 64 ? 3 : 2>;
@@ -69,14 +73,15 @@ using QueryTiles = BackwardTiles<HD, 128, 64, HD == 64 ? 3 : 2>;
 // own1), each stage two step tiles (step0, step1), then the fast form's grad_q buffers.
 template <class Tiles>
 struct BackwardSmem {
-  uint32_t own0, own1, steps, ds_buffers, grad_q_buffers, own_full;
+  uint32_t own0, own1, steps, ds_buffers, grad_q_buffers, stats_ring, own_full;
   __device__ explicit BackwardSmem(const void* smem) {
     own0 = (flash::smem_address(smem) + 1023u) & ~1023u;
     own1 = own0 + Tiles::kOwnBytes;
     steps = own1 + Tiles::kOwnBytes;
     ds_buffers = steps + 2 * Tiles::kStages * Tiles::kStepBytes;
     grad_q_buffers = ds_buffers + 2 * Tiles::kDsBytes;
-    own_full = grad_q_buffers + 2 * Tiles::kConsumers * Tiles::kGradQBytes;
+    stats_ring = grad_q_buffers + 2 * Tiles::kConsumers * Tiles::kGradQBytes;
+    own_full = stats_ring + 3 * Tiles::kStatsBytes;
   }
   __device__ uint32_t step0(int st) const { return steps + st * 2 * Tiles::kStepBytes; }
   __device__ uint32_t step1(int st) const { return step0(st) + Tiles::kStepBytes; }
@@ -85,6 +90,8 @@ struct BackwardSmem {
   __device__ uint32_t grad_q(int consumer, int parity) const {
     return grad_q_buffers + (2 * consumer + parity) * Tiles::kGradQBytes;
   }
+  // Step n's statistics: lse of its queries, then delta.
+  __device__ uint32_t stats(int n) const { return stats_ring + n % 3 * Tiles::kStatsBytes; }
   __device__ uint32_t step_full(int st) const { return own_full + 8 * (1 + st); }
   __device__ uint32_t step_empty(int st) const { return own_full + 8 * (1 + Tiles::kStages + st); }
   __device__ uint32_t ds_full(int parity) const { return own_full + 8 * (1 + 2 * Tiles::kStages + parity); }
@@ -196,20 +203,74 @@ __device__ __forceinline__ void store_rows(T* dst, int64_t stride, int row_lo, i
 }
 
 // ---------------------------------------------------------------- grad_k, grad_v
-// A key-kernel step's query columns of this thread, q0 + 8 c + 2 t + e: their lse and delta
-// (those of row L - 1 past L, where key_probabilities zeroes P). Loads alone: nothing uses
-// them before the step's products are issued, so they do not hold the issue up.
-template <class T, int BM>
-__device__ __forceinline__ void column_stats(float (&lse)[BM / 4], float (&delta)[BM / 4],
-                                             const AttentionParams<T, float>& p, int64_t bh, int q0, int t) {
+// A key-kernel step's lse and delta for this thread's query columns q0 + 8 c + 2 t + e
+// (those of row L - 1 past L, where key_probabilities zeroes P), in one of two places.
+//
+// RegisterStats (the deterministic form): loaded into 2 x BM / 4 registers when the step's
+// products are issued, used after them, so the loads do not hold the issue up.
+template <int BM>
+struct RegisterStats {
+  float lse_[BM / 4], delta_[BM / 4];
+  template <class T>
+  __device__ __forceinline__ void load(const AttentionParams<T, float>& p, int64_t bh, int q0, int t) {
 #pragma unroll
-  for (int c = 0; c < BM / 8; ++c)
+    for (int c = 0; c < BM / 8; ++c)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int64_t row = bh * p.L + min(q0 + 8 * c + 2 * t + e, p.L - 1);
-      lse[2 * c + e] = p.lse[row];
-      delta[2 * c + e] = p.delta[row];
+      for (int e = 0; e < 2; ++e) {
+        const int64_t row = bh * p.L + min(q0 + 8 * c + 2 * t + e, p.L - 1);
+        lse_[2 * c + e] = p.lse[row];
+        delta_[2 * c + e] = p.delta[row];
+      }
+  }
+  // Column pair c (e = 0, 1): lse and delta.
+  __device__ __forceinline__ float2 lse(int c) const { return make_float2(lse_[2 * c], lse_[2 * c + 1]); }
+  __device__ __forceinline__ float2 delta(int c) const { return make_float2(delta_[2 * c], delta_[2 * c + 1]); }
+};
+
+// SharedStats (the fast form, where the registers are short): each step's BM lse and BM
+// delta in shared memory (BackwardSmem::stats, a ring of three), written two steps ahead
+// (consumer 0's threads load lse, consumer 1's delta, one value a thread, when step n's
+// products are issued, and store it when dS^T(n) is published: the ds_full barrier every
+// consumer waits for before its step n + 1 orders the store before the reads of step n + 2,
+// and the ring's third slot keeps it after the other consumer's reads of step n - 1).
+template <int BM>
+struct SharedStats {
+  uint32_t slot = 0;
+  float next = 0.0f;
+  __device__ __forceinline__ float2 lse(int c) const { return pair(slot, c); }
+  __device__ __forceinline__ float2 delta(int c) const { return pair(slot + BM * 4, c); }
+  int t = 0;
+
+ private:
+  __device__ __forceinline__ float2 pair(uint32_t base, int c) const {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(base + (8 * c + 2 * t) * 4));
+    return v;
+  }
+};
+
+// P^T and dS^T in place of a key-kernel step's S^T and dP^T: rows are keys from key_lo (and
+// key_lo + 8), columns the queries from q0. P is zeroed for queries past L and, causal, for
+// keys past a column's query; `masked`: the step has such columns.
+template <int BM, class Stats>
+__device__ __forceinline__ void key_probabilities(float (&s)[BM / 2], float (&dp)[BM / 2], const Stats& stats,
+                                                  float scale_log2, bool masked, bool causal, int L, int key_lo,
+                                                  int q0, int t) {
+#pragma unroll
+  for (int c = 0; c < BM / 8; ++c) {
+    const float2 lse = stats.lse(c), delta = stats.delta(c);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // rows key_lo + 8 (r / 2), column 8 c + 2 t + r % 2
+      const int i = 4 * c + r;
+      float x = flash::exp2_approx(fmaf(s[i], scale_log2, -(r % 2 ? lse.y : lse.x) * flash::kLog2e));
+      if (masked) {
+        const int q = q0 + 8 * c + 2 * t + r % 2;
+        if (q >= L || (causal && key_lo + r / 2 * 8 > q)) x = 0.0f;
+      }
+      s[i] = x;
+      dp[i] = x * (dp[i] - (r % 2 ? delta.y : delta.x));
     }
+  }
 }
 
 // ---------------------------------------------------------------- the fast form's grad_q
@@ -318,26 +379,6 @@ __device__ __forceinline__ void accumulated(float (&a)[N], float (&b)[N], const 
   sm90::barrier_arrive(sm.step_empty(st));
 }
 
-// P^T and dS^T in place of a key-kernel step's S^T and dP^T: rows are keys from key_lo (and
-// key_lo + 8), columns the queries from q0. P is zeroed for queries past L and, causal, for
-// keys past a column's query; `masked`: the step has such columns.
-template <int BM>
-__device__ __forceinline__ void key_probabilities(float (&s)[BM / 2], float (&dp)[BM / 2], const float (&lse)[BM / 4],
-                                                  const float (&delta)[BM / 4], float scale_log2, bool masked,
-                                                  bool causal, int L, int key_lo, int q0, int t) {
-#pragma unroll
-  for (int i = 0; i < BM / 2; ++i) {
-    const int col = i / 4 * 2 + i % 2;
-    float x = flash::exp2_approx(fmaf(s[i], scale_log2, -lse[col] * flash::kLog2e));
-    if (masked) {
-      const int q = q0 + 8 * (i / 4) + 2 * t + i % 2;
-      if (q >= L || (causal && key_lo + i % 4 / 2 * 8 > q)) x = 0.0f;
-    }
-    s[i] = x;
-    dp[i] = x * (dp[i] - delta[col]);
-  }
-}
-
 // PIPELINED: a step's accumulation issued with the next step's products (registers for both
 // sets of operands: head dim 64 only).
 // Tiles::kGradQ: the fast form, adding grad_q into the accumulator of grad_q_map.
@@ -380,23 +421,59 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   float dk[HD / 2], dv[HD / 2], dq[Tiles::kGradQWidth / 2];  // dq: the fast form's
 #pragma unroll
   for (int i = 0; i < HD / 2; ++i) dk[i] = dv[i] = 0.0f;
+  const int steps = last - first;
+  // The steps' statistics (RegisterStats, SharedStats): loaded when step n's products are
+  // issued, read by key_probabilities, and in the fast form stored with dS^T(n).
+  std::conditional_t<Tiles::kGradQ, SharedStats<BM>, RegisterStats<BM>> stats;
+  [[maybe_unused]] const auto stats_value = [&](int n) {  // the fast form: this thread's of step n
+    static_assert(!Tiles::kGradQ || Tiles::kConsumers == 2, "consumer 0 loads lse, consumer 1 delta");
+    return (consumer == 0 ? p.lse : p.delta)[bh * p.L + min((first + n) * BM + tid, p.L - 1)];
+  };
+  [[maybe_unused]] const auto stats_slot = [&](int n) { return sm.stats(n) + (consumer * BM + tid) * 4; };
+  const auto load_stats = [&](int n) {
+    if constexpr (Tiles::kGradQ) {
+      if (tid < BM && n + 2 < steps) stats.next = stats_value(n + 2);
+    } else {
+      stats.load(p, bh, (first + n) * BM, t);
+    }
+  };
+  const auto use_stats = [&](int n) {
+    if constexpr (Tiles::kGradQ) stats.slot = sm.stats(n);
+  };
+  const auto store_stats = [&](int n) {
+    if constexpr (Tiles::kGradQ) {
+      if (tid < BM && n + 2 < steps) sm90::store_shared(stats_slot(n + 2), __float_as_uint(stats.next));
+    }
+  };
+  if constexpr (Tiles::kGradQ) {
+    // Steps 0 and 1 before the loop, every consumer's seen by all.
+    stats.t = t;
+    if (steps > 0) {
+      for (int n = 0; n < 2 && n < steps; ++n)
+        if (tid < BM) sm90::store_shared(stats_slot(n), __float_as_uint(stats_value(n)));
+      sm90::named_sync(1, Tiles::kConsumers * 128);
+    }
+  }
   if constexpr (!PIPELINED) {
     // One step at a time: the accumulators and both sets of operands would not fit together.
     if (first < last) sm90::barrier_wait(sm.own_full, 0);
     for (int step = first, n = 0; step < last; ++step, ++n) {
       const int st = n % STAGES, q0 = step * BM;
-      float lse[BM / 4], delta[BM / 4];
-      column_stats<T, BM>(lse, delta, p, bh, q0, t);
+      load_stats(n);
       float s[BM / 2], dp[BM / 2];
       issue_step_products<T, Tiles>(sm, st, (n / STAGES) & 1, s, k_rows, dp, v_rows);  // S^T = K Q^T, dP^T = V dO^T
       sm90::wgmma_wait<0>();
       sm90::fence_registers(s);
       sm90::fence_registers(dp);
-      key_probabilities<BM>(s, dp, lse, delta, scale_log2, masked_step(q0), p.causal, p.L, key_lo, q0, t);
+      use_stats(n);
+      key_probabilities<BM>(s, dp, stats, scale_log2, masked_step(q0), p.causal, p.L, key_lo, q0, t);
       uint32_t pa[BM / 16][4], ds[BM / 16][4];
       pack_operand<T, BM>(pa, s);
       pack_operand<T, BM>(ds, dp);
-      if constexpr (Tiles::kGradQ) publish_ds<Tiles>(sm, n, ds, ds_row, g, t);
+      if constexpr (Tiles::kGradQ) {
+        store_stats(n);
+        publish_ds<Tiles>(sm, n, ds, ds_row, g, t);
+      }
       sm90::wgmma_fence();
       issue_key_accumulation<T, Tiles>(dv, dk, dq, pa, ds, sm, st, n, consumer);
       accumulated(dv, dk, sm, st);
@@ -405,10 +482,9 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   } else {
     float s[BM / 2], dp[BM / 2];
     uint32_t pa[BM / 16][4], ds[BM / 16][4];
-    // Step n's products S^T = K Q^T and dP^T = V dO^T, issued, after its column statistics.
-    float lse[BM / 4], delta[BM / 4];
+    // Step n's products S^T = K Q^T and dP^T = V dO^T, issued, after its statistics' loads.
     const auto products = [&](int n) {
-      column_stats<T, BM>(lse, delta, p, bh, (first + n) * BM, t);
+      load_stats(n);
       issue_step_products<T, Tiles>(sm, n % STAGES, (n / STAGES) & 1, s, k_rows, dp, v_rows);
     };
     // P^T and dS^T of step n in s and dp.
@@ -416,13 +492,17 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       sm90::fence_registers(s);
       sm90::fence_registers(dp);
       const int q0 = (first + n) * BM;
-      key_probabilities<BM>(s, dp, lse, delta, scale_log2, masked_step(q0), p.causal, p.L, key_lo, q0, t);
+      use_stats(n);
+      key_probabilities<BM>(s, dp, stats, scale_log2, masked_step(q0), p.causal, p.L, key_lo, q0, t);
     };
     // P^T and dS^T of step n as operands (dS^T published in the fast form).
     const auto pack = [&](int n) {
       pack_operand<T, BM>(pa, s);
       pack_operand<T, BM>(ds, dp);
-      if constexpr (Tiles::kGradQ) publish_ds<Tiles>(sm, n, ds, ds_row, g, t);
+      if constexpr (Tiles::kGradQ) {
+        store_stats(n);
+        publish_ds<Tiles>(sm, n, ds, ds_row, g, t);
+      }
     };
     const auto accumulation = [&](int n) {
       issue_key_accumulation<T, Tiles>(dv, dk, dq, pa, ds, sm, n % STAGES, n, consumer);
@@ -432,7 +512,6 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       accumulated(dv, dk, sm, n % STAGES);
       if constexpr (Tiles::kGradQ) grad_q_done<Tiles>(dq, sm, n, &grad_q_map, consumer, tid, (first + n) * BM, bh);
     };
-    const int steps = last - first;
     if (steps > 0) {
       sm90::barrier_wait(sm.own_full, 0);
       products(0);
