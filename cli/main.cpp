@@ -120,7 +120,7 @@ const std::vector<OptionSpec> kTrainLmOptions = {
                           "normcore's kernels), native (normcore's kernels: no cuDNN workspace, which is 2 x B x "
                           "heads x context^2 bytes in the backward) or cudnn"},
     {"deterministic", "off", "on: CUDA ops give the same bits every run (the Hopper attention backward on its "
-                             "two-kernel form, up to 1.15x its time), so a resumed run ends as an uninterrupted "
+                             "two-kernel form, up to 1.25x its time), so a resumed run ends as an uninterrupted "
                              "one on the GPU too; off: grad_q summed with atomics there"},
     {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
     {"benchmark", "0", "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "

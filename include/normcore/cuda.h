@@ -61,7 +61,7 @@ bool cudnn_benchmark();
 // native kernels (f16/bf16, head dims 64 and 128), whose grad_q is summed in f32 over blocks
 // of 128 keys in any order (grad_k and grad_v are written once). true takes the
 // deterministic form of every op (that backward on two kernels that each write their
-// gradients once: forward+backward 1.06-1.15x the time at bench/attention's shapes). CPU
+// gradients once: forward+backward 1.1-1.25x the time at bench/attention's shapes). CPU
 // ops are deterministic either way. Settable in every build.
 void set_deterministic(bool deterministic);
 bool deterministic();
