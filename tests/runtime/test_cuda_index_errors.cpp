@@ -16,7 +16,7 @@
 #include "kernels/index.h"
 #include "normcore/models.h"
 #include "normcore/normcore.h"
-#include "test_support.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 namespace nn = normcore::nn;

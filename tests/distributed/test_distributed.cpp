@@ -18,7 +18,7 @@
 #include "normcore/losses.h"
 #include "normcore/normcore.h"
 #include "normcore/optim.h"
-#include "test_support.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 namespace nd = normcore::distributed;

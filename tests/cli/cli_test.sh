@@ -88,7 +88,7 @@ fi
 
 if [ "${1:-}" = lm ]; then
   normcore=$2 generate=$3 data=$4 work=$5
-  not_gpt=$(cd "$(dirname "$0")" && pwd)/data/conformance/linear.safetensors
+  not_gpt=$(cd "$(dirname "$0")/.." && pwd)/data/conformance/linear.safetensors
   mkdir -p "$work"
   cd "$work"
   lm=(--data "$data" --device cpu --layers 2 --heads 2 --embed 32 --context 32 --batch-size 16 --warmup 5
@@ -172,7 +172,7 @@ if [ "${1:-}" = lm ]; then
   # Token shards in llm.c's format (tests/data/token_shards: bytes of a fortune file as ids):
   # a gpt2-layout model learns from them, repeats itself for a seed and resumes exactly; the
   # vocabulary is --vocab (GPT-2's 50257, padded to 50304 rows, by default).
-  shards=$(cd "$(dirname "$0")" && pwd)/data/token_shards
+  shards=$(cd "$(dirname "$0")/.." && pwd)/data/token_shards
   tok_gpt2=(--data "$shards/*_train_*.bin" --val-data "$shards/*_val_*.bin" --model gpt2 --layers 2 --heads 2
             --embed 32 --context 32 --batch-size 16 --warmup 5 --lr 0.003 --eval-interval 20 --eval-batches 2
             --device cpu)

@@ -14,7 +14,7 @@
 
 #include "normcore/models.h"
 #include "normcore/normcore.h"
-#include "test_support.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 using nc::DType;

@@ -21,7 +21,7 @@
 #include "distributed/job_secret.h"
 #include "distributed/store_protocol.h"
 #include "normcore/distributed.h"
-#include "test_support.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 namespace nd = normcore::distributed;

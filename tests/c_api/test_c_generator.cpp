@@ -8,7 +8,7 @@
 
 #include "normcore/normcore.h"
 #include "normcore/normcore_c.h"
-#include "test_support.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 namespace models = normcore::models;

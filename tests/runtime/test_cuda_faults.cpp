@@ -1,7 +1,7 @@
 // GPU faults: how CUDA failures read (the op in scope, whether the context is lost), and a
 // training loop that meets OutOfMemoryError, halves its batch and carries on with nothing
 // left behind by the failed attempts. Faults that lose the CUDA context (an illegal
-// address) need a process of their own: tests/cuda_faults.cu.
+// address) need a process of their own: tests/runtime/cuda_faults.cu.
 #include <gtest/gtest.h>
 
 #ifdef NORMCORE_HAS_CUDA

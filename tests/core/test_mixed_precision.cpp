@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "normcore/normcore.h"
-#include "test_support.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 using nc::DType;

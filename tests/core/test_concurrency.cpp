@@ -10,7 +10,7 @@
 #include "normcore/models.h"
 #include "normcore/normcore.h"
 #include "normcore/normcore_c.h"
-#include "test_support.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 using nc::Tensor;
