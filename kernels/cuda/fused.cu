@@ -19,7 +19,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "kernels/cuda/index_errors.h"
+#include "runtime/cuda/index_errors.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/reduction/combine.cuh"
 #include "kernels/cuda/vec.cuh"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/op_scope.h"
-#include "kernels/cuda/check.h"
+#include "runtime/cuda/check.h"
 #include "normcore/cuda.h"
 #include "normcore/losses.h"
 #include "normcore/nn.h"

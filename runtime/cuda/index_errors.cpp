@@ -1,7 +1,7 @@
-// The deferred index-error record of each device (kernels/cuda/index_errors.h), the messages
+// The deferred index-error record of each device (runtime/cuda/index_errors.h), the messages
 // it names, and the public check (cuda::check_errors). A process that ends with a record
 // nobody reported prints it to stderr, so that an error is never dropped without a word.
-#include "kernels/cuda/index_errors.h"
+#include "runtime/cuda/index_errors.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kernels/capture.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/runtime.h"
 #include "normcore/cuda.h"
 #include "normcore/error.h"
 

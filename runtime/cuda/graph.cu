@@ -1,7 +1,7 @@
 // CUDA graphs (cuda::Graph of include/normcore/cuda.h) and the capture state the rest of
 // the CUDA backend consults: whether a device is being captured and the graph's device words
 // for random-number offsets. Index kernels in a graph write the device's deferred index-error
-// record (kernels/cuda/index_errors.h) as they do outside one; replay and synchronize report it.
+// record (runtime/cuda/index_errors.h) as they do outside one; replay and synchronize report it.
 //
 // One capture per device at a time, registered in `active`. The capture runs on the
 // device's current stream in relaxed mode (the caching allocator may cudaMalloc new blocks
@@ -14,9 +14,9 @@
 
 #include "base/op_scope.h"
 #include "kernels/capture.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/index_errors.h"
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/index_errors.h"
+#include "runtime/cuda/runtime.h"
 #include "normcore/cuda.h"
 #include "normcore/error.h"
 

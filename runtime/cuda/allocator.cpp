@@ -29,8 +29,8 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/runtime.h"
 #include "normcore/cuda.h"
 
 namespace normcore {

@@ -3,7 +3,7 @@
 // for the whole process (not per thread): StreamGuard changes it for every thread. The
 // per-device state is created on first use and deliberately never destroyed, so tensors
 // released during static destruction still find it.
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/runtime.h"
 
 #include <algorithm>
 #include <atomic>
@@ -14,8 +14,8 @@
 #include <mutex>
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/index_errors.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/index_errors.h"
 #include "normcore/cuda.h"
 #include "normcore/error.h"
 
