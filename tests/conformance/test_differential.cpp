@@ -95,11 +95,11 @@ Scalar scalar(const json& v) {
 
 std::vector<int64_t> ints(const json& v) { return v.get<std::vector<int64_t>>(); }
 
-nc::nn::Reduction reduction(const json& v) {
+nc::Reduction reduction(const json& v) {
   const std::string s = v.get<std::string>();
-  if (s == "mean") return nc::nn::Reduction::Mean;
-  if (s == "sum") return nc::nn::Reduction::Sum;
-  if (s == "none") return nc::nn::Reduction::None;
+  if (s == "mean") return nc::Reduction::Mean;
+  if (s == "sum") return nc::Reduction::Sum;
+  if (s == "none") return nc::Reduction::None;
   throw std::runtime_error("unknown reduction " + s);
 }
 
@@ -221,14 +221,14 @@ const std::map<std::string, OpFn>& ops() {
     t["where_scalar"] = [](const Args& a, const json& at) { return nc::where(a.at(0), a.at(1), scalar(at.at("scalar"))); };
 
     t["cross_entropy"] = [](const Args& a, const json& at) {
-      return nc::nn::cross_entropy(a.at(0), a.at(1), reduction(at.at("reduction")), number(at.at("label_smoothing")),
+      return nc::cross_entropy(a.at(0), a.at(1), reduction(at.at("reduction")), number(at.at("label_smoothing")),
                                    at.value("ignore_index", int64_t{-100}));
     };
-    t["nll_loss"] = [](const Args& a, const json& at) { return nc::nn::nll_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
-    t["mse_loss"] = [](const Args& a, const json& at) { return nc::nn::mse_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
-    t["l1_loss"] = [](const Args& a, const json& at) { return nc::nn::l1_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
+    t["nll_loss"] = [](const Args& a, const json& at) { return nc::nll_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
+    t["mse_loss"] = [](const Args& a, const json& at) { return nc::mse_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
+    t["l1_loss"] = [](const Args& a, const json& at) { return nc::l1_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
     t["bce_with_logits"] = [](const Args& a, const json& at) {
-      return nc::nn::binary_cross_entropy_with_logits(a.at(0), a.at(1), reduction(at.at("reduction")));
+      return nc::binary_cross_entropy_with_logits(a.at(0), a.at(1), reduction(at.at("reduction")));
     };
     t["layer_norm"] = [](const Args& a, const json& at) {
       return nc::layer_norm(a.at(0), ints(at.at("normalized_shape")), a.size() > 1 ? a[1] : Tensor(),

@@ -42,10 +42,10 @@ Tensor f32(std::vector<float> values, Device device, bool requires_grad = false)
 
 // cat(loss, gradient of sum(loss) with respect to the logits) of a cross_entropy call.
 Tensor cross_entropy_and_grad(std::vector<float> logits, int64_t classes, std::vector<int64_t> target,
-                              nc::nn::Reduction reduction, double smoothing, int64_t ignore_index, Device device) {
+                              nc::Reduction reduction, double smoothing, int64_t ignore_index, Device device) {
   const int64_t rows = static_cast<int64_t>(target.size());
   Tensor x = nc::from_vector(logits, {rows, classes}, device).requires_grad_();
-  Tensor loss = nc::nn::cross_entropy(x, nc::from_vector(target, {rows}, device), reduction, smoothing, ignore_index);
+  Tensor loss = nc::cross_entropy(x, nc::from_vector(target, {rows}, device), reduction, smoothing, ignore_index);
   nc::sum(loss).backward();
   return nc::cat({loss.detach().reshape({-1}), x.grad().reshape({-1})}, 0);
 }
@@ -144,34 +144,34 @@ const std::vector<ValueCase>& value_cases() {
       // cross_entropy: an ignored row adds nothing, to the loss or to the gradient. Every
       // target ignored: Mean is 0 / 0 (NaN) with a zero gradient, Sum and None are zeros.
       {"cross_entropy, every target ignored, mean",
-       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {-100, -100}, nc::nn::Reduction::Mean, 0, -100, d); },
+       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {-100, -100}, nc::Reduction::Mean, 0, -100, d); },
        DType::F32, {kNaN, 0, 0, 0, 0, 0, 0}},
       {"cross_entropy, every target ignored, sum",
-       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {-100, -100}, nc::nn::Reduction::Sum, 0, -100, d); },
+       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {-100, -100}, nc::Reduction::Sum, 0, -100, d); },
        DType::F32, {0, 0, 0, 0, 0, 0, 0}},
       {"cross_entropy, every target ignored, none",
-       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {-100, -100}, nc::nn::Reduction::None, 0, -100, d); },
+       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {-100, -100}, nc::Reduction::None, 0, -100, d); },
        DType::F32, {0, 0, 0, 0, 0, 0, 0, 0}},
       {"cross_entropy, every target ignored, label smoothing",
-       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {-100, -100}, nc::nn::Reduction::Mean, 0.1, -100, d); },
+       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {-100, -100}, nc::Reduction::Mean, 0.1, -100, d); },
        DType::F32, {kNaN, 0, 0, 0, 0, 0, 0}},
       {"cross_entropy, every target ignored, ignore_index a class",
-       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {2, 2}, nc::nn::Reduction::Mean, 0, 2, d); },
+       [](Device d) { return cross_entropy_and_grad({1, 2, 3, 0, 1, 2}, 3, {2, 2}, nc::Reduction::Mean, 0, 2, d); },
        DType::F32, {kNaN, 0, 0, 0, 0, 0, 0}},
       // A NaN and an infinity in ignored rows: the loss of the kept row alone, 0 for the
       // ignored ones under None. Their gradient is 0 here; PyTorch's is NaN (docs/ERRORS.md,
       // `cross-entropy-ignored-nonfinite`).
       {"cross_entropy, NaN and inf logits in ignored rows, mean",
-       [](Device d) { return cross_entropy_and_grad({1, 2, 3, NAN, 0, 1, INFINITY, 1, 0}, 3, {0, 1, 1}, nc::nn::Reduction::Mean, 0, 1, d); },
+       [](Device d) { return cross_entropy_and_grad({1, 2, 3, NAN, 0, 1, INFINITY, 1, 0}, 3, {0, 1, 1}, nc::Reduction::Mean, 0, 1, d); },
        DType::F32, {2.4076059644443806, -0.9099694268296196, 0.24472847105479764, 0.6652409557748218, 0, 0, 0, 0, 0, 0}},
       {"cross_entropy, NaN and inf logits in ignored rows, sum",
-       [](Device d) { return cross_entropy_and_grad({1, 2, 3, NAN, 0, 1, INFINITY, 1, 0}, 3, {0, 1, 1}, nc::nn::Reduction::Sum, 0, 1, d); },
+       [](Device d) { return cross_entropy_and_grad({1, 2, 3, NAN, 0, 1, INFINITY, 1, 0}, 3, {0, 1, 1}, nc::Reduction::Sum, 0, 1, d); },
        DType::F32, {2.4076059644443806, -0.9099694268296196, 0.24472847105479764, 0.6652409557748218, 0, 0, 0, 0, 0, 0}},
       {"cross_entropy, NaN and inf logits in ignored rows, none",
-       [](Device d) { return cross_entropy_and_grad({1, 2, 3, NAN, 0, 1, INFINITY, 1, 0}, 3, {0, 1, 1}, nc::nn::Reduction::None, 0, 1, d); },
+       [](Device d) { return cross_entropy_and_grad({1, 2, 3, NAN, 0, 1, INFINITY, 1, 0}, 3, {0, 1, 1}, nc::Reduction::None, 0, 1, d); },
        DType::F32, {2.4076059644443806, 0, 0, -0.9099694268296196, 0.24472847105479764, 0.6652409557748218, 0, 0, 0, 0, 0, 0}},
       {"cross_entropy, NaN logits in an ignored row, label smoothing",
-       [](Device d) { return cross_entropy_and_grad({1, 2, 3, NAN, 0, 1}, 3, {0, 1}, nc::nn::Reduction::Mean, 0.2, 1, d); },
+       [](Device d) { return cross_entropy_and_grad({1, 2, 3, NAN, 0, 1}, 3, {0, 1}, nc::Reduction::Mean, 0.2, 1, d); },
        DType::F32, {2.2076059644443804, -0.7766360934962863, 0.17806180438813096, 0.5985742891081551, 0, 0, 0}},
       // Scalars that fit: u8 to the power 255 wraps its result (not its exponent), an
       // infinity fills f16, fill_ writes one value into an expand() view (PyTorch allows it).

@@ -117,7 +117,7 @@ std::vector<float> train_steps(const std::string& name, uint64_t seed, const Ten
   model->train();
   nc::optim::AdamW optimizer(model->parameters(), {1e-3, 0.9, 0.999, 1e-8, 1e-4});
   for (int step = 0; step < 20; ++step) {
-    const Tensor loss = nc::nn::cross_entropy((*model)(x), y, nc::nn::Reduction::Mean, 0.1);
+    const Tensor loss = nc::cross_entropy((*model)(x), y, nc::Reduction::Mean, 0.1);
     optimizer.zero_grad();
     loss.backward();
     nc::optim::clip_grad_norm(optimizer.params(), 1.0);

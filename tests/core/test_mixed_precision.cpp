@@ -91,8 +91,8 @@ TEST(Autocast, EachListedOpRunsInItsDType) {
       // f32 list, fed the 16-bit product.
       EXPECT_EQ(nc::softmax(product, 1).dtype(), DType::F32);
       EXPECT_EQ(nc::log_softmax(product, 1).dtype(), DType::F32);
-      EXPECT_EQ(nc::nn::cross_entropy(product, labels).dtype(), DType::F32);
-      EXPECT_EQ(nc::nn::mse_loss(product, nc::zeros_like(product)).dtype(), DType::F32);
+      EXPECT_EQ(nc::cross_entropy(product, labels).dtype(), DType::F32);
+      EXPECT_EQ(nc::mse_loss(product, nc::zeros_like(product)).dtype(), DType::F32);
       EXPECT_EQ(nc::layer_norm(product, {6}, Tensor(), Tensor(), 1e-5).dtype(), DType::F32);
       EXPECT_EQ(nc::rms_norm(product, {6}, Tensor(), 1e-6).dtype(), DType::F32);
       EXPECT_EQ(nc::group_norm(product, 2, Tensor(), Tensor(), 1e-5).dtype(), DType::F32);
@@ -126,7 +126,7 @@ TEST(Autocast, GradientsReachF32ParametersInF32) {
       for (size_t i = 0; i < label_values.size(); ++i) label_values[i] = static_cast<int64_t>(i % 10);
       const Tensor labels = nc::from_vector(label_values, {64}).to(device);
 
-      nc::nn::cross_entropy(net(x), labels).backward();
+      nc::cross_entropy(net(x), labels).backward();
       std::vector<Tensor> reference;
       for (const Tensor& p : net.parameters()) reference.push_back(p.grad().clone());
       for (const Tensor& p : net.parameters()) p.zero_grad();
@@ -134,7 +134,7 @@ TEST(Autocast, GradientsReachF32ParametersInF32) {
       Tensor loss;
       {
         nc::autocast::Guard guard(lower);
-        loss = nc::nn::cross_entropy(net(x), labels);
+        loss = nc::cross_entropy(net(x), labels);
       }
       EXPECT_EQ(loss.dtype(), DType::F32);
       // Scaled as GradScaler would, so that no f16 gradient falls below f16's normal range.
@@ -266,7 +266,7 @@ TEST(GradScaler, F16TrainingRecoversFromOverflowAndConverges) {
       for (int step = 0; step < 150; ++step) {
         {
           nc::autocast::Guard guard(DType::F16, f16);
-          loss = nc::nn::mse_loss(model(x), y);
+          loss = nc::mse_loss(model(x), y);
         }
         sgd.zero_grad();
         if (!f16) {

@@ -449,7 +449,7 @@ TEST(DataParallel, TwoRanksWithBatchBTrainAsOneWithBatch2B) {
     auto [x0, y0] = shard(s, 0);
     auto [x1, y1] = shard(s, 1);
     sgd.zero_grad();
-    nc::nn::mse_loss((*reference)(nc::cat({x0, x1})), nc::cat({y0, y1})).backward();
+    nc::mse_loss((*reference)(nc::cat({x0, x1})), nc::cat({y0, y1})).backward();
     sgd.step();
   }
   std::vector<std::vector<nc::Tensor>> trained(2);
@@ -462,7 +462,7 @@ TEST(DataParallel, TwoRanksWithBatchBTrainAsOneWithBatch2B) {
     for (int s = 0; s < kSteps; ++s) {
       auto [x, y] = shard(s, g.rank());
       opt.zero_grad();
-      nc::nn::mse_loss(ddp(x), y).backward();
+      nc::mse_loss(ddp(x), y).backward();
       opt.step();
     }
     trained[static_cast<size_t>(g.rank())] = model->parameters();
@@ -478,7 +478,7 @@ TEST(DataParallel, NoSyncAccumulatesLocallyAndTheNextBackwardAverages) {
   for (int r = 0; r < 2; ++r) {
     for (int micro = 0; micro < 2; ++micro) {
       auto [x, y] = shard(micro, r);
-      nc::mul(nc::nn::mse_loss((*reference)(x), y), 0.5).backward();
+      nc::mul(nc::mse_loss((*reference)(x), y), 0.5).backward();
     }
   }
   std::vector<std::vector<nc::Tensor>> grads(2), local(2);
@@ -488,11 +488,11 @@ TEST(DataParallel, NoSyncAccumulatesLocallyAndTheNextBackwardAverages) {
     {
       auto guard = ddp.no_sync();
       auto [x, y] = shard(0, g.rank());
-      nc::nn::mse_loss(ddp(x), y).backward();
+      nc::mse_loss(ddp(x), y).backward();
     }
     for (const nc::Tensor& p : model->parameters()) local[static_cast<size_t>(g.rank())].push_back(p.grad().clone());
     auto [x, y] = shard(1, g.rank());
-    nc::nn::mse_loss(ddp(x), y).backward();
+    nc::mse_loss(ddp(x), y).backward();
     for (const nc::Tensor& p : model->parameters()) grads[static_cast<size_t>(g.rank())].push_back(p.grad());
   });
   EXPECT_GT(max_difference(local[0], local[1]), 1e-3);  // not averaged under no_sync
@@ -579,10 +579,10 @@ TEST(DistributedCuda, OneRankRunsEveryCollectiveAndTrainsAsPlainTraining) {
       x = x.to(nc::DType::F32).to(gpu);
       y = y.to(nc::DType::F32).to(gpu);
       a.zero_grad();
-      nc::nn::mse_loss((*plain)(x), y).backward();
+      nc::mse_loss((*plain)(x), y).backward();
       a.step();
       b.zero_grad();
-      nc::nn::mse_loss(ddp(x), y).backward();
+      nc::mse_loss(ddp(x), y).backward();
       b.step();
     }
     EXPECT_EQ(max_difference(plain->parameters(), wrapped->parameters()), 0.0);
@@ -618,7 +618,7 @@ void expect_two_gpus_train_as_one(
     auto [x0, y0] = shard(s, 0);
     auto [x1, y1] = shard(s, 1);
     sgd.zero_grad();
-    nc::nn::mse_loss((*reference)(input(nc::cat({x0, x1}), gpu)), nc::cat({y0, y1}).to(nc::DType::F32).to(gpu))
+    nc::mse_loss((*reference)(input(nc::cat({x0, x1}), gpu)), nc::cat({y0, y1}).to(nc::DType::F32).to(gpu))
         .backward();
     sgd.step();
   }
@@ -633,7 +633,7 @@ void expect_two_gpus_train_as_one(
         for (int s = 0; s < 3; ++s) {
           auto [x, y] = shard(s, g.rank());
           opt.zero_grad();
-          nc::nn::mse_loss(ddp(input(x, mine)), y.to(nc::DType::F32).to(mine)).backward();
+          nc::mse_loss(ddp(input(x, mine)), y.to(nc::DType::F32).to(mine)).backward();
           opt.step();
         }
         for (const nc::Tensor& p : model->parameters()) trained[static_cast<size_t>(g.rank())].push_back(p.to(nc::Device::cpu()));

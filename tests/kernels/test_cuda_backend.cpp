@@ -801,7 +801,7 @@ TEST(CudaBackend, IndexAddRowsIsDeterministicAndMatchesTheReference) {
   for (int run = 0; run < 2; ++run) {
     Tensor w = weight.detach();
     w.requires_grad_();
-    nc::nn::embedding(w, tokens).backward(grad);
+    nc::embedding(w, tokens).backward(grad);
     grads.push_back(values_of(w.grad()));
   }
   EXPECT_EQ(grads[0], grads[1]);

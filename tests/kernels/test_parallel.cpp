@@ -123,14 +123,14 @@ std::vector<std::vector<float>> kernel_results() {
   Tensor lb = nc::randn({700}, {}, &gen).requires_grad_();
   Tensor h = nc::layer_norm(nc::matmul(a, m1), {700}, lw, lb);
   h = nc::rms_norm(nc::gelu(h), {700}, lw);
-  h = nc::nn::dropout(h, 0.3, true, &gen);  // masks drawn in ranges; backward scales by them
+  h = nc::dropout(h, 0.3, true, &gen);  // masks drawn in ranges; backward scales by them
   Tensor z = nc::matmul(h, m2);
   keep(z);
   keep(nc::sum(z, {1}));
   keep(nc::mean(z, {0}));
   keep(nc::var(z, {1}));
   keep(nc::max(z, 1).second.to(nc::DType::F32));
-  nc::nn::cross_entropy(z, nc::randint(0, 90, {300}, {}, &gen)).backward();
+  nc::cross_entropy(z, nc::randint(0, 90, {300}, {}, &gen)).backward();
   for (const Tensor& t : {a, m1, m2, lw, lb}) keep(t.grad());
 
   // Optimizer steps on every parameter.

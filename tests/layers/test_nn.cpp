@@ -139,45 +139,45 @@ std::vector<GradCase> loss_cases() {
   Tensor rows = nc::from_vector<int64_t>({1, 3}, {2});
   Tensor probs = leaf({3, 4}, 30, 0.0, 1.0);
   std::vector<GradCase> c = {
-      {"cross_entropy_mean", [t2](V v) { return nn::cross_entropy(v[0], t2); }, {leaf({3, 4}, 10)}},
-      {"cross_entropy_sum", [t2](V v) { return nn::cross_entropy(v[0], t2, nn::Reduction::Sum); }, {leaf({3, 4}, 11)}},
-      {"cross_entropy_none", [t2](V v) { return nn::cross_entropy(v[0], t2, nn::Reduction::None); }, {leaf({3, 4}, 12)}},
-      {"cross_entropy_smoothing", [t2](V v) { return nn::cross_entropy(v[0], t2, nn::Reduction::Mean, 0.2); },
+      {"cross_entropy_mean", [t2](V v) { return nc::cross_entropy(v[0], t2); }, {leaf({3, 4}, 10)}},
+      {"cross_entropy_sum", [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::Sum); }, {leaf({3, 4}, 11)}},
+      {"cross_entropy_none", [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::None); }, {leaf({3, 4}, 12)}},
+      {"cross_entropy_smoothing", [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::Mean, 0.2); },
        {leaf({3, 4}, 13)}},
       {"cross_entropy_smoothing_none",
-       [t2](V v) { return nn::cross_entropy(v[0], t2, nn::Reduction::None, 0.3); }, {leaf({3, 4}, 14)}},
-      {"cross_entropy_per_position", [t3](V v) { return nn::cross_entropy(v[0], t3, nn::Reduction::Mean, 0.1); },
+       [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::None, 0.3); }, {leaf({3, 4}, 14)}},
+      {"cross_entropy_per_position", [t3](V v) { return nc::cross_entropy(v[0], t3, nc::Reduction::Mean, 0.1); },
        {leaf({2, 4, 3}, 15)}},
       {"cross_entropy_per_position_none",
-       [t3](V v) { return nn::cross_entropy(v[0], t3, nn::Reduction::None); }, {leaf({2, 4, 3}, 16)}},
-      {"cross_entropy_single_sample", [t0](V v) { return nn::cross_entropy(v[0], t0); }, {leaf({5}, 17)}},
-      {"cross_entropy_ignore_index", [](V v) { return nn::cross_entropy(v[0], i64({2, -100, 1}, {3}), nn::Reduction::Mean, 0.1); },
+       [t3](V v) { return nc::cross_entropy(v[0], t3, nc::Reduction::None); }, {leaf({2, 4, 3}, 16)}},
+      {"cross_entropy_single_sample", [t0](V v) { return nc::cross_entropy(v[0], t0); }, {leaf({5}, 17)}},
+      {"cross_entropy_ignore_index", [](V v) { return nc::cross_entropy(v[0], i64({2, -100, 1}, {3}), nc::Reduction::Mean, 0.1); },
        {leaf({3, 4}, 27)}},
       {"cross_entropy_ignore_index_class_none",
-       [t2](V v) { return nn::cross_entropy(v[0], t2, nn::Reduction::None, 0.0, 0); }, {leaf({3, 4}, 28)}},
-      {"nll_loss_mean", [t2](V v) { return nn::nll_loss(nc::log_softmax(v[0], 1), t2); }, {leaf({3, 4}, 18)}},
-      {"nll_loss_none", [t2](V v) { return nn::nll_loss(v[0], t2, nn::Reduction::None); }, {leaf({3, 4}, 19)}},
-      {"nll_loss_per_position_sum", [t3](V v) { return nn::nll_loss(v[0], t3, nn::Reduction::Sum); },
+       [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::None, 0.0, 0); }, {leaf({3, 4}, 28)}},
+      {"nll_loss_mean", [t2](V v) { return nc::nll_loss(nc::log_softmax(v[0], 1), t2); }, {leaf({3, 4}, 18)}},
+      {"nll_loss_none", [t2](V v) { return nc::nll_loss(v[0], t2, nc::Reduction::None); }, {leaf({3, 4}, 19)}},
+      {"nll_loss_per_position_sum", [t3](V v) { return nc::nll_loss(v[0], t3, nc::Reduction::Sum); },
        {leaf({2, 4, 3}, 20)}},
-      {"mse_loss_mean", [](V v) { return nn::mse_loss(v[0], v[1]); }, {leaf({3, 4}, 21), leaf({3, 4}, 22)}},
-      {"mse_loss_none", [](V v) { return nn::mse_loss(v[0], v[1], nn::Reduction::None); },
+      {"mse_loss_mean", [](V v) { return nc::mse_loss(v[0], v[1]); }, {leaf({3, 4}, 21), leaf({3, 4}, 22)}},
+      {"mse_loss_none", [](V v) { return nc::mse_loss(v[0], v[1], nc::Reduction::None); },
        {leaf({3, 4}, 23), leaf({3, 4}, 24)}},
       // l1's kink at input == target is avoided by keeping the two ranges apart.
-      {"l1_loss_sum", [](V v) { return nn::l1_loss(v[0], v[1], nn::Reduction::Sum); },
+      {"l1_loss_sum", [](V v) { return nc::l1_loss(v[0], v[1], nc::Reduction::Sum); },
        {leaf({3, 4}, 25, 1.0, 2.0), leaf({3, 4}, 26, -1.0, 0.5)}},
-      {"l1_loss_mean_mixed_signs", [](V v) { return nn::l1_loss(v[0], v[1]); },
+      {"l1_loss_mean_mixed_signs", [](V v) { return nc::l1_loss(v[0], v[1]); },
        {leaf({2, 3}, 27, -2.0, -1.0),
         nc::cat({leaf({1, 3}, 28, 0.0, 1.0), leaf({1, 3}, 29, -4.0, -3.0)}, 0).detach().requires_grad_()}},
-      {"bce_with_logits_mean", [](V v) { return nn::binary_cross_entropy_with_logits(v[0], v[1]); },
+      {"bce_with_logits_mean", [](V v) { return nc::binary_cross_entropy_with_logits(v[0], v[1]); },
        {leaf({3, 4}, 31, -4.0, 4.0), probs}},
       {"bce_with_logits_none",
-       [](V v) { return nn::binary_cross_entropy_with_logits(v[0], v[1], nn::Reduction::None); },
+       [](V v) { return nc::binary_cross_entropy_with_logits(v[0], v[1], nc::Reduction::None); },
        {leaf({3, 4}, 32, -4.0, 4.0), leaf({3, 4}, 33, 0.0, 1.0)}},
       {"bce_with_logits_sum_logits_only",
-       [](V v) { return nn::binary_cross_entropy_with_logits(v[0], v[1], nn::Reduction::Sum); },
+       [](V v) { return nc::binary_cross_entropy_with_logits(v[0], v[1], nc::Reduction::Sum); },
        {leaf({5}, 34, -30.0, 30.0), leaf({5}, 35, 0.0, 1.0).detach()}},
       {"linear_then_cross_entropy", [rows](V v) {
-         return nn::cross_entropy(nc::matmul(v[0], v[1].t()) + v[2], rows);
+         return nc::cross_entropy(nc::matmul(v[0], v[1].t()) + v[2], rows);
        }, {leaf({2, 3}, 36), leaf({4, 3}, 37), leaf({4}, 38)}},
   };
   return c;
@@ -204,41 +204,41 @@ TEST(Loss, CrossEntropyValuesByHand) {
   Tensor logits = f32({1, 2, 3, 1, 0, -1}, {2, 3});
   Tensor target = i64({2, 1}, {2});
   struct Row {
-    nn::Reduction reduction;
+    nc::Reduction reduction;
     double smoothing;
     std::vector<double> expected;
   };
   const std::vector<Row> rows = {
-      {nn::Reduction::None, 0.0, {0.407605964, 1.407605964}},
-      {nn::Reduction::Mean, 0.0, {0.907605964}},
-      {nn::Reduction::Sum, 0.0, {1.815211929}},
+      {nc::Reduction::None, 0.0, {0.407605964, 1.407605964}},
+      {nc::Reduction::Mean, 0.0, {0.907605964}},
+      {nc::Reduction::Sum, 0.0, {1.815211929}},
       // (1 - s) * nll + s * (logsumexp - mean(x)): row 0 0.9 * 0.4076 + 0.1 * 1.4076.
-      {nn::Reduction::None, 0.1, {0.507605964, 1.407605964}},
-      {nn::Reduction::Mean, 0.1, {0.957605964}},
-      {nn::Reduction::Sum, 0.1, {1.915211929}},
+      {nc::Reduction::None, 0.1, {0.507605964, 1.407605964}},
+      {nc::Reduction::Mean, 0.1, {0.957605964}},
+      {nc::Reduction::Sum, 0.1, {1.915211929}},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(r.smoothing);
-    Tensor loss = nn::cross_entropy(logits, target, r.reduction, r.smoothing);
+    Tensor loss = nc::cross_entropy(logits, target, r.reduction, r.smoothing);
     EXPECT_EQ(loss.dtype(), DType::F32);
-    EXPECT_EQ(loss.shape(), r.reduction == nn::Reduction::None ? nc::Shape{2} : nc::Shape{});
+    EXPECT_EQ(loss.shape(), r.reduction == nc::Reduction::None ? nc::Shape{2} : nc::Shape{});
     expect_near(loss, r.expected, 1e-6);
   }
   // No overflow for huge logits: the loss is the gap, 1000.
-  expect_near(nn::cross_entropy(f32({1000, 0}, {1, 2}), i64({1}, {1})), {1000.0}, 1e-3);
+  expect_near(nc::cross_entropy(f32({1000, 0}, {1, 2}), i64({1}, {1})), {1000.0}, 1e-3);
   // [C] logits with a 0-dim target: one sample.
-  expect_near(nn::cross_entropy(f32({1, 2, 3}, {3}), i64({2}, {})), {0.407605964}, 1e-6);
+  expect_near(nc::cross_entropy(f32({1, 2, 3}, {3}), i64({2}, {})), {0.407605964}, 1e-6);
 }
 
 TEST(Loss, CrossEntropyGradientIsSoftmaxMinusSmoothedTarget) {
   Tensor logits = f64({1, 2, 3, 1, 0, -1}, {2, 3}).requires_grad_();
-  nn::cross_entropy(logits, i64({2, 1}, {2}), nn::Reduction::Mean, 0.1).backward();
+  nc::cross_entropy(logits, i64({2, 1}, {2}), nc::Reduction::Mean, 0.1).backward();
   EXPECT_EQ(logits.grad_fn_name(), "");
   const double a = 0.090030573, b = 0.244728471, c = 0.665240956, off = 0.1 / 3, on = 0.9 + 0.1 / 3;
   // Row 0 softmax [a, b, c] with target 2; row 1 softmax [c, b, a] with target 1; / N = 2.
   expect_near(logits.grad(), {(a - off) / 2, (b - off) / 2, (c - on) / 2, (c - off) / 2, (b - on) / 2, (a - off) / 2},
               1e-8);
-  Tensor loss = nn::cross_entropy(logits, i64({2, 1}, {2}));
+  Tensor loss = nc::cross_entropy(logits, i64({2, 1}, {2}));
   EXPECT_EQ(loss.grad_fn_name(), "cross_entropy");
 }
 
@@ -247,19 +247,19 @@ TEST(Loss, CrossEntropyIgnoreIndex) {
   Tensor logits = f64({1, 2, 3, 1, 0, -1, 5, 5, 5}, {3, 3}).requires_grad_();
   // Row 0 (target 2): 0.407605964; row 1 ignored; row 2 (target 0): log 3 = 1.098612289.
   Tensor target = i64({2, -100, 0}, {3});
-  expect_near(nn::cross_entropy(logits, target), {(0.407605964 + 1.098612289) / 2}, 1e-8);
-  expect_near(nn::cross_entropy(logits, target, nn::Reduction::Sum), {0.407605964 + 1.098612289}, 1e-8);
-  expect_near(nn::cross_entropy(logits, target, nn::Reduction::None), {0.407605964, 0.0, 1.098612289}, 1e-8);
+  expect_near(nc::cross_entropy(logits, target), {(0.407605964 + 1.098612289) / 2}, 1e-8);
+  expect_near(nc::cross_entropy(logits, target, nc::Reduction::Sum), {0.407605964 + 1.098612289}, 1e-8);
+  expect_near(nc::cross_entropy(logits, target, nc::Reduction::None), {0.407605964, 0.0, 1.098612289}, 1e-8);
   // Another ignore_index, inside the class range: class 0 is skipped, -100 is out of range.
-  expect_near(nn::cross_entropy(logits, i64({2, 1, 0}, {3}), nn::Reduction::None, 0.0, 0),
+  expect_near(nc::cross_entropy(logits, i64({2, 1, 0}, {3}), nc::Reduction::None, 0.0, 0),
               {0.407605964, 1.407605964, 0.0}, 1e-8);
-  EXPECT_THROW(nn::cross_entropy(logits, target, nn::Reduction::Mean, 0.0, 0), nc::IndexError);
-  nn::cross_entropy(logits, target).backward();
+  EXPECT_THROW(nc::cross_entropy(logits, target, nc::Reduction::Mean, 0.0, 0), nc::IndexError);
+  nc::cross_entropy(logits, target).backward();
   const std::vector<double> g = logits.grad().to_vector<double>();
   for (int c = 3; c < 6; ++c) EXPECT_EQ(g[c], 0.0) << "the ignored row gets no gradient";
   EXPECT_NEAR(g[0], 0.090030573 / 2, 1e-8);  // softmax / 2 kept rows
   // Every target ignored: the mean is 0 / 0.
-  EXPECT_TRUE(std::isnan(nn::cross_entropy(logits, i64({-100, -100, -100}, {3})).item<double>()));
+  EXPECT_TRUE(std::isnan(nc::cross_entropy(logits, i64({-100, -100, -100}, {3})).item<double>()));
 }
 
 TEST(Loss, CrossEntropyPerPositionMatchesRows) {
@@ -267,10 +267,10 @@ TEST(Loss, CrossEntropyPerPositionMatchesRows) {
   Tensor logits = leaf({2, 3, 4}, 40).detach();
   Tensor target = i64({0, 1, 2, 0, 2, 2, 1, 0}, {2, 4});
   Tensor rows = logits.permute({0, 2, 1}).reshape({8, 3});
-  for (nn::Reduction r : {nn::Reduction::Mean, nn::Reduction::Sum, nn::Reduction::None}) {
-    Tensor per_position = nn::cross_entropy(logits, target, r, 0.05);
-    Tensor flat = nn::cross_entropy(rows, target.reshape({8}), r, 0.05);
-    EXPECT_EQ(per_position.shape(), (r == nn::Reduction::None ? nc::Shape{2, 4} : nc::Shape{}));
+  for (nc::Reduction r : {nc::Reduction::Mean, nc::Reduction::Sum, nc::Reduction::None}) {
+    Tensor per_position = nc::cross_entropy(logits, target, r, 0.05);
+    Tensor flat = nc::cross_entropy(rows, target.reshape({8}), r, 0.05);
+    EXPECT_EQ(per_position.shape(), (r == nc::Reduction::None ? nc::Shape{2, 4} : nc::Shape{}));
     expect_near(per_position, flat.to_vector<double>(), 1e-12);
   }
 }
@@ -278,41 +278,41 @@ TEST(Loss, CrossEntropyPerPositionMatchesRows) {
 TEST(Loss, OtherLossValuesByHand) {
   struct Row {
     std::string name;
-    std::function<Tensor(nn::Reduction)> loss;
+    std::function<Tensor(nc::Reduction)> loss;
     std::vector<double> none;  // per element; Sum and Mean follow from it
   };
   Tensor input = f32({1, 2, 3}, {3});
   Tensor target = f32({0, 2, 5}, {3});
   const std::vector<Row> rows = {
-      {"mse", [&](nn::Reduction r) { return nn::mse_loss(input, target, r); }, {1, 0, 4}},
-      {"l1", [&](nn::Reduction r) { return nn::l1_loss(input, target, r); }, {1, 0, 2}},
-      {"nll", [](nn::Reduction r) {
-         return nn::nll_loss(f32({-1, -2, -3, -0.5, -1.5, -2.5}, {2, 3}), i64({1, 2}, {2}), r);
+      {"mse", [&](nc::Reduction r) { return nc::mse_loss(input, target, r); }, {1, 0, 4}},
+      {"l1", [&](nc::Reduction r) { return nc::l1_loss(input, target, r); }, {1, 0, 2}},
+      {"nll", [](nc::Reduction r) {
+         return nc::nll_loss(f32({-1, -2, -3, -0.5, -1.5, -2.5}, {2, 3}), i64({1, 2}, {2}), r);
        }, {2, 2.5}},
       // max(x, 0) - x t + log(1 + exp(-|x|)) for (x, t) = (0, 1), (2, 0), (-3, 0.5).
-      {"bce_with_logits", [](nn::Reduction r) {
-         return nn::binary_cross_entropy_with_logits(f32({0, 2, -3}, {3}), f32({1, 0, 0.5}, {3}), r);
+      {"bce_with_logits", [](nc::Reduction r) {
+         return nc::binary_cross_entropy_with_logits(f32({0, 2, -3}, {3}), f32({1, 0, 0.5}, {3}), r);
        }, {0.693147181, 2.126928011, 1.548587352}},
       // Saturated logits stay finite: log(1 + exp(-100)) ~ 0, and the wrong side costs 100.
-      {"bce_with_logits_saturated", [](nn::Reduction r) {
-         return nn::binary_cross_entropy_with_logits(f32({100, -100}, {2}), f32({1, 1}, {2}), r);
+      {"bce_with_logits_saturated", [](nc::Reduction r) {
+         return nc::binary_cross_entropy_with_logits(f32({100, -100}, {2}), f32({1, 1}, {2}), r);
        }, {0, 100}},
   };
   for (const Row& row : rows) {
     SCOPED_TRACE(row.name);
     double total = 0;
     for (double v : row.none) total += v;
-    expect_near(row.loss(nn::Reduction::None), row.none, 1e-5);
-    expect_near(row.loss(nn::Reduction::Sum), {total}, 1e-5);
-    expect_near(row.loss(nn::Reduction::Mean), {total / static_cast<double>(row.none.size())}, 1e-5);
-    EXPECT_EQ(row.loss(nn::Reduction::Mean).dim(), 0);
+    expect_near(row.loss(nc::Reduction::None), row.none, 1e-5);
+    expect_near(row.loss(nc::Reduction::Sum), {total}, 1e-5);
+    expect_near(row.loss(nc::Reduction::Mean), {total / static_cast<double>(row.none.size())}, 1e-5);
+    EXPECT_EQ(row.loss(nc::Reduction::Mean).dim(), 0);
   }
 }
 
 TEST(Loss, BceWithLogitsGradientAtZeroIsExact) {
   // At x = 0 the gradient is sigmoid(0) - t = 0.5 - t; composing max and |x| would give -t.
   Tensor x = f32({0, 0}, {2}).requires_grad_();
-  nn::binary_cross_entropy_with_logits(x, f32({1, 0.25}, {2}), nn::Reduction::Sum).backward();
+  nc::binary_cross_entropy_with_logits(x, f32({1, 0.25}, {2}), nc::Reduction::Sum).backward();
   expect_near(x.grad(), {-0.5, 0.25}, 1e-7);
 }
 
@@ -370,23 +370,23 @@ TEST(Loss, InvalidArgumentsThrow) {
   Tensor logits = f32({1, 2, 3, 1, 0, -1}, {2, 3});
   Tensor x = f32({1, 2, 3}, {3});
   run_error_cases({
-      {"target_too_large", [&] { nn::cross_entropy(logits, i64({0, 5}, {2})); }, "IndexError", "target value 5"},
-      {"target_names_classes", [&] { nn::cross_entropy(logits, i64({0, 5}, {2})); }, "IndexError", "3 classes"},
-      {"target_negative", [&] { nn::cross_entropy(logits, i64({-1, 0}, {2})); }, "IndexError", "target value -1"},
-      {"target_float", [&] { nn::cross_entropy(logits, f32({0, 1}, {2})); }, "DTypeError", "target"},
-      {"logits_integer", [&] { nn::cross_entropy(i64({1, 2}, {1, 2}), i64({0}, {1})); }, "DTypeError", "logits"},
-      {"target_shape", [&] { nn::cross_entropy(logits, i64({0, 1, 2}, {3})); }, "ShapeError", "[2, 3]"},
-      {"logits_0dim", [&] { nn::cross_entropy(nc::full({}, 1.0), i64({0}, {})); }, "ShapeError", "logits"},
-      {"smoothing_above_1", [&] { nn::cross_entropy(logits, i64({0, 1}, {2}), nn::Reduction::Mean, 1.5); },
+      {"target_too_large", [&] { nc::cross_entropy(logits, i64({0, 5}, {2})); }, "IndexError", "target value 5"},
+      {"target_names_classes", [&] { nc::cross_entropy(logits, i64({0, 5}, {2})); }, "IndexError", "3 classes"},
+      {"target_negative", [&] { nc::cross_entropy(logits, i64({-1, 0}, {2})); }, "IndexError", "target value -1"},
+      {"target_float", [&] { nc::cross_entropy(logits, f32({0, 1}, {2})); }, "DTypeError", "target"},
+      {"logits_integer", [&] { nc::cross_entropy(i64({1, 2}, {1, 2}), i64({0}, {1})); }, "DTypeError", "logits"},
+      {"target_shape", [&] { nc::cross_entropy(logits, i64({0, 1, 2}, {3})); }, "ShapeError", "[2, 3]"},
+      {"logits_0dim", [&] { nc::cross_entropy(nc::full({}, 1.0), i64({0}, {})); }, "ShapeError", "logits"},
+      {"smoothing_above_1", [&] { nc::cross_entropy(logits, i64({0, 1}, {2}), nc::Reduction::Mean, 1.5); },
        "ValueError", "label_smoothing"},
-      {"nll_target_range", [&] { nn::nll_loss(logits, i64({3, 0}, {2})); }, "IndexError", "nll_loss"},
-      {"nll_target_shape", [&] { nn::nll_loss(logits, i64({0}, {1})); }, "ShapeError", "nll_loss"},
-      {"mse_shapes", [&] { nn::mse_loss(x, f32({1, 2}, {2})); }, "ShapeError", "mse_loss"},
-      {"mse_integer", [&] { nn::mse_loss(i64({1}, {1}), i64({1}, {1})); }, "DTypeError", "mse_loss"},
-      {"l1_shapes", [&] { nn::l1_loss(x, f32({1, 2, 3}, {1, 3})); }, "ShapeError", "l1_loss"},
-      {"bce_shapes", [&] { nn::binary_cross_entropy_with_logits(x, f32({1}, {1})); }, "ShapeError",
+      {"nll_target_range", [&] { nc::nll_loss(logits, i64({3, 0}, {2})); }, "IndexError", "nll_loss"},
+      {"nll_target_shape", [&] { nc::nll_loss(logits, i64({0}, {1})); }, "ShapeError", "nll_loss"},
+      {"mse_shapes", [&] { nc::mse_loss(x, f32({1, 2}, {2})); }, "ShapeError", "mse_loss"},
+      {"mse_integer", [&] { nc::mse_loss(i64({1}, {1}), i64({1}, {1})); }, "DTypeError", "mse_loss"},
+      {"l1_shapes", [&] { nc::l1_loss(x, f32({1, 2, 3}, {1, 3})); }, "ShapeError", "l1_loss"},
+      {"bce_shapes", [&] { nc::binary_cross_entropy_with_logits(x, f32({1}, {1})); }, "ShapeError",
        "binary_cross_entropy_with_logits"},
-      {"bce_integer_target", [&] { nn::binary_cross_entropy_with_logits(x, i64({1, 0, 1}, {3})); }, "DTypeError",
+      {"bce_integer_target", [&] { nc::binary_cross_entropy_with_logits(x, i64({1, 0, 1}, {3})); }, "DTypeError",
        "target"},
       {"softmax_integer", [&] { nc::softmax(i64({1, 2}, {2}), 0); }, "DTypeError", "softmax"},
       {"softmax_dim", [&] { nc::softmax(logits, 2); }, "IndexError", "softmax"},
@@ -404,7 +404,7 @@ TEST(Nn, InvalidArgumentsThrow) {
       {"linear_negative", [] { nn::Linear(-1, 2); }, "ValueError", "in_features"},
       {"dropout_negative_p", [] { nn::Dropout(-0.1); }, "ValueError", "p must be in [0, 1]"},
       {"dropout_p_above_1", [] { nn::Dropout(1.5); }, "ValueError", "1.5"},
-      {"dropout_integer", [] { nn::dropout(nc::ones({2}, DType::I64), 0.5, true); }, "DTypeError", "dropout"},
+      {"dropout_integer", [] { nc::dropout(nc::ones({2}, DType::I64), 0.5, true); }, "DTypeError", "dropout"},
       {"embedding_index_range", [&] { (*embedding)(i64({3, 10}, {2})); }, "IndexError", "index 10"},
       {"embedding_names_size", [&] { (*embedding)(i64({3, 10}, {2})); }, "IndexError", "10 embeddings"},
       {"embedding_negative", [&] { (*embedding)(i64({-1}, {1})); }, "IndexError", "index -1"},
@@ -580,9 +580,9 @@ TEST(Nn, DropoutTrainsAndEvaluates) {
   EXPECT_TRUE(nn::Dropout(0.3, &again)(nc::ones({20000})).to_vector<float>() == v);
   drop.eval();
   EXPECT_TRUE(drop(x).is_same(x));
-  EXPECT_TRUE(nn::dropout(x, 0.3, /*training=*/false).is_same(x));
-  EXPECT_TRUE(nn::dropout(x, 0.0, /*training=*/true).is_same(x));
-  expect_near(nn::dropout(f32({1, -2, 3}, {3}), 1.0, true), {0, 0, 0}, 0);
+  EXPECT_TRUE(nc::dropout(x, 0.3, /*training=*/false).is_same(x));
+  EXPECT_TRUE(nc::dropout(x, 0.0, /*training=*/true).is_same(x));
+  expect_near(nc::dropout(f32({1, -2, 3}, {3}), 1.0, true), {0, 0, 0}, 0);
   // Inside a container, eval() reaches it.
   nn::Sequential seq({std::make_shared<nn::Dropout>(0.5)});
   seq.eval();
@@ -605,7 +605,7 @@ TEST(Nn, DropoutIsTheComposedMaskBitForBit) {
       const Tensor g = nc::randn({41, 37}, DType::F32, &data_gen).to(device, dtype);
       for (double p : {0.1, 0.5, 0.9}) {
         nc::Generator fused_gen(11), composed_gen(11);
-        const Tensor y = nn::dropout(x, p, true, &fused_gen);
+        const Tensor y = nc::dropout(x, p, true, &fused_gen);
         const Tensor keep = nc::ge(nc::rand(x.shape(), nc::TensorOptions(DType::F32, device), &composed_gen), p);
         const Tensor mask = nc::mul(keep.to(dtype), 1.0 / (1.0 - p));
         EXPECT_EQ(fused_gen.offset(), composed_gen.offset());
@@ -666,15 +666,15 @@ TEST(Nn, EmbeddingPaddingRowGetsNoGradient) {
   for (int64_t padding_idx : {int64_t{1}, int64_t{-3}}) {
     SCOPED_TRACE(padding_idx);
     Tensor weight = nc::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2}).requires_grad_();
-    Tensor y = nn::embedding(weight, i64({1, 3, 1, 0}, {4}), padding_idx);
+    Tensor y = nc::embedding(weight, i64({1, 3, 1, 0}, {4}), padding_idx);
     EXPECT_TRUE(y.to_vector<float>() == (std::vector<float>{2, 3, 6, 7, 2, 3, 0, 1}));
     nc::sum(y * 2).backward();
     expect_near(weight.grad(), {2, 2, 0, 0, 0, 0, 2, 2}, 0);
   }
   Tensor weight = nc::zeros({4, 2});
-  EXPECT_THROW(nn::embedding(weight, i64({0}, {1}), 4), nc::IndexError);
-  EXPECT_THROW(nn::embedding(weight, i64({0}, {1}), -5), nc::IndexError);
-  EXPECT_THROW(nn::embedding(nc::zeros({4}), i64({0}, {1})), nc::ShapeError);
+  EXPECT_THROW(nc::embedding(weight, i64({0}, {1}), 4), nc::IndexError);
+  EXPECT_THROW(nc::embedding(weight, i64({0}, {1}), -5), nc::IndexError);
+  EXPECT_THROW(nc::embedding(nc::zeros({4}), i64({0}, {1})), nc::ShapeError);
 }
 
 // ---------------------------------------------------------------- state and conversion
@@ -778,7 +778,7 @@ TEST(Nn, FitsALineWithGradientDescent) {
   const double lr = 0.5;
   double first = 0, last = 0;
   for (int step = 0; step < 200; ++step) {
-    Tensor loss = nn::mse_loss(model(x), y);
+    Tensor loss = nc::mse_loss(model(x), y);
     if (step == 0) first = loss.item<double>();
     last = loss.item<double>();
     model.zero_grad();
@@ -800,7 +800,7 @@ TEST(Nn, ClassifierLearnsWithCrossEntropy) {
   nn::Sequential model({std::make_shared<nn::Linear>(2, 16, true, &gen), std::make_shared<nn::ReLU>(),
                         std::make_shared<nn::Linear>(16, 2, true, &gen)});
   for (int step = 0; step < 100; ++step) {
-    Tensor loss = nn::cross_entropy(model(x), labels, nn::Reduction::Mean, 0.05);
+    Tensor loss = nc::cross_entropy(model(x), labels, nc::Reduction::Mean, 0.05);
     model.zero_grad();
     loss.backward();
     nc::autograd::NoGradGuard no_grad;

@@ -25,7 +25,7 @@ TEST(Models, EveryClassifierTrainsOneStep) {
     nc::Tensor logits = (*model)(x);
     ASSERT_EQ(logits.shape(), (nc::Shape{4, 10}));
     for (float v : logits.to_vector<float>()) ASSERT_TRUE(std::isfinite(v));
-    nc::nn::cross_entropy(logits, labels).backward();
+    nc::cross_entropy(logits, labels).backward();
     for (const auto& [pname, p] : model->named_parameters()) {
       ASSERT_TRUE(p.grad().defined()) << pname;
       EXPECT_EQ(p.grad().shape(), p.shape()) << pname;

@@ -224,7 +224,7 @@ TEST(Conv2dLayer, TrainsAStep) {
   double first = 0, last = 0;
   for (int step = 0; step < 5; ++step) {
     sgd.zero_grad();
-    Tensor loss = nc::nn::mse_loss(conv(x), target);
+    Tensor loss = nc::mse_loss(conv(x), target);
     loss.backward();
     sgd.step();
     (step == 0 ? first : last) = loss.item<double>();

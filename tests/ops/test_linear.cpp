@@ -1,4 +1,4 @@
-// nn::linear (the product and its bias in one call): values and gradients against the
+// nc::linear (the product and its bias in one call): values and gradients against the
 // composition matmul + add on the CPU in f64, f32 and the 16-bit dtypes (whose bias joins the
 // product before it is rounded), float64 gradchecks, autocast, argument errors, and the
 // CUDA path (cuBLASLt's bias epilogue, and the composition where it does not apply)
@@ -30,13 +30,13 @@ struct Outcome {
   Tensor y, grad_x, grad_weight, grad_bias;
 };
 
-// y and the three gradients (of sum(y * probe)) of nn::linear, or of matmul + add, with x,
+// y and the three gradients (of sum(y * probe)) of nc::linear, or of matmul + add, with x,
 // weight and bias as fresh leaves on device in dtype.
 Outcome run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, nc::Device device, DType dtype) {
   const Tensor x = x0.to(device, dtype).detach().requires_grad_();
   const Tensor w = w0.to(device, dtype).detach().requires_grad_();
   const Tensor b = b0.to(device, dtype).detach().requires_grad_();
-  const Tensor y = fused ? nc::nn::linear(x, w, b) : nc::add(nc::matmul(x, w.t()), b);
+  const Tensor y = fused ? nc::linear(x, w, b) : nc::add(nc::matmul(x, w.t()), b);
   const Tensor probe = random(y.shape(), 99).to(device, dtype);
   nc::sum(nc::mul(y, probe)).backward();
   return {y, x.grad(), w.grad(), b.grad()};
@@ -62,8 +62,8 @@ TEST(Linear, MatchesMatmulPlusBiasOnCpu) {
   }
   // Without a bias it is the product; with no rows it is empty.
   const Tensor x = random({3, 4}, 4), w = random({5, 4}, 5);
-  EXPECT_EQ(values(nc::nn::linear(x, w)), values(nc::matmul(x, w.t())));
-  EXPECT_EQ(nc::nn::linear(random({0, 4}, 6), w, random({5}, 7)).shape(), (nc::Shape{0, 5}));
+  EXPECT_EQ(values(nc::linear(x, w)), values(nc::matmul(x, w.t())));
+  EXPECT_EQ(nc::linear(random({0, 4}, 6), w, random({5}, 7)).shape(), (nc::Shape{0, 5}));
 }
 
 TEST(Linear, SixteenBitBiasJoinsTheProductBeforeRounding) {
@@ -75,12 +75,12 @@ TEST(Linear, SixteenBitBiasJoinsTheProductBeforeRounding) {
     const Tensor xd = x.to(dtype), wd = w.to(dtype), bd = b.to(dtype);
     const Tensor expected =
         nc::add(nc::matmul(xd.to(DType::F32), wd.to(DType::F32).t()), bd.to(DType::F32)).to(dtype);
-    EXPECT_EQ(values(nc::nn::linear(xd, wd, bd)), values(expected)) << nc::dtype_name(dtype);
+    EXPECT_EQ(values(nc::linear(xd, wd, bd)), values(expected)) << nc::dtype_name(dtype);
   }
 }
 
 TEST(Linear, Gradcheck) {
-  auto f = [](const std::vector<Tensor>& v) { return nc::nn::linear(v[0], v[1], v[2]); };
+  auto f = [](const std::vector<Tensor>& v) { return nc::linear(v[0], v[1], v[2]); };
   std::string report;
   EXPECT_TRUE(nc::gradcheck(f,
                             {random({2, 3, 4}, 11).requires_grad_(), random({5, 4}, 12).requires_grad_(),
@@ -89,9 +89,9 @@ TEST(Linear, Gradcheck) {
       << report;
   // Only the bias needs a gradient; then only x.
   const Tensor x = random({4, 3}, 14), w = random({2, 3}, 15), b = random({2}, 16);
-  auto g = [&](const std::vector<Tensor>& v) { return nc::nn::linear(x, w, v[0]); };
+  auto g = [&](const std::vector<Tensor>& v) { return nc::linear(x, w, v[0]); };
   EXPECT_TRUE(nc::gradcheck(g, {random({2}, 17).requires_grad_()}, {}, &report)) << report;
-  auto h = [&](const std::vector<Tensor>& v) { return nc::nn::linear(v[0], w, b); };
+  auto h = [&](const std::vector<Tensor>& v) { return nc::linear(v[0], w, b); };
   EXPECT_TRUE(nc::gradcheck(h, {random({4, 3}, 18).requires_grad_()}, {}, &report)) << report;
 }
 
@@ -103,7 +103,7 @@ TEST(Linear, AutocastRunsInBf16WithF32Gradients) {
   Tensor y;
   {
     nc::autocast::Guard guard(DType::BF16);
-    y = nc::nn::linear(x, w, b);
+    y = nc::linear(x, w, b);
   }
   EXPECT_EQ(y.dtype(), DType::BF16);
   EXPECT_LT(relative_error(y, reference.y), 1e-2);
@@ -116,13 +116,13 @@ TEST(Linear, AutocastRunsInBf16WithF32Gradients) {
 
 TEST(Linear, BadArguments) {
   const Tensor x = random({3, 4}, 22).to(DType::F32), w = random({5, 4}, 23).to(DType::F32);
-  throws<nc::ShapeError>([&] { nc::nn::linear(x, random({5, 3}, 24).to(DType::F32)); },
+  throws<nc::ShapeError>([&] { nc::linear(x, random({5, 3}, 24).to(DType::F32)); },
                          {"linear", "weight [out, in]", "[3, 4]", "[5, 3]"})();
-  throws<nc::ShapeError>([&] { nc::nn::linear(x, w, random({4}, 25).to(DType::F32)); },
+  throws<nc::ShapeError>([&] { nc::linear(x, w, random({4}, 25).to(DType::F32)); },
                          {"linear", "bias must be [out] = [5]", "[4]"})();
-  throws<nc::DTypeError>([&] { nc::nn::linear(x, w, random({5}, 26)); }, {"linear", "bias", "f64"})();
-  throws<nc::DTypeError>([&] { nc::nn::linear(x, w.to(DType::F64)); }, {"linear", "x", "weight", "f64"})();
-  throws<nc::ValueError>([&] { nc::nn::linear(Tensor(), w); }, {"linear", "x"})();
+  throws<nc::DTypeError>([&] { nc::linear(x, w, random({5}, 26)); }, {"linear", "bias", "f64"})();
+  throws<nc::DTypeError>([&] { nc::linear(x, w.to(DType::F64)); }, {"linear", "x", "weight", "f64"})();
+  throws<nc::ValueError>([&] { nc::linear(Tensor(), w); }, {"linear", "x"})();
 }
 
 TEST(Linear, CudaMatchesCpu) {
@@ -149,7 +149,7 @@ TEST(Linear, CudaMatchesCpu) {
   const Tensor w = random({8, 16}, 31).to(nc::Device::cuda(), DType::BF16);
   const Tensor b = random({9}, 32).to(nc::Device::cuda(), DType::BF16).narrow(0, 1, 8);
   const Tensor expected = nc::add(nc::matmul(xt.to(DType::F32), w.to(DType::F32).t()), b.to(DType::F32));
-  EXPECT_LT(relative_error(nc::nn::linear(xt, w, b), expected), 1e-2);
+  EXPECT_LT(relative_error(nc::linear(xt, w, b), expected), 1e-2);
 }
 
 // ---------------------------------------------------------------- gelu_mlp
@@ -165,8 +165,8 @@ MlpOutcome run_mlp(bool fused, const std::vector<Tensor>& p, nc::Device device, 
                    bool recompute = false) {
   std::vector<Tensor> v;
   for (const Tensor& t : p) v.push_back(t.to(device, dtype).detach().requires_grad_());
-  const Tensor y = fused ? nc::nn::gelu_mlp(v[0], v[1], v[2], v[3], v[4], recompute)
-                         : nc::nn::linear(nc::gelu(nc::nn::linear(v[0], v[1], v[2]), true), v[3], v[4]);
+  const Tensor y = fused ? nc::gelu_mlp(v[0], v[1], v[2], v[3], v[4], recompute)
+                         : nc::linear(nc::gelu(nc::linear(v[0], v[1], v[2]), true), v[3], v[4]);
   nc::sum(nc::mul(y, random(y.shape(), 98).to(device, dtype))).backward();
   return {y, v[0].grad(), v[1].grad(), v[2].grad(), v[3].grad(), v[4].grad()};
 }
@@ -251,19 +251,19 @@ TEST(GeluMlp, GradcheckAndErrors) {
   for (Tensor& t : p) t.requires_grad_();
   for (bool recompute : {false, true}) {
     auto f = [recompute](const std::vector<Tensor>& v) {
-      return nc::nn::gelu_mlp(v[0], v[1], v[2], v[3], v[4], recompute);
+      return nc::gelu_mlp(v[0], v[1], v[2], v[3], v[4], recompute);
     };
     std::string report;
     EXPECT_TRUE(nc::gradcheck(f, p, {}, &report)) << report;
   }
   const std::vector<Tensor> q = mlp_inputs({3, 4}, 8, 4, 60);
-  throws<nc::ShapeError>([&] { nc::nn::gelu_mlp(q[0], q[1], q[2], q[1], q[4]); },
+  throws<nc::ShapeError>([&] { nc::gelu_mlp(q[0], q[1], q[2], q[1], q[4]); },
                          {"gelu_mlp", "proj_weight [out, hidden]", "[8, 4]"})();
-  throws<nc::DTypeError>([&] { nc::nn::gelu_mlp(q[0], q[1], q[2].to(DType::F32), q[3], q[4]); },
+  throws<nc::DTypeError>([&] { nc::gelu_mlp(q[0], q[1], q[2].to(DType::F32), q[3], q[4]); },
                          {"gelu_mlp", "fc_bias", "f32"})();
   // Without biases it is the composition.
-  const Tensor y = nc::nn::gelu_mlp(q[0], q[1], Tensor(), q[3], Tensor());
-  EXPECT_EQ(values(y), values(nc::nn::linear(nc::gelu(nc::nn::linear(q[0], q[1]), true), q[3])));
+  const Tensor y = nc::gelu_mlp(q[0], q[1], Tensor(), q[3], Tensor());
+  EXPECT_EQ(values(y), values(nc::linear(nc::gelu(nc::linear(q[0], q[1]), true), q[3])));
 }
 
 TEST(GeluMlp, CudaMatchesCpu) {

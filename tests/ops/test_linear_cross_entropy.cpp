@@ -46,10 +46,10 @@ Outcome run_loss(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& t
     const int64_t row_bytes = w.size(0) * static_cast<int64_t>(nc::dtype_size(dtype));
     loss = nc::detail::linear_cross_entropy_in_chunks(x, w, t, classes, -100, piece_rows * row_bytes);
   } else if (fused) {
-    loss = nc::nn::linear_cross_entropy(x, w, t, classes);
+    loss = nc::linear_cross_entropy(x, w, t, classes);
   } else {
     const Tensor logits = nc::matmul(x, w.narrow(0, 0, classes).t());
-    loss = nc::nn::cross_entropy(logits.reshape({-1, classes}), t.reshape({-1}));
+    loss = nc::cross_entropy(logits.reshape({-1, classes}), t.reshape({-1}));
   }
   loss.backward();
   return {loss, x.grad(), w.grad()};
@@ -131,7 +131,7 @@ TEST(LinearCrossEntropy, KnownValue) {
   // x = [1, 0], weight rows [1, 0], [0, 1], [2, 0] (the last padded away): logits [1, 0].
   const Tensor x = nc::from_vector<double>({1, 0}, {1, 2}).requires_grad_();
   const Tensor w = nc::from_vector<double>({1, 0, 0, 1, 2, 0}, {3, 2}).requires_grad_();
-  const Tensor loss = nc::nn::linear_cross_entropy(x, w, nc::from_vector<int64_t>({1}, {1}), 2);
+  const Tensor loss = nc::linear_cross_entropy(x, w, nc::from_vector<int64_t>({1}, {1}), 2);
   const double lse = std::log(std::exp(1.0) + 1.0);
   EXPECT_NEAR(loss.item<double>(), lse - 0.0, 1e-12);
   loss.backward();
@@ -145,14 +145,14 @@ TEST(LinearCrossEntropy, KnownValue) {
 
 TEST(LinearCrossEntropy, Gradcheck) {
   const Tensor t = targets({2, 3}, 5, 4);
-  auto f = [&](const std::vector<Tensor>& v) { return nc::nn::linear_cross_entropy(v[0], v[1], t, 5); };
+  auto f = [&](const std::vector<Tensor>& v) { return nc::linear_cross_entropy(v[0], v[1], t, 5); };
   std::string report;
   EXPECT_TRUE(nc::gradcheck(f, {random({2, 3, 4}, 5).requires_grad_(), random({7, 4}, 6).requires_grad_()}, {},
                             &report))
       << report;
   // Only the weight needs a gradient.
   const Tensor x = random({4, 3}, 7), t2 = targets({4}, 6, 8);
-  auto g = [&](const std::vector<Tensor>& v) { return nc::nn::linear_cross_entropy(x, v[0], t2); };
+  auto g = [&](const std::vector<Tensor>& v) { return nc::linear_cross_entropy(x, v[0], t2); };
   EXPECT_TRUE(nc::gradcheck(g, {random({6, 3}, 9).requires_grad_()}, {}, &report)) << report;
 }
 
@@ -161,7 +161,7 @@ TEST(LinearCrossEntropy, ScalesWithTheIncomingGradient) {
   for (DType dtype : {DType::F64, DType::F32}) {
     const Outcome once = run_loss(true, x0, w0, t, 6, nc::Device::cpu(), dtype);
     const Tensor x = x0.to(dtype).detach().requires_grad_(), w = w0.to(dtype).detach().requires_grad_();
-    nc::mul(nc::nn::linear_cross_entropy(x, w, t), 3.0).backward();
+    nc::mul(nc::linear_cross_entropy(x, w, t), 3.0).backward();
     EXPECT_LT(relative_error(x.grad(), nc::mul(once.grad_x, 3.0)), 1e-6);
     EXPECT_LT(relative_error(w.grad(), nc::mul(once.grad_weight, 3.0)), 1e-6);
   }
@@ -174,7 +174,7 @@ TEST(LinearCrossEntropy, AutocastRunsTheProductInBf16AndTheLossInF32) {
   Tensor loss;
   {
     nc::autocast::Guard guard(DType::BF16);
-    loss = nc::nn::linear_cross_entropy(x, w, t, 37);
+    loss = nc::linear_cross_entropy(x, w, t, 37);
   }
   EXPECT_EQ(loss.dtype(), DType::F32);
   loss.backward();
@@ -206,7 +206,7 @@ TEST(LinearCrossEntropy, IgnoredTargetsAsCrossEntropy) {
     // Every target ignored: a NaN loss and zero gradients, as PyTorch's.
     const Tensor x = x0.to(device).detach().requires_grad_(), w = w0.to(device).detach().requires_grad_();
     const Tensor all = nc::full({9}, -7, nc::TensorOptions(DType::I64, device));
-    const Tensor loss = nc::nn::linear_cross_entropy(x, w, all, 10, -7);
+    const Tensor loss = nc::linear_cross_entropy(x, w, all, 10, -7);
     EXPECT_TRUE(std::isnan(loss.item<double>()));
     loss.backward();
     EXPECT_EQ(values(nc::max(nc::abs(x.grad()))), std::vector<double>{0.0});
@@ -217,13 +217,13 @@ TEST(LinearCrossEntropy, IgnoredTargetsAsCrossEntropy) {
 TEST(LinearCrossEntropy, NonFiniteLogitsGiveNan) {
   const Tensor x = nc::from_vector<double>({1, 0, 0, 1}, {2, 2});
   const Tensor w = nc::from_vector<double>({std::nan(""), 0, 0, 1}, {2, 2});
-  const std::vector<double> loss = values(nc::nn::linear_cross_entropy(x, w, nc::from_vector<int64_t>({1, 1}, {2})));
+  const std::vector<double> loss = values(nc::linear_cross_entropy(x, w, nc::from_vector<int64_t>({1, 1}, {2})));
   EXPECT_TRUE(std::isnan(loss[0]));
 }
 
 TEST(LinearCrossEntropy, ErrorsNameOpArgumentAndShapes) {
   const Tensor x = nc::zeros({2, 3}), w = nc::zeros({4, 3}), t = nc::zeros({2}, nc::TensorOptions(DType::I64));
-  using nc::nn::linear_cross_entropy;
+  using nc::linear_cross_entropy;
   throws<nc::ShapeError>([&] { linear_cross_entropy(x, nc::zeros({4, 2}), t); },
                          {"linear_cross_entropy", "weight", "[4, 2]"})();
   throws<nc::ShapeError>([&] { linear_cross_entropy(x, w, nc::zeros({3}, nc::TensorOptions(DType::I64))); },
@@ -242,7 +242,7 @@ TEST(LinearCrossEntropy, ErrorsNameOpArgumentAndShapes) {
 
 TEST(LinearCrossEntropy, EmptyBatchIsNan) {
   const Tensor x = nc::zeros({0, 3}).requires_grad_(), w = nc::ones({4, 3}).requires_grad_();
-  const Tensor loss = nc::nn::linear_cross_entropy(x, w, nc::zeros({0}, nc::TensorOptions(DType::I64)));
+  const Tensor loss = nc::linear_cross_entropy(x, w, nc::zeros({0}, nc::TensorOptions(DType::I64)));
   EXPECT_TRUE(std::isnan(loss.item<double>()));
   loss.backward();
   EXPECT_EQ(values(nc::max(nc::abs(w.grad()))), std::vector<double>{0.0});
@@ -284,10 +284,10 @@ TEST(LinearCrossEntropy, CudaMatchesCpu) {
   const Tensor w = nc::ones({4, 3}, nc::TensorOptions(DType::F32, nc::Device::cuda()));
   throws<nc::IndexError>(
       [&] {
-        nc::nn::linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 4}, {2}).to(nc::Device::cuda())).item<double>();
+        nc::linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 4}, {2}).to(nc::Device::cuda())).item<double>();
       },
       {"linear_cross_entropy", "target value 4", "4 classes"})();
-  EXPECT_NEAR(nc::nn::linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 3}, {2}).to(nc::Device::cuda()))
+  EXPECT_NEAR(nc::linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 3}, {2}).to(nc::Device::cuda()))
                   .item<double>(),
               std::log(4.0), 1e-6);
 }

@@ -147,7 +147,7 @@ Data make_data(int64_t n) {
 // One training step on the first batch samples of data; returns the loss.
 float train_step(nc::nn::Module& model, nc::optim::Optimizer& optimizer, const Data& data, int64_t batch) {
   optimizer.zero_grad();
-  Tensor loss = nc::nn::cross_entropy(model.forward(data.x.narrow(0, 0, batch)), data.y.narrow(0, 0, batch));
+  Tensor loss = nc::cross_entropy(model.forward(data.x.narrow(0, 0, batch)), data.y.narrow(0, 0, batch));
   loss.backward();
   optimizer.step();
   return loss.item<float>();

@@ -62,7 +62,7 @@ Outcome train_classifier(const std::string& model_name, bool graphed, int64_t st
   nc::optim::CosineLR schedule(optimizer, 2, steps, 1e-4);
   nc::GraphedStep step(training_step(
                            [&](const std::vector<Tensor>& in) {
-                             return nc::nn::cross_entropy((*model)(in[0]), in[1], nc::nn::Reduction::Mean, 0.1);
+                             return nc::cross_entropy((*model)(in[0]), in[1], nc::Reduction::Mean, 0.1);
                            },
                            optimizer),
                        graphed);
@@ -126,7 +126,7 @@ TEST(CudaGraph, GraphedF16StepsWithLossScalingMatchDirectSteps) {
           Tensor loss;
           {
             nc::autocast::Guard guard(DType::F16);
-            loss = nc::nn::cross_entropy((*model)(in[0]), in[1]);
+            loss = nc::cross_entropy((*model)(in[0]), in[1]);
           }
           optimizer.zero_grad();
           scaler.scale(loss).backward();

@@ -51,24 +51,24 @@ struct BadCall {
 std::vector<BadCall> bad_calls() {
   return {
       {"embedding, index too large",
-       [](nc::Device d) { return nn::embedding(nc::ones({10, 3}).to(d), i64({1, 10, 2}, d)); },
+       [](nc::Device d) { return nc::embedding(nc::ones({10, 3}).to(d), i64({1, 10, 2}, d)); },
        "embedding: index 10 is out of range for 10 embeddings"},
       {"embedding, negative i32 index",
-       [](nc::Device d) { return nn::embedding(nc::ones({10, 3}).to(d), nc::from_vector<int32_t>({-2}, {1}, d)); },
+       [](nc::Device d) { return nc::embedding(nc::ones({10, 3}).to(d), nc::from_vector<int32_t>({-2}, {1}, d)); },
        "embedding: index -2 is out of range for 10 embeddings"},
       {"cross_entropy, target too large",
-       [](nc::Device d) { return nn::cross_entropy(nc::zeros({3, 4}).to(d), i64({0, 7, 1}, d)); },
+       [](nc::Device d) { return nc::cross_entropy(nc::zeros({3, 4}).to(d), i64({0, 7, 1}, d)); },
        "cross_entropy: target value 7 is out of range for 4 classes"},
       {"cross_entropy, negative target beside ignored rows",
-       [](nc::Device d) { return nn::cross_entropy(nc::zeros({3, 4}).to(d), i64({-100, -1, -100}, d)); },
+       [](nc::Device d) { return nc::cross_entropy(nc::zeros({3, 4}).to(d), i64({-100, -1, -100}, d)); },
        "cross_entropy: target value -1 is out of range for 4 classes"},
       {"cross_entropy, ignore_index a class, another target too large",
        [](nc::Device d) {
-         return nn::cross_entropy(nc::zeros({2, 4}).to(d), i64({2, 4}, d), nn::Reduction::Sum, 0.0, 2);
+         return nc::cross_entropy(nc::zeros({2, 4}).to(d), i64({2, 4}, d), nc::Reduction::Sum, 0.0, 2);
        },
        "cross_entropy: target value 4 is out of range for 4 classes"},
       {"nll_loss, target too large",
-       [](nc::Device d) { return nn::nll_loss(nc::zeros({2, 3}).to(d), i64({3, 0}, d)); },
+       [](nc::Device d) { return nc::nll_loss(nc::zeros({2, 3}).to(d), i64({3, 0}, d)); },
        "nll_loss: target value 3 is out of range for 3 classes"},
       {"index_select", [](nc::Device d) { return nc::index_select(nc::ones({4, 2}).to(d), 0, i64({0, 4}, d)); },
        "index_select: index 4 is out of range for dim 0 of size 4"},
@@ -166,11 +166,11 @@ TEST(CudaIndexErrors, ABadValueIsRaisedAtTheNextWaitOnce) {
   }
   const Tensor weight = nc::randn({10, 3});
   const Tensor index = i64({9, 0, 3, 3}, nc::Device::cpu());
-  EXPECT_EQ(host(nn::embedding(weight.to(kCuda), index.to(kCuda))), host(nn::embedding(weight, index)));
+  EXPECT_EQ(host(nc::embedding(weight.to(kCuda), index.to(kCuda))), host(nc::embedding(weight, index)));
   const Tensor logits = nc::randn({3, 4});
   const Tensor target = i64({3, -100, 0}, nc::Device::cpu());
-  EXPECT_NEAR(nn::cross_entropy(logits.to(kCuda), target.to(kCuda)).item<double>(),
-              nn::cross_entropy(logits, target).item<double>(), 1e-6);
+  EXPECT_NEAR(nc::cross_entropy(logits.to(kCuda), target.to(kCuda)).item<double>(),
+              nc::cross_entropy(logits, target).item<double>(), 1e-6);
 }
 
 // The first error stays recorded through later steps that wait for nothing, good or bad;
@@ -183,7 +183,7 @@ TEST(CudaIndexErrors, AnErrorIsKeptUntilAWaitRaisesIt) {
   Tensor total;
   for (int step = 0; step < 6; ++step) {
     const Tensor index = step == 1 ? i64({1, 11, 3}, kCuda) : step == 4 ? i64({-5}, kCuda) : good;
-    total = nc::sum(nn::embedding(weight, index));
+    total = nc::sum(nc::embedding(weight, index));
     total.backward();
   }
   throws<nc::IndexError>([&] { total.item<float>(); }, {"embedding: index 11 is out of range for 8 embeddings"})();
@@ -200,8 +200,8 @@ TEST(CudaIndexErrors, BackwardThroughABadValueSkipsIt) {
   const Tensor weight = nc::randn({6, 5});
   auto step = [&](nc::Device d, const std::vector<int64_t>& tokens, const std::vector<int64_t>& targets) {
     const Tensor w = weight.to(d).detach().requires_grad_(), x = logits.to(d).detach().requires_grad_();
-    const Tensor scores = nc::add(x, nn::embedding(w, i64(tokens, d)));
-    nn::cross_entropy(scores, i64(targets, d), nn::Reduction::Mean, 0.1).backward();
+    const Tensor scores = nc::add(x, nc::embedding(w, i64(tokens, d)));
+    nc::cross_entropy(scores, i64(targets, d), nc::Reduction::Mean, 0.1).backward();
     return std::vector<Tensor>{w.grad(), x.grad()};
   };
   step(kCuda, {0, 6, 1, 2}, {1, 1, 9, -100});
@@ -262,7 +262,7 @@ TEST(CudaIndexErrors, AGraphReplayReportsTheOpsOwnMessageOnce) {
   Tensor targets = i64({0, 5, -100, 7}, kCuda);
   Tensor loss;
   auto step = [&] {
-    loss = nn::cross_entropy(nn::embedding(weight, tokens), targets);
+    loss = nc::cross_entropy(nc::embedding(weight, tokens), targets);
     loss.backward();
   };
   step();  // a direct step first: the gradient exists before the capture

@@ -36,8 +36,8 @@ std::shared_ptr<nc::nn::Module> mlp(nc::Generator* gen) {
       std::make_shared<nc::nn::Dropout>(0.2, gen), std::make_shared<nc::nn::Linear>(16, 2, true, gen)});
 }
 
-nc::Tensor cross_entropy(const nc::Tensor& logits, const nc::Tensor& labels) {
-  return nc::nn::cross_entropy(logits, labels);
+nc::Tensor loss_of(const nc::Tensor& logits, const nc::Tensor& labels) {
+  return nc::cross_entropy(logits, labels);
 }
 
 // Trains a fresh model (seed 11) on blobs with options; returns its state and what the hooks saw.
@@ -56,13 +56,13 @@ Outcome train_blobs(train::TrainerOptions options, const std::string& precision 
   options.precision = precision;
   options.progress = false;
   options.loss_every = 1;
-  train::Trainer trainer(model, cross_entropy, train::adamw({0.02, 0.9, 0.999, 1e-8, 0.01}), options);
+  train::Trainer trainer(model, loss_of, train::adamw({0.02, 0.9, 0.999, 1e-8, 0.01}), options);
   trainer.set_schedule(train::cosine_schedule(2, 0.001));
   const auto test = blobs(64, 99);
   trainer.set_evaluate([&](nc::nn::Module& m) -> std::vector<std::pair<std::string, double>> {
     nc::autograd::NoGradGuard no_grad;
     m.eval();
-    const double loss = cross_entropy(m(test->inputs().to(options.device)), test->targets().to(options.device))
+    const double loss = loss_of(m(test->inputs().to(options.device)), test->targets().to(options.device))
                             .item<double>();
     m.train();
     return {{"loss", loss}};
@@ -280,7 +280,7 @@ TEST_F(Trainer, BadOptionsNameTheOptionAndTheValue) {
       train::TrainerOptions o;
       o.steps = 1;
       change(o);
-      train::Trainer(mlp(&gen), cross_entropy, train::adamw({}), o);
+      train::Trainer(mlp(&gen), loss_of, train::adamw({}), o);
     };
   };
   throws<nc::ValueError>(make([](auto& o) { o.precision = "fp8"; }), {"--precision", "fp8"})();
@@ -297,7 +297,7 @@ TEST_F(Trainer, BadOptionsNameTheOptionAndTheValue) {
         train::TrainerOptions o;
         o.steps = 1;
         o.resume = missing;
-        train::Trainer t(mlp(&gen), cross_entropy, train::adamw({}), o);
+        train::Trainer t(mlp(&gen), loss_of, train::adamw({}), o);
         t.fit(blobs(8, 1), {});
       },
       {missing})();
