@@ -75,7 +75,7 @@ int train(const Args& args) {
   nc::train::Trainer trainer(
       model,
       [smoothing](const nc::Tensor& logits, const nc::Tensor& labels) {
-        return nc::nn::cross_entropy(logits, labels, nc::nn::Reduction::Mean, smoothing);
+        return nc::cross_entropy(logits, labels, nc::Reduction::Mean, smoothing);
       },
       classifier_optimizer(optimizer_name, lr, weight_decay), options);
   trainer.set_schedule(nc::train::cosine_schedule(integer(args, "warmup", 0), lr * 0.01));

@@ -101,21 +101,21 @@ Size2 attr_pair(const json& attrs, const char* key, std::optional<Size2> fallbac
 }
 
 // "mean" (the default), "sum" or "none".
-nn::Reduction attr_reduction(const json& attrs, const char* key) {
-  if (!attrs.contains(key)) return nn::Reduction::Mean;
+Reduction attr_reduction(const json& attrs, const char* key) {
+  if (!attrs.contains(key)) return Reduction::Mean;
   const json& value = attrs[key];
   NC_CHECK(value.is_string(), ValueError, "attribute '", key, "' must be a string, got ", value.dump());
   const std::string name = value.get<std::string>();
-  if (name == "mean") return nn::Reduction::Mean;
-  if (name == "sum") return nn::Reduction::Sum;
+  if (name == "mean") return Reduction::Mean;
+  if (name == "sum") return Reduction::Sum;
   NC_CHECK(name == "none", ValueError, "attribute '", key, "' must be \"mean\", \"sum\" or \"none\", got \"", name,
            "\"");
-  return nn::Reduction::None;
+  return Reduction::None;
 }
 
 // ---- the ops ----
-// [*, in] x, [out, in] weight, [out] bias (optional) -> [*, out]
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+// [*, in] x, [out, in] weight, [out] bias (optional) -> [*, out], as matmul then add
+Tensor linear_composed(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = matmul(x, weight.t());
   return bias.defined() ? y + bias : y;
 }
@@ -153,7 +153,7 @@ const std::vector<OpSpec>& op_table() {
        [](const Inputs& in, const json& a) { return frobenius_norm(in.at("x"), attr_number(a, "eps", 1e-12)); }},
       {"linear", {"x", "weight"}, {"bias"}, {},
        [](const Inputs& in, const json&) {
-         return linear(in.at("x"), in.at("weight"), optional_input(in, "bias"));
+         return linear_composed(in.at("x"), in.at("weight"), optional_input(in, "bias"));
        }},
       // [B, in] -> linear [B, OUT] -> group_norm -> min over dim 1 [B, 1] -> + bias [1, OUT, 1, 1]
       // -> [1, OUT, B, 1] (NumPy broadcasting).
@@ -219,14 +219,14 @@ const std::vector<OpSpec>& op_table() {
        [](const Inputs& in, const json& a) { return log_softmax(in.at("x"), attr_integer(a, "dim")); }},
       {"cross_entropy", {"x", "target"}, {}, {"reduction", "label_smoothing", "ignore_index"},
        [](const Inputs& in, const json& a) {
-         return nn::cross_entropy(in.at("x"), in.at("target"), attr_reduction(a, "reduction"),
+         return cross_entropy(in.at("x"), in.at("target"), attr_reduction(a, "reduction"),
                                   attr_number(a, "label_smoothing", 0.0), attr_integer(a, "ignore_index", -100));
        }},
       {"embedding", {"weight", "indices"}, {}, {"padding_idx"},
        [](const Inputs& in, const json& a) {
          std::optional<int64_t> padding_idx;
          if (a.contains("padding_idx") && !a["padding_idx"].is_null()) padding_idx = attr_integer(a, "padding_idx");
-         return nn::embedding(in.at("weight"), in.at("indices"), padding_idx);
+         return embedding(in.at("weight"), in.at("indices"), padding_idx);
        }},
   };
   return table;

@@ -5,7 +5,7 @@
 
 #include "normcore/error.h"
 #ifdef NORMCORE_HAS_CUDA
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/runtime.h"
 #endif
 
 namespace normcore {

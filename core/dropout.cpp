@@ -1,4 +1,4 @@
-// nn::dropout: one kernel pass draws the keep-mask (the one rand() would draw from the
+// dropout (normcore/nn.h): one kernel pass draws the keep-mask (the one rand() would draw from the
 // generator, kernels/scalar/dropout.h) and scales the kept elements; the node saves only
 // the bool mask, and its backward is one pass of the same scaling over the gradient.
 #include "autograd/graph.h"
@@ -10,7 +10,6 @@
 #include "normcore/random.h"
 
 namespace normcore {
-namespace nn {
 
 using namespace detail;
 
@@ -44,5 +43,4 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   return out;
 }
 
-}  // namespace nn
 }  // namespace normcore

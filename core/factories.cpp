@@ -156,7 +156,7 @@ Tensor empty_floating(const char* op, const Shape& shape, TensorOptions options)
 // again each time, so not inside a capture.
 uint64_t reserve_counters(const OpScope& op, Generator& g, const Tensor& out) {
   NC_CHECK(!cuda::capturing(out.device()), CaptureError, op, ": cannot run inside a CUDA graph capture on ",
-           out.device(), ": each replay would draw the same numbers (nn::dropout can be captured)");
+           out.device(), ": each replay would draw the same numbers (normcore::dropout can be captured)");
   return g.advance(static_cast<uint64_t>(out.numel()));
 }
 

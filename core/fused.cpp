@@ -52,14 +52,14 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
   Tensor mean = new_tensor({rows * groups}, kernels::stats_dtype(device, y.dtype()), device);
   Tensor rstd = new_tensor({rows * groups}, kernels::stats_dtype(device, y.dtype()), device);
   Tensor argmin = new_tensor({rows}, DType::I64, device);
+  const kernels::GroupLayout layout = kernels::group_layout(rows, groups, channels, 1);
   if (rows > 0) {
-    kernels::fused(device).group_norm_min_bias_forward(yc, lb, w, gb, bc, rows, channels, groups, eps, out, mean, rstd,
-               argmin);
+    kernels::fused(device).group_norm_min_bias_forward(yc, lb, w, gb, bc, layout, eps, out, mean, rstd, argmin);
   }
   if (!autograd::needs_grad(y, linear_bias, gn_weight, gn_bias, bias)) return out;
   autograd::record(kOp, out, {y, linear_bias, gn_weight, gn_bias, bias},
                    [ys = autograd::saved(yc), lbs = autograd::saved(lb), ws = autograd::saved(w),
-                    has_gn_bias = gb.defined(), mean, rstd, argmin, rows, channels, groups](const Tensor& grad) {
+                    has_gn_bias = gb.defined(), mean, rstd, argmin, rows, channels, layout](const Tensor& grad) {
                      const Tensor& y = ys.get();
                      const Tensor& lb = lbs.get();
                      const Tensor& w = ws.get();
@@ -72,8 +72,8 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
                      Tensor grad_gn_bias = has_gn_bias ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_bias = new_tensor({1, channels, 1, 1}, dtype, device);
                      kernels::fused(device).group_norm_min_bias_backward(grad_out, y, lb, w, mean, rstd, argmin,
-                                rows, channels, groups, grad_y, grad_linear_bias, grad_weight, grad_gn_bias,
-                                grad_bias);
+                                                                         layout, grad_y, grad_linear_bias, grad_weight,
+                                                                         grad_gn_bias, grad_bias);
                      return std::vector<Tensor>{grad_y, grad_linear_bias, grad_weight, grad_gn_bias, grad_bias};
                    });
   return out;

@@ -1,9 +1,9 @@
-// nn::linear (normcore/nn.h): y = x @ weight^T + bias as one recorded op. With a bias the
+// linear (normcore/nn.h): y = x @ weight^T + bias as one recorded op. With a bias the
 // product and the bias are one kernel call (kernels/matmul.h, matmul_epilogue: cuBLASLt's bias
 // epilogue on CUDA), so the bias costs no pass of its own over y, where matmul then add
 // would read and write y again. Backward is the two products and the bias gradient summed
 // over the rows (autograd::sum_to: one product with a row of ones for 16-bit gradients).
-// nn::gelu_mlp: a transformer's MLP, linear(gelu_tanh(linear(x))), as one recorded op whose
+// gelu_mlp: a transformer's MLP, linear(gelu_tanh(linear(x))), as one recorded op whose
 // GELU lives in the first product's epilogue forward and in the second product's backward
 // (matmul_epilogue's BiasGelu and DGelu). With recompute_gelu the GELU's output is not kept
 // for the backward: it is made again there from the kept pre-activation (one elementwise
@@ -17,7 +17,6 @@
 #include "normcore/ops.h"
 
 namespace normcore {
-namespace nn {
 
 using namespace detail;
 
@@ -169,5 +168,4 @@ Tensor gelu_mlp(const Tensor& x_arg, const Tensor& fc_weight_arg, const Tensor& 
   return y;
 }
 
-}  // namespace nn
 }  // namespace normcore

@@ -21,7 +21,6 @@
 #include "normcore/ops.h"
 
 namespace normcore {
-namespace nn {
 
 using namespace detail;
 
@@ -95,13 +94,10 @@ Tensor linear_cross_entropy(const Tensor& x_arg, const Tensor& weight_arg, const
                                                 kLinearCrossEntropyChunkBytes);
 }
 
-}  // namespace nn
-
 namespace detail {
 
 Tensor linear_cross_entropy_in_chunks(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& target_arg,
                                       int64_t classes, int64_t ignore_index, int64_t chunk_bytes) {
-  using namespace nn;
   const OpScope op("linear_cross_entropy");
   check_defined(op, "x", x_arg);
   check_defined(op, "weight", weight_arg);

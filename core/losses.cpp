@@ -13,7 +13,6 @@
 #include "normcore/ops.h"
 
 namespace normcore {
-namespace nn {
 
 using namespace detail;
 
@@ -219,5 +218,4 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits_arg, const Tensor& 
   return loss;
 }
 
-}  // namespace nn
 }  // namespace normcore

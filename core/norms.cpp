@@ -230,19 +230,20 @@ Tensor group_norm(const Tensor& x_arg, int64_t num_groups, const Tensor& weight_
     b = bias.defined() ? bias.contiguous() : bias;
   }
   Tensor out = new_like(x), mean = stats_like({batch * num_groups}, x), rstd = stats_like({batch * num_groups}, x);
-  kernels::norms(x.device()).group_norm_forward(xc, w, b, batch, num_groups, channels, spatial, eps, out, mean, rstd);
+  const kernels::GroupLayout layout = kernels::group_layout(batch, num_groups, channels, spatial);
+  kernels::norms(x.device()).group_norm_forward(xc, w, b, layout, eps, out, mean, rstd);
   if (!autograd::needs_grad(x, weight, bias)) return out;
   autograd::record(op, out, {x, weight, bias},
-                   [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, batch,
-                    num_groups, channels, spatial](const Tensor& grad) {
+                   [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd,
+                    layout](const Tensor& grad) {
                      const Tensor& x = xs.get();
                      const Tensor& w = ws.get();
                      Tensor grad_x = new_like(x);
                      Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
-                     Tensor grad_bias = has_bias ? new_tensor({channels}, x.dtype(), x.device()) : Tensor();
-                     kernels::norms(x.device()).group_norm_backward(grad_like(grad, x), x, w, mean, rstd, batch,
-                                                                    num_groups, channels, spatial, grad_x, grad_weight,
-                                                                    grad_bias);
+                     Tensor grad_bias =
+                         has_bias ? new_tensor({layout.channels()}, x.dtype(), x.device()) : Tensor();
+                     kernels::norms(x.device()).group_norm_backward(grad_like(grad, x), x, w, mean, rstd, layout,
+                                                                    grad_x, grad_weight, grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
   return out;
@@ -287,24 +288,23 @@ Tensor batch_norm(const Tensor& x_arg, const Tensor& running_mean, const Tensor&
     }
   }
   Tensor out = new_like(x), mean = stats_like({channels}, x), rstd = stats_like({channels}, x);
-  kernels::norms(x.device()).batch_norm_forward(xc, w, b, rm, rv, batch, channels, spatial, training, momentum, eps,
-                                                out, mean, rstd);
+  const kernels::BatchLayout layout{batch, channels, spatial};
+  kernels::norms(x.device()).batch_norm_forward(xc, w, b, rm, rv, layout, {training, momentum, eps}, out, mean, rstd);
   if (update) {
     finish_running_update(running_mean, rm);
     finish_running_update(running_var, rv);
   }
   if (!autograd::needs_grad(x, weight, bias)) return out;
   autograd::record(op, out, {x, weight, bias},
-                   [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, batch,
-                    channels, spatial, training](const Tensor& grad) {
+                   [xs = autograd::saved(xc), ws = autograd::saved(w), has_bias = b.defined(), mean, rstd, layout,
+                    training](const Tensor& grad) {
                      const Tensor& x = xs.get();
                      const Tensor& w = ws.get();
                      Tensor grad_x = new_like(x);
                      Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
-                     Tensor grad_bias = has_bias ? new_tensor({channels}, x.dtype(), x.device()) : Tensor();
-                     kernels::norms(x.device()).batch_norm_backward(grad_like(grad, x), x, w, mean, rstd, batch,
-                                                                    channels, spatial, training, grad_x, grad_weight,
-                                                                    grad_bias);
+                     Tensor grad_bias = has_bias ? new_tensor({layout.channels}, x.dtype(), x.device()) : Tensor();
+                     kernels::norms(x.device()).batch_norm_backward(grad_like(grad, x), x, w, mean, rstd, layout,
+                                                                    training, grad_x, grad_weight, grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
   return out;
@@ -320,15 +320,15 @@ Tensor l1_norm(const Tensor& x_arg, int64_t dim, double eps) {
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < d; ++i) outer *= shape[i];
   for (size_t i = static_cast<size_t>(d) + 1; i < shape.size(); ++i) inner *= shape[i];
-  const int64_t size = shape[d];
   Tensor xc = x.contiguous().detach();
   Tensor out = new_like(x), norm = stats_like({outer, inner}, x);
-  kernels::norms(x.device()).l1_norm_forward(xc, outer, size, inner, eps, out, norm);
+  const kernels::DimLayout layout{outer, shape[d], inner};
+  kernels::norms(x.device()).l1_norm_forward(xc, layout, eps, out, norm);
   if (!autograd::needs_grad(x)) return out;
-  autograd::record(op, out, {x}, [xs = autograd::saved(xc), norm, outer, size, inner, eps](const Tensor& grad) {
+  autograd::record(op, out, {x}, [xs = autograd::saved(xc), norm, layout, eps](const Tensor& grad) {
     const Tensor& x = xs.get();
     Tensor grad_x = new_like(x);
-    kernels::norms(x.device()).l1_norm_backward(grad_like(grad, x), x, norm, outer, size, inner, eps, grad_x);
+    kernels::norms(x.device()).l1_norm_backward(grad_like(grad, x), x, norm, layout, eps, grad_x);
     return std::vector<Tensor>{grad_x};
   });
   return out;

@@ -23,7 +23,7 @@
 #include "core/temp_file.h"
 #include "normcore/error.h"
 #ifdef NORMCORE_HAS_CUDA
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/runtime.h"
 #endif
 
 // Tensor memory is copied to and from the file byte for byte, and the format is little-endian.

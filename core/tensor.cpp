@@ -17,7 +17,7 @@
 #include "kernels/scalar/dtype.h"
 #include "normcore/ops.h"
 #ifdef NORMCORE_HAS_CUDA
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/runtime.h"
 #endif
 
 namespace normcore {

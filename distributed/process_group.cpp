@@ -27,7 +27,7 @@
 
 #include "distributed/nccl.h"
 #include "kernels/capture.h"
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/runtime.h"
 #endif
 
 namespace normcore {

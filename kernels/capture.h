@@ -1,4 +1,4 @@
-// What core and the optimizers need to know about CUDA graph capture (kernels/cuda/graph.cu);
+// What core and the optimizers need to know about CUDA graph capture (runtime/cuda/graph.cu);
 // a CPU-only build never captures.
 #pragma once
 

@@ -9,31 +9,32 @@
 #include <cstdint>
 
 #include "kernels/backend.h"
+#include "kernels/norms.h"
 
 namespace normcore {
 namespace kernels {
 
 class FusedKernels {
  public:
-  // The GroupNorm + min + bias step of gemm_group_norm_min_bias. y [rows, channels] with
-  // channels = groups * group_len is the GEMM's output before its bias; linear_bias, weight,
-  // gn_bias [channels] or undefined; bias [channels]. Per row b: v = y[b] + linear_bias,
-  // z = group_norm(v) * weight + gn_bias, argmin[b] = first index of min(z) (a NaN wins),
-  // out[o, b] = min(z) + bias[o] with out [channels, rows]; mean and rstd (of v)
-  // [rows * groups].
+  // The GroupNorm + min + bias step of gemm_group_norm_min_bias, in group norm's layout with
+  // l.batch = rows and l.spatial = 1 (kernels/norms.h). y [rows, channels] with channels =
+  // l.channels() = l.groups * l.group_channels is the GEMM's output before its bias;
+  // linear_bias, weight, gn_bias [channels] or undefined; bias [channels]. Per row b:
+  // v = y[b] + linear_bias, z = group_norm(v) * weight + gn_bias, argmin[b] = first index of
+  // min(z) (a NaN wins), out[o, b] = min(z) + bias[o] with out [channels, rows]; mean and
+  // rstd (of v) [l.rows()] = [rows * groups].
   virtual void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
-                                           const Tensor& gn_bias, const Tensor& bias, int64_t rows,
-                                           int64_t channels, int64_t groups, double eps, const Tensor& out,
-                                           const Tensor& mean, const Tensor& rstd, const Tensor& argmin) const = 0;
+                                           const Tensor& gn_bias, const Tensor& bias, const GroupLayout& l,
+                                           double eps, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                           const Tensor& argmin) const = 0;
   // grad_out [channels, rows] -> grad_y [rows, channels] (non-zero only in the group of each
   // row's argmin), grad_linear_bias (grad_y summed over rows), grad_weight, grad_gn_bias,
   // grad_bias [channels] (each skipped when undefined).
   virtual void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
                                             const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                            const Tensor& argmin, int64_t rows, int64_t channels, int64_t groups,
-                                            const Tensor& grad_y, const Tensor& grad_linear_bias,
-                                            const Tensor& grad_weight, const Tensor& grad_gn_bias,
-                                            const Tensor& grad_bias) const = 0;
+                                            const Tensor& argmin, const GroupLayout& l, const Tensor& grad_y,
+                                            const Tensor& grad_linear_bias, const Tensor& grad_weight,
+                                            const Tensor& grad_gn_bias, const Tensor& grad_bias) const = 0;
 
   // The rows of a softmax cross-entropy, loss and gradient in one pass (linear_cross_entropy's
   // step after its matrix product). logits [rows, cols] contiguous, target [rows] i64, loss

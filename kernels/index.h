@@ -5,7 +5,7 @@
 // the value and the size: the CPU throws it before writing anything; CUDA skips the element
 // (index_select and gather write 0 there), records the error in the device's deferred record
 // and returns without waiting; the host raises it at its next wait for the device
-// (kernels/cuda/index_errors.h).
+// (runtime/cuda/index_errors.h).
 #pragma once
 
 #include <cstdint>

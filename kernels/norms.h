@@ -31,6 +31,26 @@ inline GroupLayout group_layout(int64_t batch, int64_t groups, int64_t channels,
   return {batch, groups, groups > 0 ? channels / groups : 0, spatial};
 }
 
+// Batch norm's layout: x [batch, channels, spatial]; a channel's statistics run over its
+// `batch` planes of `spatial` contiguous elements, channels * spatial apart.
+struct BatchLayout {
+  int64_t batch, channels, spatial;
+  int64_t count() const { return batch * spatial; }  // values per channel
+};
+
+// What batch norm's forward does besides normalizing: with training, it takes the batch's
+// statistics and moves the running ones by momentum; without, it reads the running ones.
+struct BatchNormMode {
+  bool training;
+  double momentum, eps;
+};
+
+// x seen as [outer, size, inner] around the dim an op reduces over (size: that dim's extent,
+// inner: the elements after it): L1 norm's layout.
+struct DimLayout {
+  int64_t outer, size, inner;
+};
+
 class NormKernels {
  public:
   // layer_norm: x [rows, row_len]; mean, rstd [rows]; weight, bias [row_len];
@@ -50,41 +70,38 @@ class NormKernels {
   virtual void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                                  int64_t rows, int64_t row_len, const Tensor& grad_x,
                                  const Tensor& grad_weight) const = 0;
-  // group_norm: x [batch, channels, spatial], channels = groups * (channels / groups);
-  // mean, rstd [batch * groups]; weight, bias [channels].
-  virtual void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch,
-                                  int64_t groups, int64_t channels, int64_t spatial, double eps, const Tensor& y,
-                                  const Tensor& mean, const Tensor& rstd) const = 0;
+  // group_norm: x [l.batch, l.channels(), l.spatial]; mean, rstd [l.rows()]; weight, bias
+  // [l.channels()].
+  virtual void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const GroupLayout& l,
+                                  double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) const = 0;
   virtual void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels,
-                                   int64_t spatial, const Tensor& grad_x, const Tensor& grad_weight,
-                                   const Tensor& grad_bias) const = 0;
-  // batch_norm: x [batch, channels, spatial]; each channel's statistics are over its batch *
-  // spatial elements; mean, rstd, weight, bias, running_mean, running_var [channels].
-  // training: mean and rstd = 1 / sqrt(var + eps) of the batch (biased variance, two-pass or
+                                   const Tensor& rstd, const GroupLayout& l, const Tensor& grad_x,
+                                   const Tensor& grad_weight, const Tensor& grad_bias) const = 0;
+  // batch_norm: x [l.batch, l.channels, l.spatial]; each channel's statistics are over its
+  // l.count() elements; mean, rstd, weight, bias, running_mean, running_var [l.channels].
+  // mode.training: mean and rstd = 1 / sqrt(var + eps) of the batch (biased variance, two-pass or
   // Welford/Chan), and running_mean and running_var, each when defined, are updated in place
   // to (1 - momentum) * running + momentum * statistic with the unbiased variance (the caller
   // passes them only when batch * spatial >= 2). Evaluation: mean = running_mean and
   // rstd = 1 / sqrt(running_var + eps) (both defined, only read). Both: mean and rstd are
   // saved (=) and y = (x - mean) * rstd * weight + bias.
   virtual void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                  const Tensor& running_mean, const Tensor& running_var, int64_t batch,
-                                  int64_t channels, int64_t spatial, bool training, double momentum, double eps,
-                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) const = 0;
+                                  const Tensor& running_mean, const Tensor& running_var, const BatchLayout& l,
+                                  const BatchNormMode& mode, const Tensor& y, const Tensor& mean,
+                                  const Tensor& rstd) const = 0;
   // With xhat = (x - mean) * rstd and per-channel sums over batch * spatial:
   // grad_weight = sum(dy * xhat), grad_bias = sum(dy); grad_x = w * rstd * (dy - mean(dy) -
   // xhat * mean(dy * xhat)) in training (through the batch statistics), w * rstd * dy in
   // evaluation (the running statistics are constants).
   virtual void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& rstd, int64_t batch, int64_t channels, int64_t spatial,
-                                   bool training, const Tensor& grad_x, const Tensor& grad_weight,
-                                   const Tensor& grad_bias) const = 0;
-  // l1_norm: x [outer, size, inner] -> y = x / max(mean(|x|, dim 1), eps); norm [outer, inner]
-  // holds mean(|x|) before the clamp (0 when size == 0).
-  virtual void l1_norm_forward(const Tensor& x, int64_t outer, int64_t size, int64_t inner, double eps,
-                               const Tensor& y, const Tensor& norm) const = 0;
-  virtual void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, int64_t outer,
-                                int64_t size, int64_t inner, double eps, const Tensor& grad_x) const = 0;
+                                   const Tensor& rstd, const BatchLayout& l, bool training, const Tensor& grad_x,
+                                   const Tensor& grad_weight, const Tensor& grad_bias) const = 0;
+  // l1_norm: x [l.outer, l.size, l.inner] -> y = x / max(mean(|x|, dim 1), eps); norm
+  // [l.outer, l.inner] holds mean(|x|) before the clamp (0 when l.size == 0).
+  virtual void l1_norm_forward(const Tensor& x, const DimLayout& l, double eps, const Tensor& y,
+                               const Tensor& norm) const = 0;
+  virtual void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, const DimLayout& l,
+                                double eps, const Tensor& grad_x) const = 0;
   // frobenius_norm: y = x / max(sqrt(sum(x * x)), eps) over all elements; norm [] holds
   // sqrt(sum(x * x)). Backward: the norm's gradient is 0 where the clamp is active.
   virtual void frobenius_norm_forward(const Tensor& x, double eps, const Tensor& y, const Tensor& norm) const = 0;

@@ -1,4 +1,4 @@
-// The Dropout module; the op, nn::dropout, is core/dropout.cpp.
+// The Dropout module; the op, normcore::dropout, is core/dropout.cpp.
 #include "normcore/nn.h"
 
 namespace normcore {
@@ -15,7 +15,7 @@ double checked_p(const char* op, double p) {
 
 Dropout::Dropout(double p, Generator* gen) : p(checked_p("Dropout", p)), gen_(gen) {}
 
-Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training(), gen_); }
+Tensor Dropout::forward(const Tensor& x) { return normcore::dropout(x, p, is_training(), gen_); }
 
 }  // namespace nn
 }  // namespace normcore

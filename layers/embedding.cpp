@@ -23,6 +23,8 @@ Embedding::Embedding(int64_t num, int64_t dim, Generator* gen)
   weight = register_parameter("weight", randn({num, dim}, DType::F32, gen));
 }
 
+}  // namespace nn
+
 Tensor embedding(const Tensor& weight, const Tensor& index, std::optional<int64_t> padding_idx) {
   const char* op = "embedding";
   NC_CHECK(weight.defined(), ValueError, op, ": weight is an undefined tensor");
@@ -53,7 +55,9 @@ Tensor embedding(const Tensor& weight, const Tensor& index, std::optional<int64_
   return rows.view(shape);
 }
 
-Tensor Embedding::forward(const Tensor& index) { return embedding(weight, index); }
+namespace nn {
+
+Tensor Embedding::forward(const Tensor& index) { return normcore::embedding(weight, index); }
 
 }  // namespace nn
 }  // namespace normcore

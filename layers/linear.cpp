@@ -1,4 +1,4 @@
-// Linear: y = x @ weight^T + bias for any leading dims, through nn::linear (core/linear.cpp:
+// Linear: y = x @ weight^T + bias for any leading dims, through normcore::linear (core/linear.cpp:
 // the weight used through a transposed view, the bias added inside the product).
 #include <cmath>
 
@@ -41,7 +41,7 @@ Tensor Linear::forward(const Tensor& x) {
            " but weight is ", describe(weight), " (convert the input, or the module with to(dtype))");
   NC_CHECK(x.device() == weight.device(), DeviceError, op, ": input is on ", x.device(), " but weight is on ",
            weight.device(), " (move the module with to(device))");
-  return linear(x, weight, bias);
+  return normcore::linear(x, weight, bias);
 }
 
 }  // namespace nn

@@ -63,7 +63,7 @@ std::vector<Tensor> CausalSelfAttention::project(const Tensor& x) {
 
 Tensor CausalSelfAttention::output(const Tensor& y) {
   const Tensor merged = y.permute({0, 2, 1, 3}).reshape({y.size(0), y.size(2), embed_dim});
-  return nn::dropout((*proj)(merged), dropout, is_training(), gen_);
+  return normcore::dropout((*proj)(merged), dropout, is_training(), gen_);
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
@@ -72,7 +72,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   // The fused projection read in place as [B, T, 3, H, D]; the output comes as [B, T, H, D],
   // already the projection's [B, T, C].
   const Tensor y = packed_self_attention((*qkv)(x).view({batch, tokens, 3, heads, head_dim}), /*is_causal=*/true);
-  return nn::dropout((*proj)(y.view({batch, tokens, embed_dim})), dropout, is_training(), gen_);
+  return normcore::dropout((*proj)(y.view({batch, tokens, embed_dim})), dropout, is_training(), gen_);
 }
 
 KVCache CausalSelfAttention::make_cache(int64_t batch, int64_t max_len) const {
@@ -124,9 +124,10 @@ MLP::MLP(int64_t embed_dim, bool bias, double dropout, Generator* gen)
 Tensor MLP::forward(const Tensor& x) {
   const bool one_op = recompute_gelu && fc->bias.defined() && proj->bias.defined() && !fc->has_forward_hooks() &&
                       !proj->has_forward_hooks();
-  const Tensor y = one_op ? gelu_mlp(x, fc->weight, fc->bias, proj->weight, proj->bias, /*recompute_gelu=*/true)
-                          : (*proj)(gelu((*fc)(x), /*approximate=*/true));
-  return nn::dropout(y, dropout, is_training(), gen_);
+  const Tensor y = one_op
+                       ? normcore::gelu_mlp(x, fc->weight, fc->bias, proj->weight, proj->bias, /*recompute_gelu=*/true)
+                       : (*proj)(gelu((*fc)(x), /*approximate=*/true));
+  return normcore::dropout(y, dropout, is_training(), gen_);
 }
 
 // ---------------------------------------------------------------- block

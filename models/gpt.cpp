@@ -150,7 +150,7 @@ Tensor GPT::run(const Tensor& tokens, int64_t start, GPTCache* cache, bool head)
   const Device device = tok_emb->weight.device();
   const Tensor positions = arange(start, start + tokens.size(1), 1, TensorOptions(DType::I64, device));
   // [B, T, C] + [T, C]
-  Tensor x = nn::dropout(add((*tok_emb)(tokens), (*pos_emb)(positions)), config.dropout, is_training(), gen_);
+  Tensor x = dropout(add((*tok_emb)(tokens), (*pos_emb)(positions)), config.dropout, is_training(), gen_);
   if (!cache && fuses_norms()) {
     // Each residual add and the LayerNorm after it (the next block's norm1, or norm_f) in
     // one pass: add_layer_norm.
@@ -206,7 +206,7 @@ Tensor lm_loss(GPT& model, const Tensor& inputs, const Tensor& targets) {
   const Tensor hidden = model.hidden_states(inputs);
   NC_CHECK(targets.defined() && targets.shape() == inputs.shape(), ShapeError, "lm_loss: targets must have the "
            "inputs' shape ", describe(inputs), ", got ", targets.defined() ? describe(targets) : "undefined");
-  return nn::linear_cross_entropy(hidden, model.tok_emb->weight, targets, model.config.vocab_size);
+  return linear_cross_entropy(hidden, model.tok_emb->weight, targets, model.config.vocab_size);
 }
 
 // ---------------------------------------------------------------- checkpoints

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the CPU-only library and the threading tests (tests/test_concurrency.cpp,
-# tests/test_parallel.cpp) with ThreadSanitizer (the `tsan` preset in CMakePresets.json, into
+# Builds the CPU-only library and the threading tests (tests/core/test_concurrency.cpp,
+# tests/kernels/test_parallel.cpp) with ThreadSanitizer (the `tsan` preset in CMakePresets.json, into
 # build-tsan/) and runs them; any data race reported fails the run. Installs what it needs
 # first.
 set -euo pipefail

@@ -131,7 +131,7 @@ void run_on(nc::Device device) {
   double first_loss = 0, last_loss = 0;
   for (int step = 0; step < 200; ++step) {
     sgd.zero_grad();
-    const Tensor loss = nc::nn::mse_loss(second(soft_clip(first(inputs), 1.5)), targets);
+    const Tensor loss = nc::mse_loss(second(soft_clip(first(inputs), 1.5)), targets);
     loss.backward();
     sgd.step();
     if (step == 0) first_loss = loss.item<double>();

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   options.model_name = "resnet-small";
   nc::train::Trainer trainer(std::make_shared<ResNetSmall>(),
                              [](const nc::Tensor& logits, const nc::Tensor& labels) {
-                               return nc::nn::cross_entropy(logits, labels);
+                               return nc::cross_entropy(logits, labels);
                              },
                              nc::train::adamw({3e-3, 0.9, 0.999, 1e-8, 1e-4}), options);
   trainer.set_schedule(nc::train::cosine_schedule(options.steps / 10, 3e-5));

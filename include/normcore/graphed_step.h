@@ -4,7 +4,7 @@
 // step may and may not do).
 //
 //   GraphedStep step([&](const std::vector<Tensor>& in) {
-//     Tensor loss = nn::cross_entropy((*model)(in[0]), in[1]);
+//     Tensor loss = cross_entropy((*model)(in[0]), in[1]);
 //     optimizer.zero_grad();
 //     loss.backward();
 //     optim::clip_grad_norm_async(optimizer.params(), 1.0);

@@ -11,7 +11,6 @@
 #pragma GCC visibility push(default)
 
 namespace normcore {
-namespace nn {
 
 enum class Reduction { Mean, Sum, None };
 
@@ -64,7 +63,37 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
                                         Reduction reduction = Reduction::Mean);
 
+// The losses' former names in nn, from before functional ops all lived in namespace normcore.
+// They forward to the functions above and go in a later release.
+namespace nn {
+using Reduction [[deprecated("use normcore::Reduction")]] = normcore::Reduction;
+[[deprecated("use normcore::cross_entropy")]] inline Tensor cross_entropy(
+    const Tensor& logits, const Tensor& target, normcore::Reduction reduction = normcore::Reduction::Mean,
+    double label_smoothing = 0.0, int64_t ignore_index = -100) {
+  return normcore::cross_entropy(logits, target, reduction, label_smoothing, ignore_index);
+}
+[[deprecated("use normcore::linear_cross_entropy")]] inline Tensor linear_cross_entropy(
+    const Tensor& x, const Tensor& weight, const Tensor& target, int64_t classes = -1, int64_t ignore_index = -100) {
+  return normcore::linear_cross_entropy(x, weight, target, classes, ignore_index);
+}
+[[deprecated("use normcore::nll_loss")]] inline Tensor nll_loss(
+    const Tensor& log_probs, const Tensor& target, normcore::Reduction reduction = normcore::Reduction::Mean) {
+  return normcore::nll_loss(log_probs, target, reduction);
+}
+[[deprecated("use normcore::mse_loss")]] inline Tensor mse_loss(
+    const Tensor& input, const Tensor& target, normcore::Reduction reduction = normcore::Reduction::Mean) {
+  return normcore::mse_loss(input, target, reduction);
+}
+[[deprecated("use normcore::l1_loss")]] inline Tensor l1_loss(
+    const Tensor& input, const Tensor& target, normcore::Reduction reduction = normcore::Reduction::Mean) {
+  return normcore::l1_loss(input, target, reduction);
+}
+[[deprecated("use normcore::binary_cross_entropy_with_logits")]] inline Tensor binary_cross_entropy_with_logits(
+    const Tensor& logits, const Tensor& target, normcore::Reduction reduction = normcore::Reduction::Mean) {
+  return normcore::binary_cross_entropy_with_logits(logits, target, reduction);
+}
 }  // namespace nn
+
 }  // namespace normcore
 
 #pragma GCC visibility pop

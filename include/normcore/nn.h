@@ -25,6 +25,34 @@
 #pragma GCC visibility push(default)
 
 namespace normcore {
+
+// ---- the functional ops of the layers below (namespace normcore, as every functional op) ----
+
+// y = x @ weight^T + bias (PyTorch's F.linear): x [..., in], weight [out, in], bias [out] or
+// undefined; one floating dtype (autocast lowers all three). The bias is added inside the
+// product (on CUDA, cuBLASLt's bias epilogue), not as a pass of its own over y.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// A transformer's MLP as one op: linear(gelu(linear(x, fc_weight, fc_bias), approximate =
+// true), proj_weight, proj_bias), x [..., in] -> [..., out]. On CUDA the GELU is the first
+// product's epilogue forward (its input kept for the gradient) and the second product's
+// epilogue backward (cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD), not passes of their own. Without
+// both biases it is the composition. With recompute_gelu only the GELU's input is kept for
+// the backward, which makes its output again (one elementwise pass): hidden values a row
+// less held between forward and backward. nn::MLP uses it when its recompute_gelu is set.
+Tensor gelu_mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
+                const Tensor& proj_bias, bool recompute_gelu = false);
+
+// Training: each element is zeroed with probability p and the survivors scaled by
+// 1 / (1 - p) (all zeros for p = 1); evaluation: the identity. x floating; p in [0, 1].
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
+
+// PyTorch's F.embedding: rows of weight [num, dim] picked by index (i32/i64, any shape,
+// values in [0, num)) -> [*index.shape, dim]; repeated rows sum their gradients. The
+// padding_idx row (negative counts from the end) is looked up like any other but gets no
+// gradient.
+Tensor embedding(const Tensor& weight, const Tensor& index, std::optional<int64_t> padding_idx = std::nullopt);
+
 namespace nn {
 
 // (name, tensor) pairs in a fixed order; the same type as safetensors::TensorList.
@@ -119,21 +147,6 @@ class Module {
 
 // ---- layers ----
 
-// y = x @ weight^T + bias (PyTorch's F.linear): x [..., in], weight [out, in], bias [out] or
-// undefined; one floating dtype (autocast lowers all three). The bias is added inside the
-// product (on CUDA, cuBLASLt's bias epilogue), not as a pass of its own over y.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
-
-// A transformer's MLP as one op: linear(gelu(linear(x, fc_weight, fc_bias), approximate =
-// true), proj_weight, proj_bias), x [..., in] -> [..., out]. On CUDA the GELU is the first
-// product's epilogue forward (its input kept for the gradient) and the second product's
-// epilogue backward (cuBLASLt's GELU_AUX_BIAS and DGELU_BGRAD), not passes of their own. Without
-// both biases it is the composition. With recompute_gelu only the GELU's input is kept for
-// the backward, which makes its output again (one elementwise pass): hidden values a row
-// less held between forward and backward. nn::MLP uses it when its recompute_gelu is set.
-Tensor gelu_mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
-                const Tensor& proj_bias, bool recompute_gelu = false);
-
 // y = x @ weight^T + bias: [*, in_features] -> [*, out_features]. weight [out, in] and
 // bias [out] start uniform on [-1/sqrt(in), 1/sqrt(in)] (PyTorch's default), drawn from
 // gen (the default generator when null).
@@ -171,10 +184,6 @@ class Sigmoid : public Module {
   Tensor forward(const Tensor& x) override;
 };
 
-// Training: each element is zeroed with probability p and the survivors scaled by
-// 1 / (1 - p) (all zeros for p = 1); evaluation: the identity. x floating; p in [0, 1].
-Tensor dropout(const Tensor& x, double p, bool training, Generator* gen = nullptr);
-
 // dropout() with the module's training flag; masks drawn from gen (default generator when null).
 class Dropout : public Module {
  public:
@@ -210,12 +219,6 @@ class Sequential : public Module {
  private:
   std::vector<std::shared_ptr<Module>> layers_;
 };
-
-// PyTorch's F.embedding: rows of weight [num, dim] picked by index (i32/i64, any shape,
-// values in [0, num)) -> [*index.shape, dim]; repeated rows sum their gradients. The
-// padding_idx row (negative counts from the end) is looked up like any other but gets no
-// gradient.
-Tensor embedding(const Tensor& weight, const Tensor& index, std::optional<int64_t> padding_idx = std::nullopt);
 
 // A lookup table: index (i32/i64, any shape, values in [0, num_embeddings)) ->
 // [*index.shape, embedding_dim]. weight [num_embeddings, embedding_dim] starts N(0, 1).
@@ -481,6 +484,27 @@ class TransformerBlock : public Module {
   std::shared_ptr<Module> norm2;
   std::shared_ptr<MLP> mlp;
 };
+
+// The functional ops' former names in nn, from before functional ops all lived in namespace
+// normcore. They forward to normcore::linear, gelu_mlp, dropout and embedding and go in a
+// later release.
+[[deprecated("use normcore::linear")]] inline Tensor linear(const Tensor& x, const Tensor& weight,
+                                                            const Tensor& bias = Tensor()) {
+  return normcore::linear(x, weight, bias);
+}
+[[deprecated("use normcore::gelu_mlp")]] inline Tensor gelu_mlp(const Tensor& x, const Tensor& fc_weight,
+                                                                const Tensor& fc_bias, const Tensor& proj_weight,
+                                                                const Tensor& proj_bias, bool recompute_gelu = false) {
+  return normcore::gelu_mlp(x, fc_weight, fc_bias, proj_weight, proj_bias, recompute_gelu);
+}
+[[deprecated("use normcore::dropout")]] inline Tensor dropout(const Tensor& x, double p, bool training,
+                                                              Generator* gen = nullptr) {
+  return normcore::dropout(x, p, training, gen);
+}
+[[deprecated("use normcore::embedding")]] inline Tensor embedding(
+    const Tensor& weight, const Tensor& index, std::optional<int64_t> padding_idx = std::nullopt) {
+  return normcore::embedding(weight, index, padding_idx);
+}
 
 }  // namespace nn
 }  // namespace normcore

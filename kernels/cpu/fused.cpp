@@ -184,23 +184,23 @@ class CpuFused final : public kernels::FusedKernels {
   }
 
   void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
-                                   const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
-                                   int64_t groups, double eps, const Tensor& out, const Tensor& mean,
-                                   const Tensor& rstd, const Tensor& argmin) const override {
+                                   const Tensor& gn_bias, const Tensor& bias, const kernels::GroupLayout& l,
+                                   double eps, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& argmin) const override {
     visit_float(y.dtype(), "gemm_group_norm_min_bias", [&](auto tag) {
-      forward_typed<typename decltype(tag)::type>(y, linear_bias, weight, gn_bias, bias, rows, channels, groups, eps,
-                                                  out, mean, rstd, argmin);
+      forward_typed<typename decltype(tag)::type>(y, linear_bias, weight, gn_bias, bias, l.batch, l.channels(),
+                                                  l.groups, eps, out, mean, rstd, argmin);
     });
   }
 
   void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
                                     const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                    const Tensor& argmin, int64_t rows, int64_t channels, int64_t groups,
-                                    const Tensor& grad_y, const Tensor& grad_linear_bias, const Tensor& grad_weight,
+                                    const Tensor& argmin, const kernels::GroupLayout& l, const Tensor& grad_y,
+                                    const Tensor& grad_linear_bias, const Tensor& grad_weight,
                                     const Tensor& grad_gn_bias, const Tensor& grad_bias) const override {
     visit_float(y.dtype(), "gemm_group_norm_min_bias backward", [&](auto tag) {
-      backward_typed<typename decltype(tag)::type>(grad_out, y, linear_bias, weight, mean, rstd, argmin, rows,
-                                                   channels, groups, grad_y, grad_linear_bias, grad_weight,
+      backward_typed<typename decltype(tag)::type>(grad_out, y, linear_bias, weight, mean, rstd, argmin, l.batch,
+                                                   l.channels(), l.groups, grad_y, grad_linear_bias, grad_weight,
                                                    grad_gn_bias, grad_bias);
     });
   }

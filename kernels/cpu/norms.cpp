@@ -370,55 +370,53 @@ class CpuNorms final : public kernels::NormKernels {
     });
   }
 
-  void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch, int64_t groups,
-                          int64_t channels, int64_t spatial, double eps, const Tensor& y, const Tensor& mean,
-                          const Tensor& rstd) const override {
+  void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const kernels::GroupLayout& l,
+                          double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) const override {
     visit_float(x.dtype(), "group_norm", [&](auto tag) {
-      affine_norm_forward<typename decltype(tag)::type>(x, weight, bias, kernels::group_layout(batch, groups, channels, spatial),
-                                                        eps, y, mean, rstd);
+      affine_norm_forward<typename decltype(tag)::type>(x, weight, bias, l, eps, y, mean, rstd);
     });
   }
 
   void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                           const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels, int64_t spatial,
-                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) const override {
+                           const Tensor& rstd, const kernels::GroupLayout& l, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) const override {
     visit_float(x.dtype(), "group_norm backward", [&](auto tag) {
-      affine_norm_backward<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd,
-                                                         kernels::group_layout(batch, groups, channels, spatial), grad_x,
-                                                         grad_weight, grad_bias);
+      affine_norm_backward<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd, l, grad_x, grad_weight,
+                                                         grad_bias);
     });
   }
 
   void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                          const Tensor& running_var, int64_t batch, int64_t channels, int64_t spatial, bool training,
-                          double momentum, double eps, const Tensor& y, const Tensor& mean,
-                          const Tensor& rstd) const override {
+                          const Tensor& running_var, const kernels::BatchLayout& l, const kernels::BatchNormMode& mode,
+                          const Tensor& y, const Tensor& mean, const Tensor& rstd) const override {
     visit_float(x.dtype(), "batch_norm", [&](auto tag) {
       batch_norm_forward_typed<typename decltype(tag)::type>(x, weight, bias, running_mean, running_var,
-                                                             {batch, channels, spatial}, training, momentum, eps, y,
-                                                             mean, rstd);
+                                                             {l.batch, l.channels, l.spatial}, mode.training,
+                                                             mode.momentum, mode.eps, y, mean, rstd);
     });
   }
 
   void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                           const Tensor& rstd, int64_t batch, int64_t channels, int64_t spatial, bool training,
-                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) const override {
+                           const Tensor& rstd, const kernels::BatchLayout& l, bool training, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) const override {
     visit_float(x.dtype(), "batch_norm backward", [&](auto tag) {
-      batch_norm_backward_typed<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd, {batch, channels, spatial},
-                                                              training, grad_x, grad_weight, grad_bias);
+      batch_norm_backward_typed<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd,
+                                                              {l.batch, l.channels, l.spatial}, training, grad_x,
+                                                              grad_weight, grad_bias);
     });
   }
 
-  void l1_norm_forward(const Tensor& x, int64_t outer, int64_t size, int64_t inner, double eps, const Tensor& y,
+  void l1_norm_forward(const Tensor& x, const kernels::DimLayout& l, double eps, const Tensor& y,
                        const Tensor& norm) const override {
-    visit_float(x.dtype(), "l1_norm",
-                [&](auto tag) { l1_forward_typed<typename decltype(tag)::type>(x, outer, size, inner, eps, y, norm); });
+    visit_float(x.dtype(), "l1_norm", [&](auto tag) {
+      l1_forward_typed<typename decltype(tag)::type>(x, l.outer, l.size, l.inner, eps, y, norm);
+    });
   }
 
-  void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, int64_t outer, int64_t size,
-                        int64_t inner, double eps, const Tensor& grad_x) const override {
+  void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, const kernels::DimLayout& l,
+                        double eps, const Tensor& grad_x) const override {
     visit_float(x.dtype(), "l1_norm backward", [&](auto tag) {
-      l1_backward_typed<typename decltype(tag)::type>(grad_y, x, norm, outer, size, inner, eps, grad_x);
+      l1_backward_typed<typename decltype(tag)::type>(grad_y, x, norm, l.outer, l.size, l.inner, eps, grad_x);
     });
   }
 

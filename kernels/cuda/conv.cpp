@@ -22,9 +22,9 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/cuda/check.h"
+#include "runtime/cuda/check.h"
 #include "kernels/cuda/cudnn_graph.h"
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/runtime.h"
 #include "kernels/elementwise.h"
 #include "normcore/cuda.h"
 

@@ -16,8 +16,8 @@
 #include <mutex>
 #include <vector>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/runtime.h"
 
 namespace normcore {
 namespace cuda {

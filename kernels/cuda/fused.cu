@@ -19,7 +19,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "kernels/cuda/index_errors.h"
+#include "runtime/cuda/index_errors.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/reduction/combine.cuh"
 #include "kernels/cuda/vec.cuh"
@@ -505,10 +505,11 @@ class CudaFused final : public kernels::FusedKernels {
   }
 
   void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
-                                   const Tensor& gn_bias, const Tensor& bias, int64_t rows, int64_t channels,
-                                   int64_t groups, double eps, const Tensor& out, const Tensor& mean,
-                                   const Tensor& rstd, const Tensor& argmin) const override {
+                                   const Tensor& gn_bias, const Tensor& bias, const kernels::GroupLayout& l,
+                                   double eps, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& argmin) const override {
     const char* op = "gemm_group_norm_min_bias";
+    const int64_t rows = l.batch, channels = l.channels(), groups = l.groups;
     if (rows == 0) return;
     const Launcher launch(op, y);
     visit_float(y.dtype(), op, [&](auto tag) {
@@ -538,10 +539,11 @@ class CudaFused final : public kernels::FusedKernels {
 
   void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
                                     const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                    const Tensor& argmin, int64_t rows, int64_t channels, int64_t groups,
-                                    const Tensor& grad_y, const Tensor& grad_linear_bias, const Tensor& grad_weight,
+                                    const Tensor& argmin, const kernels::GroupLayout& l, const Tensor& grad_y,
+                                    const Tensor& grad_linear_bias, const Tensor& grad_weight,
                                     const Tensor& grad_gn_bias, const Tensor& grad_bias) const override {
     const char* op = "gemm_group_norm_min_bias backward";
+    const int64_t rows = l.batch, channels = l.channels(), groups = l.groups;
     const Launcher launch(op, y);
     visit_float(y.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -3,13 +3,13 @@
 // unspecified), index_add_rows (out +=, deterministic: a stable sort of the indices, then
 // fixed-order sums of each row's repeats), check_range. Indices are i64. An index outside
 // [0, size) is skipped (index_select and gather write 0 there) and recorded in the device's
-// deferred record (kernels/cuda/index_errors.h); no launcher waits for its kernel, and the
+// deferred record (runtime/cuda/index_errors.h); no launcher waits for its kernel, and the
 // IndexError naming the op, the value and the size comes at the host's next wait.
 #include <cub/device/device_radix_sort.cuh>
 
-#include "kernels/cuda/index_errors.h"
+#include "runtime/cuda/index_errors.h"
 #include "kernels/cuda/loops.cuh"
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/runtime.h"
 #include "kernels/index.h"
 
 namespace normcore {

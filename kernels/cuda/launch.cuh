@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "kernels/cuda/check.h"
+#include "runtime/cuda/check.h"
 #include "kernels/cuda/limits.h"
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/runtime.h"
 #include "normcore/tensor.h"
 
 namespace normcore {

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     double first = 0, last = 0;
     for (int step = 0; step < 20; ++step) {
       optimizer.zero_grad();
-      nc::Tensor loss = nc::nn::cross_entropy((*model)(images), labels);
+      nc::Tensor loss = nc::cross_entropy((*model)(images), labels);
       loss.backward();
       optimizer.step();
       (step == 0 ? first : last) = loss.item<double>();

@@ -5,7 +5,7 @@
 # trains PyTorch's nn.Sequential of the cnn-bn layers for one epoch on Fashion-MNIST (so the
 # BatchNorm running statistics are real ones), rounds the weights to f16 (a small file), and
 # saves its state_dict with 8 test images ("io.x") and the logits PyTorch computes for them
-# in evaluation mode from the rounded weights ("io.logits"). tests/test_interop.cpp loads it
+# in evaluation mode from the rounded weights ("io.logits"). tests/conformance/test_interop.cpp loads it
 # into normcore's model and must reproduce the logits.
 #
 #   python3 tests/data/make_pytorch_cnn.py load CHECKPOINT DATA_DIR [MODEL]

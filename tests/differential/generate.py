@@ -6,7 +6,7 @@ PyTorch's result for it (dtype, shape and values, or the fact that it raises), a
 the result is floating and an input requires grad, PyTorch's gradients for a given upstream
 gradient. Values are computed twice: with the inputs in their own dtypes (for the result's
 dtype, shape, integer values and errors) and with every floating dtype replaced by float64
-(for the floating values and gradients). tests/test_differential.cpp replays every case on
+(for the floating values and gradients). tests/conformance/test_differential.cpp replays every case on
 every device; CI needs no Python.
 
     python3 tests/differential/generate.py [--out tests/data/differential/cases.jsonl.gz]
@@ -800,7 +800,7 @@ def evaluate(inputs, steps, grad_out_for):
 
 
 def close(a, b, rtol):
-    """The replayer's comparison (tests/test_differential.cpp): NaN with NaN, infinities exact,
+    """The replayer's comparison (tests/conformance/test_differential.cpp): NaN with NaN, infinities exact,
     finite values within rtol of the largest magnitude (at least 1)."""
     a, b = a.detach().double().reshape(-1).tolist(), b.detach().double().reshape(-1).tolist()
     finite = [abs(v) for v in b if math.isfinite(v)]

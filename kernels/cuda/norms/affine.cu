@@ -451,23 +451,19 @@ void CudaNorms::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const T
   });
 }
 
-void CudaNorms::group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch,
-                                   int64_t groups, int64_t channels, int64_t spatial, double eps, const Tensor& y,
-                                   const Tensor& mean, const Tensor& rstd) const {
+void CudaNorms::group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const GroupLayout& l,
+                                   double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) const {
   visit_float(x.dtype(), "group_norm", [&](auto tag) {
-    affine_forward<typename decltype(tag)::type>("group_norm", x, weight, bias,
-                                                 group_layout(batch, groups, channels, spatial), eps, y, mean, rstd);
+    affine_forward<typename decltype(tag)::type>("group_norm", x, weight, bias, l, eps, y, mean, rstd);
   });
 }
 
 void CudaNorms::group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                    const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels,
-                                    int64_t spatial, const Tensor& grad_x, const Tensor& grad_weight,
-                                    const Tensor& grad_bias) const {
+                                    const Tensor& rstd, const GroupLayout& l, const Tensor& grad_x,
+                                    const Tensor& grad_weight, const Tensor& grad_bias) const {
   visit_float(x.dtype(), "group_norm backward", [&](auto tag) {
-    affine_backward<typename decltype(tag)::type>("group_norm backward", grad_y, x, weight, mean, rstd,
-                                                  group_layout(batch, groups, channels, spatial), grad_x, grad_weight,
-                                                  grad_bias);
+    affine_backward<typename decltype(tag)::type>("group_norm backward", grad_y, x, weight, mean, rstd, l, grad_x,
+                                                  grad_weight, grad_bias);
   });
 }
 

@@ -610,23 +610,21 @@ void batch_norm_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const 
 }  // namespace
 
 void CudaNorms::batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                   const Tensor& running_mean, const Tensor& running_var, int64_t batch,
-                                   int64_t channels, int64_t spatial, bool training, double momentum, double eps,
-                                   const Tensor& y, const Tensor& mean, const Tensor& rstd) const {
+                                   const Tensor& running_mean, const Tensor& running_var, const BatchLayout& l,
+                                   const kernels::BatchNormMode& mode, const Tensor& y, const Tensor& mean,
+                                   const Tensor& rstd) const {
   visit_float(x.dtype(), "batch_norm", [&](auto tag) {
-    batch_norm_forward_typed<typename decltype(tag)::type>(x, weight, bias, running_mean, running_var,
-                                                           {batch, channels, spatial}, training, momentum, eps, y,
-                                                           mean, rstd);
+    batch_norm_forward_typed<typename decltype(tag)::type>(x, weight, bias, running_mean, running_var, l,
+                                                           mode.training, mode.momentum, mode.eps, y, mean, rstd);
   });
 }
 
 void CudaNorms::batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                    const Tensor& rstd, int64_t batch, int64_t channels, int64_t spatial,
-                                    bool training, const Tensor& grad_x, const Tensor& grad_weight,
-                                    const Tensor& grad_bias) const {
+                                    const Tensor& rstd, const BatchLayout& l, bool training, const Tensor& grad_x,
+                                    const Tensor& grad_weight, const Tensor& grad_bias) const {
   visit_float(x.dtype(), "batch_norm backward", [&](auto tag) {
-    batch_norm_backward_typed<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd, {batch, channels, spatial},
-                                                            training, grad_x, grad_weight, grad_bias);
+    batch_norm_backward_typed<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd, l, training, grad_x,
+                                                            grad_weight, grad_bias);
   });
 }
 

@@ -204,17 +204,17 @@ void l1_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& norm_t
 
 }  // namespace
 
-void CudaNorms::l1_norm_forward(const Tensor& x, int64_t outer, int64_t size, int64_t inner, double eps,
-                                const Tensor& y, const Tensor& norm) const {
+void CudaNorms::l1_norm_forward(const Tensor& x, const kernels::DimLayout& l, double eps, const Tensor& y,
+                                const Tensor& norm) const {
   visit_float(x.dtype(), "l1_norm", [&](auto tag) {
-    l1_forward<typename decltype(tag)::type>(x, outer, size, inner, eps, y, norm);
+    l1_forward<typename decltype(tag)::type>(x, l.outer, l.size, l.inner, eps, y, norm);
   });
 }
 
-void CudaNorms::l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, int64_t outer,
-                                 int64_t size, int64_t inner, double eps, const Tensor& grad_x) const {
+void CudaNorms::l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm,
+                                 const kernels::DimLayout& l, double eps, const Tensor& grad_x) const {
   visit_float(x.dtype(), "l1_norm backward", [&](auto tag) {
-    l1_backward<typename decltype(tag)::type>(grad_y, x, norm, outer, size, inner, eps, grad_x);
+    l1_backward<typename decltype(tag)::type>(grad_y, x, norm, l.outer, l.size, l.inner, eps, grad_x);
   });
 }
 

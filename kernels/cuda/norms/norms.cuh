@@ -28,25 +28,23 @@ class CudaNorms final : public kernels::NormKernels {
                         const Tensor& y, const Tensor& rstd) const override;
   void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                          int64_t rows, int64_t row_len, const Tensor& grad_x, const Tensor& grad_weight) const override;
-  void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t batch, int64_t groups,
-                          int64_t channels, int64_t spatial, double eps, const Tensor& y, const Tensor& mean,
-                          const Tensor& rstd) const override;
+  void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const kernels::GroupLayout& l,
+                          double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) const override;
   void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                           const Tensor& rstd, int64_t batch, int64_t groups, int64_t channels, int64_t spatial,
-                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) const override;
+                           const Tensor& rstd, const kernels::GroupLayout& l, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) const override;
   // batch_norm.cu
   void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                          const Tensor& running_var, int64_t batch, int64_t channels, int64_t spatial, bool training,
-                          double momentum, double eps, const Tensor& y, const Tensor& mean,
-                          const Tensor& rstd) const override;
+                          const Tensor& running_var, const kernels::BatchLayout& l, const kernels::BatchNormMode& mode,
+                          const Tensor& y, const Tensor& mean, const Tensor& rstd) const override;
   void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                           const Tensor& rstd, int64_t batch, int64_t channels, int64_t spatial, bool training,
-                           const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) const override;
+                           const Tensor& rstd, const kernels::BatchLayout& l, bool training, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) const override;
   // l1_norm.cu
-  void l1_norm_forward(const Tensor& x, int64_t outer, int64_t size, int64_t inner, double eps, const Tensor& y,
+  void l1_norm_forward(const Tensor& x, const kernels::DimLayout& l, double eps, const Tensor& y,
                        const Tensor& norm) const override;
-  void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, int64_t outer, int64_t size,
-                        int64_t inner, double eps, const Tensor& grad_x) const override;
+  void l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, const kernels::DimLayout& l,
+                        double eps, const Tensor& grad_x) const override;
   // frobenius_norm.cu
   void frobenius_norm_forward(const Tensor& x, double eps, const Tensor& y, const Tensor& norm) const override;
   void frobenius_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, double eps,

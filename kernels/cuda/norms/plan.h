@@ -80,12 +80,7 @@ AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool da
                                 const DeviceLimits& device);
 
 // ---------------------------------------------------------------- batch norm
-// x [batch, channels, spatial]: a channel's statistics run over its `batch` planes of
-// `spatial` contiguous elements, channels * spatial apart.
-struct BatchLayout {
-  int64_t batch, channels, spatial;
-  int64_t count() const { return batch * spatial; }  // values per channel
-};
+using kernels::BatchLayout;  // kernels/norms.h
 
 constexpr int64_t kBatchNormMinPlane = 32;    // shorter planes take the column layout
 constexpr int64_t kColumnMinSliceRows = 16;   // so that a slice's partials are a fraction of its data

