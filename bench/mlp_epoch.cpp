@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
         nc::Tensor loss;
         {
           nc::autocast::Guard guard(lower, autocast);
-          loss = nc::nn::cross_entropy(ddp ? (*ddp)(in[0]) : (*model)(in[0]), in[1], nc::nn::Reduction::Mean, 0.1);
+          loss = nc::cross_entropy(ddp ? (*ddp)(in[0]) : (*model)(in[0]), in[1], nc::Reduction::Mean, 0.1);
         }
         optimizer.zero_grad();
         if (precision != "fp16") {

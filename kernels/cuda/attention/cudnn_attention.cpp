@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "kernels/capture.h"
-#include "kernels/cuda/check.h"
 #include "kernels/cuda/cudnn_graph.h"
-#include "kernels/cuda/runtime.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/runtime.h"
 
 namespace normcore {
 namespace cuda {
