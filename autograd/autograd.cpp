@@ -62,10 +62,10 @@ Tensor run_grad_hooks(const std::vector<std::pair<int64_t, GradHook>>& registere
   for (const auto& hook : hooks) {
     const Tensor replacement = hook.second(grad);
     if (!replacement.defined()) continue;
-    NC_CHECK(replacement.shape() == grad.shape(), ShapeError, "register_hook: a hook returned ",
-             describe(replacement), " for the gradient ", describe(grad), "; the shapes must match");
-    NC_CHECK(replacement.dtype() == grad.dtype(), DTypeError, "register_hook: a hook returned ",
-             describe(replacement), " for the gradient ", describe(grad), "; the dtypes must match");
+    NC_CHECK(replacement.shape() == grad.shape(), ShapeError, "register_hook: a hook returned ", describe(replacement),
+             " for the gradient ", describe(grad), "; the shapes must match");
+    NC_CHECK(replacement.dtype() == grad.dtype(), DTypeError, "register_hook: a hook returned ", describe(replacement),
+             " for the gradient ", describe(grad), "; the dtypes must match");
     NC_CHECK(replacement.device() == grad.device(), DeviceError, "register_hook: a hook returned ",
              describe(replacement), " for the gradient ", describe(grad), "; the devices must match");
     grad = replacement.detach();
@@ -125,8 +125,9 @@ void check_result(const char* name, const Tensor& out, const std::vector<Tensor>
                                        inputs[i].is_leaf() ? " (a leaf tensor)" : ""));
     }
   }
-  throw ValueError(detail::cat_str("anomaly mode: '", name, "' produced a NaN or infinity from finite inputs: its result ",
-                                   describe(out), ": ", non_finite_summary(out)));
+  throw ValueError(detail::cat_str("anomaly mode: '", name,
+                                   "' produced a NaN or infinity from finite inputs: its result ", describe(out), ": ",
+                                   non_finite_summary(out)));
 }
 
 }  // namespace
@@ -324,8 +325,10 @@ Tensor& Tensor::requires_grad_(bool requires) {
   NC_CHECK(!requires || is_floating(dtype()), DTypeError,
            "requires_grad_: only floating tensors can require grad, got ", describe(*this));
   AutogradMeta* m = meta_of(*this);
-  NC_CHECK(!(m && m->grad_fn), ValueError, "requires_grad_: can only be changed on leaf tensors, this one "
-           "was produced by '", m ? m->grad_fn->name : "", "' (use detach() first)");
+  NC_CHECK(!(m && m->grad_fn), ValueError,
+           "requires_grad_: can only be changed on leaf tensors, this one "
+           "was produced by '",
+           m ? m->grad_fn->name : "", "' (use detach() first)");
   ensure_meta(*this).requires_grad = requires;
   return *this;
 }
@@ -373,8 +376,8 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
              " (it is implied only for one-element tensors)");
     grad = ones_like(*this);
   } else {
-    NC_CHECK(grad.shape() == shape(), ShapeError, op, ": grad has shape ", grad.shape(),
-             " but the tensor has shape ", shape());
+    NC_CHECK(grad.shape() == shape(), ShapeError, op, ": grad has shape ", grad.shape(), " but the tensor has shape ",
+             shape());
     NC_CHECK(grad.device() == device(), DeviceError, op, ": 'tensor' is on ", device(), " but 'grad' is on ",
              grad.device(), " (move them to one device with .to())");
     grad = grad.detach().to(dtype());
@@ -472,14 +475,15 @@ void Tensor::backward(const Tensor& grad_in, bool retain_graph) const {
         g = run_node_hooks(*node, 0, std::move(g));
         grads = node->backward(g);
       }
-      NC_CHECK(grads.size() == node->next.size(), Error, op, ": '", node->name, "' returned ",
-               grads.size(), " gradients for ", node->next.size(), " inputs");
+      NC_CHECK(grads.size() == node->next.size(), Error, op, ": '", node->name, "' returned ", grads.size(),
+               " gradients for ", node->next.size(), " inputs");
       if (anomaly_enabled) {
         for (size_t i = 0; i < grads.size(); ++i) {
           NC_CHECK(all_finite(grads[i]), ValueError, "anomaly mode: the backward of '", node->name,
                    "' produced a NaN or infinity in the gradient of input ", i, " ", describe(grads[i]), ": ",
-                   non_finite_summary(grads[i]), (all_finite(g) ? " from a finite incoming gradient" :
-                   " (its incoming gradient was already non-finite)"));
+                   non_finite_summary(grads[i]),
+                   (all_finite(g) ? " from a finite incoming gradient"
+                                  : " (its incoming gradient was already non-finite)"));
         }
       }
     }

@@ -35,8 +35,8 @@ void check_gradient(const std::string& name, size_t i, const Tensor& g, const Me
            " but the input is ", describe_meta(input));
   NC_CHECK(g.dtype() == input.dtype, DTypeError, name, " backward: the gradient of input ", i, " is ", describe(g),
            " but the input is ", describe_meta(input));
-  NC_CHECK(g.device() == input.device, DeviceError, name, " backward: the gradient of input ", i, " is ",
-           describe(g), " but the input is ", describe_meta(input));
+  NC_CHECK(g.device() == input.device, DeviceError, name, " backward: the gradient of input ", i, " is ", describe(g),
+           " but the input is ", describe_meta(input));
 }
 
 }  // namespace
@@ -69,16 +69,17 @@ bool FunctionContext::is_non_differentiable(const Tensor& output) const {
 }
 
 bool FunctionContext::needs_input_grad(size_t i) const {
-  NC_CHECK(i < needs_input_grad_.size(), IndexError, name_, ": needs_input_grad(", i, ") of ",
-           needs_input_grad_.size(), " inputs");
+  NC_CHECK(i < needs_input_grad_.size(), IndexError, name_, ": needs_input_grad(", i, ") of ", needs_input_grad_.size(),
+           " inputs");
   return needs_input_grad_[i];
 }
 
 std::vector<Tensor> apply_function(const std::string& name, const std::vector<Tensor>& inputs,
                                    const FunctionForward& forward, FunctionBackward backward) {
   NC_CHECK(forward != nullptr && backward != nullptr, ValueError, name, ": forward and backward must both be given");
-  const bool record = is_grad_enabled() &&
-                      std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); });
+  const bool record = is_grad_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
+                        return t.defined() && t.requires_grad();
+                      });
   std::vector<bool> needs(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) needs[i] = record && inputs[i].defined() && inputs[i].requires_grad();
   auto ctx = std::make_shared<FunctionContext>(name, needs);
@@ -115,7 +116,7 @@ std::vector<Tensor> apply_function(const std::string& name, const std::vector<Te
   }
   for (const Tensor& out : outputs) output_meta.push_back(meta_of(out));
   MultiBackwardFn backward_all = [ctx, backward = std::move(backward), differentiable, input_meta,
-                                 output_meta](const std::vector<Tensor>& grads) {
+                                  output_meta](const std::vector<Tensor>& grads) {
     std::vector<Tensor> given(grads.size());
     for (size_t k = 0; k < grads.size(); ++k) {
       if (!differentiable[k]) continue;
@@ -138,10 +139,8 @@ std::vector<Tensor> apply_function(const std::string& name, const std::vector<Te
     return result;
   };
   // A node of one output takes its gradient as every built-in op's does.
-  if (outputs.size() == 1)
-    node->backward = [backward_all](const Tensor& grad) { return backward_all({grad}); };
-  else
-    node->backward_multi = std::move(backward_all);
+  if (outputs.size() == 1) node->backward = [backward_all](const Tensor& grad) { return backward_all({grad}); };
+  else node->backward_multi = std::move(backward_all);
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!differentiable[k]) continue;
     check_anomaly(node->name, outputs[k], inputs);

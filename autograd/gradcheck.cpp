@@ -11,8 +11,8 @@ namespace normcore {
 namespace {
 
 // sum(fn(xs) * weight) as a double, without recording.
-double weighted_output(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
-                       const std::vector<Tensor>& xs, const Tensor& weight) {
+double weighted_output(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& xs,
+                       const Tensor& weight) {
   autograd::NoGradGuard no_grad;
   Tensor out = fn(xs);
   return sum(mul(out.to(DType::F64), weight)).item<double>();
@@ -20,8 +20,8 @@ double weighted_output(const std::function<Tensor(const std::vector<Tensor>&)>& 
 
 }  // namespace
 
-bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
-               const std::vector<Tensor>& inputs, GradcheckOptions options, std::string* report) {
+bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
+               GradcheckOptions options, std::string* report) {
   const char* op = "gradcheck";
   NC_CHECK(options.eps > 0, ValueError, op, ": eps must be positive, got ", options.eps);
   std::vector<Tensor> xs;
@@ -30,8 +30,8 @@ bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
       xs.push_back(inputs[i]);
       continue;
     }
-    NC_CHECK(!inputs[i].requires_grad() || inputs[i].dtype() == DType::F64, DTypeError, op,
-             ": input ", i, " is ", describe(inputs[i]), "; inputs that require grad must be f64");
+    NC_CHECK(!inputs[i].requires_grad() || inputs[i].dtype() == DType::F64, DTypeError, op, ": input ", i, " is ",
+             describe(inputs[i]), "; inputs that require grad must be f64");
     Tensor x = inputs[i].detach().clone();
     if (inputs[i].requires_grad()) x.requires_grad_();
     xs.push_back(x);
@@ -47,8 +47,8 @@ bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
   for (size_t i = 0; i < xs.size(); ++i) {
     if (!xs[i].defined() || !xs[i].requires_grad()) continue;
     Tensor analytical_t = xs[i].grad();
-    std::vector<double> analytical = analytical_t.defined() ? analytical_t.to_vector<double>()
-                                                            : std::vector<double>(xs[i].numel(), 0.0);
+    std::vector<double> analytical =
+        analytical_t.defined() ? analytical_t.to_vector<double>() : std::vector<double>(xs[i].numel(), 0.0);
     std::vector<double> values = xs[i].to_vector<double>();
     for (size_t j = 0; j < values.size(); ++j) {
       auto at = [&](double delta) {
@@ -63,9 +63,8 @@ bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
       if (!(err <= options.atol + options.rtol * std::fabs(numerical))) {
         if (report) {
           std::ostringstream s;
-          s << "gradcheck: input " << i << " " << describe(xs[i]) << ", element " << j
-            << ": backward gives " << analytical[j] << ", central differences give " << numerical
-            << " (difference " << err << ")";
+          s << "gradcheck: input " << i << " " << describe(xs[i]) << ", element " << j << ": backward gives "
+            << analytical[j] << ", central differences give " << numerical << " (difference " << err << ")";
           *report = s.str();
         }
         return false;

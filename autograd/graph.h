@@ -84,7 +84,8 @@ const Tensor& check_saved(const Tensor& t, uint64_t version);
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t) : tensor_(t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
+  explicit SavedTensor(const Tensor& t)
+      : tensor_(t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
   const Tensor& get() const;
   bool defined() const { return tensor_.defined(); }
 

@@ -31,7 +31,10 @@ NC_HOST_DEVICE Words generate(uint64_t seed, uint64_t counter) {
     mulhilo(0xD2511F53u, c0, hi0, lo0);
     mulhilo(0xCD9E8D57u, c2, hi1, lo1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-    c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }

@@ -101,8 +101,8 @@ void require(const P* p, const char* function, const char* argument) {
 }
 
 nc::DType to_dtype(nc_dtype dtype, const char* function) {
-  NC_CHECK(dtype >= NC_F32 && dtype <= NC_BOOL, DTypeError, function, ": argument 'dtype' is ",
-           static_cast<int>(dtype), ", not an nc_dtype (0 to 7)");
+  NC_CHECK(dtype >= NC_F32 && dtype <= NC_BOOL, DTypeError, function, ": argument 'dtype' is ", static_cast<int>(dtype),
+           ", not an nc_dtype (0 to 7)");
   return static_cast<nc::DType>(dtype);  // the same order (normcore/dtype.h)
 }
 
@@ -186,8 +186,8 @@ nc_status nc_tensor_shape(const nc_tensor* t, int64_t* shape, int capacity) {
   return guarded([&] {
     require(t, "nc_tensor_shape", "t");
     const int ndim = static_cast<int>(t->tensor.dim());
-    NC_CHECK(capacity >= ndim, ValueError, "nc_tensor_shape: argument 'capacity' is ", capacity,
-             ", the tensor has ", ndim, " dimensions");
+    NC_CHECK(capacity >= ndim, ValueError, "nc_tensor_shape: argument 'capacity' is ", capacity, ", the tensor has ",
+             ndim, " dimensions");
     if (ndim > 0) require(shape, "nc_tensor_shape", "shape");
     for (int i = 0; i < ndim; ++i) shape[i] = t->tensor.size(i);
   });
@@ -202,8 +202,8 @@ nc_status nc_tensor_read(const nc_tensor* t, void* dst, size_t bytes) {
     const char* fn = "nc_tensor_read";
     require(t, fn, "t");
     const size_t want = t->tensor.nbytes();
-    NC_CHECK(bytes == want, ValueError, fn, ": argument 'bytes' is ", bytes, "; the tensor ",
-             nc::describe(t->tensor), " holds ", want);
+    NC_CHECK(bytes == want, ValueError, fn, ": argument 'bytes' is ", bytes, "; the tensor ", nc::describe(t->tensor),
+             " holds ", want);
     if (want == 0) return;
     require(dst, fn, "dst");
     const nc::Tensor host = t->tensor.to(nc::Device::cpu()).contiguous();
@@ -212,8 +212,8 @@ nc_status nc_tensor_read(const nc_tensor* t, void* dst, size_t bytes) {
 }
 
 // ---------------------------------------------------------------- safetensors
-nc_status nc_safetensors_save(const char* path, const char* const* names, const nc_tensor* const* tensors,
-                              size_t count, const char* const* metadata, size_t metadata_count) {
+nc_status nc_safetensors_save(const char* path, const char* const* names, const nc_tensor* const* tensors, size_t count,
+                              const char* const* metadata, size_t metadata_count) {
   return guarded([&] {
     const char* fn = "nc_safetensors_save";
     require(path, fn, "path");
@@ -230,8 +230,8 @@ nc_status nc_safetensors_save(const char* path, const char* const* names, const 
     std::map<std::string, std::string> meta;
     if (metadata_count > 0) require(metadata, fn, "metadata");
     for (size_t i = 0; i < metadata_count; ++i) {
-      NC_CHECK(metadata[2 * i] != nullptr && metadata[2 * i + 1] != nullptr, ValueError, fn, ": metadata pair ",
-               i, " holds NULL");
+      NC_CHECK(metadata[2 * i] != nullptr && metadata[2 * i + 1] != nullptr, ValueError, fn, ": metadata pair ", i,
+               " holds NULL");
       meta[metadata[2 * i]] = metadata[2 * i + 1];
     }
     nc::safetensors::save(path, list, meta);
@@ -263,8 +263,8 @@ nc_status nc_file_tensor(const nc_file* f, size_t i, nc_tensor** out) {
     require(out, fn, "out");
     *out = nullptr;
     require(f, fn, "f");
-    NC_CHECK(i < f->file.tensors.size(), IndexError, fn, ": index ", i, " is out of range for ",
-             f->file.source, " (", f->file.tensors.size(), " tensors)");
+    NC_CHECK(i < f->file.tensors.size(), IndexError, fn, ": index ", i, " is out of range for ", f->file.source, " (",
+             f->file.tensors.size(), " tensors)");
     *out = new nc_tensor{f->file.tensors[i].second};
   });
 }
@@ -382,15 +382,15 @@ nc_status nc_color_image_read(const char* path, float* pixels, size_t capacity, 
   });
 }
 
-nc_status nc_image_classifier_classify(const nc_image_classifier* c, const float* pixels, int64_t height,
-                                       int64_t width, int64_t k, int64_t* labels, float* probabilities) {
+nc_status nc_image_classifier_classify(const nc_image_classifier* c, const float* pixels, int64_t height, int64_t width,
+                                       int64_t k, int64_t* labels, float* probabilities) {
   return guarded([&] {
     const char* fn = "nc_image_classifier_classify";
     require(c, fn, "c");
     require(pixels, fn, "pixels");
     require(labels, fn, "labels");
-    NC_CHECK(height >= 1 && width >= 1 && height <= 16384 && width <= 16384, ShapeError, fn, ": the image must be 1 to ",
-             "16384 pixels a side, got ", height, "x", width);
+    NC_CHECK(height >= 1 && width >= 1 && height <= 16384 && width <= 16384, ShapeError, fn,
+             ": the image must be 1 to ", "16384 pixels a side, got ", height, "x", width);
     NC_CHECK(k >= 1 && k <= c->classifier.classes(), ValueError, fn, ": argument 'k' is ", k, ", not in [1, ",
              c->classifier.classes(), "]");
     const std::vector<float> values(pixels, pixels + 3 * height * width);
@@ -449,9 +449,9 @@ nc_status generate(const char* fn, nc_generator* g, const char* prompt, int64_t 
 
 }  // namespace
 
-nc_status nc_generator_generate(nc_generator* g, const char* prompt, int64_t tokens, double temperature,
-                                int64_t top_k, uint64_t seed, char* text, size_t capacity, size_t* length,
-                                nc_text_callback on_text, void* user) {
+nc_status nc_generator_generate(nc_generator* g, const char* prompt, int64_t tokens, double temperature, int64_t top_k,
+                                uint64_t seed, char* text, size_t capacity, size_t* length, nc_text_callback on_text,
+                                void* user) {
   return generate("nc_generator_generate", g, prompt, tokens, temperature, top_k, 1.0, seed, text, capacity, length,
                   on_text, user);
 }

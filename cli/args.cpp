@@ -67,16 +67,16 @@ bool flag(const Args& args, const std::string& name) {
 
 int64_t integer(const Args& args, const std::string& name, int64_t min) {
   double d = number(args, name);
-  NC_CHECK(d == static_cast<double>(static_cast<int64_t>(d)) && d >= static_cast<double>(min), ValueError,
-           "option --", name, " expects a whole number >= ", min, ", got '", args.options.at(name), "'");
+  NC_CHECK(d == static_cast<double>(static_cast<int64_t>(d)) && d >= static_cast<double>(min), ValueError, "option --",
+           name, " expects a whole number >= ", min, ", got '", args.options.at(name), "'");
   return static_cast<int64_t>(d);
 }
 
 nc::Device pick_device(const std::string& spec) {
   if (spec == "auto") return nc::best_device();
   nc::Device d(spec);
-  NC_CHECK(d.is_cpu() || d.index < nc::cuda_device_count(), DeviceError, "--device ", spec,
-           ": no such device (", nc::cuda_device_count(), " CUDA device(s) visible)");
+  NC_CHECK(d.is_cpu() || d.index < nc::cuda_device_count(), DeviceError, "--device ", spec, ": no such device (",
+           nc::cuda_device_count(), " CUDA device(s) visible)");
   return d;
 }
 

@@ -26,7 +26,6 @@ struct OptionSpec {
   const char* help;
 };
 
-
 // Parses --name value and --name=value (a flag: --name, or --name=on|off) against specs; throws
 // ValueError on anything else.
 Args parse(int argc, char** argv, const std::vector<OptionSpec>& specs);

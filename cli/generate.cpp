@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <string>
 
-#include "normcore/gpt.h"
 #include "cli/commands.h"
+#include "normcore/gpt.h"
 
 namespace cli {
 

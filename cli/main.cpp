@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "normcore/error.h"
-#include "normcore/gpt.h"
-#include "normcore/models.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/training.h"
+#include "normcore/error.h"
+#include "normcore/gpt.h"
+#include "normcore/models.h"
 
 namespace nc = normcore;
 
@@ -42,23 +42,28 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"seed", "0", "seed of initialization, dropout and shuffling"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
     {"out", "normcore-fashion.safetensors", "checkpoint written after every epoch"},
-    {"log", "", "metrics as JSON lines (epoch, train loss, samples/s and lr at its end; test accuracy), appended on "
-                "--resume"},
+    {"log", "",
+     "metrics as JSON lines (epoch, train loss, samples/s and lr at its end; test accuracy), appended on "
+     "--resume"},
     {"plot", "", "an SVG of the loss and accuracy curves, rewritten after every epoch"},
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
     {"limit", "0", "use only the first N training samples (0: all)"},
-    {"workers", "auto", "data-loading threads (0: load on the training thread; auto: with --augment on half the "
-                        "cores among the job's ranks, 1 to 4, else 1); the batches do not depend on it"},
+    {"workers", "auto",
+     "data-loading threads (0: load on the training thread; auto: with --augment on half the "
+     "cores among the job's ranks, 1 to 4, else 1); the batches do not depend on it"},
     {"augment", "off", "on: each training image randomly cropped (28 x 28 of the image padded by 2) and mirrored"},
     {"stop-after", "0", "stop after this many epochs, as if interrupted (0: run all)"},
     {"detect-anomaly", "off", "on: check every op's result and gradient for NaN/Inf, naming the op (slow)"},
     {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
-    {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless "
-                           "--detect-anomaly or data-parallel; off"},
-    {"nproc", "1", "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
-                   "--batch-size is per process"},
-    {"timeout", "300", "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
-                       "fails"},
+    {"cuda-graph", "auto",
+     "on: replay each training step as one CUDA graph; auto: on for CUDA unless "
+     "--detect-anomaly or data-parallel; off"},
+    {"nproc", "1",
+     "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
+     "--batch-size is per process"},
+    {"timeout", "300",
+     "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
+     "fails"},
 };
 const std::vector<OptionSpec> kEvalOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to evaluate"},
@@ -67,21 +72,24 @@ const std::vector<OptionSpec> kEvalOptions = {
 };
 const std::vector<OptionSpec> kPredictOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to use"},
-    {"resnet", "", "instead: a torchvision ResNet (resnet18, resnet34, resnet50, resnet101) classifying color "
-                   "images (PPM, PGM or PNG, any size)"},
+    {"resnet", "",
+     "instead: a torchvision ResNet (resnet18, resnet34, resnet50, resnet101) classifying color "
+     "images (PPM, PGM or PNG, any size)"},
     {"weights", "", "with --resnet: its state_dict as safetensors"},
     {"labels", "", "with --resnet: a file of class names, one a line (empty: class numbers)"},
     {"top", "5", "with --resnet: the most likely classes printed per image"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
 };
 const std::vector<OptionSpec> kTrainLmOptions = {
-    {"data", nc::models::kFortunesDir, "fortunes folder (its files without a '.') or one fortune file (bytes); or "
-                                       "token shards in llm.c's format, a path or pattern ending in .bin "
-                                       "('dir/*_train_*.bin')"},
+    {"data", nc::models::kFortunesDir,
+     "fortunes folder (its files without a '.') or one fortune file (bytes); or "
+     "token shards in llm.c's format, a path or pattern ending in .bin "
+     "('dir/*_train_*.bin')"},
     {"val-data", "", "with token shards: the validation shards (a path or pattern)"},
     {"vocab", "50257", "with token shards: the vocabulary (GPT-2's by default; every id is checked against it)"},
-    {"model", "", "gpt2, gpt2-medium, gpt2-large or gpt2-xl: GPT-2's sizes (the size options given override "
-                  "them); empty: the sizes below"},
+    {"model", "",
+     "gpt2, gpt2-medium, gpt2-large or gpt2-xl: GPT-2's sizes (the size options given override "
+     "them); empty: the sizes below"},
     {"layers", "6", "transformer blocks"},
     {"heads", "6", "attention heads"},
     {"embed", "384", "embedding width (divisible by heads)"},
@@ -89,8 +97,9 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"norm", "layernorm", "layernorm or rmsnorm"},
     {"dropout", "0.1", "dropout on the embeddings and the residual branches (0 with --model unless given)"},
     {"batch-size", "64", "windows per step"},
-    {"workers", "auto", "data-loading threads (0: load on the training thread; auto: 1); the batches do not "
-                        "depend on it"},
+    {"workers", "auto",
+     "data-loading threads (0: load on the training thread; auto: 1); the batches do not "
+     "depend on it"},
     {"steps", "3000", "optimizer steps"},
     {"lr", "0.001", "peak learning rate"},
     {"min-lr", "0.0001", "learning rate at the end of the cosine schedule"},
@@ -101,43 +110,54 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"eval-batches", "8", "validation batches (of batch-size windows, evenly spaced)"},
     {"sample", "300", "bytes of text to print at the end"},
     {"precision", "fp32", "fp32, tf32 (f32 on TF32 tensor cores), bf16 or fp16 (autocast; fp16 with loss scaling)"},
-    {"cuda-graph", "auto", "on: replay each training step as one CUDA graph; auto: on for CUDA unless "
-                           "data-parallel; off"},
+    {"cuda-graph", "auto",
+     "on: replay each training step as one CUDA graph; auto: on for CUDA unless "
+     "data-parallel; off"},
     {"seed", "0", "seed of initialization, batches and dropout"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
     {"out", "normcore-gpt.safetensors", "checkpoint written at every evaluation"},
     {"log", "", "metrics as JSON lines (step, loss, lr, tokens/s; validation loss), appended on --resume"},
     {"plot", "", "an SVG of the train and validation loss curves, rewritten at every evaluation"},
     {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
-    {"init", "", "initial weights: a train-lm checkpoint's model, or a safetensors file under the model's "
-                 "state_dict names (e.g. saved by another trainer); not with --resume"},
-    {"hf-out", "", "also write the trained model to this folder as a Hugging Face GPT-2 checkpoint "
-                   "(config.json, model.safetensors) at the end"},
+    {"init", "",
+     "initial weights: a train-lm checkpoint's model, or a safetensors file under the model's "
+     "state_dict names (e.g. saved by another trainer); not with --resume"},
+    {"hf-out", "",
+     "also write the trained model to this folder as a Hugging Face GPT-2 checkpoint "
+     "(config.json, model.safetensors) at the end"},
     {"shuffle", "on", "on: the training windows in a new random order each epoch; off: in order"},
-    {"recompute", "none", "gelu: keep only each MLP's GELU input for the backward and compute its output again "
-                          "there (less memory, one more pass); none: keep both"},
-    {"attention", "auto", "CUDA attention engine: auto (cuDNN's fused attention from 2^21 scores a call, else "
-                          "normcore's kernels), native (normcore's kernels: no cuDNN workspace, which is 2 x B x "
-                          "heads x context^2 bytes in the backward) or cudnn"},
-    {"deterministic", "off", "on: CUDA ops give the same bits every run (the Hopper attention backward on its "
-                             "two-kernel form, up to 1.25x its time), so a resumed run ends as an uninterrupted "
-                             "one on the GPU too; off: grad_q summed with atomics there"},
+    {"recompute", "none",
+     "gelu: keep only each MLP's GELU input for the backward and compute its output again "
+     "there (less memory, one more pass); none: keep both"},
+    {"attention", "auto",
+     "CUDA attention engine: auto (cuDNN's fused attention from 2^21 scores a call, else "
+     "normcore's kernels), native (normcore's kernels: no cuDNN workspace, which is 2 x B x "
+     "heads x context^2 bytes in the backward) or cudnn"},
+    {"deterministic", "off",
+     "on: CUDA ops give the same bits every run (the Hopper attention backward on its "
+     "two-kernel form, up to 1.25x its time), so a resumed run ends as an uninterrupted "
+     "one on the GPU too; off: grad_q summed with atomics there"},
     {"stop-after", "0", "stop after this many steps, as if interrupted (0: run all)"},
-    {"benchmark", "0", "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "
-                       "device memory; no evaluation, checkpoint or sample (0: train)"},
-    {"nproc", "1", "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
-                   "--batch-size is per process"},
-    {"timeout", "300", "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
-                       "fails"},
+    {"benchmark", "0",
+     "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "
+     "device memory; no evaluation, checkpoint or sample (0: train)"},
+    {"nproc", "1",
+     "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
+     "--batch-size is per process"},
+    {"timeout", "300",
+     "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
+     "fails"},
 };
 const std::vector<OptionSpec> kGenerateOptions = {
     {"checkpoint", "normcore-gpt.safetensors", "GPT checkpoint (from train-lm)"},
     {"model", "", "a Hugging Face GPT-2 folder (config.json, model.safetensors) instead of --checkpoint"},
-    {"tokenizer", "", "with --model: GPT-2's tokenizer files (encoder.json and vocab.bpe, vocab.json and "
-                      "merges.txt, or tokenizer.json); empty: those in the model's folder"},
+    {"tokenizer", "",
+     "with --model: GPT-2's tokenizer files (encoder.json and vocab.bpe, vocab.json and "
+     "merges.txt, or tokenizer.json); empty: those in the model's folder"},
     {"prompt", "", "text to continue (empty: start a new fortune; with --model, a new document)"},
-    {"tokens", "300", "bytes (tokens with --model) to generate; past the context the model sees the last "
-                      "context ones"},
+    {"tokens", "300",
+     "bytes (tokens with --model) to generate; past the context the model sees the last "
+     "context ones"},
     {"temperature", "0.8", "sampling temperature (0: greedy)"},
     {"top-k", "0", "sample among the k most likely tokens (0: all)"},
     {"top-p", "1", "then among the most likely tokens whose probabilities add up to P (1: all)"},
@@ -152,8 +172,9 @@ const std::vector<OptionSpec> kLaunchOptions = {
     {"master-port", "29500", "port of the rendezvous on node 0"},
 };
 const std::vector<OptionSpec> kTokenizeOptions = {
-    {"tokenizer", "", "folder of GPT-2's tokenizer files: encoder.json and vocab.bpe, vocab.json and merges.txt, "
-                      "or tokenizer.json"},
+    {"tokenizer", "",
+     "folder of GPT-2's tokenizer files: encoder.json and vocab.bpe, vocab.json and merges.txt, "
+     "or tokenizer.json"},
     {"out", "", "write the ids as an llm.c token shard (.bin) instead of printing them"},
     {"special", nullptr, "\"<|endoftext|>\" in the text is GPT-2's end-of-text token (otherwise it is text)"},
     {"decode", nullptr, "read token ids instead (printed ones, or token shards ending in .bin) and print their text"},
@@ -177,7 +198,13 @@ void usage(std::ostream& os) {
 }
 
 void command_usage(std::ostream& os, const std::string& command, const std::vector<OptionSpec>& specs) {
-  os << "usage: normcore " << command << " [options]" << (command == "predict" ? " IMAGE..." : command == "conformance" ? " DIR" : command == "tokenize" ? " [FILE...]" : command == "launch" ? " -- COMMAND..." : "") << "\n\noptions:\n";
+  os << "usage: normcore " << command << " [options]"
+     << (command == "predict"       ? " IMAGE..."
+         : command == "conformance" ? " DIR"
+         : command == "tokenize"    ? " [FILE...]"
+         : command == "launch"      ? " -- COMMAND..."
+                                    : "")
+     << "\n\noptions:\n";
   for (const OptionSpec& s : specs)
     os << "  --" << std::left << std::setw(18) << s.name << s.help
        << (s.fallback && *s.fallback ? std::string(" (default ") + s.fallback + ")" : "") << "\n";
@@ -191,15 +218,15 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::string command = argv[1];
-  const std::vector<OptionSpec>* specs = command == "train"     ? &kTrainOptions
-                                         : command == "eval"    ? &kEvalOptions
-                                         : command == "predict" ? &kPredictOptions
-                                         : command == "train-lm" ? &kTrainLmOptions
-                                         : command == "generate" ? &kGenerateOptions
+  const std::vector<OptionSpec>* specs = command == "train"         ? &kTrainOptions
+                                         : command == "eval"        ? &kEvalOptions
+                                         : command == "predict"     ? &kPredictOptions
+                                         : command == "train-lm"    ? &kTrainLmOptions
+                                         : command == "generate"    ? &kGenerateOptions
                                          : command == "conformance" ? &kConformanceOptions
-                                         : command == "launch" ? &kLaunchOptions
-                                         : command == "tokenize" ? &kTokenizeOptions
-                                                                : nullptr;
+                                         : command == "launch"      ? &kLaunchOptions
+                                         : command == "tokenize"    ? &kTokenizeOptions
+                                                                    : nullptr;
   if (!specs) {
     std::cerr << "normcore: unknown command '" << command << "'\n\n";
     usage(std::cerr);

@@ -80,8 +80,8 @@ int run_tokenize(const TokenizeOptions& options) {
   }
   nc::data::write_token_shard(out, nc::from_vector(ids, {static_cast<int64_t>(ids.size())}));
   std::printf("normcore tokenize: %zu bytes of %zu input(s) -> %zu tokens, written to %s (tokenizer loaded in "
-              "%.3f s, encoded in %.3f s: %.1f MB/s)\n", bytes, inputs.size(), ids.size(), out.c_str(), load_s,
-              encode_s, encode_s > 0 ? static_cast<double>(bytes) / encode_s / 1e6 : 0.0);
+              "%.3f s, encoded in %.3f s: %.1f MB/s)\n",
+              bytes, inputs.size(), ids.size(), out.c_str(), load_s, encode_s,
+              encode_s > 0 ? static_cast<double>(bytes) / encode_s / 1e6 : 0.0);
   return 0;
 }
-

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
+#include "cli/tokenize.h"
 #include "normcore/conformance.h"
 #include "normcore/distributed.h"
 #include "normcore/normcore.h"
-#include "cli/commands.h"
-#include "cli/tokenize.h"
 
 namespace cli {
 

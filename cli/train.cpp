@@ -5,12 +5,12 @@
 #include <memory>
 #include <string>
 
+#include "cli/commands.h"
+#include "cli/training.h"
 #include "normcore/data.h"
 #include "normcore/losses.h"
 #include "normcore/models.h"
 #include "normcore/train.h"
-#include "cli/commands.h"
-#include "cli/training.h"
 
 namespace cli {
 
@@ -34,8 +34,8 @@ int train(const Args& args) {
   const double smoothing = number(args, "label-smoothing");
   const std::string optimizer_name = args.options.at("optimizer");
   const std::string anomaly = args.options.at("detect-anomaly");
-  NC_CHECK(anomaly == "on" || anomaly == "off", ValueError, "train: --detect-anomaly must be on or off, got '",
-           anomaly, "'");
+  NC_CHECK(anomaly == "on" || anomaly == "off", ValueError, "train: --detect-anomaly must be on or off, got '", anomaly,
+           "'");
   nc::train::TrainerOptions options = trainer_options(args, device);
   options.detect_anomaly = anomaly == "on";
   options.epochs = epochs;
@@ -43,10 +43,10 @@ int train(const Args& args) {
 
   nc::data::TensorDataset train_set = nc::data::load_fashion_mnist(args.options.at("data"), true);
   const nc::data::TensorDataset test_set = nc::data::load_fashion_mnist(args.options.at("data"), false);
-  if (int64_t limit = integer(args, "limit", 0); limit > 0 && limit < train_set.size()) train_set = train_set.head(limit);
+  if (int64_t limit = integer(args, "limit", 0); limit > 0 && limit < train_set.size())
+    train_set = train_set.head(limit);
   const std::string augment = args.options.at("augment");
-  NC_CHECK(augment == "on" || augment == "off", ValueError, "option --augment: must be on or off, got '", augment,
-           "'");
+  NC_CHECK(augment == "on" || augment == "off", ValueError, "option --augment: must be on or off, got '", augment, "'");
 
   // A resumed run's model is the checkpoint's (its name, its weights); the Trainer restores
   // the rest of the run.
@@ -93,9 +93,7 @@ int train(const Args& args) {
                 trainer.job().describe(device).c_str(), options.precision.c_str(),
                 trainer.graphed() ? " with CUDA graphs" : "", static_cast<long long>(train_size),
                 static_cast<long long>(test_set.size()), optimizer_name.c_str(), lr, static_cast<long long>(batch_size),
-                trainer.job().active()
-                    ? (" per rank (" + std::to_string(batch_size * world) + " in all)").c_str()
-                    : "",
+                trainer.job().active() ? (" per rank (" + std::to_string(batch_size * world) + " in all)").c_str() : "",
                 static_cast<long long>(epochs),
                 first_epoch ? (", resuming after epoch " + std::to_string(first_epoch)).c_str() : "");
   });
@@ -112,10 +110,9 @@ int train(const Args& args) {
   // Augmented, each sample is cropped and flipped, then normalized; otherwise the loader
   // gathers each batch at once and normalizes it whole (the same values).
   if (augment == "on")
-    loader.transforms = {nc::data::transforms::random_crop(28, 28, 2),
-                         nc::data::transforms::random_horizontal_flip(), nc::data::transforms::normalize()};
-  else
-    loader.batch_transforms = {nc::data::transforms::normalize_batch()};
+    loader.transforms = {nc::data::transforms::random_crop(28, 28, 2), nc::data::transforms::random_horizontal_flip(),
+                         nc::data::transforms::normalize()};
+  else loader.batch_transforms = {nc::data::transforms::normalize_batch()};
   trainer.fit(std::make_shared<const nc::data::TensorDataset>(std::move(train_set)), loader);
   if (!options.checkpoint.empty() && trainer.is_main()) std::printf("checkpoint: %s\n", options.checkpoint.c_str());
   return 0;

@@ -6,14 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
+#include "cli/training.h"
 #include "normcore/cuda.h"
 #include "normcore/data.h"
 #include "normcore/gpt.h"
 #include "normcore/safetensors.h"
 #include "normcore/text.h"
 #include "normcore/train.h"
-#include "cli/commands.h"
-#include "cli/training.h"
 
 namespace cli {
 
@@ -52,9 +52,9 @@ LmData lm_data(const Args& args, const nc::models::GPTConfig& config) {
   const std::vector<std::string> val_shards = nc::data::glob_files(val);
   auto train = std::make_shared<nc::data::TokenWindows>(train_shards, config.context, config.vocab_size);
   auto validation = std::make_shared<nc::data::TokenWindows>(val_shards, config.context, config.vocab_size);
-  data.summary = nc::detail::cat_str(train_shards.size(), " train shards (", train->size(), " windows), ",
-                                     val_shards.size(), " validation shards (", validation->size(),
-                                     " windows) of vocabulary ", config.vocab_size);
+  data.summary =
+      nc::detail::cat_str(train_shards.size(), " train shards (", train->size(), " windows), ", val_shards.size(),
+                          " validation shards (", validation->size(), " windows) of vocabulary ", config.vocab_size);
   data.train = std::move(train);
   data.validation = std::move(validation);
   data.unit = "tokens";
@@ -130,7 +130,8 @@ int train_lm(const Args& args) {
   const nc::train::Precision checked(options.precision, device);  // bad values fail before the model is built
   options.steps = integer(args, "steps", 1);
   options.eval_interval = integer(args, "eval-interval", 1);
-  const int64_t batch_size = integer(args, "batch-size", 1), eval_windows = integer(args, "eval-batches", 1) * batch_size;
+  const int64_t batch_size = integer(args, "batch-size", 1),
+                eval_windows = integer(args, "eval-batches", 1) * batch_size;
   const double lr = number(args, "lr"), min_lr = number(args, "min-lr");
 
   nc::Generator gen(options.seed);
@@ -149,8 +150,8 @@ int train_lm(const Args& args) {
   const std::string& shuffle = args.options.at("shuffle");
   NC_CHECK(shuffle == "on" || shuffle == "off", ValueError, "option --shuffle: on or off, got '", shuffle, "'");
   const std::string& recompute = args.options.at("recompute");
-  NC_CHECK(recompute == "none" || recompute == "gelu", ValueError, "option --recompute: none or gelu, got '",
-           recompute, "'");
+  NC_CHECK(recompute == "none" || recompute == "gelu", ValueError, "option --recompute: none or gelu, got '", recompute,
+           "'");
   for (const auto& block : model->blocks) block->mlp->recompute_gelu = recompute == "gelu";
   const std::string& attention = args.options.at("attention");
   NC_CHECK(attention == "auto" || attention == "native" || attention == "cudnn", ValueError,
@@ -196,8 +197,9 @@ int train_lm(const Args& args) {
                 options.precision.c_str(), trainer.graphed() ? " with CUDA graphs" : "");
     std::printf("data: %s; batch %lld x %lld %s%s, %lld steps, lr %g%s\n", data.summary.c_str(),
                 static_cast<long long>(batch_size), static_cast<long long>(config.context), data.unit.c_str(),
-                job.active() ? (" per rank (" + std::to_string(batch_size * job.world_size()) + " windows in all)").c_str()
-                             : "",
+                job.active()
+                    ? (" per rank (" + std::to_string(batch_size * job.world_size()) + " windows in all)").c_str()
+                    : "",
                 static_cast<long long>(options.steps), lr,
                 first_step ? (", resuming after step " + std::to_string(first_step)).c_str() : "");
     std::fflush(stdout);

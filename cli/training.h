@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "normcore/train.h"
 #include "cli/args.h"
+#include "normcore/train.h"
 
 namespace cli {
 

@@ -70,8 +70,7 @@ std::vector<int64_t> attr_integer_list(const json& attrs, const char* key) {
   NC_CHECK(value.is_array(), ValueError, "attribute '", key, "' must be a list of integers, got ", value.dump());
   std::vector<int64_t> out;
   for (const json& v : value) {
-    NC_CHECK(v.is_number_integer(), ValueError, "attribute '", key, "' must be a list of integers, got ",
-             value.dump());
+    NC_CHECK(v.is_number_integer(), ValueError, "attribute '", key, "' must be a list of integers, got ", value.dump());
     out.push_back(v.get<int64_t>());
   }
   return out;
@@ -82,8 +81,7 @@ bool attr_bool(const json& attrs, const char* key, std::optional<bool> fallback 
     NC_CHECK(fallback.has_value(), ValueError, "attribute '", key, "' is missing");
     return *fallback;
   }
-  NC_CHECK(attrs[key].is_boolean(), ValueError, "attribute '", key, "' must be true or false, got ",
-           attrs[key].dump());
+  NC_CHECK(attrs[key].is_boolean(), ValueError, "attribute '", key, "' must be true or false, got ", attrs[key].dump());
   return attrs[key].get<bool>();
 }
 
@@ -130,28 +128,46 @@ struct OpSpec {
 
 const std::vector<OpSpec>& op_table() {
   static const std::vector<OpSpec> table = {
-      {"layer_norm", {"x"}, {"weight", "bias"}, {"normalized_shape", "eps"},
+      {"layer_norm",
+       {"x"},
+       {"weight", "bias"},
+       {"normalized_shape", "eps"},
        [](const Inputs& in, const json& a) {
          return layer_norm(in.at("x"), attr_integer_list(a, "normalized_shape"), optional_input(in, "weight"),
                            optional_input(in, "bias"), attr_number(a, "eps", 1e-5));
        }},
-      {"rms_norm", {"x"}, {"weight"}, {"normalized_shape", "eps"},
+      {"rms_norm",
+       {"x"},
+       {"weight"},
+       {"normalized_shape", "eps"},
        [](const Inputs& in, const json& a) {
          return rms_norm(in.at("x"), attr_integer_list(a, "normalized_shape"), optional_input(in, "weight"),
                          attr_number(a, "eps", 1e-6));
        }},
-      {"group_norm", {"x"}, {"weight", "bias"}, {"num_groups", "eps"},
+      {"group_norm",
+       {"x"},
+       {"weight", "bias"},
+       {"num_groups", "eps"},
        [](const Inputs& in, const json& a) {
          return group_norm(in.at("x"), attr_integer(a, "num_groups"), optional_input(in, "weight"),
                            optional_input(in, "bias"), attr_number(a, "eps", 1e-5));
        }},
-      {"l1_norm", {"x"}, {}, {"dim", "eps"},
+      {"l1_norm",
+       {"x"},
+       {},
+       {"dim", "eps"},
        [](const Inputs& in, const json& a) {
          return l1_norm(in.at("x"), attr_integer(a, "dim", 1), attr_number(a, "eps", 1e-12));
        }},
-      {"frobenius_norm", {"x"}, {}, {"eps"},
+      {"frobenius_norm",
+       {"x"},
+       {},
+       {"eps"},
        [](const Inputs& in, const json& a) { return frobenius_norm(in.at("x"), attr_number(a, "eps", 1e-12)); }},
-      {"linear", {"x", "weight"}, {"bias"}, {},
+      {"linear",
+       {"x", "weight"},
+       {"bias"},
+       {},
        [](const Inputs& in, const json&) {
          return linear_composed(in.at("x"), in.at("weight"), optional_input(in, "bias"));
        }},
@@ -166,42 +182,63 @@ const std::vector<OpSpec>& op_table() {
                                          optional_input(in, "group_norm.weight"), optional_input(in, "group_norm.bias"),
                                          in.at("bias"), attr_integer(a, "num_groups"), attr_number(a, "eps", 1e-5));
        }},
-      {"conv2d", {"x", "weight"}, {"bias"}, {"stride", "padding", "dilation", "groups"},
+      {"conv2d",
+       {"x", "weight"},
+       {"bias"},
+       {"stride", "padding", "dilation", "groups"},
        [](const Inputs& in, const json& a) {
          return conv2d(in.at("x"), in.at("weight"), optional_input(in, "bias"), attr_pair(a, "stride", Size2(1)),
                        attr_pair(a, "padding", Size2(0)), attr_pair(a, "dilation", Size2(1)),
                        attr_integer(a, "groups", 1));
        }},
-      {"max_pool2d", {"x"}, {}, {"kernel_size", "stride", "padding", "dilation", "ceil_mode"},
+      {"max_pool2d",
+       {"x"},
+       {},
+       {"kernel_size", "stride", "padding", "dilation", "ceil_mode"},
        [](const Inputs& in, const json& a) {
          return max_pool2d(in.at("x"), attr_pair(a, "kernel_size"), attr_pair(a, "stride", Size2()),
                            attr_pair(a, "padding", Size2(0)), attr_pair(a, "dilation", Size2(1)),
                            attr_bool(a, "ceil_mode", false));
        }},
-      {"avg_pool2d", {"x"}, {}, {"kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"},
+      {"avg_pool2d",
+       {"x"},
+       {},
+       {"kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"},
        [](const Inputs& in, const json& a) {
          return avg_pool2d(in.at("x"), attr_pair(a, "kernel_size"), attr_pair(a, "stride", Size2()),
                            attr_pair(a, "padding", Size2(0)), attr_bool(a, "ceil_mode", false),
                            attr_bool(a, "count_include_pad", true));
        }},
-      {"adaptive_avg_pool2d", {"x"}, {}, {"output_size"},
+      {"adaptive_avg_pool2d",
+       {"x"},
+       {},
+       {"output_size"},
        [](const Inputs& in, const json& a) { return adaptive_avg_pool2d(in.at("x"), attr_pair(a, "output_size")); }},
       // running_mean and running_var are buffers: updated in place in training (the case's
       // after.<name> tensors hold their expected values).
-      {"batch_norm", {"x", "running_mean", "running_var"}, {"weight", "bias"}, {"training", "momentum", "eps"},
+      {"batch_norm",
+       {"x", "running_mean", "running_var"},
+       {"weight", "bias"},
+       {"training", "momentum", "eps"},
        [](const Inputs& in, const json& a) {
          return batch_norm(in.at("x"), in.at("running_mean"), in.at("running_var"), optional_input(in, "weight"),
                            optional_input(in, "bias"), attr_bool(a, "training"), attr_number(a, "momentum", 0.1),
                            attr_number(a, "eps", 1e-5));
        }},
-      {"scaled_dot_product_attention", {"q", "k", "v"}, {}, {"is_causal", "scale", "enable_gqa"},
+      {"scaled_dot_product_attention",
+       {"q", "k", "v"},
+       {},
+       {"is_causal", "scale", "enable_gqa"},
        [](const Inputs& in, const json& a) {
          std::optional<double> scale;
          if (a.contains("scale") && !a["scale"].is_null()) scale = attr_number(a, "scale", 0.0);
          return scaled_dot_product_attention(in.at("q"), in.at("k"), in.at("v"), attr_bool(a, "is_causal", false),
                                              scale, attr_bool(a, "enable_gqa", false));
        }},
-      {"gelu", {"x"}, {}, {"approximate"},
+      {"gelu",
+       {"x"},
+       {},
+       {"approximate"},
        [](const Inputs& in, const json& a) {
          std::string approximate = "none";
          if (a.contains("approximate")) {
@@ -213,16 +250,28 @@ const std::vector<OpSpec>& op_table() {
                   "attribute 'approximate' must be \"none\" or \"tanh\", got \"", approximate, "\"");
          return gelu(in.at("x"), approximate == "tanh");
        }},
-      {"softmax", {"x"}, {}, {"dim"},
+      {"softmax",
+       {"x"},
+       {},
+       {"dim"},
        [](const Inputs& in, const json& a) { return softmax(in.at("x"), attr_integer(a, "dim")); }},
-      {"log_softmax", {"x"}, {}, {"dim"},
+      {"log_softmax",
+       {"x"},
+       {},
+       {"dim"},
        [](const Inputs& in, const json& a) { return log_softmax(in.at("x"), attr_integer(a, "dim")); }},
-      {"cross_entropy", {"x", "target"}, {}, {"reduction", "label_smoothing", "ignore_index"},
+      {"cross_entropy",
+       {"x", "target"},
+       {},
+       {"reduction", "label_smoothing", "ignore_index"},
        [](const Inputs& in, const json& a) {
          return cross_entropy(in.at("x"), in.at("target"), attr_reduction(a, "reduction"),
-                                  attr_number(a, "label_smoothing", 0.0), attr_integer(a, "ignore_index", -100));
+                              attr_number(a, "label_smoothing", 0.0), attr_integer(a, "ignore_index", -100));
        }},
-      {"embedding", {"weight", "indices"}, {}, {"padding_idx"},
+      {"embedding",
+       {"weight", "indices"},
+       {},
+       {"padding_idx"},
        [](const Inputs& in, const json& a) {
          std::optional<int64_t> padding_idx;
          if (a.contains("padding_idx") && !a["padding_idx"].is_null()) padding_idx = attr_integer(a, "padding_idx");
@@ -243,8 +292,8 @@ double metadata_number(const safetensors::File& file, const std::string& key) {
   const std::string& text = metadata(file, key);
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);
-  NC_CHECK(!text.empty() && end && *end == '\0' && std::isfinite(value) && value >= 0, ValueError, "metadata '",
-           key, "' must be a non-negative number, got '", text, "'");
+  NC_CHECK(!text.empty() && end && *end == '\0' && std::isfinite(value) && value >= 0, ValueError, "metadata '", key,
+           "' must be a non-negative number, got '", text, "'");
   return value;
 }
 
@@ -361,8 +410,7 @@ std::set<std::string> parse_no_grad(const safetensors::File& file) {
   }
   NC_CHECK(list.is_array(), ValueError, "metadata 'no_grad' must be a JSON list of input names, got ", list.dump());
   for (const json& name : list) {
-    NC_CHECK(name.is_string(), ValueError, "metadata 'no_grad' must be a JSON list of input names, got ",
-             list.dump());
+    NC_CHECK(name.is_string(), ValueError, "metadata 'no_grad' must be a JSON list of input names, got ", list.dump());
     names.insert(name.get<std::string>());
   }
   return names;
@@ -414,8 +462,7 @@ void run_case_impl(const std::string& path, Device device, CaseResult& result) {
       const std::string input = name.substr(5);
       NC_CHECK(contains(input_names, input), ValueError, "unexpected tensor '", name, "': the case has no input '",
                input, "'");
-      NC_CHECK(!no_grad.count(input), ValueError, "unexpected tensor '", name, "': input '", input,
-               "' is in no_grad");
+      NC_CHECK(!no_grad.count(input), ValueError, "unexpected tensor '", name, "': input '", input, "' is in no_grad");
     } else if (name.rfind("after.", 0) == 0) {
       const std::string input = name.substr(6);
       NC_CHECK(contains(input_names, input) && no_grad.count(input), ValueError, "unexpected tensor '", name,

@@ -38,8 +38,8 @@ std::atomic<bool> g_deterministic{false};
 
 void check_operand(const char* op, const char* name, const Tensor& t, const Tensor& q) {
   check_defined(op, name, t);
-  NC_CHECK(t.dim() == 4, ShapeError, op, ": ", name, " must be 4-D [B, H, ", name[0] == 'q' ? "L" : "S",
-           ", ", name[0] == 'v' ? "Dv" : "D", "], got ", describe(t));
+  NC_CHECK(t.dim() == 4, ShapeError, op, ": ", name, " must be 4-D [B, H, ", name[0] == 'q' ? "L" : "S", ", ",
+           name[0] == 'v' ? "Dv" : "D", "], got ", describe(t));
   NC_CHECK(is_floating(t.dtype()), DTypeError, op, ": ", name, " must be a floating tensor, got ", describe(t));
   if (&t == &q) return;
   NC_CHECK(t.dtype() == q.dtype(), DTypeError, op, ": ", name, " is ", describe(t), " but q is ", describe(q),
@@ -59,7 +59,8 @@ void check_heads(const char* op, const Tensor& q, const Tensor& k, const Tensor&
              describe(k));
   } else {
     NC_CHECK(k.size(1) == q.size(1), ShapeError, op, ": k and v must have q's head count ", q.size(1), ", got k ",
-             describe(k), " (q is ", describe(q), "); for fewer k and v heads (grouped-query attention) pass "
+             describe(k), " (q is ", describe(q),
+             "); for fewer k and v heads (grouped-query attention) pass "
              "enable_gqa = true");
   }
 }
@@ -152,8 +153,7 @@ const char* kernels::cudnn_attention_refusal(const AttentionEngineQuery& q) {
     if (q.compute_capability / 10 != 9) return "cuDNN's deterministic backward is used on Hopper alone";
     if (s.L == 1 && s.S == 1) return "cuDNN's backward does not take L = S = 1";
     // Earlier versions need a padding mask for such lengths (cuDNN's frontend adds one).
-    if (q.cudnn_version < 91600 && s.S % 128 != 0)
-      return "before cuDNN 9.16 the backward needs S a multiple of 128";
+    if (q.cudnn_version < 91600 && s.S % 128 != 0) return "before cuDNN 9.16 the backward needs S a multiple of 128";
   }
   // Auto: below about 2^21 scores (B * H * L * S) a call is a few microseconds either way
   // and cuDNN's host work per run (a variant pack, the plan lookup) makes it the slower
@@ -174,10 +174,10 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
   check_heads(op, q, k, v, enable_gqa);
   kernels::AttentionShape shape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), v.size(3)};
   shape.kv_heads = k.size(1);
-  NC_CHECK(k.size(3) == shape.D, ShapeError, op, ": q and k must share the head dim D, got q ", describe(q),
-           " and k ", describe(k));
-  NC_CHECK(v.size(2) == shape.S, ShapeError, op, ": k and v must share the key count S, got k ", describe(k),
-           " and v ", describe(v));
+  NC_CHECK(k.size(3) == shape.D, ShapeError, op, ": q and k must share the head dim D, got q ", describe(q), " and k ",
+           describe(k));
+  NC_CHECK(v.size(2) == shape.S, ShapeError, op, ": k and v must share the key count S, got k ", describe(k), " and v ",
+           describe(v));
   const kernels::AttentionKernels& kernels = kernels::attention(q.device());
   const double s = checked_scale(op, shape, "q", q, "v", v, scale);
 
@@ -189,8 +189,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
     vs = unit_last_stride(v);
   }
   Tensor out = new_tensor({shape.batch, shape.heads, shape.L, shape.Dv}, q.dtype(), q.device());
-  Tensor lse = new_tensor({shape.batch, shape.heads, shape.L},
-                          kernels::stats_dtype(q.device(), q.dtype()), q.device());
+  Tensor lse = new_tensor({shape.batch, shape.heads, shape.L}, kernels::stats_dtype(q.device(), q.dtype()), q.device());
   kernels.attention_forward(qs, ks, vs, shape, is_causal, s, out, lse);
   if (!autograd::needs_grad(q, k, v)) return out;
   autograd::record(op, out, {q, k, v},
@@ -206,8 +205,8 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
                      Tensor grad_k = new_tensor({shape.batch, shape.heads, shape.S, shape.D}, k.dtype(), k.device());
                      Tensor grad_v = new_tensor({shape.batch, shape.heads, shape.S, shape.Dv}, v.dtype(), v.device());
                      kernels::attention(q.device())
-                         .attention_backward(grad.to(q.dtype()).contiguous(), q, k, v, os.get(), lse, shape,
-                                             is_causal, s, grad_q, grad_k, grad_v);
+                         .attention_backward(grad.to(q.dtype()).contiguous(), q, k, v, os.get(), lse, shape, is_causal,
+                                             s, grad_q, grad_k, grad_v);
                      if (group > 1) {
                        grad_k = sum(grad_k.view({shape.batch, shape.kv_heads, group, shape.S, shape.D}), {2});
                        grad_v = sum(grad_v.view({shape.batch, shape.kv_heads, group, shape.S, shape.Dv}), {2});
@@ -238,19 +237,18 @@ Tensor packed_self_attention(const Tensor& qkv_arg, bool is_causal, std::optiona
                                                  is_causal, s, out.permute({0, 2, 1, 3}), lse);
   }
   if (!autograd::needs_grad(qkv_in)) return out;
-  autograd::record(op, out, {qkv_in},
-                   [qs = autograd::saved(qkv), os = autograd::saved(out), lse, shape, is_causal,
-                    s](const Tensor& grad) {
-                     const Tensor& qkv = qs.get();
-                     const Tensor g = unit_last_stride(grad.to(qkv.dtype()));
-                     Tensor grad_qkv = new_tensor(qkv.shape(), qkv.dtype(), qkv.device());
-                     kernels::attention(qkv.device())
-                         .attention_backward(g.permute({0, 2, 1, 3}), packed_part(qkv, 0), packed_part(qkv, 1),
-                                             packed_part(qkv, 2), os.get().permute({0, 2, 1, 3}), lse, shape,
-                                             is_causal, s, packed_part(grad_qkv, 0), packed_part(grad_qkv, 1),
-                                             packed_part(grad_qkv, 2));
-                     return std::vector<Tensor>{grad_qkv};
-                   });
+  autograd::record(
+      op, out, {qkv_in},
+      [qs = autograd::saved(qkv), os = autograd::saved(out), lse, shape, is_causal, s](const Tensor& grad) {
+        const Tensor& qkv = qs.get();
+        const Tensor g = unit_last_stride(grad.to(qkv.dtype()));
+        Tensor grad_qkv = new_tensor(qkv.shape(), qkv.dtype(), qkv.device());
+        kernels::attention(qkv.device())
+            .attention_backward(g.permute({0, 2, 1, 3}), packed_part(qkv, 0), packed_part(qkv, 1), packed_part(qkv, 2),
+                                os.get().permute({0, 2, 1, 3}), lse, shape, is_causal, s, packed_part(grad_qkv, 0),
+                                packed_part(grad_qkv, 1), packed_part(grad_qkv, 2));
+        return std::vector<Tensor>{grad_qkv};
+      });
   return out;
 }
 

@@ -27,8 +27,7 @@ std::atomic<bool> g_cudnn_benchmark{false};
 thread_local const std::string* t_conv_algorithm[3] = {nullptr, nullptr, nullptr};
 
 void check_pair(const char* op, const char* name, Size2 v, int64_t min) {
-  NC_CHECK(v.h >= min && v.w >= min, ValueError, op, ": ", name, " must be >= ", min, ", got (", v.h, ", ", v.w,
-           ")");
+  NC_CHECK(v.h >= min && v.w >= min, ValueError, op, ": ", name, " must be >= ", min, ", got (", v.h, ", ", v.w, ")");
 }
 
 // One output extent; < 1 is an error naming the input and the hyper-parameters.
@@ -96,8 +95,8 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   NC_CHECK(g.c % groups == 0 && g.o % groups == 0, ShapeError, op, ": in_channels (", g.c, ", from x ", describe(x_in),
            ") and out_channels (", g.o, ", from weight ", describe(weight), ") must be divisible by groups = ", groups);
   NC_CHECK(weight.size(1) * groups == g.c, ShapeError, op, ": weight ", describe(weight),
-           " must have in_channels / groups = ", g.c / groups, " in dim 1 (x is ", describe(x_in), ", groups ",
-           groups, ")");
+           " must have in_channels / groups = ", g.c / groups, " in dim 1 (x is ", describe(x_in), ", groups ", groups,
+           ")");
   NC_CHECK(g.o >= 1 && g.kh >= 1 && g.kw >= 1, ShapeError, op, ": weight must have non-zero sizes, got ",
            describe(weight));
   NC_CHECK(g.c >= 1, ShapeError, op, ": x must have at least one channel, got ", describe(x_in));

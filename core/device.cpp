@@ -30,9 +30,7 @@ Device::Device(const std::string& spec) {
   throw DeviceError("Device: cannot parse '" + spec + "' (expected cpu, cuda or cuda:N)");
 }
 
-std::string Device::str() const {
-  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
-}
+std::string Device::str() const { return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index); }
 
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 

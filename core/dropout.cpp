@@ -32,8 +32,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   const uint64_t n = static_cast<uint64_t>(x.numel());
   const cuda::RandomOffset offset =
       x.device().is_cuda() ? cuda::random_offset(g, n, x.device().index) : cuda::RandomOffset{g.advance(n), nullptr};
-  kernels::generate(x.device()).dropout(xc, out, keep, g.seed(), offset.offset, offset.base, static_cast<float>(p),
-                                        scale);
+  kernels::generate(x.device())
+      .dropout(xc, out, keep, g.seed(), offset.offset, offset.base, static_cast<float>(p), scale);
   autograd::record(op, out, {x}, [keep, scale](const Tensor& grad) {
     const Tensor gc = grad.contiguous();
     Tensor grad_x = new_tensor(gc.shape(), gc.dtype(), gc.device());

@@ -37,24 +37,23 @@ Tensor unary_op(const char* name, UnaryOp op, const Tensor& x, bool float_only, 
   {
     autograd::NoGradGuard no_grad;
     if (float_only && !is_floating(x.dtype())) input = x.to(DType::F32);
-    NC_CHECK(input.dtype() != DType::Bool, DTypeError, name, ": bool tensors are not supported (x is ",
-             describe(x), ")");
+    NC_CHECK(input.dtype() != DType::Bool, DTypeError, name, ": bool tensors are not supported (x is ", describe(x),
+             ")");
     out = new_tensor(input.shape(), input.dtype(), input.device());
     if (out.numel() > 0) kernels::elementwise(out.device()).unary(op, out, input, a, b);
   }
   if (grad_fn && autograd::needs_grad(x)) {
     autograd::record(name, out, {x},
                      [grad_fn, xs = autograd::saved(needs & kInput ? x : Tensor()),
-                      ys = autograd::saved(needs & kOutput ? out : Tensor()), a, b](const Tensor& g) {
-                       return std::vector<Tensor>{grad_fn(g, xs.get(), ys.get(), a, b)};
-                     });
+                      ys = autograd::saved(needs & kOutput ? out : Tensor()), a,
+                      b](const Tensor& g) { return std::vector<Tensor>{grad_fn(g, xs.get(), ys.get(), a, b)}; });
   }
   return out;
 }
 
 bool is_comparison(BinaryOp op) {
-  return op == BinaryOp::Eq || op == BinaryOp::Ne || op == BinaryOp::Lt || op == BinaryOp::Le ||
-         op == BinaryOp::Gt || op == BinaryOp::Ge;
+  return op == BinaryOp::Eq || op == BinaryOp::Ne || op == BinaryOp::Lt || op == BinaryOp::Le || op == BinaryOp::Gt ||
+         op == BinaryOp::Ge;
 }
 
 // Gradients of a binary op for its operands a and b (in the computing dtype, not yet
@@ -77,7 +76,8 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   DType compute = result_type(a, b);
   if (op == BinaryOp::Div && !is_floating(compute)) compute = DType::F32;
-  NC_CHECK(!(compute == DType::Bool && op == BinaryOp::Pow), DTypeError, name, ": not supported for bool tensors (a is ", describe(a), ", b is ", describe(b), ")");
+  NC_CHECK(!(compute == DType::Bool && op == BinaryOp::Pow), DTypeError, name,
+           ": not supported for bool tensors (a is ", describe(a), ", b is ", describe(b), ")");
   NC_CHECK(!(op == BinaryOp::Sub && (a.dtype() == DType::Bool || b.dtype() == DType::Bool)), DTypeError, name,
            ": subtraction with a bool tensor is not supported (a is ", describe(a), ", b is ", describe(b),
            "); to invert a mask use eq(mask, false)");
@@ -90,15 +90,14 @@ Tensor binary_op(const char* name, BinaryOp op, const Tensor& a, const Tensor& b
     if (out.numel() > 0) kernels::elementwise(out.device()).binary(op, out, ca.expand(shape), cb.expand(shape));
   }
   if (grad_fn && autograd::needs_grad(a, b)) {
-    autograd::record(name, out, {a, b},
-                     [grad_fn, shape_a = a.shape(), dtype_a = a.dtype(), shape_b = b.shape(), dtype_b = b.dtype(),
-                      sa = autograd::saved(needs & kInput ? ca : Tensor()),
-                      sb = autograd::saved(needs & kInput ? cb : Tensor()),
-                      ys = autograd::saved(needs & kOutput ? out : Tensor())](const Tensor& g) {
-                       auto grads = grad_fn(g, sa.get(), sb.get(), ys.get());
-                       return std::vector<Tensor>{grad_for(grads.first, shape_a, dtype_a),
-                                                  grad_for(grads.second, shape_b, dtype_b)};
-                     });
+    autograd::record(
+        name, out, {a, b},
+        [grad_fn, shape_a = a.shape(), dtype_a = a.dtype(), shape_b = b.shape(), dtype_b = b.dtype(),
+         sa = autograd::saved(needs & kInput ? ca : Tensor()), sb = autograd::saved(needs & kInput ? cb : Tensor()),
+         ys = autograd::saved(needs & kOutput ? out : Tensor())](const Tensor& g) {
+          auto grads = grad_fn(g, sa.get(), sb.get(), ys.get());
+          return std::vector<Tensor>{grad_for(grads.first, shape_a, dtype_a), grad_for(grads.second, shape_b, dtype_b)};
+        });
   }
   return out;
 }
@@ -166,14 +165,12 @@ Tensor zero_grad_like(const Tensor& g, const Tensor&, const Tensor&, double, dou
 }  // namespace
 
 Tensor neg(const Tensor& x) {
-  return unary_op("neg", UnaryOp::Neg, x, false, kNothing, [](const Tensor& g, const Tensor&, const Tensor&, double, double) {
-    return neg(g);
-  });
+  return unary_op("neg", UnaryOp::Neg, x, false, kNothing,
+                  [](const Tensor& g, const Tensor&, const Tensor&, double, double) { return neg(g); });
 }
 Tensor abs(const Tensor& x) {
-  return unary_op("abs", UnaryOp::Abs, x, false, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
-    return mul(g, sign(x));
-  });
+  return unary_op("abs", UnaryOp::Abs, x, false, kInput,
+                  [](const Tensor& g, const Tensor& x, const Tensor&, double, double) { return mul(g, sign(x)); });
 }
 Tensor sign(const Tensor& x) {
   const OpScope op("sign");
@@ -182,62 +179,63 @@ Tensor sign(const Tensor& x) {
   return unary_op(op, UnaryOp::Sign, x, false, kNothing, zero_grad_like);
 }
 Tensor relu(const Tensor& x) {
-  return unary_op("relu", UnaryOp::Relu, x, false, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
-    return where(le(y, 0), 0, g);  // a NaN passes the gradient, as in PyTorch
-  });
+  return unary_op("relu", UnaryOp::Relu, x, false, kOutput,
+                  [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+                    return where(le(y, 0), 0, g);  // a NaN passes the gradient, as in PyTorch
+                  });
 }
 Tensor exp(const Tensor& x) {
-  return unary_op("exp", UnaryOp::Exp, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
-    return mul(g, y);
-  });
+  return unary_op("exp", UnaryOp::Exp, x, true, kOutput,
+                  [](const Tensor& g, const Tensor&, const Tensor& y, double, double) { return mul(g, y); });
 }
 Tensor log(const Tensor& x) {
-  return unary_op("log", UnaryOp::Log, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
-    return div(g, x);
-  });
+  return unary_op("log", UnaryOp::Log, x, true, kInput,
+                  [](const Tensor& g, const Tensor& x, const Tensor&, double, double) { return div(g, x); });
 }
 Tensor sqrt(const Tensor& x) {
-  return unary_op("sqrt", UnaryOp::Sqrt, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
-    return div(g, mul(y, 2));
-  });
+  return unary_op("sqrt", UnaryOp::Sqrt, x, true, kOutput,
+                  [](const Tensor& g, const Tensor&, const Tensor& y, double, double) { return div(g, mul(y, 2)); });
 }
 Tensor rsqrt(const Tensor& x) {
-  return unary_op("rsqrt", UnaryOp::Rsqrt, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
-    return mul(g, mul(pow(y, 3), -0.5));
-  });
+  return unary_op("rsqrt", UnaryOp::Rsqrt, x, true, kOutput,
+                  [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+                    return mul(g, mul(pow(y, 3), -0.5));
+                  });
 }
 Tensor sin(const Tensor& x) {
-  return unary_op("sin", UnaryOp::Sin, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
-    return mul(g, cos(x));
-  });
+  return unary_op("sin", UnaryOp::Sin, x, true, kInput,
+                  [](const Tensor& g, const Tensor& x, const Tensor&, double, double) { return mul(g, cos(x)); });
 }
 Tensor cos(const Tensor& x) {
-  return unary_op("cos", UnaryOp::Cos, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
-    return neg(mul(g, sin(x)));
-  });
+  return unary_op("cos", UnaryOp::Cos, x, true, kInput,
+                  [](const Tensor& g, const Tensor& x, const Tensor&, double, double) { return neg(mul(g, sin(x))); });
 }
 Tensor tanh(const Tensor& x) {
-  return unary_op("tanh", UnaryOp::Tanh, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
-    return mul(g, 1 - mul(y, y));
-  });
+  return unary_op("tanh", UnaryOp::Tanh, x, true, kOutput,
+                  [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+                    return mul(g, 1 - mul(y, y));
+                  });
 }
 Tensor sigmoid(const Tensor& x) {
-  return unary_op("sigmoid", UnaryOp::Sigmoid, x, true, kOutput, [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
-    return mul(g, mul(y, 1 - y));
-  });
+  return unary_op("sigmoid", UnaryOp::Sigmoid, x, true, kOutput,
+                  [](const Tensor& g, const Tensor&, const Tensor& y, double, double) {
+                    return mul(g, mul(y, 1 - y));
+                  });
 }
 Tensor gelu(const Tensor& x, bool approximate) {
   const OpScope op("gelu");
   // The backward is one element-wise pass, g * gelu'(x) (kernels/scalar/elementwise.h), in
   // the input's dtype: the derivative is computed in f32 (f64 for f64) per element.
   if (!approximate) {
-    return unary_op(op, UnaryOp::Gelu, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
-      return binary_op("gelu", BinaryOp::GeluGrad, g.to(x.dtype()), x);
-    });
+    return unary_op(op, UnaryOp::Gelu, x, true, kInput,
+                    [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+                      return binary_op("gelu", BinaryOp::GeluGrad, g.to(x.dtype()), x);
+                    });
   }
-  return unary_op(op, UnaryOp::GeluTanh, x, true, kInput, [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
-    return binary_op("gelu", BinaryOp::GeluTanhGrad, g.to(x.dtype()), x);
-  });
+  return unary_op(op, UnaryOp::GeluTanh, x, true, kInput,
+                  [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+                    return binary_op("gelu", BinaryOp::GeluTanhGrad, g.to(x.dtype()), x);
+                  });
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
@@ -256,11 +254,12 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   if (max) check_representable(op, "max", *max, dtype);
   if (is_floating(dtype)) {
     // The gradient passes where min <= x <= max, as in PyTorch (so not at a NaN).
-    return unary_op(op, UnaryOp::Clamp, x.to(dtype), true, kInput,
-                    [](const Tensor& g, const Tensor& x, const Tensor&, double lo, double hi) {
-                      return where(ge(x, lo), where(le(x, hi), g, 0), 0);  // none at a NaN
-                    },
-                    min ? min->to_double() : -INFINITY, max ? max->to_double() : INFINITY);
+    return unary_op(
+        op, UnaryOp::Clamp, x.to(dtype), true, kInput,
+        [](const Tensor& g, const Tensor& x, const Tensor&, double lo, double hi) {
+          return where(ge(x, lo), where(le(x, hi), g, 0), 0);  // none at a NaN
+        },
+        min ? min->to_double() : -INFINITY, max ? max->to_double() : INFINITY);
   }
   Tensor out = x;
   if (min) out = maximum(out, *min);
@@ -282,12 +281,13 @@ Tensor pow(const Tensor& x, Scalar exponent) {
   // the power 256) is refused, not wrapped.
   check_representable(op, "exponent", exponent, dtype);
   if (!is_floating(dtype)) return binary_op(op, BinaryOp::Pow, x, wrap_scalar(op, "x", x, exponent));
-  return unary_op(op, UnaryOp::PowScalar, x.to(dtype), true, kInput,
-                  [](const Tensor& g, const Tensor& x, const Tensor&, double e, double) {
-                    if (e == 0) return zeros_like(g);
-                    return mul(g, mul(pow(x, e - 1), e));
-                  },
-                  exponent.to_double());
+  return unary_op(
+      op, UnaryOp::PowScalar, x.to(dtype), true, kInput,
+      [](const Tensor& g, const Tensor& x, const Tensor&, double e, double) {
+        if (e == 0) return zeros_like(g);
+        return mul(g, mul(pow(x, e - 1), e));
+      },
+      exponent.to_double());
 }
 
 // ---------------------------------------------------------------- binary
@@ -297,9 +297,7 @@ using GradPair = std::pair<Tensor, Tensor>;
 
 GradPair add_grad(const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return {g, g}; }
 GradPair sub_grad(const Tensor& g, const Tensor&, const Tensor&, const Tensor&) { return {g, neg(g)}; }
-GradPair mul_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
-  return {mul(g, b), mul(g, a)};
-}
+GradPair mul_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) { return {mul(g, b), mul(g, a)}; }
 GradPair div_grad(const Tensor& g, const Tensor& a, const Tensor& b, const Tensor&) {
   Tensor ga = div(g, b);
   return {ga, neg(mul(ga, div(a, b)))};
@@ -337,7 +335,9 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary_op("minimum", BinaryOp::Minimum, a, b, kInput, minimum_grad);
 }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary_op("pow", BinaryOp::Pow, a, b, kInputAndOutput, pow_grad); }
+Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary_op("pow", BinaryOp::Pow, a, b, kInputAndOutput, pow_grad);
+}
 Tensor eq(const Tensor& a, const Tensor& b) { return binary_op("eq", BinaryOp::Eq, a, b); }
 Tensor ne(const Tensor& a, const Tensor& b) { return binary_op("ne", BinaryOp::Ne, a, b); }
 Tensor lt(const Tensor& a, const Tensor& b) { return binary_op("lt", BinaryOp::Lt, a, b); }
@@ -376,8 +376,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   {
     autograd::NoGradGuard no_grad;
     if (out.numel() > 0)
-      kernels::elementwise(out.device()).where(out, cond.expand(shape), a.to(dtype).expand(shape),
-                                               b.to(dtype).expand(shape));
+      kernels::elementwise(out.device())
+          .where(out, cond.expand(shape), a.to(dtype).expand(shape), b.to(dtype).expand(shape));
   }
   if (autograd::needs_grad(a, b)) {
     autograd::record(op, out, {a, b},

@@ -17,11 +17,11 @@ Tensor empty(const Shape& shape, TensorOptions options) {
   checked_numel(shape, op);
   DType dtype = options.dtype_or(DType::F32);
   if (!options.pinned) return new_tensor(shape, dtype, options.device);
-  NC_CHECK(options.device.is_cpu(), DeviceError, op, ": pinned memory is host memory, but device ",
-           options.device, " was asked for");
+  NC_CHECK(options.device.is_cpu(), DeviceError, op, ": pinned memory is host memory, but device ", options.device,
+           " was asked for");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = allocate_storage(static_cast<size_t>(checked_numel(shape, op)) * dtype_size(dtype),
-                                   Device::cpu(), /*pinned=*/true);
+  impl->storage = allocate_storage(static_cast<size_t>(checked_numel(shape, op)) * dtype_size(dtype), Device::cpu(),
+                                   /*pinned=*/true);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -59,8 +59,8 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions options) {
   NC_CHECK(std::isfinite(s) && std::isfinite(e) && std::isfinite(st), ValueError, op,
            ": start, end and step must be finite (got ", start, ", ", end, ", ", step, ")");
   NC_CHECK(st != 0, ValueError, op, ": step must be non-zero");
-  NC_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), ValueError, op, ": step ", step,
-           " does not lead from ", start, " to ", end);
+  NC_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), ValueError, op, ": step ", step, " does not lead from ", start,
+           " to ", end);
   bool all_int = start.is_integral() && end.is_integral() && step.is_integral();
   int64_t n;
   // The count, computed where it cannot overflow, then bounded like any shape.
@@ -147,8 +147,7 @@ namespace {
 
 Tensor empty_floating(const char* op, const Shape& shape, TensorOptions options) {
   if (!options.dtype) options.dtype = DType::F32;
-  NC_CHECK(is_floating(*options.dtype), DTypeError, op, ": dtype must be floating, got ",
-           dtype_name(*options.dtype));
+  NC_CHECK(is_floating(*options.dtype), DTypeError, op, ": dtype must be floating, got ", dtype_name(*options.dtype));
   return empty(shape, options);
 }
 

@@ -24,8 +24,8 @@ constexpr const char* kOp = "gemm_group_norm_min_bias";
 void check_operand(const char* name, const Tensor& t, const Tensor& x, const Shape& expected, bool required) {
   if (required) check_defined(kOp, name, t);
   if (!t.defined()) return;
-  NC_CHECK(t.shape() == expected, ShapeError, kOp, ": ", name, " must have shape ", expected, ", got ",
-           describe(t), " (x is ", describe(x), ")");
+  NC_CHECK(t.shape() == expected, ShapeError, kOp, ": ", name, " must have shape ", expected, ", got ", describe(t),
+           " (x is ", describe(x), ")");
   NC_CHECK(t.dtype() == x.dtype(), DTypeError, kOp, ": ", name, " is ", describe(t), " but x is ", describe(x),
            " (they must share a dtype)");
   check_same_device(kOp, "x", x, name, t);
@@ -35,8 +35,8 @@ Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contigu
 
 // y [B, OUT] -> [1, OUT, B, 1]: z = group_norm(y + linear_bias) * gn_weight + gn_bias,
 // out = min(z, 1) + bias.
-Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Tensor& gn_weight,
-                           const Tensor& gn_bias, const Tensor& bias, int64_t groups, double eps) {
+Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Tensor& gn_weight, const Tensor& gn_bias,
+                           const Tensor& bias, int64_t groups, double eps) {
   const int64_t rows = y.size(0), channels = y.size(1);
   Tensor yc, lb, w, gb, bc;
   {
@@ -71,8 +71,8 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
                      Tensor grad_weight = w.defined() ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_gn_bias = has_gn_bias ? new_tensor({channels}, dtype, device) : Tensor();
                      Tensor grad_bias = new_tensor({1, channels, 1, 1}, dtype, device);
-                     kernels::fused(device).group_norm_min_bias_backward(grad_out, y, lb, w, mean, rstd, argmin,
-                                                                         layout, grad_y, grad_linear_bias, grad_weight,
+                     kernels::fused(device).group_norm_min_bias_backward(grad_out, y, lb, w, mean, rstd, argmin, layout,
+                                                                         grad_y, grad_linear_bias, grad_weight,
                                                                          grad_gn_bias, grad_bias);
                      return std::vector<Tensor>{grad_y, grad_linear_bias, grad_weight, grad_gn_bias, grad_bias};
                    });
@@ -82,16 +82,16 @@ Tensor group_norm_min_bias(const Tensor& y, const Tensor& linear_bias, const Ten
 }  // namespace
 
 Tensor gemm_group_norm_min_bias(const Tensor& x, const Tensor& weight, const Tensor& linear_bias,
-                                const Tensor& gn_weight, const Tensor& gn_bias, const Tensor& bias,
-                                int64_t num_groups, double eps) {
+                                const Tensor& gn_weight, const Tensor& gn_bias, const Tensor& bias, int64_t num_groups,
+                                double eps) {
   const OpScope scope(kOp);
   check_defined(kOp, "x", x);
   NC_CHECK(is_floating(x.dtype()), DTypeError, kOp, ": x must be a floating tensor, got ", describe(x),
            " (convert with .to(DType::F32))");
   NC_CHECK(x.dim() == 2, ShapeError, kOp, ": x must be [B, IN], got ", describe(x));
   check_defined(kOp, "weight", weight);
-  NC_CHECK(weight.dim() == 2 && weight.size(1) == x.size(1), ShapeError, kOp, ": weight must be [OUT, ",
-           x.size(1), "] (IN from x), got ", describe(weight), " (x is ", describe(x), ")");
+  NC_CHECK(weight.dim() == 2 && weight.size(1) == x.size(1), ShapeError, kOp, ": weight must be [OUT, ", x.size(1),
+           "] (IN from x), got ", describe(weight), " (x is ", describe(x), ")");
   const int64_t channels = weight.size(0);
   check_operand("weight", weight, x, weight.shape(), true);
   NC_CHECK(channels > 0, ShapeError, kOp, ": OUT (weight's first dim) must be positive, got ", describe(weight));

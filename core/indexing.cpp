@@ -41,14 +41,13 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   for (size_t i = 0; i < parts.size(); ++i) {
     const Tensor& t = *parts[i];
     check_same_device(op, "tensors[0]", first, "tensors[i]", t);
-    NC_CHECK(t.dtype() == first.dtype(), DTypeError, op, ": tensor ", i, " is ", describe(t),
-             " but tensor 0 is ", describe(first));
+    NC_CHECK(t.dtype() == first.dtype(), DTypeError, op, ": tensor ", i, " is ", describe(t), " but tensor 0 is ",
+             describe(first));
     NC_CHECK(t.dim() == first.dim(), ShapeError, op, ": tensor ", i, " has shape ", t.shape(),
              " but tensor 0 has shape ", first.shape());
     for (int64_t k = 0; k < t.dim(); ++k)
-      NC_CHECK(k == d || t.size(k) == first.size(k), ShapeError, op, ": tensor ", i, " has shape ",
-               t.shape(), " but tensor 0 has shape ", first.shape(), " (they may differ only in dim ",
-               d, ")");
+      NC_CHECK(k == d || t.size(k) == first.size(k), ShapeError, op, ": tensor ", i, " has shape ", t.shape(),
+               " but tensor 0 has shape ", first.shape(), " (they may differ only in dim ", d, ")");
     total += t.size(d);
   }
   Shape shape = first.shape();
@@ -121,12 +120,12 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   for (int64_t s : sizes) NC_CHECK(s >= 0, ValueError, op, ": negative size in ", sizes);
   int64_t total = 0;
   for (int64_t s : sizes) {
-    NC_CHECK(s <= x.size(d) - total, ShapeError, op, ": sizes ", sizes, " sum to more than dim ", dim,
-             "'s size ", x.size(d));
+    NC_CHECK(s <= x.size(d) - total, ShapeError, op, ": sizes ", sizes, " sum to more than dim ", dim, "'s size ",
+             x.size(d));
     total += s;
   }
-  NC_CHECK(total == x.size(d), ShapeError, op, ": sizes ", sizes, " sum to ", total,
-           " but dim ", dim, " has size ", x.size(d));
+  NC_CHECK(total == x.size(d), ShapeError, op, ": sizes ", sizes, " sum to ", total, " but dim ", dim, " has size ",
+           x.size(d));
   std::vector<Tensor> out;
   int64_t at = 0;
   for (int64_t s : sizes) {
@@ -162,8 +161,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       if (n > 0 && width > 0) {
         // The forward checked every index against [0, size) (on CUDA, one out of range is
         // recorded for the host's next wait and skipped here).
-        kernels::index(g.device()).index_add_rows(grad_x.view({shape[0], width}), idx.contiguous(),
-                                                  g.contiguous().view({n, width}));
+        kernels::index(g.device())
+            .index_add_rows(grad_x.view({shape[0], width}), idx.contiguous(), g.contiguous().view({n, width}));
       }
       return std::vector<Tensor>{grad_x};
     }
@@ -178,11 +177,11 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 namespace {
 
 void check_index_shape(const char* op, const Tensor& x, const Tensor& index, int64_t d, const char* what) {
-  NC_CHECK(index.dim() == x.dim(), ShapeError, op, ": index must have as many dims as ", what,
-           " (index is ", describe(index), ", ", what, " is ", describe(x), ")");
+  NC_CHECK(index.dim() == x.dim(), ShapeError, op, ": index must have as many dims as ", what, " (index is ",
+           describe(index), ", ", what, " is ", describe(x), ")");
   for (int64_t k = 0; k < x.dim(); ++k)
-    NC_CHECK(k == d || index.size(k) <= x.size(k), ShapeError, op, ": index shape ", index.shape(),
-             " exceeds ", what, " shape ", x.shape(), " in dim ", k);
+    NC_CHECK(k == d || index.size(k) <= x.size(k), ShapeError, op, ": index shape ", index.shape(), " exceeds ", what,
+             " shape ", x.shape(), " in dim ", k);
 }
 
 }  // namespace
@@ -212,17 +211,17 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   check_same_device(op, "x", x, "index", index);
   check_same_device(op, "x", x, "src", src);
   NC_CHECK(x.dim() > 0, ShapeError, op, ": x must have at least 1 dim, got ", describe(x));
-  NC_CHECK(src.dtype() == x.dtype(), DTypeError, op, ": src is ", describe(src), " but x is ",
-           describe(x), " (dtypes must match)");
+  NC_CHECK(src.dtype() == x.dtype(), DTypeError, op, ": src is ", describe(src), " but x is ", describe(x),
+           " (dtypes must match)");
   NC_CHECK(x.dtype() != DType::Bool && x.dtype() != DType::U8, DTypeError, op,
            ": bool and u8 tensors are not supported (x is ", describe(x), ")");
   int64_t d = normalize_dim(dim, x.dim(), op);
   check_index_shape(op, x, index, d, "x");
-  NC_CHECK(src.dim() == index.dim(), ShapeError, op, ": src ", src.shape(), " and index ",
-           index.shape(), " must have the same number of dims");
+  NC_CHECK(src.dim() == index.dim(), ShapeError, op, ": src ", src.shape(), " and index ", index.shape(),
+           " must have the same number of dims");
   for (int64_t k = 0; k < src.dim(); ++k)
-    NC_CHECK(index.size(k) <= src.size(k), ShapeError, op, ": index shape ", index.shape(),
-             " exceeds src shape ", src.shape(), " in dim ", k);
+    NC_CHECK(index.size(k) <= src.size(k), ShapeError, op, ": index shape ", index.shape(), " exceeds src shape ",
+             src.shape(), " in dim ", k);
   Tensor idx = index_as_i64(op, index);
   Tensor out;
   {
@@ -259,12 +258,12 @@ void check_index_range(const Tensor& index, int64_t size, std::optional<int64_t>
 Tensor one_hot(const Tensor& index, int64_t num_classes) {
   const OpScope op("one_hot");
   check_defined(op, "index", index);
-  NC_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32 || index.dtype() == DType::U8,
-           DTypeError, op, ": index must be an integer tensor, got ", describe(index));
+  NC_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32 || index.dtype() == DType::U8, DTypeError, op,
+           ": index must be an integer tensor, got ", describe(index));
   Tensor idx = index.to(DType::I64);
   if (idx.numel() == 0) {
-    NC_CHECK(num_classes >= 0, ValueError, op,
-             ": num_classes must be given for an empty index (got ", num_classes, ")");
+    NC_CHECK(num_classes >= 0, ValueError, op, ": num_classes must be given for an empty index (got ", num_classes,
+             ")");
   } else {
     int64_t lo = min(idx).item<int64_t>(), hi = max(idx).item<int64_t>();
     NC_CHECK(lo >= 0, IndexError, op, ": class index ", lo, " is negative");
@@ -272,8 +271,7 @@ Tensor one_hot(const Tensor& index, int64_t num_classes) {
       NC_CHECK(hi < std::numeric_limits<int64_t>::max(), IndexError, op, ": class index ", hi, " is too large");
       num_classes = hi + 1;
     }
-    NC_CHECK(hi < num_classes, IndexError, op, ": class index ", hi, " out of range for ",
-             num_classes, " classes");
+    NC_CHECK(hi < num_classes, IndexError, op, ": class index ", hi, " out of range for ", num_classes, " classes");
   }
   Tensor classes = arange(0, num_classes, 1, TensorOptions(DType::I64, index.device()));
   return eq(idx.unsqueeze(-1), classes).to(DType::I64);

@@ -24,8 +24,7 @@ Tensor make_view(const Tensor& t, Shape shape, Shape strides, int64_t offset);
 Tensor new_tensor(const Shape& shape, DType dtype, Device device);
 
 // All tensors defined and on one device; throws DeviceError naming op and both devices.
-void check_same_device(const char* op, const char* name_a, const Tensor& a, const char* name_b,
-                       const Tensor& b);
+void check_same_device(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b);
 void check_defined(const char* op, const char* name, const Tensor& t);
 // ValueError unless value converts to dtype without overflow, by PyTorch's rule: for i32, i64
 // and u8 an integer inside the dtype's range (u8 also -255 to -1, which wrap) or a finite

@@ -69,16 +69,15 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   check_defined(op, "a", a_in);
   check_defined(op, "b", b_in);
   check_same_device(op, "a", a_in, "b", b_in);
-  NC_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, ShapeError, op,
-           ": both operands need at least 1 dim, got shapes ", a_in.shape(), " and ", b_in.shape());
-  NC_CHECK(a_in.dtype() == b_in.dtype(), DTypeError, op, ": dtypes differ (a is ", describe(a_in),
-           ", b is ", describe(b_in), ")");
-  NC_CHECK(is_floating(a_in.dtype()), DTypeError, op, ": expects floating tensors, got ",
-           describe(a_in));
+  NC_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, ShapeError, op, ": both operands need at least 1 dim, got shapes ",
+           a_in.shape(), " and ", b_in.shape());
+  NC_CHECK(a_in.dtype() == b_in.dtype(), DTypeError, op, ": dtypes differ (a is ", describe(a_in), ", b is ",
+           describe(b_in), ")");
+  NC_CHECK(is_floating(a_in.dtype()), DTypeError, op, ": expects floating tensors, got ", describe(a_in));
   Tensor a = a_in.dim() == 1 ? a_in.unsqueeze(0) : a_in;
   Tensor b = b_in.dim() == 1 ? b_in.unsqueeze(1) : b_in;
-  NC_CHECK(a.size(-1) == b.size(-2), ShapeError, op, ": inner sizes differ: ", a_in.shape(), " @ ",
-           b_in.shape(), " (", a.size(-1), " vs ", b.size(-2), ")");
+  NC_CHECK(a.size(-1) == b.size(-2), ShapeError, op, ": inner sizes differ: ", a_in.shape(), " @ ", b_in.shape(), " (",
+           a.size(-1), " vs ", b.size(-2), ")");
   if (a_in.dim() >= 3 && b_in.dim() == 2) {
     // [..., n, k] @ [k, m] (a Linear layer's input and weight) is one GEMM over the folded
     // rows, as in PyTorch: its weight gradient is then one GEMM as well, not a batched one
@@ -100,8 +99,8 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   if (out.numel() > 0) {
     autograd::NoGradGuard no_grad;
     int64_t count = checked_numel(batch, op);
-    kernels::matmul(out.device()).matmul(out.view({count, rows, cols}), as_matrix_batch(a, batch),
-               as_matrix_batch(b, batch));
+    kernels::matmul(out.device())
+        .matmul(out.view({count, rows, cols}), as_matrix_batch(a, batch), as_matrix_batch(b, batch));
   }
   autograd::record(op, out, {a, b}, [sa = autograd::saved(a), sb = autograd::saved(b)](const Tensor& g) {
     // grad_a = g @ b^T and grad_b = a^T @ g, summed over the batch dims that broadcast. An
@@ -113,10 +112,8 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
     auto transposed_view = [](const Tensor& t) {
       return t.dim() >= 2 && t.size(-2) > 1 && t.size(-1) > 1 && t.stride(-2) == 1 && t.stride(-1) == t.size(-2);
     };
-    Tensor ga = transposed_view(a) ? matmul(b, g.transpose(-1, -2)).transpose(-1, -2)
-                                   : matmul(g, b.transpose(-1, -2));
-    Tensor gb = transposed_view(b) ? matmul(g.transpose(-1, -2), a).transpose(-1, -2)
-                                   : matmul(a.transpose(-1, -2), g);
+    Tensor ga = transposed_view(a) ? matmul(b, g.transpose(-1, -2)).transpose(-1, -2) : matmul(g, b.transpose(-1, -2));
+    Tensor gb = transposed_view(b) ? matmul(g.transpose(-1, -2), a).transpose(-1, -2) : matmul(a.transpose(-1, -2), g);
     ga = autograd::sum_to(ga, a.shape());
     gb = autograd::sum_to(gb, b.shape());
     return std::vector<Tensor>{ga, gb};

@@ -35,11 +35,11 @@ Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   if (!bias_arg.defined()) return matmul(x, weight.t());
   const Tensor bias = autocast::to_lower(bias_arg);
   check_same_device(op, "x", x, "bias", bias);
-  NC_CHECK(bias.dtype() == x.dtype(), DTypeError, op, ": bias must have x's dtype, got x ", describe(x),
-           " and bias ", describe(bias));
+  NC_CHECK(bias.dtype() == x.dtype(), DTypeError, op, ": bias must have x's dtype, got x ", describe(x), " and bias ",
+           describe(bias));
   const int64_t in = weight.size(1), out = weight.size(0);
-  NC_CHECK(bias.dim() == 1 && bias.size(0) == out, ShapeError, op, ": bias must be [out] = [", out,
-           "] for weight ", describe(weight), ", got ", describe(bias));
+  NC_CHECK(bias.dim() == 1 && bias.size(0) == out, ShapeError, op, ": bias must be [out] = [", out, "] for weight ",
+           describe(weight), ", got ", describe(bias));
 
   const Shape leading(x.shape().begin(), x.shape().end() - 1);
   Shape out_shape = leading;
@@ -82,16 +82,16 @@ Tensor gelu_linear_recomputed(const OpScope& op, const Tensor& pre, const Tensor
   }
   if (!autograd::needs_grad(pre, weight, bias)) return y;
   const int64_t hidden = pre.size(-1), out = weight.size(0), rows = hidden > 0 ? pre.numel() / hidden : 0;
-  autograd::record(op, y, {pre, weight, bias},
-                   [pres = autograd::saved(pre), ws = autograd::saved(weight), rows, hidden, out](const Tensor& grad) {
-                     const Tensor p = pres.get().reshape({rows, hidden});
-                     const Tensor g = grad.reshape({rows, out});
-                     Tensor grad_pre = new_tensor({rows, hidden}, p.dtype(), p.device());
-                     kernels::elementwise(p.device()).binary(BinaryOp::GeluTanhGrad, grad_pre, matmul(g, ws.get()), p);
-                     const Tensor h = gelu(p, /*approximate=*/true);
-                     return std::vector<Tensor>{grad_pre.view(pres.get().shape()), matmul(g.t(), h),
-                                                autograd::sum_to(g, {out})};
-                   });
+  autograd::record(
+      op, y, {pre, weight, bias},
+      [pres = autograd::saved(pre), ws = autograd::saved(weight), rows, hidden, out](const Tensor& grad) {
+        const Tensor p = pres.get().reshape({rows, hidden});
+        const Tensor g = grad.reshape({rows, out});
+        Tensor grad_pre = new_tensor({rows, hidden}, p.dtype(), p.device());
+        kernels::elementwise(p.device()).binary(BinaryOp::GeluTanhGrad, grad_pre, matmul(g, ws.get()), p);
+        const Tensor h = gelu(p, /*approximate=*/true);
+        return std::vector<Tensor>{grad_pre.view(pres.get().shape()), matmul(g.t(), h), autograd::sum_to(g, {out})};
+      });
   return y;
 }
 
@@ -119,8 +119,8 @@ Tensor gelu_mlp(const Tensor& x_arg, const Tensor& fc_weight_arg, const Tensor& 
   NC_CHECK(in >= 0 && w1.dim() == 2 && w1.size(1) == in && b1.shape() == Shape{hidden} && w2.dim() == 2 &&
                w2.size(1) == hidden && b2.shape() == Shape{out},
            ShapeError, op, ": expected x [..., in], fc_weight [hidden, in], fc_bias [hidden], ",
-           "proj_weight [out, hidden] and proj_bias [out], got x ", describe(x), ", fc_weight ", describe(w1), ", fc_bias ", describe(b1),
-           ", proj_weight ", describe(w2), ", proj_bias ", describe(b2));
+           "proj_weight [out, hidden] and proj_bias [out], got x ", describe(x), ", fc_weight ", describe(w1),
+           ", fc_bias ", describe(b1), ", proj_weight ", describe(w2), ", proj_bias ", describe(b2));
   const Shape leading(x.shape().begin(), x.shape().end() - 1);
   const int64_t rows = checked_numel(leading, op);
   if (rows == 0 || in == 0 || hidden == 0 || out == 0)

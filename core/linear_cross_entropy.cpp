@@ -112,8 +112,8 @@ Tensor linear_cross_entropy_in_chunks(const Tensor& x_arg, const Tensor& weight_
   NC_CHECK(x_in.dim() >= 1 && weight.dim() == 2 && weight.size(1) == x_in.size(-1), ShapeError, op,
            ": x must be [..., C] and weight [V, C], got x ", describe(x_in), " and weight ", describe(weight));
   const Shape leading(x_in.shape().begin(), x_in.shape().end() - 1);
-  NC_CHECK(target_arg.shape() == leading, ShapeError, op, ": target must have x's leading shape ",
-           shape_str(leading), ", got ", describe(target_arg));
+  NC_CHECK(target_arg.shape() == leading, ShapeError, op, ": target must have x's leading shape ", shape_str(leading),
+           ", got ", describe(target_arg));
   const int64_t vocab = weight.size(0), width = weight.size(1);
   if (classes == -1) classes = vocab;
   NC_CHECK(classes >= 1 && classes <= vocab, ValueError, op, ": classes must be in [1, ", vocab,

@@ -67,8 +67,7 @@ ClassRows class_rows(const char* op, const char* input_name, const Tensor& input
   check_defined(op, input_name, input);
   check_defined(op, "target", target);
   check_same_device(op, input_name, input, "target", target);
-  NC_CHECK(is_floating(input.dtype()), DTypeError, op, ": ", input_name, " must be floating, got ",
-           describe(input));
+  NC_CHECK(is_floating(input.dtype()), DTypeError, op, ": ", input_name, " must be floating, got ", describe(input));
   NC_CHECK(target.dtype() == DType::I64, DTypeError, op, ": target must hold i64 class indices, got ",
            describe(target));
   NC_CHECK(input.dim() >= 1, ShapeError, op, ": ", input_name, " must be [C], [N, C] or [N, C, d1, ...], got ",
@@ -76,8 +75,8 @@ ClassRows class_rows(const char* op, const char* input_name, const Tensor& input
   int64_t class_dim = input.dim() == 1 ? 0 : 1;
   Shape expected = input.shape();
   expected.erase(expected.begin() + class_dim);
-  NC_CHECK(target.shape() == expected, ShapeError, op, ": target has shape ", target.shape(), " but ",
-           input_name, " ", input.shape(), " needs a target of shape ", expected);
+  NC_CHECK(target.shape() == expected, ShapeError, op, ": target has shape ", target.shape(), " but ", input_name, " ",
+           input.shape(), " needs a target of shape ", expected);
   ClassRows out;
   out.classes = input.size(class_dim);
   out.loss_shape = expected;
@@ -106,8 +105,7 @@ void check_elementwise_pair(const char* op, const char* input_name, const Tensor
   check_same_device(op, input_name, input, "target", target);
   NC_CHECK(input.shape() == target.shape(), ShapeError, op, ": ", input_name, " has shape ", input.shape(),
            " but target has shape ", target.shape(), " (they must match)");
-  NC_CHECK(is_floating(input.dtype()), DTypeError, op, ": ", input_name, " must be floating, got ",
-           describe(input));
+  NC_CHECK(is_floating(input.dtype()), DTypeError, op, ": ", input_name, " must be floating, got ", describe(input));
   NC_CHECK(is_floating(target.dtype()), DTypeError, op, ": target must be floating, got ", describe(target));
 }
 
@@ -137,32 +135,33 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target, Reduction r
       per_row = sub(per_row, mul(sum(log_probs, {1}), label_smoothing / static_cast<double>(classes)));
     // The mean is over the rows that count (NaN when none does, as in PyTorch).
     per_row = where(keep, per_row, Scalar(0.0)).reshape(cr.loss_shape);
-    loss = reduction == Reduction::Mean ? div(sum(per_row), sum(keep.to(per_row.dtype())))
-                                        : reduce(per_row, reduction);
+    loss = reduction == Reduction::Mean ? div(sum(per_row), sum(keep.to(per_row.dtype()))) : reduce(per_row, reduction);
     loss = loss.to(logits.dtype());
   }
   if (!autograd::needs_grad(logits)) return loss;
-  autograd::record(op, loss, {logits}, [lps = autograd::saved(log_probs), ts = autograd::saved(rows_target),
-                                        ks = autograd::saved(keep), classes, reduction, label_smoothing,
-                                        shape = logits.shape(), dtype = logits.dtype()](const Tensor& grad) {
-    // (softmax - q) * g_row, with q = (1 - s) onehot + s / C: subtract s / C everywhere,
-    // then 1 - s more at each row's target class; ignored rows get zeros (selected, not
-    // multiplied: their logits may hold NaN or infinity).
-    const Tensor& lp = lps.get();
-    const Tensor& t = ts.get();
-    const Tensor& k = ks.get();
-    int64_t rows = t.numel();
-    Tensor g = grad.to(lp.dtype());
-    // Over the kept rows; with none kept the gradient is zero (the loss is NaN).
-    if (reduction == Reduction::Mean) g = div(g, maximum(sum(k.to(lp.dtype())), Scalar(1.0)));
-    Tensor g_row = where(k, spread_grad(g, reduction == Reduction::Mean ? Reduction::Sum : reduction, {rows}),
-                         Scalar(0.0)).reshape({rows, 1});
-    double uniform = classes > 0 ? label_smoothing / static_cast<double>(classes) : 0.0;
-    Tensor grad_rows = mul(sub(exp(lp), uniform), g_row);
-    grad_rows = scatter_add(grad_rows, 1, t.unsqueeze(1), mul(g_row, -(1.0 - label_smoothing)));
-    grad_rows = where(k.unsqueeze(1), grad_rows, Scalar(0.0));
-    return std::vector<Tensor>{from_class_rows(grad_rows, shape).to(dtype)};
-  });
+  autograd::record(
+      op, loss, {logits},
+      [lps = autograd::saved(log_probs), ts = autograd::saved(rows_target), ks = autograd::saved(keep), classes,
+       reduction, label_smoothing, shape = logits.shape(), dtype = logits.dtype()](const Tensor& grad) {
+        // (softmax - q) * g_row, with q = (1 - s) onehot + s / C: subtract s / C everywhere,
+        // then 1 - s more at each row's target class; ignored rows get zeros (selected, not
+        // multiplied: their logits may hold NaN or infinity).
+        const Tensor& lp = lps.get();
+        const Tensor& t = ts.get();
+        const Tensor& k = ks.get();
+        int64_t rows = t.numel();
+        Tensor g = grad.to(lp.dtype());
+        // Over the kept rows; with none kept the gradient is zero (the loss is NaN).
+        if (reduction == Reduction::Mean) g = div(g, maximum(sum(k.to(lp.dtype())), Scalar(1.0)));
+        Tensor g_row =
+            where(k, spread_grad(g, reduction == Reduction::Mean ? Reduction::Sum : reduction, {rows}), Scalar(0.0))
+                .reshape({rows, 1});
+        double uniform = classes > 0 ? label_smoothing / static_cast<double>(classes) : 0.0;
+        Tensor grad_rows = mul(sub(exp(lp), uniform), g_row);
+        grad_rows = scatter_add(grad_rows, 1, t.unsqueeze(1), mul(g_row, -(1.0 - label_smoothing)));
+        grad_rows = where(k.unsqueeze(1), grad_rows, Scalar(0.0));
+        return std::vector<Tensor>{from_class_rows(grad_rows, shape).to(dtype)};
+      });
   return loss;
 }
 
@@ -204,17 +203,16 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits_arg, const Tensor& 
     loss = reduce(per_element, reduction).to(out_dtype);
   }
   if (!autograd::needs_grad(logits, target)) return loss;
-  autograd::record(op, loss, {logits, target}, [xs = autograd::saved(x), ts = autograd::saved(t), reduction,
-                                                want_logits = logits.requires_grad(),
-                                                want_target = target.requires_grad(),
-                                                logits_dtype = logits.dtype(),
-                                                target_dtype = target.dtype()](const Tensor& grad) {
-    const Tensor& x = xs.get();
-    Tensor g = spread_grad(grad.to(x.dtype()), reduction, x.shape());
-    Tensor grad_logits = want_logits ? mul(sub(sigmoid(x), ts.get()), g).to(logits_dtype) : Tensor();
-    Tensor grad_target = want_target ? mul(neg(x), g).to(target_dtype) : Tensor();
-    return std::vector<Tensor>{grad_logits, grad_target};
-  });
+  autograd::record(op, loss, {logits, target},
+                   [xs = autograd::saved(x), ts = autograd::saved(t), reduction, want_logits = logits.requires_grad(),
+                    want_target = target.requires_grad(), logits_dtype = logits.dtype(),
+                    target_dtype = target.dtype()](const Tensor& grad) {
+                     const Tensor& x = xs.get();
+                     Tensor g = spread_grad(grad.to(x.dtype()), reduction, x.shape());
+                     Tensor grad_logits = want_logits ? mul(sub(sigmoid(x), ts.get()), g).to(logits_dtype) : Tensor();
+                     Tensor grad_target = want_target ? mul(neg(x), g).to(target_dtype) : Tensor();
+                     return std::vector<Tensor>{grad_logits, grad_target};
+                   });
   return loss;
 }
 

@@ -35,8 +35,8 @@ void check_param(const char* op, const char* name, const Tensor& param, const Te
   if (!param.defined()) return;
   NC_CHECK(param.shape() == expected, ShapeError, op, ": ", name, " must have shape ", expected, ", got ",
            describe(param), " (x is ", describe(x), ")");
-  NC_CHECK(param.dtype() == x.dtype(), DTypeError, op, ": ", name, " is ", describe(param), " but x is ",
-           describe(x), " (they must share a dtype)");
+  NC_CHECK(param.dtype() == x.dtype(), DTypeError, op, ": ", name, " is ", describe(param), " but x is ", describe(x),
+           " (they must share a dtype)");
   check_same_device(op, "x", x, name, param);
 }
 
@@ -70,7 +70,8 @@ Rows check_normalized_shape(const char* op, const Tensor& x, const std::vector<i
   NC_CHECK(trailing, ShapeError, op, ": normalized_shape ", normalized_shape, " must match the trailing dims of x ",
            describe(x));
   const int64_t row_len = checked_numel(normalized_shape, op);
-  const int64_t rows = row_len > 0 ? x.numel() / row_len : checked_numel(Shape(x.shape().begin(), x.shape().end() - k), op);
+  const int64_t rows =
+      row_len > 0 ? x.numel() / row_len : checked_numel(Shape(x.shape().begin(), x.shape().end() - k), op);
   return {rows, row_len};
 }
 
@@ -103,8 +104,9 @@ Tensor layer_norm(const Tensor& x_arg, const std::vector<int64_t>& normalized_sh
                      Tensor grad_x = new_like(x);
                      Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
                      Tensor grad_bias = has_bias ? new_tensor(normalized_shape, x.dtype(), x.device()) : Tensor();
-                     kernels::norms(x.device()).layer_norm_backward(grad_like(grad, x), x, w, mean, rstd, rows, row_len,
-                                                                    grad_x, grad_weight, grad_bias);
+                     kernels::norms(x.device())
+                         .layer_norm_backward(grad_like(grad, x), x, w, mean, rstd, rows, row_len, grad_x, grad_weight,
+                                              grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
   return out;
@@ -140,9 +142,9 @@ std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x_arg, const Tensor& y_ar
     w = weight.contiguous();
     b = bias.defined() ? bias.contiguous() : bias;
     const Tensor xc = x.contiguous(), yc = y_arg.contiguous();
-    const bool fused = rows > 0 && cols > 0 &&
-                       kernels::fused(x.device()).add_layer_norm_forward(xc, yc, w, b, rows, cols, eps, sum, out,
-                                                                         mean, rstd);
+    const bool fused =
+        rows > 0 && cols > 0 &&
+        kernels::fused(x.device()).add_layer_norm_forward(xc, yc, w, b, rows, cols, eps, sum, out, mean, rstd);
     if (!fused) {
       sum = add(xc, yc.to(stream)).contiguous();
       Tensor normed = out_dtype == stream ? out : new_like(sum);
@@ -165,8 +167,9 @@ std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x_arg, const Tensor& y_ar
                        const Tensor& w = ws.get();
                        Tensor grad_x = new_like(s), grad_weight = new_like(w);
                        Tensor grad_bias = has_bias ? new_like(w) : Tensor();
-                       kernels::norms(s.device()).layer_norm_backward(grad_like(grad, s), s, w, mean, rstd, rows, cols,
-                                                                      grad_x, grad_weight, grad_bias);
+                       kernels::norms(s.device())
+                           .layer_norm_backward(grad_like(grad, s), s, w, mean, rstd, rows, cols, grad_x, grad_weight,
+                                                grad_bias);
                        return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                      });
   return {sum, out};
@@ -196,8 +199,8 @@ Tensor rms_norm(const Tensor& x_arg, const std::vector<int64_t>& normalized_shap
                      const Tensor& w = ws.get();
                      Tensor grad_x = new_like(x);
                      Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
-                     kernels::norms(x.device()).rms_norm_backward(grad_like(grad, x), x, w, rstd, rows, row_len,
-                                                                  grad_x, grad_weight);
+                     kernels::norms(x.device())
+                         .rms_norm_backward(grad_like(grad, x), x, w, rstd, rows, row_len, grad_x, grad_weight);
                      return std::vector<Tensor>{grad_x, grad_weight};
                    });
   return out;
@@ -240,10 +243,10 @@ Tensor group_norm(const Tensor& x_arg, int64_t num_groups, const Tensor& weight_
                      const Tensor& w = ws.get();
                      Tensor grad_x = new_like(x);
                      Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
-                     Tensor grad_bias =
-                         has_bias ? new_tensor({layout.channels()}, x.dtype(), x.device()) : Tensor();
-                     kernels::norms(x.device()).group_norm_backward(grad_like(grad, x), x, w, mean, rstd, layout,
-                                                                    grad_x, grad_weight, grad_bias);
+                     Tensor grad_bias = has_bias ? new_tensor({layout.channels()}, x.dtype(), x.device()) : Tensor();
+                     kernels::norms(x.device())
+                         .group_norm_backward(grad_like(grad, x), x, w, mean, rstd, layout, grad_x, grad_weight,
+                                              grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
   return out;
@@ -266,12 +269,11 @@ Tensor batch_norm(const Tensor& x_arg, const Tensor& running_mean, const Tensor&
            ": running_mean is undefined, but evaluation (training = false) normalizes with it (x is ", describe(x),
            ")");
   NC_CHECK(training || running_var.defined(), ValueError, op,
-           ": running_var is undefined, but evaluation (training = false) normalizes with it (x is ", describe(x),
-           ")");
+           ": running_var is undefined, but evaluation (training = false) normalizes with it (x is ", describe(x), ")");
   const int64_t spatial = checked_numel(Shape(x.shape().begin() + 2, x.shape().end()), op);
   const int64_t count = batch * spatial;  // values per channel
-  NC_CHECK(!training || count != 1, ValueError, op,
-           ": expected more than 1 value per channel when training, got x ", describe(x));
+  NC_CHECK(!training || count != 1, ValueError, op, ": expected more than 1 value per channel when training, got x ",
+           describe(x));
 
   // Training on an empty batch leaves the running statistics alone, as PyTorch does.
   const bool update = training && count > 0;
@@ -303,8 +305,9 @@ Tensor batch_norm(const Tensor& x_arg, const Tensor& running_mean, const Tensor&
                      Tensor grad_x = new_like(x);
                      Tensor grad_weight = w.defined() ? new_like(w) : Tensor();
                      Tensor grad_bias = has_bias ? new_tensor({layout.channels}, x.dtype(), x.device()) : Tensor();
-                     kernels::norms(x.device()).batch_norm_backward(grad_like(grad, x), x, w, mean, rstd, layout,
-                                                                    training, grad_x, grad_weight, grad_bias);
+                     kernels::norms(x.device())
+                         .batch_norm_backward(grad_like(grad, x), x, w, mean, rstd, layout, training, grad_x,
+                                              grad_weight, grad_bias);
                      return std::vector<Tensor>{grad_x, grad_weight, grad_bias};
                    });
   return out;

@@ -3,9 +3,9 @@
 // ceil_mode included), runs the forward kernel of x's device (kernels/pool.h) on x made
 // contiguous and viewed as [N * C, H, W], and records one node whose backward is the
 // matching backward kernel; max pooling's is fed the argmax indices the forward saved.
+#include "kernels/pool.h"
 #include "autograd/graph.h"
 #include "core/internal.h"
-#include "kernels/pool.h"
 #include "normcore/pool.h"
 
 namespace normcore {
@@ -18,8 +18,7 @@ using kernels::Pool2dShape;
 using kernels::Pool2dWindow;
 
 void check_pair(const char* op, const char* name, Size2 v, int64_t min) {
-  NC_CHECK(v.h >= min && v.w >= min, ValueError, op, ": ", name, " must be >= ", min, ", got (", v.h, ", ", v.w,
-           ")");
+  NC_CHECK(v.h >= min && v.w >= min, ValueError, op, ": ", name, " must be >= ", min, ", got (", v.h, ", ", v.w, ")");
 }
 
 // x defined, floating, [N, C, H, W] or [C, H, W] with H and W non-zero. N may be 0; C may be
@@ -29,8 +28,7 @@ void check_input(const char* op, const Tensor& x, bool empty_channels = false) {
   check_defined(op, "x", x);
   NC_CHECK(is_floating(x.dtype()), DTypeError, op, ": x must be a floating tensor, got ", describe(x),
            " (convert with .to(DType::F32))");
-  NC_CHECK(x.dim() == 3 || x.dim() == 4, ShapeError, op, ": x must be [N, C, H, W] or [C, H, W], got ",
-           describe(x));
+  NC_CHECK(x.dim() == 3 || x.dim() == 4, ShapeError, op, ": x must be [N, C, H, W] or [C, H, W], got ", describe(x));
   NC_CHECK(x.size(-2) > 0 && x.size(-1) > 0, ShapeError, op, ": x must have non-zero H and W, got ", describe(x));
   NC_CHECK(empty_channels || x.size(-3) > 0, ShapeError, op,
            ": x must have a non-zero channel count C (only the batch N may be 0), got ", describe(x));
@@ -43,9 +41,8 @@ Pool2dWindow checked_window(const char* op, Size2 kernel_size, Size2 stride, Siz
   if (stride.given()) check_pair(op, "stride", stride, 1);
   check_pair(op, "padding", padding, 0);
   check_pair(op, "dilation", dilation, 1);
-  NC_CHECK(padding.h <= kernel_size.h / 2 && padding.w <= kernel_size.w / 2, ValueError, op, ": padding (",
-           padding.h, ", ", padding.w, ") must be at most half of kernel_size (", kernel_size.h, ", ", kernel_size.w,
-           ")");
+  NC_CHECK(padding.h <= kernel_size.h / 2 && padding.w <= kernel_size.w / 2, ValueError, op, ": padding (", padding.h,
+           ", ", padding.w, ") must be at most half of kernel_size (", kernel_size.h, ", ", kernel_size.w, ")");
   // The kernels' index math stays inside int64 when a window spans at most 2^59 elements.
   const __int128 extent_h = static_cast<__int128>(kernel_size.h - 1) * dilation.h + 1;
   const __int128 extent_w = static_cast<__int128>(kernel_size.w - 1) * dilation.w + 1;
@@ -72,10 +69,10 @@ Pool2dShape pooled_shape(const char* op, const Tensor& x, const Pool2dWindow& w,
   s.in_w = x.size(-1);
   s.out_h = pooled_size(s.in_h, w.kernel_h, w.stride_h, w.pad_h, w.dilation_h, ceil_mode);
   s.out_w = pooled_size(s.in_w, w.kernel_w, w.stride_w, w.pad_w, w.dilation_w, ceil_mode);
-  NC_CHECK(s.out_h >= 1 && s.out_w >= 1, ShapeError, op, ": the output would be ", s.out_h, " x ", s.out_w,
-           ": x ", describe(x), " is too small for kernel_size (", w.kernel_h, ", ", w.kernel_w, "), stride (",
-           w.stride_h, ", ", w.stride_w, "), padding (", w.pad_h, ", ", w.pad_w, "), dilation (", w.dilation_h, ", ",
-           w.dilation_w, ")");
+  NC_CHECK(s.out_h >= 1 && s.out_w >= 1, ShapeError, op, ": the output would be ", s.out_h, " x ", s.out_w, ": x ",
+           describe(x), " is too small for kernel_size (", w.kernel_h, ", ", w.kernel_w, "), stride (", w.stride_h,
+           ", ", w.stride_w, "), padding (", w.pad_h, ", ", w.pad_w, "), dilation (", w.dilation_h, ", ", w.dilation_w,
+           ")");
   return s;
 }
 
@@ -131,15 +128,14 @@ Tensor avg_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride, Size2 paddin
     kernels::pool(device).avg_pool2d_forward(contiguous_input(x), shape, window, count_include_pad, out);
   }
   if (!autograd::needs_grad(x)) return out;
-  autograd::record(op, out, {x},
-                   [shape, window, count_include_pad, x_shape = x.shape(), dtype = x.dtype()](const Tensor& g) {
-                     Tensor grad_x = new_tensor(x_shape, dtype, g.device());
-                     if (grad_x.numel() > 0) {
-                       kernels::pool(g.device()).avg_pool2d_backward(grad_as(g, dtype), shape, window,
-                                                                     count_include_pad, grad_x);
-                     }
-                     return std::vector<Tensor>{grad_x};
-                   });
+  autograd::record(
+      op, out, {x}, [shape, window, count_include_pad, x_shape = x.shape(), dtype = x.dtype()](const Tensor& g) {
+        Tensor grad_x = new_tensor(x_shape, dtype, g.device());
+        if (grad_x.numel() > 0) {
+          kernels::pool(g.device()).avg_pool2d_backward(grad_as(g, dtype), shape, window, count_include_pad, grad_x);
+        }
+        return std::vector<Tensor>{grad_x};
+      });
   return out;
 }
 

@@ -55,8 +55,8 @@ std::vector<int64_t> shown(int64_t n, bool summarize) {
   return idx;
 }
 
-void collect(const std::vector<double>& v, const Shape& shape, const Shape& strides, size_t d,
-             int64_t base, bool summarize, std::vector<double>& out) {
+void collect(const std::vector<double>& v, const Shape& shape, const Shape& strides, size_t d, int64_t base,
+             bool summarize, std::vector<double>& out) {
   if (d == shape.size()) {
     out.push_back(v[base]);
     return;
@@ -65,8 +65,8 @@ void collect(const std::vector<double>& v, const Shape& shape, const Shape& stri
     if (i >= 0) collect(v, shape, strides, d + 1, base + i * strides[d], summarize, out);
 }
 
-void emit(std::ostream& os, const std::vector<double>& v, const Shape& shape, const Shape& strides,
-          size_t d, int64_t base, bool summarize, const Formatter& f, int indent) {
+void emit(std::ostream& os, const std::vector<double>& v, const Shape& shape, const Shape& strides, size_t d,
+          int64_t base, bool summarize, const Formatter& f, int indent) {
   if (d == shape.size()) {
     os << f.padded(v[base]);
     return;
@@ -83,10 +83,8 @@ void emit(std::ostream& os, const std::vector<double>& v, const Shape& shape, co
         os << std::string(shape.size() - d - 1, '\n') << std::string(indent + 1, ' ');
       }
     }
-    if (idx[k] < 0)
-      os << (last_dim ? " ..." : "...");  // PyTorch pads the marker inside a row
-    else
-      emit(os, v, shape, strides, d + 1, base + idx[k] * strides[d], summarize, f, indent + 1);
+    if (idx[k] < 0) os << (last_dim ? " ..." : "...");  // PyTorch pads the marker inside a row
+    else emit(os, v, shape, strides, d + 1, base + idx[k] * strides[d], summarize, f, indent + 1);
   }
   os << ']';
 }
@@ -137,8 +135,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   } else {
     emit(os, values, shape, strides, 0, 0, summarize, f, 7);
   }
-  os << ", shape=" << shape_str(shape) << ", dtype=" << dtype_name(t.dtype())
-     << ", device=" << t.device();
+  os << ", shape=" << shape_str(shape) << ", dtype=" << dtype_name(t.dtype()) << ", device=" << t.device();
   if (t.requires_grad()) {
     if (t.is_leaf()) os << ", requires_grad=true";
     else os << ", grad_fn=" << t.grad_fn_name();

@@ -16,7 +16,7 @@ using namespace detail;
 namespace {
 
 struct ReducePlan {
-  Tensor rows;     // contiguous [outer, inner]
+  Tensor rows;      // contiguous [outer, inner]
   Shape out_shape;  // with or without the kept size-1 dims
 };
 
@@ -66,8 +66,8 @@ int64_t reduced_count(const Tensor& x, const std::vector<int64_t>& dims) {
   return n;
 }
 
-Tensor run_reduce(const char* op, ReduceOp kind, const Tensor& x, const std::vector<int64_t>& dims,
-                  bool keepdim, DType out_dtype, double arg = 0) {
+Tensor run_reduce(const char* op, ReduceOp kind, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim,
+                  DType out_dtype, double arg = 0) {
   OpScope scope(op);
   ReducePlan plan = plan_reduce(op, x, dims, keepdim);
   Tensor out = new_tensor({plan.rows.size(0)}, out_dtype, x.device());
@@ -75,15 +75,13 @@ Tensor run_reduce(const char* op, ReduceOp kind, const Tensor& x, const std::vec
   return out.view(plan.out_shape);
 }
 
-std::pair<Tensor, Tensor> run_arg_reduce(const char* op, bool is_max, const Tensor& x, int64_t dim,
-                                         bool keepdim) {
+std::pair<Tensor, Tensor> run_arg_reduce(const char* op, bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
   OpScope scope(op);
   check_defined(op, "x", x);
-  NC_CHECK(x.dtype() != DType::Bool, DTypeError, op, ": bool tensors are not supported (x is ",
-           describe(x), ")");
+  NC_CHECK(x.dtype() != DType::Bool, DTypeError, op, ": bool tensors are not supported (x is ", describe(x), ")");
   int64_t d = normalize_dim(dim, x.dim(), op);
-  NC_CHECK(x.dim() == 0 || x.size(d) > 0, ShapeError, op, ": cannot reduce dim ", dim,
-           " of size 0 (x is ", describe(x), ")");
+  NC_CHECK(x.dim() == 0 || x.size(d) > 0, ShapeError, op, ": cannot reduce dim ", dim, " of size 0 (x is ", describe(x),
+           ")");
   ReducePlan plan = plan_reduce(op, x, {dim}, keepdim);
   Tensor values = new_tensor({plan.rows.size(0)}, x.dtype(), x.device());
   Tensor indices = new_tensor({plan.rows.size(0)}, DType::I64, x.device());
@@ -169,25 +167,25 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool ke
     }
   }
   Tensor out = run_reduce(op, ReduceOp::Norm, x, dims, keepdim, x.dtype(), p);
-  autograd::record(op, out, {x}, [xs = autograd::saved(x), ys = autograd::saved(out), p, dims,
-                                      keepdim](const Tensor& g) {
-    const Tensor& x = xs.get();
-    const Shape& shape = x.shape();
-    Tensor gx = expand_back(g, shape, dims, keepdim);
-    Tensor y = expand_back(ys.get(), shape, dims, keepdim);
-    if (p == 1) return std::vector<Tensor>{mul(gx, sign(x))};
-    if (std::isinf(p)) {
-      // The gradient is shared by the elements whose magnitude is the maximum.
-      Tensor at_max = eq(abs(x), y);
-      Tensor count = expand_back(sum(at_max, dims, keepdim), shape, dims, keepdim);
-      return std::vector<Tensor>{where(at_max, div(mul(gx, sign(x)), count), 0)};
-    }
-    // d ||x||_p / d x_i = sign(x_i) |x_i|^(p-1) / ||x||^(p-1); 0 where the norm is 0, and
-    // (as in PyTorch) 0 at zero elements, where |x_i|^(p-1) is infinite for p < 1.
-    Tensor scale = p == 2 ? div(gx, y) : div(gx, pow(y, p - 1));
-    Tensor term = p == 2 ? x : where(eq(x, 0), 0, mul(sign(x), pow(abs(x), p - 1)));
-    return std::vector<Tensor>{where(eq(y, 0), 0, mul(term, scale))};
-  });
+  autograd::record(op, out, {x},
+                   [xs = autograd::saved(x), ys = autograd::saved(out), p, dims, keepdim](const Tensor& g) {
+                     const Tensor& x = xs.get();
+                     const Shape& shape = x.shape();
+                     Tensor gx = expand_back(g, shape, dims, keepdim);
+                     Tensor y = expand_back(ys.get(), shape, dims, keepdim);
+                     if (p == 1) return std::vector<Tensor>{mul(gx, sign(x))};
+                     if (std::isinf(p)) {
+                       // The gradient is shared by the elements whose magnitude is the maximum.
+                       Tensor at_max = eq(abs(x), y);
+                       Tensor count = expand_back(sum(at_max, dims, keepdim), shape, dims, keepdim);
+                       return std::vector<Tensor>{where(at_max, div(mul(gx, sign(x)), count), 0)};
+                     }
+                     // d ||x||_p / d x_i = sign(x_i) |x_i|^(p-1) / ||x||^(p-1); 0 where the norm is 0, and
+                     // (as in PyTorch) 0 at zero elements, where |x_i|^(p-1) is infinite for p < 1.
+                     Tensor scale = p == 2 ? div(gx, y) : div(gx, pow(y, p - 1));
+                     Tensor term = p == 2 ? x : where(eq(x, 0), 0, mul(sign(x), pow(abs(x), p - 1)));
+                     return std::vector<Tensor>{where(eq(y, 0), 0, mul(term, scale))};
+                   });
   return out;
 }
 
@@ -217,14 +215,15 @@ Tensor extreme_all(const char* op, ReduceOp kind, const Tensor& x) {
 // Gradient of max/min along dim: goes to the index that was selected.
 std::pair<Tensor, Tensor> extreme_dim(const char* op, bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
   auto result = run_arg_reduce(op, is_max, x, dim, keepdim);
-  autograd::record(op, result.first, {x}, [shape = x.shape(), dtype = x.dtype(), device = x.device(),
-                                           indices = autograd::saved(result.second), dim, keepdim](const Tensor& g) {
-    if (shape.empty()) return std::vector<Tensor>{g};
-    const Tensor& idx = indices.get();
-    Tensor gk = keepdim ? g : g.unsqueeze(dim);
-    Tensor ik = keepdim ? idx : idx.unsqueeze(dim);
-    return std::vector<Tensor>{scatter_add(zeros(shape, TensorOptions(dtype, device)), dim, ik, gk)};
-  });
+  autograd::record(op, result.first, {x},
+                   [shape = x.shape(), dtype = x.dtype(), device = x.device(), indices = autograd::saved(result.second),
+                    dim, keepdim](const Tensor& g) {
+                     if (shape.empty()) return std::vector<Tensor>{g};
+                     const Tensor& idx = indices.get();
+                     Tensor gk = keepdim ? g : g.unsqueeze(dim);
+                     Tensor ik = keepdim ? idx : idx.unsqueeze(dim);
+                     return std::vector<Tensor>{scatter_add(zeros(shape, TensorOptions(dtype, device)), dim, ik, gk)};
+                   });
   return result;
 }
 

@@ -112,19 +112,14 @@ Json parse_json(const char* text, size_t length, const std::string& source) {
   std::vector<std::set<std::string>> open_objects;
   auto on_event = [&](int, Json::parse_event_t event, Json& parsed) {
     switch (event) {
-      case Json::parse_event_t::object_start:
-        open_objects.emplace_back();
-        break;
-      case Json::parse_event_t::object_end:
-        open_objects.pop_back();
-        break;
+      case Json::parse_event_t::object_start: open_objects.emplace_back(); break;
+      case Json::parse_event_t::object_end: open_objects.pop_back(); break;
       case Json::parse_event_t::key: {
         const std::string& key = parsed.get_ref<const std::string&>();
         if (!open_objects.back().insert(key).second) fail(source, "duplicate key \"", key, "\" in the header");
         break;
       }
-      default:
-        break;
+      default: break;
     }
     return true;
   };
@@ -141,8 +136,8 @@ std::map<std::string, std::string> parse_metadata(const Json& value, const std::
   std::map<std::string, std::string> metadata;
   for (const auto& item : value.items()) {
     if (!item.value().is_string())
-      fail(source, "\"", kMetadataKey, "\" value for \"", item.key(), "\" is a JSON ",
-           item.value().type_name(), ", not a string");
+      fail(source, "\"", kMetadataKey, "\" value for \"", item.key(), "\" is a JSON ", item.value().type_name(),
+           ", not a string");
     metadata.emplace(item.key(), item.value().get<std::string>());
   }
   return metadata;
@@ -161,8 +156,7 @@ uint64_t parse_unsigned(const Json& value, const std::string& what, const std::s
 // byte count against its offsets and the offsets against the data area.
 Entry parse_entry(const std::string& name, const Json& value, uint64_t data_size, const std::string& source) {
   const std::string tensor = "tensor \"" + name + "\"";
-  if (!value.is_object())
-    fail(source, tensor, ": entry is a JSON ", value.type_name(), ", not an object");
+  if (!value.is_object()) fail(source, tensor, ": entry is a JSON ", value.type_name(), ", not an object");
   for (const auto& item : value.items()) {
     const std::string& key = item.key();
     if (key != "dtype" && key != "shape" && key != "data_offsets")
@@ -207,8 +201,8 @@ Entry parse_entry(const std::string& name, const Json& value, uint64_t data_size
   if (entry.begin > entry.end)
     fail(source, tensor, ": data_offsets [", entry.begin, ", ", entry.end, "] are out of order (begin > end)");
   if (entry.end > data_size)
-    fail(source, tensor, ": data_offsets [", entry.begin, ", ", entry.end, "] reach beyond the data area (",
-         data_size, " bytes); the file is truncated or the offsets are wrong");
+    fail(source, tensor, ": data_offsets [", entry.begin, ", ", entry.end, "] reach beyond the data area (", data_size,
+         " bytes); the file is truncated or the offsets are wrong");
   if (entry.end - entry.begin != nbytes)
     fail(source, tensor, ": size mismatch: shape ", entry.shape, " of ", format->name, " is ", nbytes,
          " bytes but data_offsets [", entry.begin, ", ", entry.end, "] span ", entry.end - entry.begin);
@@ -222,10 +216,8 @@ Header parse_header(const char* text, size_t length, uint64_t data_size, const s
 
   Header header;
   for (const auto& item : root.items()) {
-    if (item.key() == kMetadataKey)
-      header.metadata = parse_metadata(item.value(), source);
-    else
-      header.entries.push_back(parse_entry(item.key(), item.value(), data_size, source));
+    if (item.key() == kMetadataKey) header.metadata = parse_metadata(item.value(), source);
+    else header.entries.push_back(parse_entry(item.key(), item.value(), data_size, source));
   }
 
   // The format requires the tensors to tile the data area: sorted by offset, each starts
@@ -237,8 +229,8 @@ Header parse_header(const char* text, size_t length, uint64_t data_size, const s
   const Entry* previous = nullptr;
   for (const Entry& entry : header.entries) {
     if (entry.begin < covered)
-      fail(source, "the data of tensors \"", previous->name, "\" [", previous->begin, ", ", previous->end,
-           ") and \"", entry.name, "\" [", entry.begin, ", ", entry.end, ") overlap");
+      fail(source, "the data of tensors \"", previous->name, "\" [", previous->begin, ", ", previous->end, ") and \"",
+           entry.name, "\" [", entry.begin, ", ", entry.end, ") overlap");
     if (entry.begin > covered)
       fail(source, "hole in the data area: bytes [", covered, ", ", entry.begin, ") before tensor \"", entry.name,
            "\" belong to no tensor");
@@ -289,7 +281,8 @@ File build_file(Header header, const std::function<void(void*, size_t)>& read_ne
     const size_t nbytes = static_cast<size_t>(entry.end - entry.begin);
     if (device.is_cpu()) {
       if (nbytes > 0) read_next(tensor.data_ptr(), nbytes);
-      if (entry.dtype == DType::Bool) check_bools(static_cast<const uint8_t*>(tensor.data_ptr()), nbytes, 0, entry, source);
+      if (entry.dtype == DType::Bool)
+        check_bools(static_cast<const uint8_t*>(tensor.data_ptr()), nbytes, 0, entry, source);
     } else {
       staging.resize(std::max(staging.size(), std::min(nbytes, kStagingBytes)));
       for (size_t done = 0; done < nbytes;) {
@@ -326,9 +319,8 @@ std::string make_header(const TensorList& tensors, const std::map<std::string, s
              kMetadataKey, "\"");
     NC_CHECK(!root.contains(name), ValueError, "safetensors::save: duplicate tensor name \"", name, "\"");
     const uint64_t nbytes = tensor.nbytes();
-    root[name] = Json{{"dtype", format_name(tensor.dtype())},
-                      {"shape", tensor.shape()},
-                      {"data_offsets", {offset, offset + nbytes}}};
+    root[name] = Json{
+        {"dtype", format_name(tensor.dtype())}, {"shape", tensor.shape()}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
   std::string text;

@@ -26,9 +26,7 @@ std::string errno_text() { return std::strerror(errno); }
 
 // The prefix of the temporary files that writes to target create: ".<name>.tmp.", then the
 // writer's process id and a counter.
-std::string temporary_prefix(const std::filesystem::path& target) {
-  return "." + target.filename().string() + ".tmp.";
-}
+std::string temporary_prefix(const std::filesystem::path& target) { return "." + target.filename().string() + ".tmp."; }
 
 // A process killed inside a write leaves its temporary file. Removes those of target's
 // that belong to a process that no longer exists and have not been written for a while

@@ -27,8 +27,8 @@ namespace detail {
 
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op) {
   int64_t lo = ndim > 0 ? -ndim : -1, hi = ndim > 0 ? ndim - 1 : 0;
-  NC_CHECK(dim >= lo && dim <= hi, IndexError, op, ": dim ", dim, " out of range for a tensor of ",
-           ndim, " dims (expected ", lo, " to ", hi, ")");
+  NC_CHECK(dim >= lo && dim <= hi, IndexError, op, ": dim ", dim, " out of range for a tensor of ", ndim,
+           " dims (expected ", lo, " to ", hi, ")");
   return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
 }
 
@@ -79,13 +79,14 @@ void check_representable(const char* op, const char* what, Scalar value, DType d
   bool fits = true;
   const char* limit = "";
   if (is_floating(dtype)) {
-    const double largest = dtype == DType::F32 ? 3.4028234663852886e38 : dtype == DType::F16 ? 65504.0
-                                                                                              : 3.3895313892515355e38;
+    const double largest = dtype == DType::F32   ? 3.4028234663852886e38
+                           : dtype == DType::F16 ? 65504.0
+                                                 : 3.3895313892515355e38;
     const double v = value.to_double();
     fits = !std::isfinite(v) || std::fabs(v) <= largest;
-    limit = dtype == DType::F32 ? " (its largest finite value is 3.40282e+38)"
-                                : dtype == DType::F16 ? " (its largest finite value is 65504)"
-                                                      : " (its largest finite value is 3.38953e+38)";
+    limit = dtype == DType::F32   ? " (its largest finite value is 3.40282e+38)"
+            : dtype == DType::F16 ? " (its largest finite value is 65504)"
+                                  : " (its largest finite value is 3.38953e+38)";
   } else if (value.is_integral()) {
     const int64_t v = value.to_int();
     if (dtype == DType::I32) fits = v >= INT32_MIN && v <= INT32_MAX;
@@ -104,10 +105,9 @@ void check_defined(const char* op, const char* name, const Tensor& t) {
   NC_CHECK(t.defined(), ValueError, op, ": argument '", name, "' is an undefined tensor");
 }
 
-void check_same_device(const char* op, const char* name_a, const Tensor& a, const char* name_b,
-                       const Tensor& b) {
-  NC_CHECK(a.device() == b.device(), DeviceError, op, ": '", name_a, "' is on ", a.device(), " but '",
-           name_b, "' is on ", b.device(), " (move them to one device with .to())");
+void check_same_device(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b) {
+  NC_CHECK(a.device() == b.device(), DeviceError, op, ": '", name_a, "' is on ", a.device(), " but '", name_b,
+           "' is on ", b.device(), " (move them to one device with .to())");
 }
 
 }  // namespace detail
@@ -145,16 +145,15 @@ Storage allocate_storage(size_t nbytes, Device device, bool pinned) {
     if (nbytes) {
       size_t rounded = (nbytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
       s->data = std::aligned_alloc(64, rounded);
-      NC_CHECK(s->data != nullptr, OutOfMemoryError, "allocate: cannot allocate ", nbytes,
-               " bytes of host memory");
+      NC_CHECK(s->data != nullptr, OutOfMemoryError, "allocate: cannot allocate ", nbytes, " bytes of host memory");
     }
     s->release = release_cpu;
     return s;
   }
 #ifdef NORMCORE_HAS_CUDA
   int count = cuda_device_count();
-  NC_CHECK(device.index >= 0 && device.index < count, DeviceError, "allocate: ", device,
-           " does not exist (", count, " CUDA device(s) visible)");
+  NC_CHECK(device.index >= 0 && device.index < count, DeviceError, "allocate: ", device, " does not exist (", count,
+           " CUDA device(s) visible)");
   if (nbytes) s->data = cuda::device_alloc(nbytes, device.index);
   s->release = release_cuda;
   return s;
@@ -210,25 +209,23 @@ Shape infer_shape(const Shape& shape, int64_t numel, const char* op) {
       infer_at = static_cast<int64_t>(i);
     } else {
       NC_CHECK(out[i] >= 0, ShapeError, op, ": invalid size ", out[i], " in ", shape);
-      NC_CHECK(out[i] == 0 || known <= std::numeric_limits<int64_t>::max() / out[i], ShapeError, op, ": shape ",
-               shape, " is invalid for a tensor of ", numel, " elements");
+      NC_CHECK(out[i] == 0 || known <= std::numeric_limits<int64_t>::max() / out[i], ShapeError, op, ": shape ", shape,
+               " is invalid for a tensor of ", numel, " elements");
       known *= out[i];
     }
   }
   if (infer_at >= 0) {
-    NC_CHECK(known != 0 && numel % known == 0, ShapeError, op, ": shape ", shape,
-             " is invalid for a tensor of ", numel, " elements");
+    NC_CHECK(known != 0 && numel % known == 0, ShapeError, op, ": shape ", shape, " is invalid for a tensor of ", numel,
+             " elements");
     out[infer_at] = numel / known;
   } else {
-    NC_CHECK(known == numel, ShapeError, op, ": shape ", shape, " is invalid for a tensor of ",
-             numel, " elements");
+    NC_CHECK(known == numel, ShapeError, op, ": shape ", shape, " is invalid for a tensor of ", numel, " elements");
   }
   return out;
 }
 
 // Strides that let (old_shape, old_strides) be seen as new_shape without a copy, if any.
-std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides,
-                                  const Shape& new_shape) {
+std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape) {
   Shape new_strides(new_shape.size());
   int64_t numel = 1;
   for (int64_t s : old_shape) numel *= s;
@@ -239,8 +236,8 @@ std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strid
   for (int64_t tensor_d = static_cast<int64_t>(old_shape.size()) - 1; tensor_d >= 0; --tensor_d) {
     tensor_numel *= old_shape[tensor_d];
     // A chunk of dims that are mutually contiguous ends here.
-    if (tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
-                          old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+    if (tensor_d == 0 ||
+        (old_shape[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
       while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
         new_strides[view_d] = view_numel * chunk_base_stride;
         view_numel *= new_shape[view_d];
@@ -266,9 +263,8 @@ namespace {
 // squeeze, unsqueeze): its gradient is the output gradient reshaped back.
 Tensor reshaped_view(const Tensor& x, const Shape& shape, const Shape& strides, const char* name) {
   Tensor out = make_view(x, shape, strides, x.offset());
-  autograd::record(name, out, {x}, [in_shape = x.shape()](const Tensor& g) {
-    return std::vector<Tensor>{g.reshape(in_shape)};
-  });
+  autograd::record(name, out, {x},
+                   [in_shape = x.shape()](const Tensor& g) { return std::vector<Tensor>{g.reshape(in_shape)}; });
   return out;
 }
 
@@ -277,12 +273,12 @@ Tensor reshaped_view(const Tensor& x, const Shape& shape, const Shape& strides, 
 template <class Region>
 void record_region(const char* name, const Tensor& x, const Tensor& out, Region region) {
   if (!autograd::needs_grad(x)) return;
-  autograd::record(name, out, {x}, [region, shape = x.shape(), dtype = x.dtype(),
-                                    device = x.device()](const Tensor& g) {
-    Tensor z = zeros(shape, TensorOptions(dtype, device));
-    region(z).copy_(g);
-    return std::vector<Tensor>{z};
-  });
+  autograd::record(name, out, {x},
+                   [region, shape = x.shape(), dtype = x.dtype(), device = x.device()](const Tensor& g) {
+                     Tensor z = zeros(shape, TensorOptions(dtype, device));
+                     region(z).copy_(g);
+                     return std::vector<Tensor>{z};
+                   });
 }
 
 }  // namespace
@@ -291,8 +287,8 @@ Tensor Tensor::view(const Shape& new_shape) const {
   const OpScope op("view");
   Shape shape2 = infer_shape(new_shape, numel(), op);
   auto strides2 = view_strides(shape(), strides(), shape2);
-  NC_CHECK(strides2.has_value(), ShapeError, op, ": cannot view a tensor of shape ", shape(),
-           " and strides ", strides(), " as ", shape2, " without a copy (use reshape)");
+  NC_CHECK(strides2.has_value(), ShapeError, op, ": cannot view a tensor of shape ", shape(), " and strides ",
+           strides(), " as ", shape2, " without a copy (use reshape)");
   return reshaped_view(*this, shape2, *strides2, op);
 }
 
@@ -320,8 +316,8 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
   const OpScope op("permute");
-  NC_CHECK(static_cast<int64_t>(dims.size()) == dim(), ShapeError, op, ": got ", dims.size(),
-           " dims ", dims, " for a tensor of ", dim(), " dims");
+  NC_CHECK(static_cast<int64_t>(dims.size()) == dim(), ShapeError, op, ": got ", dims.size(), " dims ", dims,
+           " for a tensor of ", dim(), " dims");
   Shape s(dim()), st(dim());
   std::vector<bool> seen(dim(), false);
   for (int64_t i = 0; i < dim(); ++i) {
@@ -367,9 +363,8 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   int64_t n = normalize_dim(d, dim(), op);
   int64_t size = shape()[n];
   if (start < 0 && start >= -size) start += size;
-  NC_CHECK(start >= 0 && length >= 0 && start <= size && length <= size - start, IndexError,
-           op, ": start ", start, " and length ", length, " out of range for dim ", d, " of size ",
-           size, " (shape ", shape(), ")");
+  NC_CHECK(start >= 0 && length >= 0 && start <= size && length <= size - start, IndexError, op, ": start ", start,
+           " and length ", length, " out of range for dim ", d, " of size ", size, " (shape ", shape(), ")");
   Shape s = shape();
   s[n] = length;
   Tensor out = make_view(*this, s, strides(), offset() + start * strides()[n]);
@@ -402,8 +397,8 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   NC_CHECK(dim() > 0, IndexError, op, ": cannot select from a 0-dim tensor");
   int64_t n = normalize_dim(d, dim(), op);
   int64_t size = shape()[n];
-  NC_CHECK(index >= -size && index < size, IndexError, op, ": index ", index,
-           " out of range for dim ", d, " of size ", size);
+  NC_CHECK(index >= -size && index < size, IndexError, op, ": index ", index, " out of range for dim ", d, " of size ",
+           size);
   if (index < 0) index += size;
   Shape s = shape(), st = strides();
   int64_t off = offset() + index * st[n];
@@ -450,8 +445,8 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 
 Tensor Tensor::expand(const Shape& target) const {
   const OpScope op("expand");
-  NC_CHECK(static_cast<int64_t>(target.size()) >= dim(), ShapeError, op, ": cannot expand shape ",
-           shape(), " to ", target, " (fewer dims)");
+  NC_CHECK(static_cast<int64_t>(target.size()) >= dim(), ShapeError, op, ": cannot expand shape ", shape(), " to ",
+           target, " (fewer dims)");
   size_t lead = target.size() - shape().size();
   Shape s(target.size()), st(target.size());
   for (size_t i = 0; i < target.size(); ++i) {
@@ -467,17 +462,16 @@ Tensor Tensor::expand(const Shape& target) const {
       s[i] = have;
       st[i] = strides()[i - lead];
     } else {
-      NC_CHECK(have == 1 && want >= 0, ShapeError, op, ": cannot expand shape ", shape(), " to ",
-               target, " (dim ", i, " has size ", have, ")");
+      NC_CHECK(have == 1 && want >= 0, ShapeError, op, ": cannot expand shape ", shape(), " to ", target, " (dim ", i,
+               " has size ", have, ")");
       s[i] = want;
       st[i] = 0;
     }
   }
   checked_numel(s, op);
   Tensor out = make_view(*this, s, st, offset());
-  autograd::record(op, out, {*this}, [shape = shape()](const Tensor& g) {
-    return std::vector<Tensor>{autograd::sum_to(g, shape)};
-  });
+  autograd::record(op, out, {*this},
+                   [shape = shape()](const Tensor& g) { return std::vector<Tensor>{autograd::sum_to(g, shape)}; });
   return out;
 }
 
@@ -532,8 +526,8 @@ bool overlaps_partially(const Tensor& dst, const Tensor& src) {
 Tensor& Tensor::copy_(const Tensor& src) {
   const OpScope op("copy_");
   check_defined(op, "src", src);
-  NC_CHECK(broadcast_shapes(shape(), src.shape(), op) == shape(), ShapeError, op, ": src of shape ",
-           src.shape(), " does not broadcast to the destination's shape ", shape());
+  NC_CHECK(broadcast_shapes(shape(), src.shape(), op) == shape(), ShapeError, op, ": src of shape ", src.shape(),
+           " does not broadcast to the destination's shape ", shape());
   // A destination whose elements share memory (an expand() view: stride 0 along a dim of
   // more than one element) would keep whichever write came last; PyTorch refuses it too.
   // fill_ may write into one: every element gets the same value.
@@ -625,9 +619,8 @@ namespace {
 template <class F>
 void with_host_data(const Tensor& t, const char* op, F&& f) {
   Tensor host = t.to(Device::cpu()).contiguous();
-  visit_dtype<HostTypes>(host.dtype(), op, [&](auto tag) {
-    f(static_cast<const typename decltype(tag)::type*>(host.data_ptr()));
-  });
+  visit_dtype<HostTypes>(host.dtype(), op,
+                         [&](auto tag) { f(static_cast<const typename decltype(tag)::type*>(host.data_ptr())); });
 }
 
 }  // namespace
@@ -669,17 +662,17 @@ template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
   const OpScope op("from_vector");
   int64_t n = checked_numel(shape, op);
-  NC_CHECK(n == static_cast<int64_t>(values.size()), ShapeError, op, ": ", values.size(),
-           " values do not fill shape ", shape, " (", n, " elements)");
+  NC_CHECK(n == static_cast<int64_t>(values.size()), ShapeError, op, ": ", values.size(), " values do not fill shape ",
+           shape, " (", n, " elements)");
   Tensor host = new_tensor(shape, dtype_of<T>::value, Device::cpu());
   T* p = static_cast<T*>(host.data_ptr());
   for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
   return host.to(device);
 }
 
-#define NC_INSTANTIATE_ELEMENT_ACCESS(T)                                                     \
-  template T Tensor::item<T>() const;                                                        \
-  template std::vector<T> Tensor::to_vector<T>() const;                                      \
+#define NC_INSTANTIATE_ELEMENT_ACCESS(T)                \
+  template T Tensor::item<T>() const;                   \
+  template std::vector<T> Tensor::to_vector<T>() const; \
   template Tensor from_vector<T>(const std::vector<T>&, const Shape&, Device);
 NC_INSTANTIATE_ELEMENT_ACCESS(float)
 NC_INSTANTIATE_ELEMENT_ACCESS(double)

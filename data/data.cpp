@@ -158,8 +158,8 @@ TensorDataset::TensorDataset(Tensor inputs, Tensor targets) {
 }
 
 Example TensorDataset::get(int64_t index) const {
-  NC_CHECK(index >= 0 && index < size(), IndexError, "TensorDataset::get: index ", index, " is outside [0, ",
-           size(), ")");
+  NC_CHECK(index >= 0 && index < size(), IndexError, "TensorDataset::get: index ", index, " is outside [0, ", size(),
+           ")");
   return Example{inputs_.select(0, index), targets_.select(0, index)};
 }
 
@@ -178,8 +178,8 @@ TensorDataset TensorDataset::head(int64_t n) const {
 
 TextWindows::TextWindows(std::string stream, int64_t context) : stream_(std::move(stream)), context_(context) {
   NC_CHECK(context_ >= 1, ValueError, "TextWindows: context must be positive, got ", context_);
-  NC_CHECK(static_cast<int64_t>(stream_.size()) > context_, ValueError, "TextWindows: a stream of ",
-           stream_.size(), " bytes holds no window of ", context_ + 1, " bytes");
+  NC_CHECK(static_cast<int64_t>(stream_.size()) > context_, ValueError, "TextWindows: a stream of ", stream_.size(),
+           " bytes holds no window of ", context_ + 1, " bytes");
 }
 
 Example TextWindows::get(int64_t index) const {
@@ -195,17 +195,14 @@ TensorDataset load_fashion_mnist(const std::string& dir, bool train) {
   const Tensor images = read_idx(images_path);
   const Tensor labels = read_idx(labels_path);
   if (images.dtype() != DType::U8 || images.dim() != 3 || images.size(1) != 28 || images.size(2) != 28)
-    fail_file(images_path, "expected images u8 [N, 28, 28], got ", dtype_name(images.dtype()), " ",
-              images.shape());
+    fail_file(images_path, "expected images u8 [N, 28, 28], got ", dtype_name(images.dtype()), " ", images.shape());
   if (labels.dtype() != DType::U8 || labels.dim() != 1)
     fail_file(labels_path, "expected labels u8 [N], got ", dtype_name(labels.dtype()), " ", labels.shape());
   if (labels.size(0) != images.size(0))
-    fail_file(labels_path, "holds ", labels.size(0), " labels but ", images_path, " holds ", images.size(0),
-              " images");
+    fail_file(labels_path, "holds ", labels.size(0), " labels but ", images_path, " holds ", images.size(0), " images");
   const uint8_t* values = labels.data<uint8_t>();
   for (int64_t i = 0; i < labels.numel(); ++i)
-    if (values[i] >= 10)
-      fail_file(labels_path, "label ", int(values[i]), " at index ", i, " is outside [0, 10)");
+    if (values[i] >= 10) fail_file(labels_path, "label ", int(values[i]), " at index ", i, " is outside [0, 10)");
   return TensorDataset(images, labels.to(DType::I64));
 }
 
@@ -253,8 +250,8 @@ struct Normalizer {
              stddev.size());
     for (size_t c = 0; c < mean.size(); ++c) {
       NC_CHECK(std::isfinite(mean[c]), ValueError, op, ": mean must be finite, got ", mean[c]);
-      NC_CHECK(std::isfinite(stddev[c]) && stddev[c] > 0, ValueError, op,
-               ": stddev must be positive and finite, got ", stddev[c]);
+      NC_CHECK(std::isfinite(stddev[c]) && stddev[c] > 0, ValueError, op, ": stddev must be positive and finite, got ",
+               stddev[c]);
     }
     table.resize(mean.size() * 256);
     for (size_t c = 0; c < mean.size(); ++c)
@@ -294,8 +291,8 @@ Transform normalize(std::vector<float> mean, std::vector<float> stddev) {
   const auto normalizer = std::make_shared<const Normalizer>(std::move(mean), std::move(stddev), "normalize");
   return [normalizer](Example sample, SampleRandom&) {
     const Image image = image_of("normalize", sample.input);
-    sample.input = (*normalizer)("normalize", sample.input, image.data, 1, image.channels,
-                                 image.height * image.width, {image.channels, image.height, image.width});
+    sample.input = (*normalizer)("normalize", sample.input, image.data, 1, image.channels, image.height * image.width,
+                                 {image.channels, image.height, image.width});
     return sample;
   };
 }
@@ -323,8 +320,8 @@ Transform random_crop(int64_t height, int64_t width, int64_t padding) {
   return [height, width, padding](Example sample, SampleRandom& random) {
     const Image image = image_of("random_crop", sample.input);
     const int64_t padded_h = image.height + 2 * padding, padded_w = image.width + 2 * padding;
-    NC_CHECK(padded_h >= height && padded_w >= width, ShapeError, "random_crop: a ", height, " x ", width,
-             " crop of ", describe(sample.input), " padded by ", padding, " (", padded_h, " x ", padded_w, ")");
+    NC_CHECK(padded_h >= height && padded_w >= width, ShapeError, "random_crop: a ", height, " x ", width, " crop of ",
+             describe(sample.input), " padded by ", padding, " (", padded_h, " x ", padded_w, ")");
     // The crop's top-left corner in padded coordinates, then in the image's.
     const int64_t top = random.integer(0, padded_h - height + 1) - padding;
     const int64_t left = random.integer(0, padded_w - width + 1) - padding;
@@ -356,8 +353,7 @@ Transform random_horizontal_flip(double p) {
     auto* to = static_cast<uint8_t*>(out.data_ptr());
     for (int64_t row = 0; row < image.channels * image.height; ++row)
       for (int64_t x = 0; x < image.width; ++x)
-        std::memcpy(to + (row * image.width + x) * elem, from + (row * image.width + image.width - 1 - x) * elem,
-                    elem);
+        std::memcpy(to + (row * image.width + x) * elem, from + (row * image.width + image.width - 1 - x) * elem, elem);
     sample.input = out;
     return sample;
   };
@@ -408,7 +404,7 @@ class DataLoader::Impl {
   int64_t samples_ = 0;  // in the dataset
   int64_t share_ = 0;    // this rank's per epoch, padding included
   int64_t batches_ = 0;
-  int64_t ahead_ = 0;    // batches made and not yet taken, at most
+  int64_t ahead_ = 0;  // batches made and not yet taken, at most
 
   // Written only while no worker runs.
   std::vector<int64_t> order_;  // this rank's share of the epoch
@@ -436,26 +432,25 @@ DataLoader::Impl::Impl(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   // The shuffle draws sample positions from 32-bit counter halves.
   NC_CHECK(samples_ <= int64_t(std::numeric_limits<uint32_t>::max()), ValueError, "DataLoader: ", samples_,
            " samples are more than the ", std::numeric_limits<uint32_t>::max(), " supported");
-  NC_CHECK(options_.batch_size > 0, ValueError, "DataLoader: batch_size must be positive, got ",
-           options_.batch_size);
+  NC_CHECK(options_.batch_size > 0, ValueError, "DataLoader: batch_size must be positive, got ", options_.batch_size);
   NC_CHECK(options_.workers >= 0, ValueError, "DataLoader: workers must not be negative, got ", options_.workers);
   NC_CHECK(options_.num_replicas >= 1, ValueError, "DataLoader: num_replicas must be positive, got ",
            options_.num_replicas);
-  NC_CHECK(options_.rank >= 0 && options_.rank < options_.num_replicas, ValueError, "DataLoader: rank ",
-           options_.rank, " is outside [0, num_replicas) for num_replicas ", options_.num_replicas);
+  NC_CHECK(options_.rank >= 0 && options_.rank < options_.num_replicas, ValueError, "DataLoader: rank ", options_.rank,
+           " is outside [0, num_replicas) for num_replicas ", options_.num_replicas);
   for (size_t t = 0; t < options_.transforms.size(); ++t)
     NC_CHECK(options_.transforms[t] != nullptr, ValueError, "DataLoader: transform ", t, " is empty");
   for (size_t t = 0; t < options_.batch_transforms.size(); ++t)
     NC_CHECK(options_.batch_transforms[t] != nullptr, ValueError, "DataLoader: batch transform ", t, " is empty");
   // Padding to a multiple of num_replicas gives every rank the same count.
   share_ = (samples_ + options_.num_replicas - 1) / options_.num_replicas;
-  NC_CHECK(!options_.drop_last || share_ >= options_.batch_size, ValueError, "DataLoader: drop_last with ",
-           share_, " samples per rank (", samples_, " in the dataset, num_replicas ", options_.num_replicas,
+  NC_CHECK(!options_.drop_last || share_ >= options_.batch_size, ValueError, "DataLoader: drop_last with ", share_,
+           " samples per rank (", samples_, " in the dataset, num_replicas ", options_.num_replicas,
            ") and batch_size ", options_.batch_size, " leaves no batch");
   const Device device = options_.device;
   if (device.is_cuda())
-    NC_CHECK(device.index >= 0 && device.index < cuda_device_count(), DeviceError, "DataLoader: device ",
-             device, " does not exist (", cuda_device_count(), " CUDA device(s) visible)");
+    NC_CHECK(device.index >= 0 && device.index < cuda_device_count(), DeviceError, "DataLoader: device ", device,
+             " does not exist (", cuda_device_count(), " CUDA device(s) visible)");
   const int64_t full = share_ / options_.batch_size;
   batches_ = options_.drop_last || share_ % options_.batch_size == 0 ? full : full + 1;
   ahead_ = kAheadPerWorker * std::max(options_.workers, 1);
@@ -527,8 +522,8 @@ Batch DataLoader::Impl::make_batch(int64_t index, PinnedArena* arena) const {
       NC_CHECK(batch.inputs.defined() && batch.targets.defined() && batch.inputs.dim() >= 1 &&
                    batch.targets.dim() >= 1 && batch.inputs.size(0) == rows && batch.targets.size(0) == rows &&
                    batch.inputs.device().is_cpu() && batch.targets.device().is_cpu(),
-               ValueError, "DataLoader: the dataset's get_batch gave batch ", index, " inputs ",
-               describe(batch.inputs), " and targets ", describe(batch.targets), " for ", rows,
+               ValueError, "DataLoader: the dataset's get_batch gave batch ", index, " inputs ", describe(batch.inputs),
+               " and targets ", describe(batch.targets), " for ", rows,
                " samples (CPU tensors with the samples first)");
       return finish_batch(std::move(batch), arena);
     }
@@ -547,8 +542,8 @@ Batch DataLoader::Impl::make_batch(int64_t index, PinnedArena* arena) const {
   Batch batch;
   if (options_.collate) {
     batch = options_.collate(samples);
-    NC_CHECK(batch.inputs.defined() && batch.targets.defined(), ValueError, "DataLoader: collate gave batch ",
-             index, " an undefined ", batch.inputs.defined() ? "targets" : "inputs", " tensor");
+    NC_CHECK(batch.inputs.defined() && batch.targets.defined(), ValueError, "DataLoader: collate gave batch ", index,
+             " an undefined ", batch.inputs.defined() ? "targets" : "inputs", " tensor");
   } else if (arena && options_.batch_transforms.empty()) {
     batch = stack_samples(samples, [&](const Shape& shape, DType dtype) { return arena->take(shape, dtype); });
   } else {
@@ -592,8 +587,7 @@ void DataLoader::Impl::run_worker() noexcept {
     }
     Made made;
     try {
-      if (!arena && options_.device.is_cuda() && !options_.collate)
-        arena = std::make_unique<PinnedArena>(kSlabBytes);
+      if (!arena && options_.device.is_cuda() && !options_.collate) arena = std::make_unique<PinnedArena>(kSlabBytes);
       made.batch = make_batch(index, arena.get());
     } catch (...) {
       made.error = std::current_exception();
@@ -670,4 +664,3 @@ int64_t DataLoader::size() const { return impl_->size(); }
 
 }  // namespace data
 }  // namespace normcore
-

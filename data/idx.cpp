@@ -42,8 +42,7 @@ struct IdxType {
   uint8_t code;
   DType dtype;
 };
-constexpr IdxType kIdxTypes[] = {
-    {0x08, DType::U8}, {0x0C, DType::I32}, {0x0D, DType::F32}, {0x0E, DType::F64}};
+constexpr IdxType kIdxTypes[] = {{0x08, DType::U8}, {0x0C, DType::I32}, {0x0D, DType::F32}, {0x0E, DType::F64}};
 
 DType dtype_of_code(uint8_t code, const std::string& path) {
   for (const IdxType& t : kIdxTypes)
@@ -154,8 +153,7 @@ class GzipSource : public Source {
     stream_.next_out = dst;
     stream_.avail_out = static_cast<uInt>(n);
     while (stream_.avail_out > 0 && !finished_) {
-      if (!fill_input(1))
-        fail(file_.path(), "gzip stream is truncated (the compressed data ends inside a member)");
+      if (!fill_input(1)) fail(file_.path(), "gzip stream is truncated (the compressed data ends inside a member)");
       int rc = inflate(&stream_, Z_NO_FLUSH);
       if (rc == Z_STREAM_END) {
         end_member();
@@ -201,8 +199,7 @@ class GzipSource : public Source {
 
 // Reads the data of a header that promised nbytes, comparing what the file holds with the
 // promise before the tensor is allocated.
-std::vector<uint8_t> read_unknown_length(Source& source, uint64_t nbytes, const std::string& path,
-                                         const Shape& dims) {
+std::vector<uint8_t> read_unknown_length(Source& source, uint64_t nbytes, const std::string& path, const Shape& dims) {
   std::vector<uint8_t> bytes;
   size_t have = 0;
   while (have < nbytes) {
@@ -224,11 +221,10 @@ std::vector<uint8_t> read_unknown_length(Source& source, uint64_t nbytes, const 
     if (got < sizeof scratch) break;
   }
   if (trailing > kMaxTrailingCount)
-    fail(path, "trailing data: more than ", kMaxTrailingCount, " bytes after the ", nbytes,
-         " bytes of data that dims ", dims, " promise");
+    fail(path, "trailing data: more than ", kMaxTrailingCount, " bytes after the ", nbytes, " bytes of data that dims ",
+         dims, " promise");
   if (trailing > 0)
-    fail(path, "trailing data: ", trailing, " bytes after the ", nbytes, " bytes of data that dims ", dims,
-         " promise");
+    fail(path, "trailing data: ", trailing, " bytes after the ", nbytes, " bytes of data that dims ", dims, " promise");
   return bytes;
 }
 
@@ -293,8 +289,8 @@ Tensor read_idx(const std::string& path) {
     if (*left < nbytes)
       fail(path, "truncated data: dims ", dims, " promise ", nbytes, " bytes of data but the file holds ", *left);
     if (*left > nbytes)
-      fail(path, "trailing data: ", *left - nbytes, " bytes after the ", nbytes, " bytes of data that dims ",
-           dims, " promise");
+      fail(path, "trailing data: ", *left - nbytes, " bytes after the ", nbytes, " bytes of data that dims ", dims,
+           " promise");
     out = empty(dims, TensorOptions(dtype));
     if (source.read(static_cast<uint8_t*>(out.data_ptr()), nbytes) < nbytes)
       fail(path, "truncated data: the file shrank while it was read");

@@ -32,8 +32,8 @@ std::string pnm_token(std::istream& in) {
 
 int64_t pnm_number(std::istream& in, const std::string& path, const char* fn, const char* what) {
   const std::string token = pnm_token(in);
-  NC_CHECK(!token.empty() && token.size() < 10 && token.find_first_not_of("0123456789") == std::string::npos,
-           IOError, fn, ": ", path, ": bad PNM ", what, " '", token, "'");
+  NC_CHECK(!token.empty() && token.size() < 10 && token.find_first_not_of("0123456789") == std::string::npos, IOError,
+           fn, ": ", path, ": bad PNM ", what, " '", token, "'");
   return std::stoll(token);
 }
 

@@ -68,8 +68,8 @@ int64_t windows_in(size_t count, int64_t context, int64_t stride) {
   return tokens > context ? (tokens - context - 1) / stride + 1 : 0;
 }
 
-std::string no_window_message(const std::vector<std::string>& paths,
-                              const std::vector<std::vector<uint16_t>>& shards, int64_t context) {
+std::string no_window_message(const std::vector<std::string>& paths, const std::vector<std::vector<uint16_t>>& shards,
+                              int64_t context) {
   std::string named;
   for (size_t s = 0; s < paths.size() && s < kNamedShards; ++s)
     named += detail::cat_str(s == 0 ? "" : ", ", paths[s], " (", shards[s].size(), " tokens)");
@@ -117,8 +117,8 @@ std::vector<uint16_t> read_token_shard(const std::string& path, int64_t vocab_si
   read_exactly(file.get(), path, tokens.data(), expected, "tokens");
   const auto past = std::find_if(tokens.begin(), tokens.end(), [&](uint16_t id) { return id >= vocab_size; });
   if (past != tokens.end())
-    fail(path, "the token at position ", past - tokens.begin(), " is ", *past, ", past the vocabulary of ",
-         vocab_size, " (ids 0 to ", vocab_size - 1, ")");
+    fail(path, "the token at position ", past - tokens.begin(), " is ", *past, ", past the vocabulary of ", vocab_size,
+         " (ids 0 to ", vocab_size - 1, ")");
   return tokens;
 }
 
@@ -127,14 +127,14 @@ void write_token_shard(const std::string& path, const Tensor& tokens) {
   NC_CHECK(tokens.dtype() == DType::I64 || tokens.dtype() == DType::I32, DTypeError,
            "write_token_shard: the tokens must be i32 or i64, got ", describe(tokens));
   NC_CHECK(tokens.dim() == 1, ShapeError, "write_token_shard: the tokens must be [N], got ", describe(tokens));
-  NC_CHECK(tokens.numel() <= std::numeric_limits<int32_t>::max(), ValueError, "write_token_shard: ",
-           tokens.numel(), " tokens; a shard's count is an int32, so it holds at most 2^31 - 1");
+  NC_CHECK(tokens.numel() <= std::numeric_limits<int32_t>::max(), ValueError, "write_token_shard: ", tokens.numel(),
+           " tokens; a shard's count is an int32, so it holds at most 2^31 - 1");
   const Tensor ids = tokens.to(Device::cpu(), DType::I64).contiguous();
   const int64_t* id = ids.data<int64_t>();
   std::vector<uint16_t> data(static_cast<size_t>(ids.numel()));
   for (size_t i = 0; i < data.size(); ++i) {
-    NC_CHECK(id[i] >= 0 && id[i] < kMaxVocabulary, ValueError, "write_token_shard: the token at position ", i,
-             " is ", id[i], "; a shard holds ids 0 to 65535");
+    NC_CHECK(id[i] >= 0 && id[i] < kMaxVocabulary, ValueError, "write_token_shard: the token at position ", i, " is ",
+             id[i], "; a shard holds ids 0 to 65535");
     data[i] = static_cast<uint16_t>(id[i]);
   }
   uint8_t header[kHeaderBytes] = {};

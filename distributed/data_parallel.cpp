@@ -21,9 +21,9 @@ namespace distributed {
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& params, size_t first_bucket_bytes,
                                                 size_t bucket_bytes) {
   std::vector<std::vector<size_t>> buckets;
-  std::vector<size_t> bytes;          // per bucket
-  std::map<DType, size_t> open;       // the bucket each dtype is filling
-  std::map<DType, bool> had_first;    // whether the dtype's first bucket was closed
+  std::vector<size_t> bytes;        // per bucket
+  std::map<DType, size_t> open;     // the bucket each dtype is filling
+  std::map<DType, bool> had_first;  // whether the dtype's first bucket was closed
   for (size_t i = params.size(); i-- > 0;) {
     const DType dtype = params[i].dtype();
     const size_t size = params[i].nbytes();
@@ -64,12 +64,11 @@ struct DistributedDataParallel::Reducer {
   std::vector<char> ready;        // per parameter, in this backward
   std::vector<int64_t> hooks;
   size_t next_launch = 0;
-  bool finishing = false;  // the end-of-backward callback is queued
+  bool finishing = false;      // the end-of-backward callback is queued
   uint64_t this_backward = 0;  // autograd::backward_count() of the backward being reduced
   bool sync = true;
 
-  Reducer(ProcessGroup& g, std::vector<Tensor> p, const DataParallelOptions& options)
-      : group(g), params(std::move(p)) {
+  Reducer(ProcessGroup& g, std::vector<Tensor> p, const DataParallelOptions& options) : group(g), params(std::move(p)) {
     assignment = assign_buckets(params, options.first_bucket_bytes, options.bucket_bytes);
     bucket_of.resize(params.size());
     ready.assign(params.size(), 0);

@@ -47,8 +47,8 @@ std::string resolve_job_secret(const std::string& given, const char* what) {
     static const std::string process_secret = make_job_secret();
     return process_secret;
   }
-  NC_CHECK(secret.size() >= kMinSecretBytes && secret.size() <= kMaxSecretBytes, ValueError, what, ": ", from,
-           " has ", secret.size(), " bytes; a job secret has ", kMinSecretBytes, " to ", kMaxSecretBytes,
+  NC_CHECK(secret.size() >= kMinSecretBytes && secret.size() <= kMaxSecretBytes, ValueError, what, ": ", from, " has ",
+           secret.size(), " bytes; a job secret has ", kMinSecretBytes, " to ", kMaxSecretBytes,
            " (make one with: openssl rand -hex 32)");
   return secret;
 }

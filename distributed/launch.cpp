@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -106,7 +106,8 @@ int launch(const std::vector<std::string>& command, const LaunchOptions& options
   NC_CHECK(options.master_port >= 1 && options.master_port <= 65535, ValueError,
            "launch: master_port must be in 1..65535, got ", options.master_port);
   NC_CHECK(options.nnodes == 1 || job_secret_in_environment(), ValueError, "launch: a job of ", options.nnodes,
-           " machines needs the same ", kJobSecretVariable, " in every launcher's environment (make one with: "
+           " machines needs the same ", kJobSecretVariable,
+           " in every launcher's environment (make one with: "
            "openssl rand -hex 32)");
   // The launcher's own secret (checked as a store would), else one for this job alone.
   const std::string secret = job_secret_in_environment() ? resolve_job_secret("", "launch") : make_job_secret();

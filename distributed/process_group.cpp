@@ -315,8 +315,8 @@ class NcclBackend : public ProcessGroup::Impl {
                                   nccl_op(call.op), comm_, s);
           break;
         case Kind::Broadcast:
-          result = api_.Broadcast(call.in.data_ptr(), call.out.data_ptr(), static_cast<size_t>(call.in.numel()),
-                                  type, call.root, comm_, s);
+          result = api_.Broadcast(call.in.data_ptr(), call.out.data_ptr(), static_cast<size_t>(call.in.numel()), type,
+                                  call.root, comm_, s);
           break;
         case Kind::AllGather:
           result = api_.AllGather(call.in.data_ptr(), call.out.data_ptr(), static_cast<size_t>(call.in.numel()), type,
@@ -516,8 +516,8 @@ std::unique_ptr<ProcessGroup::Impl> make_backend(std::shared_ptr<TcpStore> store
 // ---------------------------------------------------------------- ProcessGroup
 
 ProcessGroup::ProcessGroup(const Env& env, Device device, ProcessGroupOptions options) {
-  auto store = std::make_shared<TcpStore>(env.master_addr, env.master_port, env.world_size, env.rank == 0,
-                                          options.timeout);
+  auto store =
+      std::make_shared<TcpStore>(env.master_addr, env.master_port, env.world_size, env.rank == 0, options.timeout);
   impl_ = make_backend(std::move(store), "pg/", env.rank, env.world_size, device, options);
 }
 
@@ -546,14 +546,12 @@ void check_tensor(const ProcessGroup::Impl& g, const char* name, const char* arg
   if (reduces) {
     NC_CHECK(t.dtype() != DType::Bool, DTypeError, g.where(name), ": '", arg, "' ", describe(t),
              " is bool, which has no ", reduce_op_name(op), " (use u8)");
-    NC_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), DTypeError, g.where(name), ": '", arg, "' ",
-             describe(t), ": avg needs a floating dtype (sum integers and divide)");
+    NC_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), DTypeError, g.where(name), ": '", arg, "' ", describe(t),
+             ": avg needs a floating dtype (sum integers and divide)");
   }
 }
 
-Work run(ProcessGroup::Impl& g, const Call& call, bool async) {
-  return Work(g.run(call, async));
-}
+Work run(ProcessGroup::Impl& g, const Call& call, bool async) { return Work(g.run(call, async)); }
 
 Call all_reduce_call(ProcessGroup::Impl& g, const Tensor& t, ReduceOp op) {
   check_tensor(g, "all_reduce", "t", t, true, op);

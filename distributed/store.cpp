@@ -77,7 +77,7 @@ std::string numeric_host(const sockaddr* address, socklen_t length) {
 
 int numeric_port(const sockaddr* address) {
   return ntohs(address->sa_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(address)->sin6_port
-                                               : reinterpret_cast<const sockaddr_in*>(address)->sin_port);
+                                              : reinterpret_cast<const sockaddr_in*>(address)->sin_port);
 }
 
 // Sends all of data; false when the peer is gone.
@@ -180,7 +180,8 @@ int listen_on(const std::string& host, int port, bool bind_all) {
   ::freeaddrinfo(found);
   throw DistributedError(detail::cat_str("TcpStore: cannot listen on ", endpoint(host, port), " (", last,
                                          "); the server listens on an address of this machine (MASTER_ADDR), or on "
-                                         "every interface with ", kBindAllVariable, "=1"));
+                                         "every interface with ",
+                                         kBindAllVariable, "=1"));
 }
 
 }  // namespace
@@ -193,8 +194,8 @@ Env Env::from_environment() {
   env.master_port = env_int("MASTER_PORT", 29500);
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') env.master_addr = addr;
   NC_CHECK(env.world_size >= 1, ValueError, "distributed::Env: WORLD_SIZE must be >= 1, got ", env.world_size);
-  NC_CHECK(env.rank < env.world_size, ValueError, "distributed::Env: RANK ", env.rank,
-           " must be less than WORLD_SIZE ", env.world_size);
+  NC_CHECK(env.rank < env.world_size, ValueError, "distributed::Env: RANK ", env.rank, " must be less than WORLD_SIZE ",
+           env.world_size);
   NC_CHECK(env.master_port >= 1 && env.master_port <= 65535, ValueError,
            "distributed::Env: MASTER_PORT must be in 1..65535, got ", env.master_port);
   return env;
@@ -326,9 +327,9 @@ struct TcpStore::Server {
           const std::string error = receive_some(c.fd, pending, begun ? &deadline : nullptr);
           if (!error.empty()) {
             if (begun) {
-              refuse(c.peer, error == "timeout" ? detail::cat_str("left a request unfinished for ",
-                                                                  stall_timeout.count(), " ms")
-                                                : "left in the middle of a request (" + error + ")");
+              refuse(c.peer, error == "timeout"
+                                 ? detail::cat_str("left a request unfinished for ", stall_timeout.count(), " ms")
+                                 : "left in the middle of a request (" + error + ")");
             }
             return;
           }
@@ -385,8 +386,12 @@ struct TcpStore::Server {
           it = next;
         }
         if (connections.size() >= max_connections) {
-          const char busy[wire::kHelloBytes] = {wire::kMagic[0], wire::kMagic[1], wire::kMagic[2], wire::kMagic[3],
-                                                static_cast<char>(wire::kVersion), static_cast<char>(wire::kBusy)};
+          const char busy[wire::kHelloBytes] = {wire::kMagic[0],
+                                                wire::kMagic[1],
+                                                wire::kMagic[2],
+                                                wire::kMagic[3],
+                                                static_cast<char>(wire::kVersion),
+                                                static_cast<char>(wire::kBusy)};
           ::send(fd, busy, sizeof busy, MSG_NOSIGNAL | MSG_DONTWAIT);
           ::close(fd);
           ++refused;
@@ -469,7 +474,8 @@ Handshake handshake(int fd, const std::string& where, const std::string& secret,
   NC_CHECK(error.empty() && same_proof(server_proof, make_proof(secret, Role::Server, server_nonce, client_nonce)),
            DistributedError, "TcpStore: authentication failed at ", where,
            ": the server did not prove it knows the job secret (another program on that port, or another job's "
-           "store; ", hint, ")");
+           "store; ",
+           hint, ")");
   return Handshake::Accepted;
 }
 
@@ -523,16 +529,15 @@ TcpStoreOptions with_timeout(std::chrono::milliseconds timeout) {
 
 }  // namespace
 
-TcpStore::TcpStore(const std::string& host, int port, int world_size, bool is_server,
-                   std::chrono::milliseconds timeout)
+TcpStore::TcpStore(const std::string& host, int port, int world_size, bool is_server, std::chrono::milliseconds timeout)
     : TcpStore(host, port, world_size, is_server, with_timeout(timeout)) {}
 
 TcpStore::TcpStore(const std::string& host, int port, int world_size, bool is_server, const TcpStoreOptions& options)
     : host_(host), port_(port), world_size_(world_size), timeout_(options.timeout) {
   NC_CHECK(world_size >= 1, ValueError, "TcpStore: world_size must be >= 1, got ", world_size);
   NC_CHECK(port >= 0 && port <= 65535, ValueError, "TcpStore: port must be in 0..65535, got ", port);
-  NC_CHECK(options.timeout.count() > 0, ValueError, "TcpStore: timeout must be positive, got ",
-           options.timeout.count(), " ms");
+  NC_CHECK(options.timeout.count() > 0, ValueError, "TcpStore: timeout must be positive, got ", options.timeout.count(),
+           " ms");
   NC_CHECK(options.max_connections >= 0, ValueError, "TcpStore: max_connections must be >= 0, got ",
            options.max_connections);
   NC_CHECK(options.stall_timeout.count() > 0, ValueError, "TcpStore: stall_timeout must be positive, got ",
@@ -549,7 +554,7 @@ TcpStore::TcpStore(const std::string& host, int port, int world_size, bool is_se
     server_ = std::make_unique<Server>();
     server_->secret = secret;
     server_->max_connections = options.max_connections > 0 ? static_cast<size_t>(options.max_connections)
-                                                            : 2 * static_cast<size_t>(world_size) + 64;
+                                                           : 2 * static_cast<size_t>(world_size) + 64;
     server_->stall_timeout = options.stall_timeout;
     server_->listener = listen_on(host, port, bind_all);
     sockaddr_storage address{};
@@ -598,8 +603,8 @@ void TcpStore::remove(const std::string& key) { acknowledged("remove", wire::kRe
 void TcpStore::send_request(const char* what, uint8_t command, const std::string& key, const std::string& value) {
   NC_CHECK(key.size() <= kMaxKeyBytes, ValueError, "TcpStore.", what, ": the key has ", key.size(),
            " bytes; the store takes keys of at most ", kMaxKeyBytes);
-  NC_CHECK(value.size() <= kMaxValueBytes, ValueError, "TcpStore.", what, "('", key, "'): the value has ",
-           value.size(), " bytes; the store takes values of at most ", kMaxValueBytes, " (TcpStore::kMaxValueBytes)");
+  NC_CHECK(value.size() <= kMaxValueBytes, ValueError, "TcpStore.", what, "('", key, "'): the value has ", value.size(),
+           " bytes; the store takes values of at most ", kMaxValueBytes, " (TcpStore::kMaxValueBytes)");
   NC_CHECK(socket_ >= 0, DistributedError, "TcpStore.", what, ": the connection was lost earlier");
   const std::string message = wire::encode_request(command, key, value);
   if (!send_all(socket_, message.data(), message.size()))
@@ -627,8 +632,8 @@ std::string TcpStore::get(const std::string& key) {
   }
   if (!error.empty()) {
     drop_connection(socket_, operation("get", key, host_, port_) + ": " +
-                                 (error == "timeout" ? detail::cat_str("no rank set it within ", timeout_.count(), " ms",
-                                                                       server_ ? server_->refusals() : "")
+                                 (error == "timeout" ? detail::cat_str("no rank set it within ", timeout_.count(),
+                                                                       " ms", server_ ? server_->refusals() : "")
                                                      : error));
   }
   return value;

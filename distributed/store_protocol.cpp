@@ -59,8 +59,8 @@ size_t parse_request(std::string_view bytes, Request* request) {
   const uint32_t value_bytes = get_u32(bytes, value_length_at);
   NC_CHECK(value_bytes <= TcpStore::kMaxValueBytes, DistributedError, "TcpStore: a ", command_name(command),
            " with a value of ", value_bytes, " bytes (at most ", TcpStore::kMaxValueBytes, ")");
-  NC_CHECK(command != kAdd || value_bytes == sizeof(int64_t), DistributedError,
-           "TcpStore: an add with a value of ", value_bytes, " bytes (its delta has 8)");
+  NC_CHECK(command != kAdd || value_bytes == sizeof(int64_t), DistributedError, "TcpStore: an add with a value of ",
+           value_bytes, " bytes (its delta has 8)");
   NC_CHECK(command == kSet || command == kAdd || value_bytes == 0, DistributedError, "TcpStore: a ",
            command_name(command), " with a value of ", value_bytes, " bytes (it takes none)");
   const size_t value_at = value_length_at + kLengthBytes;
@@ -100,8 +100,7 @@ std::optional<std::string> Table::apply(const Request& request) {
       values_.erase(request.key);
       reply.push_back('\0');
       break;
-    default:
-      throw DistributedError(detail::cat_str("TcpStore: unknown command ", static_cast<int>(request.command)));
+    default: throw DistributedError(detail::cat_str("TcpStore: unknown command ", static_cast<int>(request.command)));
   }
   return reply;
 }

@@ -32,7 +32,7 @@ constexpr char kMagic[4] = {'N', 'C', 'S', 'T'};
 constexpr uint8_t kVersion = 1;
 enum HelloStatus : uint8_t { kReady = 0, kBusy = 1 };
 enum Verdict : uint8_t { kAccepted = 0, kRejected = 1 };
-constexpr size_t kHelloBytes = sizeof kMagic + 2;     // before the nonce
+constexpr size_t kHelloBytes = sizeof kMagic + 2;  // before the nonce
 constexpr size_t kAnswerBytes = kNonceBytes + kProofBytes;
 
 enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kRemove = 4 };

@@ -91,8 +91,12 @@ HopperAttention hopper_attention();
 
 }  // namespace kernels
 
-namespace cpu { const kernels::AttentionKernels& attention_kernels(); }
-namespace cuda { const kernels::AttentionKernels& attention_kernels(); }
+namespace cpu {
+const kernels::AttentionKernels& attention_kernels();
+}
+namespace cuda {
+const kernels::AttentionKernels& attention_kernels();
+}
 
 namespace kernels {
 inline const AttentionKernels& attention(Device device) {

@@ -52,8 +52,12 @@ class ConvKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::ConvKernels& conv_kernels(); }
-namespace cuda { const kernels::ConvKernels& conv_kernels(); }
+namespace cpu {
+const kernels::ConvKernels& conv_kernels();
+}
+namespace cuda {
+const kernels::ConvKernels& conv_kernels();
+}
 
 namespace kernels {
 inline const ConvKernels& conv(Device device) {

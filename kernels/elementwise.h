@@ -9,20 +9,41 @@
 namespace normcore {
 
 enum class UnaryOp {
-  Neg, Abs, Sign, Relu,                  // any dtype but bool (integers wrap: neg/abs of the minimum);
-                                         // sign(NaN) = 0 and relu(NaN) = NaN, as in PyTorch
-  Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Gelu, GeluTanh,  // floating only
+  Neg,
+  Abs,
+  Sign,
+  Relu,  // any dtype but bool (integers wrap: neg/abs of the minimum);
+         // sign(NaN) = 0 and relu(NaN) = NaN, as in PyTorch
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Sin,
+  Cos,
+  Tanh,
+  Sigmoid,
+  Gelu,
+  GeluTanh,  // floating only
   Clamp,     // floating only: min(max(x, a), b); a = -inf / b = +inf when absent; NaN stays NaN
   PowScalar  // floating only: x ** a
 };
 
 enum class BinaryOp {
-  Add, Sub, Mul, Div,  // integers wrap; Div only for floating dtypes (core promotes first)
-  Maximum, Minimum,    // NaN propagates
-  Pow,                 // not Bool; integers: exact, a negative exponent gives 0 (1 and -1 bases: +-1)
-  GeluGrad,            // floating only: a * gelu'(b), gelu's backward (gradient a, input b) in one pass
-  GeluTanhGrad,        // floating only: the same for the tanh approximation
-  Eq, Ne, Lt, Le, Gt, Ge  // out is Bool (keep them last)
+  Add,
+  Sub,
+  Mul,
+  Div,  // integers wrap; Div only for floating dtypes (core promotes first)
+  Maximum,
+  Minimum,       // NaN propagates
+  Pow,           // not Bool; integers: exact, a negative exponent gives 0 (1 and -1 bases: +-1)
+  GeluGrad,      // floating only: a * gelu'(b), gelu's backward (gradient a, input b) in one pass
+  GeluTanhGrad,  // floating only: the same for the tanh approximation
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge  // out is Bool (keep them last)
 };
 
 namespace kernels {
@@ -46,8 +67,12 @@ class ElementwiseKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::ElementwiseKernels& elementwise_kernels(); }
-namespace cuda { const kernels::ElementwiseKernels& elementwise_kernels(); }
+namespace cpu {
+const kernels::ElementwiseKernels& elementwise_kernels();
+}
+namespace cuda {
+const kernels::ElementwiseKernels& elementwise_kernels();
+}
 
 namespace kernels {
 inline const ElementwiseKernels& elementwise(Device device) {

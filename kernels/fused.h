@@ -24,8 +24,8 @@ class FusedKernels {
   // min(z) (a NaN wins), out[o, b] = min(z) + bias[o] with out [channels, rows]; mean and
   // rstd (of v) [l.rows()] = [rows * groups].
   virtual void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
-                                           const Tensor& gn_bias, const Tensor& bias, const GroupLayout& l,
-                                           double eps, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                           const Tensor& gn_bias, const Tensor& bias, const GroupLayout& l, double eps,
+                                           const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                            const Tensor& argmin) const = 0;
   // grad_out [channels, rows] -> grad_y [rows, channels] (non-zero only in the group of each
   // row's argmin), grad_linear_bias (grad_y summed over rows), grad_weight, grad_gn_bias,
@@ -67,8 +67,12 @@ class FusedKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::FusedKernels& fused_kernels(); }
-namespace cuda { const kernels::FusedKernels& fused_kernels(); }
+namespace cpu {
+const kernels::FusedKernels& fused_kernels();
+}
+namespace cuda {
+const kernels::FusedKernels& fused_kernels();
+}
 
 namespace kernels {
 inline const FusedKernels& fused(Device device) {

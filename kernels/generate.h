@@ -40,8 +40,12 @@ class GenerateKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::GenerateKernels& generate_kernels(); }
-namespace cuda { const kernels::GenerateKernels& generate_kernels(); }
+namespace cpu {
+const kernels::GenerateKernels& generate_kernels();
+}
+namespace cuda {
+const kernels::GenerateKernels& generate_kernels();
+}
 
 namespace kernels {
 inline const GenerateKernels& generate(Device device) {

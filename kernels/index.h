@@ -58,8 +58,12 @@ class IndexKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::IndexKernels& index_kernels(); }
-namespace cuda { const kernels::IndexKernels& index_kernels(); }
+namespace cpu {
+const kernels::IndexKernels& index_kernels();
+}
+namespace cuda {
+const kernels::IndexKernels& index_kernels();
+}
 
 namespace kernels {
 inline const IndexKernels& index(Device device) {

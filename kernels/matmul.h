@@ -41,8 +41,12 @@ class MatmulKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::MatmulKernels& matmul_kernels(); }
-namespace cuda { const kernels::MatmulKernels& matmul_kernels(); }
+namespace cpu {
+const kernels::MatmulKernels& matmul_kernels();
+}
+namespace cuda {
+const kernels::MatmulKernels& matmul_kernels();
+}
 
 namespace kernels {
 inline const MatmulKernels& matmul(Device device) {

@@ -85,10 +85,9 @@ class NormKernels {
   // passes them only when batch * spatial >= 2). Evaluation: mean = running_mean and
   // rstd = 1 / sqrt(running_var + eps) (both defined, only read). Both: mean and rstd are
   // saved (=) and y = (x - mean) * rstd * weight + bias.
-  virtual void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                  const Tensor& running_mean, const Tensor& running_var, const BatchLayout& l,
-                                  const BatchNormMode& mode, const Tensor& y, const Tensor& mean,
-                                  const Tensor& rstd) const = 0;
+  virtual void batch_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                                  const Tensor& running_var, const BatchLayout& l, const BatchNormMode& mode,
+                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) const = 0;
   // With xhat = (x - mean) * rstd and per-channel sums over batch * spatial:
   // grad_weight = sum(dy * xhat), grad_bias = sum(dy); grad_x = w * rstd * (dy - mean(dy) -
   // xhat * mean(dy * xhat)) in training (through the batch statistics), w * rstd * dy in
@@ -114,8 +113,12 @@ class NormKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::NormKernels& norm_kernels(); }
-namespace cuda { const kernels::NormKernels& norm_kernels(); }
+namespace cpu {
+const kernels::NormKernels& norm_kernels();
+}
+namespace cuda {
+const kernels::NormKernels& norm_kernels();
+}
 
 namespace kernels {
 inline const NormKernels& norms(Device device) {

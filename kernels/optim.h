@@ -35,8 +35,8 @@ class OptimKernels {
   //   g = nesterov ? g + momentum * momentum_buf : momentum_buf;
   // param = param - lr * g. momentum_buf is undefined and unused when momentum == 0.
   virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
-                        double momentum, double dampening, double weight_decay, bool nesterov,
-                        bool first_step, const Tensor& skip) const = 0;
+                        double momentum, double dampening, double weight_decay, bool nesterov, bool first_step,
+                        const Tensor& skip) const = 0;
   // For every entry (all on this backend's device; CUDA: one launch per dtype and 32
   // entries, then one for the counts): step += 1, then with that step (PyTorch's Adam,
   // and AdamW when decoupled):
@@ -62,8 +62,12 @@ class OptimKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::OptimKernels& optim_kernels(); }
-namespace cuda { const kernels::OptimKernels& optim_kernels(); }
+namespace cpu {
+const kernels::OptimKernels& optim_kernels();
+}
+namespace cuda {
+const kernels::OptimKernels& optim_kernels();
+}
 
 namespace kernels {
 inline const OptimKernels& optim(Device device) {

@@ -98,8 +98,12 @@ class PoolKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::PoolKernels& pool_kernels(); }
-namespace cuda { const kernels::PoolKernels& pool_kernels(); }
+namespace cpu {
+const kernels::PoolKernels& pool_kernels();
+}
+namespace cuda {
+const kernels::PoolKernels& pool_kernels();
+}
 
 namespace kernels {
 inline const PoolKernels& pool(Device device) {

@@ -12,8 +12,10 @@ enum class ReduceOp {
   Mean,  // floating; empty -> NaN
   Var,   // floating; two-pass; divides by inner - arg (arg = correction: 0 or 1); inner - arg <= 0 -> NaN
   Norm,  // floating; arg = p > 0 (inf allowed: max |x|); empty -> 0
-  Max, Min,  // x's dtype; NaN propagates; inner > 0
-  All, Any   // out Bool; empty -> true / false
+  Max,
+  Min,  // x's dtype; NaN propagates; inner > 0
+  All,
+  Any  // out Bool; empty -> true / false
 };
 
 namespace kernels {
@@ -32,8 +34,12 @@ class ReduceKernels {
 
 }  // namespace kernels
 
-namespace cpu { const kernels::ReduceKernels& reduce_kernels(); }
-namespace cuda { const kernels::ReduceKernels& reduce_kernels(); }
+namespace cpu {
+const kernels::ReduceKernels& reduce_kernels();
+}
+namespace cuda {
+const kernels::ReduceKernels& reduce_kernels();
+}
 
 namespace kernels {
 inline const ReduceKernels& reduce(Device device) {

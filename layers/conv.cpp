@@ -24,22 +24,18 @@ int64_t checked_channels(const char* name, int64_t n, int64_t groups) {
 }
 
 Size2 checked_pair(const char* name, Size2 v, int64_t min) {
-  NC_CHECK(v.h >= min && v.w >= min, ValueError, "Conv2d: ", name, " must be >= ", min, ", got (", v.h, ", ", v.w,
-           ")");
+  NC_CHECK(v.h >= min && v.w >= min, ValueError, "Conv2d: ", name, " must be >= ", min, ", got (", v.h, ", ", v.w, ")");
   return v;
 }
 
 }  // namespace
 
-Conv2d::Conv2d(int64_t in, int64_t out, Size2 kernel, Size2 stride_, Size2 padding_, Size2 dilation_,
-               int64_t groups_, bool with_bias, Generator* gen)
+Conv2d::Conv2d(int64_t in, int64_t out, Size2 kernel, Size2 stride_, Size2 padding_, Size2 dilation_, int64_t groups_,
+               bool with_bias, Generator* gen)
     : in_channels(checked_channels("in_channels", in, groups_)),
-      out_channels(checked_channels("out_channels", out, groups_)),
-      kernel_size(checked_pair("kernel_size", kernel, 1)),
-      stride(checked_pair("stride", stride_, 1)),
-      padding(checked_pair("padding", padding_, 0)),
-      dilation(checked_pair("dilation", dilation_, 1)),
-      groups(groups_) {
+      out_channels(checked_channels("out_channels", out, groups_)), kernel_size(checked_pair("kernel_size", kernel, 1)),
+      stride(checked_pair("stride", stride_, 1)), padding(checked_pair("padding", padding_, 0)),
+      dilation(checked_pair("dilation", dilation_, 1)), groups(groups_) {
   // PyTorch's kaiming_uniform_(a = sqrt(5)) reduces to 1/sqrt(fan_in) for the weight, and
   // the bias uses the same bound.
   const int64_t fan_in = in / groups * kernel.h * kernel.w;

@@ -34,8 +34,8 @@ Tensor embedding(const Tensor& weight, const Tensor& index, std::optional<int64_
   NC_CHECK(is_floating(weight.dtype()), DTypeError, op, ": weight must be floating, got ", describe(weight));
   NC_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32, DTypeError, op,
            ": index must be i32 or i64, got ", describe(index));
-  NC_CHECK(index.device() == weight.device(), DeviceError, op, ": index is on ", index.device(),
-           " but weight is on ", weight.device());
+  NC_CHECK(index.device() == weight.device(), DeviceError, op, ": index is on ", index.device(), " but weight is on ",
+           weight.device());
   const int64_t num = weight.size(0);
   Shape shape = index.shape();
   shape.push_back(weight.size(1));

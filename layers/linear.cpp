@@ -35,8 +35,9 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias, Generator* gen)
 Tensor Linear::forward(const Tensor& x) {
   const char* op = "Linear";
   NC_CHECK(x.defined(), ValueError, op, ": input is an undefined tensor");
-  NC_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError, op, ": input's last dim must be in_features = ",
-           in_features, ", got input ", describe(x), " (weight is ", describe(weight), ")");
+  NC_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError, op,
+           ": input's last dim must be in_features = ", in_features, ", got input ", describe(x), " (weight is ",
+           describe(weight), ")");
   NC_CHECK(x.dtype() == weight.dtype() || autocast::is_enabled(), DTypeError, op, ": input is ", describe(x),
            " but weight is ", describe(weight), " (convert the input, or the module with to(dtype))");
   NC_CHECK(x.device() == weight.device(), DeviceError, op, ": input is on ", x.device(), " but weight is on ",

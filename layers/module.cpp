@@ -90,8 +90,8 @@ void Module::check_new_name(const char* what, const std::string& name) const {
       if (e.first == name) return true;
     return false;
   };
-  NC_CHECK(!taken(parameters_) && !taken(buffers_) && !taken(children_), ValueError, what, ": name \"",
-           name, "\" is already used by a parameter, buffer or child of this module");
+  NC_CHECK(!taken(parameters_) && !taken(buffers_) && !taken(children_), ValueError, what, ": name \"", name,
+           "\" is already used by a parameter, buffer or child of this module");
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor tensor) {
@@ -100,8 +100,8 @@ Tensor Module::register_parameter(const std::string& name, Tensor tensor) {
   NC_CHECK(tensor.defined(), ValueError, op, ": parameter \"", name, "\" is an undefined tensor");
   NC_CHECK(is_floating(tensor.dtype()), DTypeError, op, ": parameter \"", name, "\" must be floating, got ",
            describe(tensor));
-  NC_CHECK(tensor.is_leaf(), ValueError, op, ": parameter \"", name, "\" was produced by '",
-           tensor.grad_fn_name(), "'; parameters must be leaves (pass a detach()ed tensor)");
+  NC_CHECK(tensor.is_leaf(), ValueError, op, ": parameter \"", name, "\" was produced by '", tensor.grad_fn_name(),
+           "'; parameters must be leaves (pass a detach()ed tensor)");
   tensor.requires_grad_(true);
   parameters_.emplace_back(name, tensor);
   return tensor;
@@ -235,8 +235,8 @@ void Module::load_state_dict(const NamedTensors& dict, bool strict) {
     auto it = given.find(entry.first);
     if (it == given.end()) missing.push_back(entry.first);
     else if (it->second->shape() != entry.second.shape())
-      mismatched.push_back(detail::cat_str(entry.first, " (dict ", it->second->shape(), ", module ",
-                                           entry.second.shape(), ")"));
+      mismatched.push_back(
+          detail::cat_str(entry.first, " (dict ", it->second->shape(), ", module ", entry.second.shape(), ")"));
   }
   for (const auto& entry : dict)
     if (!known.count(entry.first)) unexpected.push_back(entry.first);
@@ -263,9 +263,7 @@ void Module::load_state_dict(const NamedTensors& dict, bool strict) {
 
 void Module::save(const std::string& path) const { safetensors::save(path, state_dict()); }
 
-void Module::load(const std::string& path, bool strict) {
-  load_state_dict(safetensors::load(path).tensors, strict);
-}
+void Module::load(const std::string& path, bool strict) { load_state_dict(safetensors::load(path).tensors, strict); }
 
 }  // namespace nn
 }  // namespace normcore

@@ -26,8 +26,7 @@ LayerNorm::LayerNorm(std::vector<int64_t> shape, double eps, bool elementwise_af
     : normalized_shape(std::move(shape)), eps(eps) {
   check_eps("LayerNorm", eps);
   for (int64_t size : normalized_shape) {
-    NC_CHECK(size >= 0, ValueError, "LayerNorm: normalized_shape must have non-negative sizes, got ",
-             normalized_shape);
+    NC_CHECK(size >= 0, ValueError, "LayerNorm: normalized_shape must have non-negative sizes, got ", normalized_shape);
   }
   if (!elementwise_affine) return;
   weight = register_parameter("weight", ones(normalized_shape));
@@ -74,11 +73,7 @@ Tensor FrobeniusNorm::forward(const Tensor& x) { return frobenius_norm(x, eps); 
 
 BatchNorm::BatchNorm(const char* layer, std::vector<int64_t> ranks, int64_t num_features, double eps,
                      std::optional<double> momentum, bool affine, bool track_running_stats)
-    : num_features(num_features),
-      eps(eps),
-      momentum(momentum),
-      track_running_stats(track_running_stats),
-      layer_(layer),
+    : num_features(num_features), eps(eps), momentum(momentum), track_running_stats(track_running_stats), layer_(layer),
       ranks_(std::move(ranks)) {
   check_eps(layer, eps);
   NC_CHECK(num_features >= 0, ValueError, layer, ": num_features must be non-negative, got ", num_features);

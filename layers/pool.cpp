@@ -34,8 +34,7 @@ MaxPool2d::MaxPool2d(Size2 kernel_size_, Size2 stride_, Size2 padding_, Size2 di
     : kernel_size(checked_pair("MaxPool2d", "kernel_size", kernel_size_, 1)),
       stride(checked_stride("MaxPool2d", stride_, kernel_size_)),
       padding(checked_padding("MaxPool2d", padding_, kernel_size_)),
-      dilation(checked_pair("MaxPool2d", "dilation", dilation_, 1)),
-      ceil_mode(ceil_mode_) {}
+      dilation(checked_pair("MaxPool2d", "dilation", dilation_, 1)), ceil_mode(ceil_mode_) {}
 
 Tensor MaxPool2d::forward(const Tensor& x) {
   NC_CHECK(x.defined(), ValueError, "MaxPool2d: input is an undefined tensor");
@@ -45,8 +44,7 @@ Tensor MaxPool2d::forward(const Tensor& x) {
 AvgPool2d::AvgPool2d(Size2 kernel_size_, Size2 stride_, Size2 padding_, bool ceil_mode_, bool count_include_pad_)
     : kernel_size(checked_pair("AvgPool2d", "kernel_size", kernel_size_, 1)),
       stride(checked_stride("AvgPool2d", stride_, kernel_size_)),
-      padding(checked_padding("AvgPool2d", padding_, kernel_size_)),
-      ceil_mode(ceil_mode_),
+      padding(checked_padding("AvgPool2d", padding_, kernel_size_)), ceil_mode(ceil_mode_),
       count_include_pad(count_include_pad_) {}
 
 Tensor AvgPool2d::forward(const Tensor& x) {

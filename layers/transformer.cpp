@@ -31,8 +31,8 @@ double checked_dropout(const char* layer, double p) {
 
 void check_sequence(const char* layer, const Tensor& x, int64_t embed_dim) {
   NC_CHECK(x.defined(), ValueError, layer, ": input is an undefined tensor");
-  NC_CHECK(x.dim() == 3 && x.size(2) == embed_dim, ShapeError, layer, ": input must be [B, T, ", embed_dim,
-           "], got ", describe(x));
+  NC_CHECK(x.dim() == 3 && x.size(2) == embed_dim, ShapeError, layer, ": input must be [B, T, ", embed_dim, "], got ",
+           describe(x));
 }
 
 std::shared_ptr<Module> make_norm(const std::string& norm, int64_t embed_dim, bool bias) {
@@ -76,8 +76,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 }
 
 KVCache CausalSelfAttention::make_cache(int64_t batch, int64_t max_len) const {
-  NC_CHECK(batch > 0 && max_len > 0, ValueError, "CausalSelfAttention::make_cache: batch and max_len must be "
-           "positive, got ", batch, " and ", max_len);
+  NC_CHECK(batch > 0 && max_len > 0, ValueError,
+           "CausalSelfAttention::make_cache: batch and max_len must be "
+           "positive, got ",
+           batch, " and ", max_len);
   const TensorOptions options(qkv->weight.dtype(), qkv->weight.device());
   KVCache cache;
   cache.k = zeros({batch, heads, max_len, head_dim}, options);
@@ -131,8 +133,8 @@ Tensor MLP::forward(const Tensor& x) {
 }
 
 // ---------------------------------------------------------------- block
-TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t heads, const std::string& norm, bool bias,
-                                   double dropout, Generator* gen) {
+TransformerBlock::TransformerBlock(int64_t embed_dim, int64_t heads, const std::string& norm, bool bias, double dropout,
+                                   Generator* gen) {
   norm1 = register_module("norm1", make_norm(norm, embed_dim, bias));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(embed_dim, heads, bias, dropout, gen));
   norm2 = register_module("norm2", make_norm(norm, embed_dim, bias));
@@ -146,7 +148,7 @@ namespace {
 const LayerNorm* fusable_layer_norm(const Module* m) {
   const auto* norm = dynamic_cast<const LayerNorm*>(m);
   return norm && norm->normalized_shape.size() == 1 && norm->weight.defined() && !norm->has_forward_hooks() ? norm
-                                                                                                             : nullptr;
+                                                                                                            : nullptr;
 }
 
 }  // namespace
@@ -166,8 +168,9 @@ Tensor TransformerBlock::forward(const Tensor& x) {
 }
 
 std::pair<Tensor, Tensor> TransformerBlock::forward_normed(const Tensor& x, const Tensor& normed,
-                                                          const LayerNorm& next) {
-  NC_CHECK(can_fuse_norms(), ValueError, "TransformerBlock::forward_normed: the block's norms are not LayerNorms "
+                                                           const LayerNorm& next) {
+  NC_CHECK(can_fuse_norms(), ValueError,
+           "TransformerBlock::forward_normed: the block's norms are not LayerNorms "
            "over the last dim with weights, or a forward hook is registered (check can_fuse_norms())");
   const auto& n2 = static_cast<const LayerNorm&>(*norm2);
   const auto [h, normed2] = add_layer_norm(x, (*attn)(normed), n2.weight, n2.bias, n2.eps);

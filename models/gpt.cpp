@@ -10,13 +10,13 @@
 #include <tuple>
 #include <type_traits>
 
+#include "models/checkpoint_text.h"
 #include "normcore/autograd.h"
 #include "normcore/losses.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
 #include "normcore/text.h"
 #include "normcore/train.h"
-#include "models/checkpoint_text.h"
 
 namespace normcore {
 namespace models {
@@ -26,8 +26,10 @@ namespace {
 // What is wrong with c, naming its fields with prefix ("config." in a checkpoint); empty
 // when nothing is.
 std::string config_problem(const GPTConfig& c, const std::string& prefix) {
-  const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", c.vocab_size}, {"context", c.context},
-                                                   {"layers", c.layers},         {"heads", c.heads},
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", c.vocab_size},
+                                                   {"context", c.context},
+                                                   {"layers", c.layers},
+                                                   {"heads", c.heads},
                                                    {"embed", c.embed}};
   for (const auto& [name, value] : sizes)
     if (value <= 0) return detail::cat_str(prefix, name, " must be positive, got ", value);
@@ -110,8 +112,8 @@ GPTConfig gpt2_config(const std::string& name) {
     c.embed = size.embed;
     return c;
   }
-  throw ValueError(detail::cat_str("gpt2_config: unknown model '", name,
-                                   "' (gpt2, gpt2-medium, gpt2-large or gpt2-xl)"));
+  throw ValueError(
+      detail::cat_str("gpt2_config: unknown model '", name, "' (gpt2, gpt2-medium, gpt2-large or gpt2-xl)"));
 }
 
 int64_t parameter_count(const GPTConfig& config) { return count_parameters(checked(config)); }
@@ -122,8 +124,7 @@ void GPTCache::clear() {
 }
 
 GPT::GPT(const GPTConfig& config, Generator* gen) : config(checked(config)), gen_(gen) {
-  tok_emb = register_module("tok_emb",
-                            std::make_shared<nn::Embedding>(config.padded_vocab_size(), config.embed, gen));
+  tok_emb = register_module("tok_emb", std::make_shared<nn::Embedding>(config.padded_vocab_size(), config.embed, gen));
   pos_emb = register_module("pos_emb", std::make_shared<nn::Embedding>(config.context, config.embed, gen));
   auto stack = register_module("blocks", std::make_shared<nn::Sequential>());
   for (int64_t i = 0; i < config.layers; ++i) {
@@ -132,10 +133,9 @@ GPT::GPT(const GPTConfig& config, Generator* gen) : config(checked(config)), gen
     stack->push_back(blocks.back());
   }
   if (config.norm == "layernorm")
-    norm_f = register_module("norm_f", std::make_shared<nn::LayerNorm>(std::vector<int64_t>{config.embed}, 1e-5,
-                                                                       true, config.bias));
-  else
-    norm_f = register_module("norm_f", std::make_shared<nn::RMSNorm>(std::vector<int64_t>{config.embed}, 1e-6));
+    norm_f = register_module("norm_f", std::make_shared<nn::LayerNorm>(std::vector<int64_t>{config.embed}, 1e-5, true,
+                                                                       config.bias));
+  else norm_f = register_module("norm_f", std::make_shared<nn::RMSNorm>(std::vector<int64_t>{config.embed}, 1e-6));
   init_gpt2(*this, config.layers, gen);
 }
 
@@ -204,17 +204,23 @@ int64_t GPT::parameter_count() const {
 
 Tensor lm_loss(GPT& model, const Tensor& inputs, const Tensor& targets) {
   const Tensor hidden = model.hidden_states(inputs);
-  NC_CHECK(targets.defined() && targets.shape() == inputs.shape(), ShapeError, "lm_loss: targets must have the "
-           "inputs' shape ", describe(inputs), ", got ", targets.defined() ? describe(targets) : "undefined");
+  NC_CHECK(targets.defined() && targets.shape() == inputs.shape(), ShapeError,
+           "lm_loss: targets must have the "
+           "inputs' shape ",
+           describe(inputs), ", got ", targets.defined() ? describe(targets) : "undefined");
   return linear_cross_entropy(hidden, model.tok_emb->weight, targets, model.config.vocab_size);
 }
 
 // ---------------------------------------------------------------- checkpoints
 std::map<std::string, std::string> gpt_description(const GPTConfig& c) {
-  return {{"vocab_size", std::to_string(c.vocab_size)}, {"vocab_multiple", std::to_string(c.vocab_multiple)},
-          {"context", std::to_string(c.context)},       {"layers", std::to_string(c.layers)},
-          {"heads", std::to_string(c.heads)},           {"embed", std::to_string(c.embed)},
-          {"dropout", detail::cat_str(c.dropout)},      {"norm", c.norm},
+  return {{"vocab_size", std::to_string(c.vocab_size)},
+          {"vocab_multiple", std::to_string(c.vocab_multiple)},
+          {"context", std::to_string(c.context)},
+          {"layers", std::to_string(c.layers)},
+          {"heads", std::to_string(c.heads)},
+          {"embed", std::to_string(c.embed)},
+          {"dropout", detail::cat_str(c.dropout)},
+          {"norm", c.norm},
           {"bias", c.bias ? "1" : "0"}};
 }
 
@@ -239,8 +245,10 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
   } catch (const IOError& e) {
     throw IOError(std::string("load_gpt_checkpoint: not a normcore GPT checkpoint: ") + e.what());
   }
-  NC_CHECK(state.model == "gpt", IOError, "load_gpt_checkpoint: ", path, " is not a normcore GPT checkpoint (it "
-           "holds model '", state.model, "')");
+  NC_CHECK(state.model == "gpt", IOError, "load_gpt_checkpoint: ", path,
+           " is not a normcore GPT checkpoint (it "
+           "holds model '",
+           state.model, "')");
   NC_CHECK(state.step >= 0, IOError, "load_gpt_checkpoint: ", path, " has no step count");
   auto meta = [&](const std::string& key) -> const std::string& {
     auto it = state.metadata.find(key);
@@ -250,8 +258,8 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
   };
   auto whole = [&](const std::string& key, int64_t min) {
     int64_t value = 0;
-    NC_CHECK(parse_whole(meta(key), &value) && value >= min, IOError, "load_gpt_checkpoint: ", path, " has a malformed ",
-             key, " '", meta(key), "'");
+    NC_CHECK(parse_whole(meta(key), &value) && value >= min, IOError, "load_gpt_checkpoint: ", path,
+             " has a malformed ", key, " '", meta(key), "'");
     return value;
   };
   GPTConfig c;
@@ -351,8 +359,7 @@ std::vector<int64_t> generate_tokens(GPT& model, const std::vector<int64_t>& pro
   NC_CHECK(std::isfinite(options.temperature) && options.temperature >= 0, ValueError, op,
            ": temperature must be finite and >= 0, got ", options.temperature);
   NC_CHECK(options.top_k >= 0, ValueError, op, ": top_k must be >= 0, got ", options.top_k);
-  NC_CHECK(options.top_p > 0 && options.top_p <= 1, ValueError, op, ": top_p must be in (0, 1], got ",
-           options.top_p);
+  NC_CHECK(options.top_p > 0 && options.top_p <= 1, ValueError, op, ": top_p must be in (0, 1], got ", options.top_p);
   NC_CHECK(!prompt.empty(), ValueError, op, ": the prompt is empty (at least one token is needed)");
   for (size_t i = 0; i < prompt.size(); ++i)
     NC_CHECK(prompt[i] >= 0 && prompt[i] < model.config.vocab_size, IndexError, op, ": prompt token ", i, " is ",
@@ -382,7 +389,8 @@ std::vector<int64_t> generate_tokens(GPT& model, const std::vector<int64_t>& pro
     out.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == tokens) break;
-    if (cache.length() < context) logits = model.forward(from_vector(std::vector<int64_t>{next}, {1, 1}, device), cache);
+    if (cache.length() < context)
+      logits = model.forward(from_vector(std::vector<int64_t>{next}, {1, 1}, device), cache);
     else logits = prefill();
   }
   model.train(was_training);
@@ -407,8 +415,10 @@ std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens,
 
 TextGenerator::TextGenerator(const std::string& path, Device device, const std::string& tokenizer_dir) {
   if (!std::filesystem::is_directory(path)) {
-    NC_CHECK(tokenizer_dir.empty(), ValueError, "TextGenerator: ", path, " is a byte-level checkpoint, which takes "
-             "no tokenizer (got tokenizer folder ", tokenizer_dir, ")");
+    NC_CHECK(tokenizer_dir.empty(), ValueError, "TextGenerator: ", path,
+             " is a byte-level checkpoint, which takes "
+             "no tokenizer (got tokenizer folder ",
+             tokenizer_dir, ")");
     model_ = load_gpt_checkpoint(path, device).model;
   } else {
     model_ = load_hf_gpt2(path, device);
@@ -430,7 +440,8 @@ std::string TextGenerator::generate(const std::string& prompt, int64_t tokens, c
   std::vector<int64_t> ids;
   for (int32_t id : tokenizer_->encode(prompt)) ids.push_back(id);
   if (ids.empty()) {
-    NC_CHECK(tokenizer_->end_of_text() >= 0, ValueError, "TextGenerator::generate: the prompt is empty and the "
+    NC_CHECK(tokenizer_->end_of_text() >= 0, ValueError,
+             "TextGenerator::generate: the prompt is empty and the "
              "tokenizer has no <|endoftext|> to start a new document with");
     ids.push_back(tokenizer_->end_of_text());
   }

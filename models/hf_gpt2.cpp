@@ -49,15 +49,15 @@ Json read_config(const std::string& path) {
 int64_t whole_field(const Json& config, const std::string& path, const char* key, int64_t min) {
   NC_CHECK(config.contains(key), IOError, "load_hf_gpt2: ", path, " has no \"", key, "\"");
   const Json& value = config[key];
-  NC_CHECK(value.is_number_integer() && value.get<int64_t>() >= min, IOError, "load_hf_gpt2: ", path, " has \"",
-           key, "\": ", value.dump(), " (a whole number >= ", min, " is needed)");
+  NC_CHECK(value.is_number_integer() && value.get<int64_t>() >= min, IOError, "load_hf_gpt2: ", path, " has \"", key,
+           "\": ", value.dump(), " (a whole number >= ", min, " is needed)");
   return value.get<int64_t>();
 }
 
 GPTConfig config_from(const Json& config, const std::string& path) {
   if (config.contains("model_type"))
-    NC_CHECK(config["model_type"] == "gpt2", IOError, "load_hf_gpt2: ", path, " has \"model_type\": ",
-             config["model_type"].dump(), ", not \"gpt2\"");
+    NC_CHECK(config["model_type"] == "gpt2", IOError, "load_hf_gpt2: ", path,
+             " has \"model_type\": ", config["model_type"].dump(), ", not \"gpt2\"");
   GPTConfig c;
   c.vocab_size = whole_field(config, path, "vocab_size", 1);
   c.context = whole_field(config, path, "n_positions", 1);
@@ -67,16 +67,16 @@ GPTConfig config_from(const Json& config, const std::string& path) {
   // What changes the arithmetic must be what models::GPT computes; the rest (dropout rates,
   // token ids, task parameters) does not matter to inference and is not read.
   if (config.contains("n_inner") && !config["n_inner"].is_null())
-    NC_CHECK(config["n_inner"] == 4 * c.embed, IOError, "load_hf_gpt2: ", path, " has \"n_inner\": ",
-             config["n_inner"].dump(), "; only 4 * n_embd (", 4 * c.embed, ") is supported");
+    NC_CHECK(config["n_inner"] == 4 * c.embed, IOError, "load_hf_gpt2: ", path,
+             " has \"n_inner\": ", config["n_inner"].dump(), "; only 4 * n_embd (", 4 * c.embed, ") is supported");
   const std::string activation = config.value("activation_function", std::string("gelu_new"));
   NC_CHECK(activation == "gelu_new" || activation == "gelu_pytorch_tanh", IOError, "load_hf_gpt2: ", path,
            " has \"activation_function\": \"", activation, "\"; GPT's MLP is the tanh GELU (gelu_new)");
   const double eps = config.value("layer_norm_epsilon", 1e-5);
   NC_CHECK(std::fabs(eps - 1e-5) <= 1e-12, IOError, "load_hf_gpt2: ", path, " has \"layer_norm_epsilon\": ", eps,
            "; GPT's LayerNorm uses 1e-5");
-  NC_CHECK(config.value("scale_attn_weights", true) && !config.value("scale_attn_by_inverse_layer_idx", false),
-           IOError, "load_hf_gpt2: ", path, " scales attention other than by 1 / sqrt(head dim)");
+  NC_CHECK(config.value("scale_attn_weights", true) && !config.value("scale_attn_by_inverse_layer_idx", false), IOError,
+           "load_hf_gpt2: ", path, " scales attention other than by 1 / sqrt(head dim)");
   NC_CHECK(config.value("tie_word_embeddings", true), IOError, "load_hf_gpt2: ", path,
            " unties the head from the token embedding; GPT's head is tied");
   NC_CHECK(c.embed % c.heads == 0, IOError, "load_hf_gpt2: ", path, " has \"n_embd\" ", c.embed,
@@ -152,8 +152,8 @@ std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir, Device device) {
     const Shape want = expected_shape(m);
     NC_CHECK(it->second->shape() == want, ShapeError, "load_hf_gpt2: ", weights_path, ": \"transformer.", m.theirs,
              "\" is ", describe(*it->second), ", but ", config_path, " calls for ", shape_str(want));
-    NC_CHECK(is_floating(it->second->dtype()), IOError, "load_hf_gpt2: ", weights_path, ": \"transformer.",
-             m.theirs, "\" is ", describe(*it->second), ", not floating");
+    NC_CHECK(is_floating(it->second->dtype()), IOError, "load_hf_gpt2: ", weights_path, ": \"transformer.", m.theirs,
+             "\" is ", describe(*it->second), ", not floating");
   }
   auto head = tensors.find("lm_head.weight");
   if (head == tensors.end()) head = tensors.find("transformer.lm_head.weight");
@@ -185,8 +185,8 @@ std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir, Device device) {
 
 void save_hf_gpt2(const GPT& model, const std::string& dir) {
   const GPTConfig& c = model.config;
-  NC_CHECK(c.norm == "layernorm" && c.bias, ValueError, "save_hf_gpt2: GPT-2 has LayerNorm with biases; this model has ",
-           c.norm, c.bias ? "" : " without biases");
+  NC_CHECK(c.norm == "layernorm" && c.bias, ValueError,
+           "save_hf_gpt2: GPT-2 has LayerNorm with biases; this model has ", c.norm, c.bias ? "" : " without biases");
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   NC_CHECK(!error, IOError, "save_hf_gpt2: cannot create ", dir, " (", error.message(), ")");

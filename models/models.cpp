@@ -10,12 +10,12 @@
 #include <string>
 #include <type_traits>
 
+#include "data/pnm.h"
+#include "models/checkpoint_text.h"
 #include "normcore/autograd.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
 #include "normcore/train.h"
-#include "data/pnm.h"
-#include "models/checkpoint_text.h"
 #ifdef NORMCORE_HAS_PNG
 #include <png.h>
 #endif
@@ -123,8 +123,8 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device devi
   const int64_t classes = static_cast<int64_t>(e.confusion.size());
   for (data::Batch batch; loader.next(batch);) {
     const Tensor logits = model(batch.inputs);
-    NC_CHECK(logits.dim() == 2 && logits.size(1) == classes, ShapeError, "evaluate: the model gives ",
-             describe(logits), " for ", batch.inputs.size(0), " images; expected ", classes, " scores per image");
+    NC_CHECK(logits.dim() == 2 && logits.size(1) == classes, ShapeError, "evaluate: the model gives ", describe(logits),
+             " for ", batch.inputs.size(0), " images; expected ", classes, " scores per image");
     std::vector<int64_t> predicted = argmax(logits, 1).to_vector<int64_t>();
     std::vector<int64_t> truth = batch.targets.to_vector<int64_t>();
     for (size_t i = 0; i < truth.size(); ++i) {
@@ -140,9 +140,8 @@ Evaluation evaluate(nn::Module& model, const data::Dataset& dataset, Device devi
   return e;
 }
 
-void save_checkpoint(const std::string& path, const std::string& model_name, const nn::Module& model,
-                     int64_t epoch, const nn::NamedTensors& optimizer_state,
-                     const nn::NamedTensors& schedule_state,
+void save_checkpoint(const std::string& path, const std::string& model_name, const nn::Module& model, int64_t epoch,
+                     const nn::NamedTensors& optimizer_state, const nn::NamedTensors& schedule_state,
                      const std::map<std::string, std::string>& options) {
   train::TrainingState state;
   state.model = model_name;
@@ -181,8 +180,8 @@ Checkpoint load_checkpoint(const std::string& path, Device device, Generator* ge
 namespace {
 
 Tensor from_gray(const std::vector<float>& pixels, const std::string& path, int64_t width, int64_t height) {
-  NC_CHECK(width == kSide && height == kSide, IOError, "read_image: ", path, " is ", width, "x", height,
-           ", expected ", kSide, "x", kSide, " (Fashion-MNIST's size)");
+  NC_CHECK(width == kSide && height == kSide, IOError, "read_image: ", path, " is ", width, "x", height, ", expected ",
+           kSide, "x", kSide, " (Fashion-MNIST's size)");
   return from_vector(pixels, {1, kSide, kSide});
 }
 
@@ -200,8 +199,8 @@ Tensor read_png(const std::string& path) {
   image.format = PNG_FORMAT_GRAY;
   if (image.width != kSide || image.height != kSide) {
     png_image_free(&image);
-    throw IOError(detail::cat_str("read_image: ", path, " is ", image.width, "x", image.height,
-                                  ", expected ", kSide, "x", kSide, " (Fashion-MNIST's size)"));
+    throw IOError(detail::cat_str("read_image: ", path, " is ", image.width, "x", image.height, ", expected ", kSide,
+                                  "x", kSide, " (Fashion-MNIST's size)"));
   }
   std::vector<uint8_t> gray(PNG_IMAGE_SIZE(image));
   NC_CHECK(png_image_finish_read(&image, nullptr, gray.data(), 0, nullptr), IOError, "read_image: ", path,
@@ -253,8 +252,7 @@ Tensor Classifier::probabilities(const Tensor& images) const {
            describe(images));
   const int64_t batch = images.dim() > 0 ? images.size(0) : 0;
   NC_CHECK(images.dim() >= 2 && images.numel() == batch * kSide * kSide, ShapeError,
-           "Classifier::probabilities: expects images [B, 1, 28, 28], [B, 28, 28] or [B, 784], got ",
-           describe(images));
+           "Classifier::probabilities: expects images [B, 1, 28, 28], [B, 28, 28] or [B, 784], got ", describe(images));
   double mean = 0.2860, stddev = 0.3530;
   // The checkpoint's normalization; a value that is not a finite number (std: positive) is
   // an IOError naming it, since the file may come from anywhere.
@@ -262,8 +260,8 @@ Tensor Classifier::probabilities(const Tensor& images) const {
     auto it = checkpoint_.metadata.find(std::string("option.") + key);
     if (it == checkpoint_.metadata.end()) return;
     double parsed = 0;
-    NC_CHECK(parse_whole(it->second, &parsed) && std::isfinite(parsed), IOError,
-             "Classifier: the checkpoint's option.", key, " is '", it->second, "', not a finite number");
+    NC_CHECK(parse_whole(it->second, &parsed) && std::isfinite(parsed), IOError, "Classifier: the checkpoint's option.",
+             key, " is '", it->second, "', not a finite number");
     value = parsed;
   };
   option("mean", mean);

@@ -43,9 +43,9 @@ class Block : public nn::Module {
       bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
     }
     if (stride != 1 || in != out) {
-      downsample = register_module(
-          "downsample", std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-                            conv(in, out, 1, stride, gen), std::make_shared<nn::BatchNorm2d>(out)}));
+      downsample =
+          register_module("downsample", std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+                                            conv(in, out, 1, stride, gen), std::make_shared<nn::BatchNorm2d>(out)}));
     }
   }
 
@@ -105,8 +105,7 @@ std::shared_ptr<nn::Module> resnet(const std::string& name, int64_t num_classes,
   if (name == "resnet18") return std::make_shared<ResNet>(std::vector<int64_t>{2, 2, 2, 2}, false, num_classes, gen);
   if (name == "resnet34") return std::make_shared<ResNet>(std::vector<int64_t>{3, 4, 6, 3}, false, num_classes, gen);
   if (name == "resnet50") return std::make_shared<ResNet>(std::vector<int64_t>{3, 4, 6, 3}, true, num_classes, gen);
-  if (name == "resnet101")
-    return std::make_shared<ResNet>(std::vector<int64_t>{3, 4, 23, 3}, true, num_classes, gen);
+  if (name == "resnet101") return std::make_shared<ResNet>(std::vector<int64_t>{3, 4, 23, 3}, true, num_classes, gen);
   throw ValueError("resnet: unknown model '" + name + "' (resnet18, resnet34, resnet50 or resnet101)");
 }
 
@@ -170,9 +169,8 @@ std::vector<ImageClassifier::Prediction> ImageClassifier::predict(const Tensor& 
   std::vector<int64_t> order(p.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   const auto n = std::min<int64_t>(k, static_cast<int64_t>(order.size()));
-  std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int64_t a, int64_t b) {
-    return p[a] > p[b] || (p[a] == p[b] && a < b);
-  });
+  std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                    [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
   std::vector<Prediction> out;
   for (int64_t i = 0; i < n; ++i) out.push_back({order[i], names_[order[i]], p[order[i]]});
   return out;

@@ -51,8 +51,10 @@ void check_windows(const char* op, const std::string& stream, int64_t count, int
 
 std::vector<std::string> fortune_files(const std::string& path) {
   std::error_code ec;
-  NC_CHECK(fs::exists(path, ec), IOError, "fortune_files: ", path, " does not exist (Debian's 'fortunes' "
-           "package installs the corpus in ", kFortunesDir, ")");
+  NC_CHECK(fs::exists(path, ec), IOError, "fortune_files: ", path,
+           " does not exist (Debian's 'fortunes' "
+           "package installs the corpus in ",
+           kFortunesDir, ")");
   if (!fs::is_directory(path, ec)) return {path};
   std::vector<std::string> files;
   for (const fs::directory_entry& entry : fs::directory_iterator(path)) {

@@ -17,8 +17,10 @@ struct GraphedStep::GraphHolder {
 GraphedStep::GraphedStep(Step step, bool enabled, int64_t warmup)
     : step_(std::move(step)), enabled_(enabled), warmup_(warmup) {
   NC_CHECK(step_ != nullptr, ValueError, "GraphedStep: the step function is empty");
-  NC_CHECK(warmup >= 1, ValueError, "GraphedStep: warmup must be >= 1 (the optimizer state is made by an "
-           "uncaptured step), got ", warmup);
+  NC_CHECK(warmup >= 1, ValueError,
+           "GraphedStep: warmup must be >= 1 (the optimizer state is made by an "
+           "uncaptured step), got ",
+           warmup);
 }
 
 GraphedStep::~GraphedStep() = default;

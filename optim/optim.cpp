@@ -5,8 +5,8 @@
 #include "normcore/optim.h"
 
 #include <cmath>
-#include <limits>
 #include <cstdlib>
+#include <limits>
 #include <set>
 
 #include "base/op_scope.h"
@@ -36,22 +36,21 @@ void require(bool ok, const char* owner, const char* option, const char* rule, d
 
 // The value of a one-element floating entry of a state dict.
 double read_double(const char* owner, const std::string& name, const Tensor& t) {
-  NC_CHECK(t.numel() == 1, ShapeError, owner, ".load_state_dict: entry '", name,
-           "' must hold one value, got shape ", t.shape());
-  NC_CHECK(is_floating(t.dtype()), DTypeError, owner, ".load_state_dict: entry '", name,
-           "' must be floating, got ", describe(t));
+  NC_CHECK(t.numel() == 1, ShapeError, owner, ".load_state_dict: entry '", name, "' must hold one value, got shape ",
+           t.shape());
+  NC_CHECK(is_floating(t.dtype()), DTypeError, owner, ".load_state_dict: entry '", name, "' must be floating, got ",
+           describe(t));
   return t.item<double>();
 }
 
 // The value of a one-element integer entry of a state dict.
 int64_t read_count(const char* owner, const std::string& name, const Tensor& t) {
-  NC_CHECK(t.numel() == 1, ShapeError, owner, ".load_state_dict: entry '", name,
-           "' must hold one value, got shape ", t.shape());
-  NC_CHECK(t.dtype() == DType::I64 || t.dtype() == DType::I32, DTypeError, owner,
-           ".load_state_dict: entry '", name, "' must be an integer count, got ", describe(t));
+  NC_CHECK(t.numel() == 1, ShapeError, owner, ".load_state_dict: entry '", name, "' must hold one value, got shape ",
+           t.shape());
+  NC_CHECK(t.dtype() == DType::I64 || t.dtype() == DType::I32, DTypeError, owner, ".load_state_dict: entry '", name,
+           "' must be an integer count, got ", describe(t));
   const int64_t count = t.item<int64_t>();
-  NC_CHECK(count >= 0, ValueError, owner, ".load_state_dict: entry '", name,
-           "' must be >= 0, got ", count);
+  NC_CHECK(count >= 0, ValueError, owner, ".load_state_dict: entry '", name, "' must be >= 0, got ", count);
   return count;
 }
 
@@ -65,8 +64,7 @@ bool read_flag(const char* owner, const std::map<std::string, double>& values, c
 }  // namespace
 
 DType state_dtype(DType param_dtype) {
-  NC_CHECK(is_floating(param_dtype), DTypeError, "state_dtype: parameters are floating, got ",
-           dtype_name(param_dtype));
+  NC_CHECK(is_floating(param_dtype), DTypeError, "state_dtype: parameters are floating, got ", dtype_name(param_dtype));
   return param_dtype == DType::F16 || param_dtype == DType::BF16 ? DType::F32 : param_dtype;
 }
 
@@ -78,13 +76,10 @@ Optimizer::Optimizer(const char* name, std::vector<Tensor> params, double lr)
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     NC_CHECK(p.defined(), ValueError, name_, ": parameter ", i, " is undefined");
-    NC_CHECK(is_floating(p.dtype()), DTypeError, name_, ": parameter ", i,
-             " must be floating, got ", describe(p));
-    NC_CHECK(p.is_contiguous(), ValueError, name_, ": parameter ", i, " (", describe(p),
-             ") must be contiguous");
+    NC_CHECK(is_floating(p.dtype()), DTypeError, name_, ": parameter ", i, " must be floating, got ", describe(p));
+    NC_CHECK(p.is_contiguous(), ValueError, name_, ": parameter ", i, " (", describe(p), ") must be contiguous");
     for (size_t j = 0; j < i; ++j) {
-      NC_CHECK(!p.is_same(params_[j]), ValueError, name_, ": parameter ", i,
-               " is the same tensor as parameter ", j);
+      NC_CHECK(!p.is_same(params_[j]), ValueError, name_, ": parameter ", i, " is the same tensor as parameter ", j);
     }
   }
 }
@@ -96,8 +91,10 @@ void Optimizer::zero_grad() {
 void Optimizer::set_lr(double lr) {
   require(lr >= 0.0 && std::isfinite(lr), name_, "lr", ">= 0 and finite", lr);
   for (const auto& [device, t] : lr_tensors_) {
-    NC_CHECK(!cuda::capturing(device), CaptureError, name_, ".set_lr: cannot change the learning rate inside a "
-             "CUDA graph capture on ", device, " (the graph reads it from device memory: set it between replays)");
+    NC_CHECK(!cuda::capturing(device), CaptureError, name_,
+             ".set_lr: cannot change the learning rate inside a "
+             "CUDA graph capture on ",
+             device, " (the graph reads it from device memory: set it between replays)");
   }
   lr_ = lr;
   autograd::NoGradGuard no_grad;
@@ -143,14 +140,13 @@ void Optimizer::check_state_capturable(size_t index) const {
 Tensor Optimizer::checked_grad(size_t index) const {
   const Tensor& p = params_[index];
   Tensor g = p.grad();
-  NC_CHECK(p.is_contiguous(), ValueError, name_, ": parameter ", index, " (", describe(p),
-           ") must be contiguous");
-  NC_CHECK(g.shape() == p.shape(), ShapeError, name_, ": grad of parameter ", index, " is ",
-           describe(g), ", the parameter is ", describe(p));
-  NC_CHECK(g.dtype() == p.dtype(), DTypeError, name_, ": grad of parameter ", index, " is ",
-           describe(g), ", the parameter is ", describe(p));
-  NC_CHECK(g.device() == p.device(), DeviceError, name_, ": grad of parameter ", index, " is ",
-           describe(g), ", the parameter is ", describe(p));
+  NC_CHECK(p.is_contiguous(), ValueError, name_, ": parameter ", index, " (", describe(p), ") must be contiguous");
+  NC_CHECK(g.shape() == p.shape(), ShapeError, name_, ": grad of parameter ", index, " is ", describe(g),
+           ", the parameter is ", describe(p));
+  NC_CHECK(g.dtype() == p.dtype(), DTypeError, name_, ": grad of parameter ", index, " is ", describe(g),
+           ", the parameter is ", describe(p));
+  NC_CHECK(g.device() == p.device(), DeviceError, name_, ": grad of parameter ", index, " is ", describe(g),
+           ", the parameter is ", describe(p));
   return g.is_contiguous() ? g : g.contiguous();
 }
 
@@ -181,18 +177,16 @@ void Optimizer::load_state_dict(const StateDict& state) {
   std::vector<std::map<std::string, Tensor>> loaded(params_.size());
   std::set<std::string> seen;
   for (const auto& [name, t] : state) {
-    NC_CHECK(seen.insert(name).second, ValueError, name_, ".load_state_dict: entry '", name,
-             "' appears twice");
+    NC_CHECK(seen.insert(name).second, ValueError, name_, ".load_state_dict: entry '", name, "' appears twice");
     NC_CHECK(t.defined(), ValueError, name_, ".load_state_dict: entry '", name, "' is undefined");
     if (starts_with(name, kGroupPrefix)) {
       const std::string key = name.substr(std::string(kGroupPrefix).size());
-      NC_CHECK(hyper_names.count(key), ValueError, name_, ".load_state_dict: unknown hyperparameter '",
-               name, "'");
+      NC_CHECK(hyper_names.count(key), ValueError, name_, ".load_state_dict: unknown hyperparameter '", name, "'");
       hyper[key] = read_double(name_, name, t);
       continue;
     }
-    NC_CHECK(starts_with(name, kStatePrefix), ValueError, name_, ".load_state_dict: unknown entry '",
-             name, "' (expected param_groups.<name> or state.<index>.<name>)");
+    NC_CHECK(starts_with(name, kStatePrefix), ValueError, name_, ".load_state_dict: unknown entry '", name,
+             "' (expected param_groups.<name> or state.<index>.<name>)");
     const std::string rest = name.substr(std::string(kStatePrefix).size());
     const size_t dot = rest.find('.');
     const std::string index_text = rest.substr(0, dot);
@@ -201,8 +195,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
     NC_CHECK(well_formed, ValueError, name_, ".load_state_dict: malformed entry '", name,
              "' (expected state.<index>.<name>)");
     const size_t index = static_cast<size_t>(std::strtoull(index_text.c_str(), nullptr, 10));
-    NC_CHECK(index < params_.size(), ValueError, name_, ".load_state_dict: entry '", name,
-             "' is for parameter ", index, " but the optimizer has ", params_.size());
+    NC_CHECK(index < params_.size(), ValueError, name_, ".load_state_dict: entry '", name, "' is for parameter ", index,
+             " but the optimizer has ", params_.size());
     const std::string key = rest.substr(dot + 1);
     NC_CHECK(state_name_set.count(key), ValueError, name_, ".load_state_dict: unknown state '", name, "'");
     const Tensor& p = params_[index];
@@ -210,16 +204,14 @@ void Optimizer::load_state_dict(const StateDict& state) {
       loaded[index][key] = i64_scalar(read_count(name_, name, t));
       continue;
     }
-    NC_CHECK(t.shape() == p.shape(), ShapeError, name_, ".load_state_dict: entry '", name,
-             "' has shape ", t.shape(), " but parameter ", index, " has shape ", p.shape());
-    NC_CHECK(t.dtype() == state_dtype(p.dtype()), DTypeError, name_, ".load_state_dict: entry '",
-             name, "' is ", dtype_name(t.dtype()), " but the state of ", describe(p), " is ",
-             dtype_name(state_dtype(p.dtype())));
+    NC_CHECK(t.shape() == p.shape(), ShapeError, name_, ".load_state_dict: entry '", name, "' has shape ", t.shape(),
+             " but parameter ", index, " has shape ", p.shape());
+    NC_CHECK(t.dtype() == state_dtype(p.dtype()), DTypeError, name_, ".load_state_dict: entry '", name, "' is ",
+             dtype_name(t.dtype()), " but the state of ", describe(p), " is ", dtype_name(state_dtype(p.dtype())));
     loaded[index][key] = t;
   }
   for (const std::string& key : hyper_names) {
-    NC_CHECK(hyper.count(key), ValueError, name_, ".load_state_dict: missing entry '", kGroupPrefix,
-             key, "'");
+    NC_CHECK(hyper.count(key), ValueError, name_, ".load_state_dict: missing entry '", kGroupPrefix, key, "'");
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     if (loaded[i].empty()) continue;
@@ -279,8 +271,7 @@ void SGD::check_hyperparameters(const std::map<std::string, double>& values) con
   require(lr >= 0.0 && std::isfinite(lr), name_, "lr", ">= 0 and finite", lr);
   require(momentum >= 0.0 && std::isfinite(momentum), name_, "momentum", ">= 0 and finite", momentum);
   require(dampening >= 0.0 && dampening <= 1.0, name_, "dampening", "in [0, 1]", dampening);
-  require(weight_decay >= 0.0 && std::isfinite(weight_decay), name_, "weight_decay",
-          ">= 0 and finite", weight_decay);
+  require(weight_decay >= 0.0 && std::isfinite(weight_decay), name_, "weight_decay", ">= 0 and finite", weight_decay);
   if (read_flag(name_, values, "nesterov")) {
     require(momentum > 0.0, name_, "momentum", "> 0 with nesterov", momentum);
     require(dampening == 0.0, name_, "dampening", "0 with nesterov", dampening);
@@ -325,16 +316,15 @@ void SGD::step() {
     if (first_step) state_[i]["momentum_buffer"] = new_buffers[i];
     Tensor buf = use_momentum ? state_[i]["momentum_buffer"] : Tensor();
     p.bump_version();  // the update writes the parameter in place
-    kernels::optim(p.device()).sgd_step(p, grads[i], buf, lr_on(p.device()), options_.momentum,
-                                        options_.dampening, options_.weight_decay, options_.nesterov, first_step,
-                                        skip_on(p.device()));
+    kernels::optim(p.device())
+        .sgd_step(p, grads[i], buf, lr_on(p.device()), options_.momentum, options_.dampening, options_.weight_decay,
+                  options_.nesterov, first_step, skip_on(p.device()));
   }
 }
 
 // ---------------------------------------------------------------- Adam, AdamW
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options)
-    : Adam("Adam", std::move(params), options, false) {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam("Adam", std::move(params), options, false) {}
 
 Adam::Adam(const char* name, std::vector<Tensor> params, AdamOptions options, bool decoupled)
     : Optimizer(name, std::move(params), options.lr), options_(options), decoupled_(decoupled) {
@@ -345,8 +335,7 @@ Adam::Adam(const char* name, std::vector<Tensor> params, AdamOptions options, bo
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : Adam("AdamW", std::move(params),
-           AdamOptions{options.lr, options.beta1, options.beta2, options.eps, options.weight_decay},
-           true) {}
+           AdamOptions{options.lr, options.beta1, options.beta2, options.eps, options.weight_decay}, true) {}
 
 AdamOptions Adam::options() const {
   AdamOptions o = options_;
@@ -369,11 +358,10 @@ void Adam::check_hyperparameters(const std::map<std::string, double>& values) co
   require(beta1 >= 0.0 && beta1 < 1.0, name_, "beta1", "in [0, 1)", beta1);
   require(beta2 >= 0.0 && beta2 < 1.0, name_, "beta2", "in [0, 1)", beta2);
   require(eps > 0.0 && std::isfinite(eps), name_, "eps", "> 0 and finite", eps);
-  require(weight_decay >= 0.0 && std::isfinite(weight_decay), name_, "weight_decay",
-          ">= 0 and finite", weight_decay);
+  require(weight_decay >= 0.0 && std::isfinite(weight_decay), name_, "weight_decay", ">= 0 and finite", weight_decay);
   const bool decoupled = read_flag(name_, values, "decoupled");
-  NC_CHECK(decoupled == decoupled_, ValueError, name_, ": the state has decoupled = ", decoupled,
-           " (", decoupled ? "AdamW" : "Adam", "), this optimizer has ", decoupled_);
+  NC_CHECK(decoupled == decoupled_, ValueError, name_, ": the state has decoupled = ", decoupled, " (",
+           decoupled ? "AdamW" : "Adam", "), this optimizer has ", decoupled_);
 }
 
 void Adam::set_hyperparameters(const std::map<std::string, double>& values) {
@@ -445,8 +433,7 @@ void LRSchedule::load_state_dict(const StateDict& state) {
     NC_CHECK(name == "schedule.step" || name == "schedule.base_lr", ValueError, name_,
              ".load_state_dict: unknown entry '", name, "' (expected schedule.step and schedule.base_lr)");
     NC_CHECK(t.defined(), ValueError, name_, ".load_state_dict: entry '", name, "' is undefined");
-    NC_CHECK(entries.emplace(name, t).second, ValueError, name_, ".load_state_dict: entry '", name,
-             "' appears twice");
+    NC_CHECK(entries.emplace(name, t).second, ValueError, name_, ".load_state_dict: entry '", name, "' appears twice");
   }
   for (const char* name : {"schedule.step", "schedule.base_lr"}) {
     NC_CHECK(entries.count(name), ValueError, name_, ".load_state_dict: missing entry '", name, "'");
@@ -466,18 +453,12 @@ StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
   start();
 }
 
-double StepLR::lr_at(int64_t s) const {
-  return base_lr_ * std::pow(gamma_, static_cast<double>(s / step_size_));
-}
+double StepLR::lr_at(int64_t s) const { return base_lr_ * std::pow(gamma_, static_cast<double>(s / step_size_)); }
 
 CosineLR::CosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_lr)
-    : LRSchedule("CosineLR", optimizer),
-      warmup_steps_(warmup_steps),
-      total_steps_(total_steps),
-      min_lr_(min_lr) {
+    : LRSchedule("CosineLR", optimizer), warmup_steps_(warmup_steps), total_steps_(total_steps), min_lr_(min_lr) {
   require(warmup_steps >= 0, name_, "warmup_steps", ">= 0", static_cast<double>(warmup_steps));
-  require(total_steps > warmup_steps, name_, "total_steps", "> warmup_steps",
-          static_cast<double>(total_steps));
+  require(total_steps > warmup_steps, name_, "total_steps", "> warmup_steps", static_cast<double>(total_steps));
   require(min_lr >= 0.0 && std::isfinite(min_lr), name_, "min_lr", ">= 0 and finite", min_lr);
   start();
 }
@@ -485,8 +466,7 @@ CosineLR::CosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_ste
 double CosineLR::lr_at(int64_t s) const {
   if (s < warmup_steps_) return base_lr_ * static_cast<double>(s) / static_cast<double>(warmup_steps_);
   if (s > total_steps_) return min_lr_;
-  const double progress =
-      static_cast<double>(s - warmup_steps_) / static_cast<double>(total_steps_ - warmup_steps_);
+  const double progress = static_cast<double>(s - warmup_steps_) / static_cast<double>(total_steps_ - warmup_steps_);
   const double pi = 3.14159265358979323846;
   return min_lr_ + (base_lr_ - min_lr_) * 0.5 * (1.0 + std::cos(pi * progress));
 }
@@ -505,8 +485,7 @@ std::vector<Tensor> checked_grads(const char* op, const std::vector<Tensor>& par
     NC_CHECK(params[i].defined(), ValueError, op, ": parameter ", i, " is undefined");
     Tensor g = params[i].grad();
     if (!g.defined()) continue;
-    NC_CHECK(is_floating(g.dtype()), DTypeError, op, ": grad of parameter ", i, " must be floating, got ",
-             describe(g));
+    NC_CHECK(is_floating(g.dtype()), DTypeError, op, ": grad of parameter ", i, " must be floating, got ", describe(g));
     grads.push_back(g);
   }
   return grads;
@@ -577,10 +556,9 @@ Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, 
   // The factor clip_grad_norm would use, or 1 (also for a NaN total): x * 1 is x, so the
   // gradients get the same bits as there.
   const Tensor one = full(Shape{}, 1.0, TensorOptions(DType::F64, total.device()));
-  const Tensor factor = where(gt(total, max_norm), div(full(Shape{}, max_norm, TensorOptions(DType::F64,
-                                                                                          total.device())),
-                                                     add(total, 1e-6)),
-                              one);
+  const Tensor factor =
+      where(gt(total, max_norm),
+            div(full(Shape{}, max_norm, TensorOptions(DType::F64, total.device())), add(total, 1e-6)), one);
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor g = params[i].grad();
     if (!g.defined()) continue;
@@ -595,12 +573,11 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), init_scal
   const char* name = "GradScaler";
   require(options.init_scale > 0.0 && std::isfinite(options.init_scale), name, "init_scale", "> 0 and finite",
           options.init_scale);
-  require(options.growth_factor > 1.0 && std::isfinite(options.growth_factor), name, "growth_factor",
-          "> 1 and finite", options.growth_factor);
+  require(options.growth_factor > 1.0 && std::isfinite(options.growth_factor), name, "growth_factor", "> 1 and finite",
+          options.growth_factor);
   require(options.backoff_factor > 0.0 && options.backoff_factor < 1.0, name, "backoff_factor", "in (0, 1)",
           options.backoff_factor);
-  require(options.growth_interval >= 1, name, "growth_interval", ">= 1",
-          static_cast<double>(options.growth_interval));
+  require(options.growth_interval >= 1, name, "growth_interval", ">= 1", static_cast<double>(options.growth_interval));
 }
 
 void GradScaler::place_state(Device device) {
@@ -622,8 +599,7 @@ void GradScaler::place_state(Device device) {
 
 Tensor GradScaler::scale(const Tensor& loss) {
   NC_CHECK(loss.defined(), ValueError, "GradScaler::scale: the loss is an undefined tensor");
-  NC_CHECK(is_floating(loss.dtype()), DTypeError, "GradScaler::scale: the loss must be floating, got ",
-           describe(loss));
+  NC_CHECK(is_floating(loss.dtype()), DTypeError, "GradScaler::scale: the loss must be floating, got ", describe(loss));
   place_state(loss.device());
   // The scale in the loss's floating category (a 0-dim f64 would promote a 0-dim loss).
   Tensor factor;
@@ -692,9 +668,9 @@ void GradScaler::update() {
   const Tensor grow = eq(tracker, static_cast<double>(options_.growth_interval));
   const Tensor grown = mul(scale_, options_.growth_factor);
   // An f64 scale cannot overflow in any realistic run; stay finite regardless.
-  const Tensor next = where(found, mul(scale_, options_.backoff_factor),
-                            where(grow, where(lt(grown, std::numeric_limits<double>::infinity()), grown, scale_),
-                                  scale_));
+  const Tensor next =
+      where(found, mul(scale_, options_.backoff_factor),
+            where(grow, where(lt(grown, std::numeric_limits<double>::infinity()), grown, scale_), scale_));
   // In place: a captured step keeps updating the same tensors.
   scale_.copy_(next);
   tracker_.copy_(where(grow, 0.0, tracker));

@@ -99,8 +99,7 @@ BpeTokenizer::Impl::Impl(const BpeSource& source) {
     const int32_t first = id_of(m.first, m.where), second = id_of(m.second, m.where);
     const int32_t merged = id_of(m.first + m.second, m.where);
     const bool inserted = merges_.emplace(pair_key(first, second), Merge{static_cast<int32_t>(rank), merged}).second;
-    NC_CHECK(inserted, IOError, merges_where, " ", m.where, ": the merge \"", m.first, " ", m.second,
-             "\" comes twice");
+    NC_CHECK(inserted, IOError, merges_where, " ", m.where, ": the merge \"", m.first, " ", m.second, "\" comes twice");
   }
 }
 
@@ -162,8 +161,10 @@ void BpeTokenizer::Impl::encode_piece_cached(std::string_view piece, std::vector
 }
 
 std::vector<int32_t> BpeTokenizer::Impl::encode(std::string_view text, bool special) const {
-  NC_CHECK(!special || end_of_text_ >= 0, ValueError, "BpeTokenizer::encode: special tokens asked for, but the "
-           "vocabulary has no \"", kEndOfText, "\"");
+  NC_CHECK(!special || end_of_text_ >= 0, ValueError,
+           "BpeTokenizer::encode: special tokens asked for, but the "
+           "vocabulary has no \"",
+           kEndOfText, "\"");
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 4);
   const std::lock_guard<std::mutex> lock(cache_mutex_);
@@ -176,7 +177,8 @@ std::vector<int32_t> BpeTokenizer::Impl::encode(std::string_view text, bool spec
   }
   const std::string_view separator(kEndOfText);
   size_t start = 0;
-  for (size_t found; (found = text.find(separator, start)) != std::string_view::npos; start = found + separator.size()) {
+  for (size_t found; (found = text.find(separator, start)) != std::string_view::npos;
+       start = found + separator.size()) {
     plain(text.substr(start, found - start));
     ids.push_back(end_of_text_);
   }

@@ -96,7 +96,8 @@ const Json& field(const Json& object, const char* name) {
 // prefix space (and with the pattern), a plain BPE model.
 void check_gpt2_kind(const Json& root, const std::string& path) {
   const auto refuse = [&](const std::string& name, const Json& value) {
-    throw IOError(detail::cat_str(path, ": ", name, " is ", value.dump(), "; only GPT-2's kind of tokenizer.json is "
+    throw IOError(detail::cat_str(path, ": ", name, " is ", value.dump(),
+                                  "; only GPT-2's kind of tokenizer.json is "
                                   "read (no normalizer, a ByteLevel pre-tokenizer without a prefix space, a BPE model "
                                   "without dropout, unknown token or affixes)"));
   };
@@ -164,8 +165,8 @@ BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
       add_merge(m.get<std::string>(), where, source);
       continue;
     }
-    NC_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), IOError, source.merges_where,
-             " ", where, ": a merge is a string \"a b\" or a pair of strings, got ", m.dump().substr(0, 100));
+    NC_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), IOError, source.merges_where, " ",
+             where, ": a merge is a string \"a b\" or a pair of strings, got ", m.dump().substr(0, 100));
     source.merges.push_back({m[0].get<std::string>(), m[1].get<std::string>(), where});
   }
   return BpeTokenizer(std::make_unique<Impl>(source));
@@ -176,10 +177,12 @@ BpeTokenizer BpeTokenizer::load(const std::string& dir) {
   NC_CHECK(fs::is_directory(dir, ec), IOError, "BpeTokenizer: ", dir, " is not a folder");
   const fs::path d(dir);
   for (const auto& [vocab, merges] : {std::pair{"encoder.json", "vocab.bpe"}, std::pair{"vocab.json", "merges.txt"}}) {
-    if (fs::exists(d / vocab, ec) || fs::exists(d / merges, ec)) return load((d / vocab).string(), (d / merges).string());
+    if (fs::exists(d / vocab, ec) || fs::exists(d / merges, ec))
+      return load((d / vocab).string(), (d / merges).string());
   }
   if (fs::exists(d / "tokenizer.json", ec)) return load_tokenizer_json((d / "tokenizer.json").string());
-  throw IOError(detail::cat_str("BpeTokenizer: ", dir, " holds none of encoder.json and vocab.bpe (OpenAI's GPT-2 "
+  throw IOError(detail::cat_str("BpeTokenizer: ", dir,
+                                " holds none of encoder.json and vocab.bpe (OpenAI's GPT-2 "
                                 "files), vocab.json and merges.txt, or tokenizer.json (Hugging Face's)"));
 }
 

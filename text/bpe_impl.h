@@ -20,7 +20,7 @@ namespace text {
 // A vocabulary and merges as a file states them, before any check. Tokens are spelt in
 // GPT-2's byte alphabet (each byte one character: bytes_to_unicode of OpenAI's encoder).
 struct BpeSource {
-  std::string vocab_where;  // the file (and field) holding the vocabulary, for messages
+  std::string vocab_where;                             // the file (and field) holding the vocabulary, for messages
   std::vector<std::pair<std::string, int64_t>> vocab;  // token -> id, in the file's order
   std::string merges_where;
   struct Merge {

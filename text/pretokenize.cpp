@@ -33,9 +33,7 @@ bool continuation(unsigned char b) { return (b & 0xC0) == 0x80; }
 
 }  // namespace
 
-CharClass char_class(uint32_t cp) {
-  return cp < 128 ? kAsciiClasses[cp] : search(cp);
-}
+CharClass char_class(uint32_t cp) { return cp < 128 ? kAsciiClasses[cp] : search(cp); }
 
 Utf8Char char_at(std::string_view text, size_t pos) {
   const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[pos + i]); };

@@ -159,8 +159,8 @@ std::string curves_svg(const std::vector<MetricsRecord>& records, const std::vec
           << number(t) << "</text>\n";
     svg << "<text x=\"16\" y=\"" << y0 + 10 + plot_h / 2 << "\" transform=\"rotate(-90 16 " << y0 + 10 + plot_h / 2
         << ")\" text-anchor=\"middle\">" << escape(metric) << "</text>\n";
-    svg << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << y0 + panel_height - 2
-        << "\" text-anchor=\"middle\">" << escape(x_label) << "</text>\n";
+    svg << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << y0 + panel_height - 2 << "\" text-anchor=\"middle\">"
+        << escape(x_label) << "</text>\n";
     int legend = 0;
     for (size_t k = 0; k < phases.size(); ++k) {
       // The phase's points in step order; a missing or null value breaks the line.

@@ -56,9 +56,9 @@ bool use_cuda_graph(const std::string& mode, const Device& device, bool anomaly,
            "option --cuda-graph must be auto, on or off, got '", mode, "'");
   if (mode == "off") return false;
   const char* why = !device.is_cuda() ? "CUDA graphs need a CUDA device"
-                    : anomaly          ? "--detect-anomaly reads every result on the host"
-                    : data_parallel    ? "data-parallel steps are not captured yet"
-                                       : nullptr;
+                    : anomaly         ? "--detect-anomaly reads every result on the host"
+                    : data_parallel   ? "data-parallel steps are not captured yet"
+                                      : nullptr;
   NC_CHECK(mode == "auto" || why == nullptr, ValueError, "option --cuda-graph on: ", why,
            " (use --cuda-graph off or auto)");
   return why == nullptr;

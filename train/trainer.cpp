@@ -52,8 +52,7 @@ OptimizerFactory adamw_decay_matrices(optim::AdamWOptions options) {
 
 ScheduleFactory cosine_schedule(int64_t warmup_steps, double min_lr) {
   return [warmup_steps, min_lr](optim::Optimizer& optimizer, int64_t total_steps) {
-    return std::make_unique<optim::CosineLR>(optimizer, std::min(warmup_steps, total_steps - 1), total_steps,
-                                             min_lr);
+    return std::make_unique<optim::CosineLR>(optimizer, std::min(warmup_steps, total_steps - 1), total_steps, min_lr);
   };
 }
 
@@ -61,17 +60,23 @@ ScheduleFactory cosine_schedule(int64_t warmup_steps, double min_lr) {
 namespace {
 
 void check_options(const TrainerOptions& o) {
-  NC_CHECK((o.epochs > 0) != (o.steps > 0), ValueError, "Trainer: give one of options epochs and steps (> 0), got "
-           "epochs ", o.epochs, " and steps ", o.steps);
+  NC_CHECK((o.epochs > 0) != (o.steps > 0), ValueError,
+           "Trainer: give one of options epochs and steps (> 0), got "
+           "epochs ",
+           o.epochs, " and steps ", o.steps);
   NC_CHECK(o.clip >= 0 && std::isfinite(o.clip), ValueError, "Trainer: option clip must be >= 0 (0: off), got ",
            o.clip);
   NC_CHECK(o.eval_interval >= 0, ValueError, "Trainer: option eval_interval must be >= 0, got ", o.eval_interval);
   NC_CHECK(o.stop_after >= 0, ValueError, "Trainer: option stop_after must be >= 0, got ", o.stop_after);
   NC_CHECK(o.loss_every >= 1, ValueError, "Trainer: option loss_every must be >= 1, got ", o.loss_every);
-  NC_CHECK(o.unit == "samples" || o.unit == "tokens", ValueError, "Trainer: option unit must be samples or "
-           "tokens, got '", o.unit, "'");
-  NC_CHECK(o.resume.empty() || o.resume != o.log, ValueError, "Trainer: options resume and log name the same "
-           "file '", o.resume, "'");
+  NC_CHECK(o.unit == "samples" || o.unit == "tokens", ValueError,
+           "Trainer: option unit must be samples or "
+           "tokens, got '",
+           o.unit, "'");
+  NC_CHECK(o.resume.empty() || o.resume != o.log, ValueError,
+           "Trainer: options resume and log name the same "
+           "file '",
+           o.resume, "'");
 }
 
 // The names of a group of optimizers' entries: "<name>.<key>", or "<key>" alone.
@@ -98,8 +103,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, Loss loss, OptimizerFactory 
   loss_ = std::move(loss);
 }
 
-Trainer::Trainer(std::shared_ptr<nn::Module> model, StepLoss loss, OptimizerFactory optimizer,
-                 TrainerOptions options)
+Trainer::Trainer(std::shared_ptr<nn::Module> model, StepLoss loss, OptimizerFactory optimizer, TrainerOptions options)
     : model_(std::move(model)), step_loss_(std::move(loss)), optimizer_factory_(std::move(optimizer)),
       options_(std::move(options)), precision_(options_.precision, options_.device),
       gen_(options_.generator ? options_.generator : &default_generator()), log_(std::make_unique<MetricsLog>()) {
@@ -224,9 +228,8 @@ int64_t Trainer::fit(std::shared_ptr<const data::Dataset> data, data::DataLoader
   log_ = std::make_unique<MetricsLog>(main ? options_.log : std::string(), /*append=*/resuming_);
   if (main)
     for (const auto& hook : start_hooks_) hook(step_);
-  const int64_t stop = options_.stop_after > 0
-                           ? std::min(total_, options_.stop_after * (by_epoch ? batches_per_epoch_ : 1))
-                           : total_;
+  const int64_t stop =
+      options_.stop_after > 0 ? std::min(total_, options_.stop_after * (by_epoch ? batches_per_epoch_ : 1)) : total_;
   const std::string rate_name = options_.unit + "_per_s";
   while (step_ < stop) {
     const int64_t start = step_, end = std::min(stop, (step_ / interval + 1) * interval);

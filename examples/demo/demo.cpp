@@ -7,8 +7,7 @@
 int main() {
   namespace nc = normcore;
   nc::Device device = nc::best_device();
-  std::cout << "normcore demo on " << device
-            << (device.is_cpu() ? " (no CUDA device found)" : "") << "\n";
+  std::cout << "normcore demo on " << device << (device.is_cpu() ? " (no CUDA device found)" : "") << "\n";
 
   nc::Generator gen(42);
   nc::Tensor a = nc::randn({3, 4}, device, &gen);

@@ -33,18 +33,17 @@ struct Options {
 };
 
 inline void print_usage(const char* program, const char* what) {
-  std::printf(
-      "%s: %s\n"
-      "usage: %s [--device cpu|cuda|cuda:N] [--scale S] [--dtype f32|f16|bf16] [--tf32 on|off] [--iters N]\n"
-      "          [--warmup N] [--features N]\n"
-      "  --device  where to run (default: cuda when available, else cpu)\n"
-      "  --scale   divide the batch dim by S, rounding up (default 1: the full size)\n"
-      "  --dtype   the dtype the model runs in (default f32)\n"
-      "  --tf32    on: float32 matmuls use TF32 tensor cores on CUDA (default off)\n"
-      "  --iters   timed iterations, the median is reported (default 10)\n"
-      "  --warmup  untimed iterations first (default 2)\n"
-      "  --features  the model's feature width, for models that have one (gemm_gn_min: 8192)\n",
-      program, what, program);
+  std::printf("%s: %s\n"
+              "usage: %s [--device cpu|cuda|cuda:N] [--scale S] [--dtype f32|f16|bf16] [--tf32 on|off] [--iters N]\n"
+              "          [--warmup N] [--features N]\n"
+              "  --device  where to run (default: cuda when available, else cpu)\n"
+              "  --scale   divide the batch dim by S, rounding up (default 1: the full size)\n"
+              "  --dtype   the dtype the model runs in (default f32)\n"
+              "  --tf32    on: float32 matmuls use TF32 tensor cores on CUDA (default off)\n"
+              "  --iters   timed iterations, the median is reported (default 10)\n"
+              "  --warmup  untimed iterations first (default 2)\n"
+              "  --features  the model's feature width, for models that have one (gemm_gn_min: 8192)\n",
+              program, what, program);
 }
 
 // Returns false (after printing why) on a bad option; exits 0 after --help.

@@ -38,7 +38,10 @@ void check(const kb::Run& run, kb::Checker& checker) {
 
 int main(int argc, char** argv) {
   return kb::run(argc, argv,
-                 {"kernelbench_frobenius", "FrobeniusNorm of x [112, 64, 512, 512]", {112, 64, 512, 512},
-                  kb::no_params, [](const Tensor& x, const std::vector<Tensor>&) { return kb::nc::frobenius_norm(x); },
+                 {"kernelbench_frobenius",
+                  "FrobeniusNorm of x [112, 64, 512, 512]",
+                  {112, 64, 512, 512},
+                  kb::no_params,
+                  [](const Tensor& x, const std::vector<Tensor>&) { return kb::nc::frobenius_norm(x); },
                   check});
 }

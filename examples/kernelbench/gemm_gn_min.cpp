@@ -43,9 +43,7 @@ std::vector<Tensor> make_params(const kb::Options& o, nc::Generator& gen) {
                          std::to_string(features));
   const nc::TensorOptions on_device(o.dtype, o.device);
   const double bound = 1.0 / std::sqrt(static_cast<double>(features));
-  auto uniform = [&](const nc::Shape& shape) {
-    return ((nc::rand(shape, on_device, &gen) - 0.5) * (2 * bound));
-  };
+  auto uniform = [&](const nc::Shape& shape) { return ((nc::rand(shape, on_device, &gen) - 0.5) * (2 * bound)); };
   std::vector<Tensor> p = {uniform({features, features}), uniform({features}), nc::ones({features}, on_device),
                            nc::zeros({features}, on_device), nc::randn({1, features, 1, 1}, on_device, &gen)};
   for (Tensor& t : p) t.requires_grad_();
@@ -91,7 +89,8 @@ Reference make_reference(const kb::Run& run) {
   Tensor x_ref = kb::slice_f64(run.x, 0, kRows).requires_grad_();
   Tensor out_ref = composed(x_ref, p_ref);
   out_ref.backward(kb::slice_f64(run.grad_out, 2, kRows));
-  return {out_ref.detach(), x_ref.grad(), clear_minimum(x_ref.detach(), p_ref,
+  return {out_ref.detach(), x_ref.grad(),
+          clear_minimum(x_ref.detach(), p_ref,
                         unit_roundoff(run.x.dtype(), run.x.device().is_cuda() && nc::cuda::allow_tf32()))};
 }
 
@@ -116,6 +115,11 @@ int main(int argc, char** argv) {
   return kb::run(argc, argv,
                  {"kernelbench_gemm_gn_min",
                   "Linear(8192, 8192) -> GroupNorm(512) -> min(dim 1) -> + bias on x [1024, 8192]",
-                  {1024, kFeatures}, make_params, composed, make_check(), {{"fused", fused}}, /*feature_dim=*/1,
+                  {1024, kFeatures},
+                  make_params,
+                  composed,
+                  make_check(),
+                  {{"fused", fused}},
+                  /*feature_dim=*/1,
                   {"gemm alone", gemm_alone}});
 }

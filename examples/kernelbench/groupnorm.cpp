@@ -16,6 +16,10 @@ int main(int argc, char** argv) {
     return kb::nc::group_norm(x, 8, p[0], p[1]);
   };
   return kb::run(argc, argv,
-                 {"kernelbench_groupnorm", "GroupNorm (8 groups, 64 channels) of x [112, 64, 512, 512]",
-                  {112, 64, 512, 512}, make_params, model, kb::per_sample_check(model, 1)});
+                 {"kernelbench_groupnorm",
+                  "GroupNorm (8 groups, 64 channels) of x [112, 64, 512, 512]",
+                  {112, 64, 512, 512},
+                  make_params,
+                  model,
+                  kb::per_sample_check(model, 1)});
 }

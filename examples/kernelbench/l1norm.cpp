@@ -8,6 +8,10 @@ using kb::Tensor;
 int main(int argc, char** argv) {
   const kb::Model model = [](const Tensor& x, const std::vector<Tensor>&) { return kb::nc::l1_norm(x, 1); };
   return kb::run(argc, argv,
-                 {"kernelbench_l1norm", "L1Norm over dim 1 of x [32768, 65535]", {32768, 65535}, kb::no_params, model,
+                 {"kernelbench_l1norm",
+                  "L1Norm over dim 1 of x [32768, 65535]",
+                  {32768, 65535},
+                  kb::no_params,
+                  model,
                   kb::per_sample_check(model, 2)});
 }

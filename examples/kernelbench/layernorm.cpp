@@ -20,6 +20,10 @@ int main(int argc, char** argv) {
     return kb::nc::layer_norm(x, kNormalizedShape, p[0], p[1]);
   };
   return kb::run(argc, argv,
-                 {"kernelbench_layernorm", "LayerNorm over (64, 256, 256) of x [16, 64, 256, 256]",
-                  {16, 64, 256, 256}, make_params, model, kb::per_sample_check(model, 1)});
+                 {"kernelbench_layernorm",
+                  "LayerNorm over (64, 256, 256) of x [16, 64, 256, 256]",
+                  {16, 64, 256, 256},
+                  make_params,
+                  model,
+                  kb::per_sample_check(model, 1)});
 }

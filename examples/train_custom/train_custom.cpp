@@ -1,8 +1,8 @@
 // A small residual CNN of its own, trained on Fashion-MNIST with normcore's Trainer: on a GPU
 // in bf16 with each step replayed as a CUDA graph, on the CPU in f32. Checkpoints resume.
 //   train_custom DATA_DIR [STEPS] [CHECKPOINT]
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -34,9 +34,10 @@ struct ResNetSmall : nc::nn::Module {
   std::shared_ptr<nc::nn::Sequential> body;
   std::shared_ptr<nc::nn::Linear> head;
   ResNetSmall() {
-    body = register_module("body", std::make_shared<nc::nn::Sequential>(std::vector<std::shared_ptr<nc::nn::Module>>{
-                                       std::make_shared<nc::nn::Conv2d>(1, 16, 3, 2, 1), std::make_shared<nc::nn::ReLU>(),
-                                       std::make_shared<Residual>(16), std::make_shared<Residual>(16)}));
+    body =
+        register_module("body", std::make_shared<nc::nn::Sequential>(std::vector<std::shared_ptr<nc::nn::Module>>{
+                                    std::make_shared<nc::nn::Conv2d>(1, 16, 3, 2, 1), std::make_shared<nc::nn::ReLU>(),
+                                    std::make_shared<Residual>(16), std::make_shared<Residual>(16)}));
     head = register_module("head", std::make_shared<nc::nn::Linear>(16, 10));
   }
   nc::Tensor forward(const nc::Tensor& x) override {
@@ -62,19 +63,17 @@ int main(int argc, char** argv) {
   options.clip = 1.0;
   options.checkpoint = argc > 3 ? argv[3] : "train_custom.safetensors";
   options.model_name = "resnet-small";
-  nc::train::Trainer trainer(std::make_shared<ResNetSmall>(),
-                             [](const nc::Tensor& logits, const nc::Tensor& labels) {
-                               return nc::cross_entropy(logits, labels);
-                             },
-                             nc::train::adamw({3e-3, 0.9, 0.999, 1e-8, 1e-4}), options);
+  nc::train::Trainer trainer(
+      std::make_shared<ResNetSmall>(),
+      [](const nc::Tensor& logits, const nc::Tensor& labels) { return nc::cross_entropy(logits, labels); },
+      nc::train::adamw({3e-3, 0.9, 0.999, 1e-8, 1e-4}), options);
   trainer.set_schedule(nc::train::cosine_schedule(options.steps / 10, 3e-5));
   trainer.set_evaluate([&](nc::nn::Module& model) -> std::vector<std::pair<std::string, double>> {
     return {{"accuracy", nc::models::evaluate(model, test_set, options.device).accuracy}};
   });
   trainer.on_evaluation([&](const nc::train::EvalInfo& e) {
-    std::printf("step %lld: train loss %.4f, test accuracy %.1f%% (%.0f images/s%s)\n",
-                static_cast<long long>(e.step), e.train_loss, 100 * e.results[0].second, e.rate,
-                trainer.graphed() ? ", CUDA graph" : "");
+    std::printf("step %lld: train loss %.4f, test accuracy %.1f%% (%.0f images/s%s)\n", static_cast<long long>(e.step),
+                e.train_loss, 100 * e.results[0].second, e.rate, trainer.graphed() ? ", CUDA graph" : "");
   });
   nc::data::DataLoaderOptions loader;
   loader.batch_size = 128;

@@ -26,9 +26,9 @@ using GradHook = std::function<Tensor(const Tensor& grad)>;
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
-  std::shared_ptr<Node> grad_fn;  // null for leaves
+  std::shared_ptr<Node> grad_fn;                                       // null for leaves
   std::vector<std::pair<int64_t, std::function<void()>>> ready_hooks;  // see add_grad_ready_hook
-  std::vector<std::pair<int64_t, GradHook>> grad_hooks;               // a leaf's; see register_hook
+  std::vector<std::pair<int64_t, GradHook>> grad_hooks;                // a leaf's; see register_hook
   int output_nr = 0;  // which output of grad_fn this tensor is (custom functions have several)
 };
 
@@ -146,9 +146,8 @@ struct GradcheckOptions {
 // accurate). fn's output is reduced against a fixed random weighting of the same shape, so
 // one backward pass checks all outputs. Returns true when every element agrees within
 // atol + rtol * |numerical|; otherwise false, with the first disagreement in *report.
-bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
-               const std::vector<Tensor>& inputs, GradcheckOptions options = {},
-               std::string* report = nullptr);
+bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
+               GradcheckOptions options = {}, std::string* report = nullptr);
 
 }  // namespace normcore
 

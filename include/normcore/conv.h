@@ -22,8 +22,8 @@ namespace normcore {
 // [N, O, Ho, Wo] with Ho = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1. C and O
 // divisible by groups; stride and dilation >= 1, padding >= 0. x, weight and bias share a
 // floating dtype and a device. On CUDA the TF32 setting (cuda::set_allow_tf32) applies to f32.
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2 stride = 1,
-              Size2 padding = 0, Size2 dilation = 1, int64_t groups = 1);
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2 stride = 1, Size2 padding = 0,
+              Size2 dilation = 1, int64_t groups = 1);
 
 }  // namespace normcore
 

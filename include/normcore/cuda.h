@@ -15,10 +15,10 @@ namespace normcore {
 namespace cuda {
 
 struct MemoryStats {
-  size_t allocated = 0;       // bytes in blocks handed out to tensors
-  size_t reserved = 0;        // bytes obtained from cudaMalloc (allocated + cached)
-  size_t peak_allocated = 0;  // high-water mark of allocated since the last reset
-  uint64_t num_allocs = 0;    // allocation requests served
+  size_t allocated = 0;             // bytes in blocks handed out to tensors
+  size_t reserved = 0;              // bytes obtained from cudaMalloc (allocated + cached)
+  size_t peak_allocated = 0;        // high-water mark of allocated since the last reset
+  uint64_t num_allocs = 0;          // allocation requests served
   uint64_t num_cache_hits = 0;      // requests served from the cache
   uint64_t num_device_mallocs = 0;  // cudaMalloc calls
   uint64_t num_ooms = 0;            // requests that failed even after freeing the cache

@@ -127,9 +127,9 @@ class TcpStore {
 
 // The processes of this machine for `normcore launch`.
 struct LaunchOptions {
-  int nproc = 1;       // ranks on this machine (usually its GPUs)
-  int nnodes = 1;      // machines in the job, each running one launcher
-  int node_rank = 0;   // this machine's index in [0, nnodes)
+  int nproc = 1;                          // ranks on this machine (usually its GPUs)
+  int nnodes = 1;                         // machines in the job, each running one launcher
+  int node_rank = 0;                      // this machine's index in [0, nnodes)
   std::string master_addr = "127.0.0.1";  // where rank 0 (node 0) listens
   int master_port = 29500;
   std::chrono::milliseconds grace = std::chrono::seconds(5);  // SIGTERM to SIGKILL

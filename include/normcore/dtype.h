@@ -45,7 +45,7 @@ float half_bits_to_float(uint16_t h);
 inline uint16_t float_to_bf16_bits(float f) {
   uint32_t u = float_to_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  u += 0x7fffu + ((u >> 16) & 1u);                                                      // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 inline float bf16_bits_to_float(uint16_t b) { return bits_to_float(static_cast<uint32_t>(b) << 16); }
@@ -56,7 +56,11 @@ struct Half {
   Half() = default;
   Half(float f) : bits(float_to_half_bits(f)) {}
   operator float() const { return half_bits_to_float(bits); }
-  static Half from_bits(uint16_t b) { Half h; h.bits = b; return h; }
+  static Half from_bits(uint16_t b) {
+    Half h;
+    h.bits = b;
+    return h;
+  }
 };
 
 // bfloat16 (the top half of a float32), layout-compatible with CUDA's __nv_bfloat16.
@@ -65,19 +69,48 @@ struct BFloat16 {
   BFloat16() = default;
   BFloat16(float f) : bits(float_to_bf16_bits(f)) {}
   operator float() const { return bf16_bits_to_float(bits); }
-  static BFloat16 from_bits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
+  static BFloat16 from_bits(uint16_t b) {
+    BFloat16 h;
+    h.bits = b;
+    return h;
+  }
 };
 
 // C++ type <-> DType on the host.
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::F64; };
-template <> struct dtype_of<Half> { static constexpr DType value = DType::F16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BF16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::F64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = DType::F16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = DType::BF16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::U8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
 
 }  // namespace normcore
 

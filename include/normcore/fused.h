@@ -20,8 +20,8 @@ namespace normcore {
 // the group statistics and each row's argmin. The gradient of the min goes to its first
 // index.
 Tensor gemm_group_norm_min_bias(const Tensor& x, const Tensor& weight, const Tensor& linear_bias,
-                                const Tensor& gn_weight, const Tensor& gn_bias, const Tensor& bias,
-                                int64_t num_groups, double eps = 1e-5);
+                                const Tensor& gn_weight, const Tensor& gn_bias, const Tensor& bias, int64_t num_groups,
+                                double eps = 1e-5);
 
 }  // namespace normcore
 

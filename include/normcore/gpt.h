@@ -35,8 +35,8 @@ struct GPTConfig {
   int64_t context = 256;  // the most positions a sequence may have
   int64_t layers = 6;
   int64_t heads = 6;
-  int64_t embed = 384;  // divisible by heads
-  double dropout = 0.0;  // on the residual branches and after the embeddings, in training
+  int64_t embed = 384;             // divisible by heads
+  double dropout = 0.0;            // on the residual branches and after the embeddings, in training
   std::string norm = "layernorm";  // or "rmsnorm"
   bool bias = true;                // Linear and LayerNorm biases
 
@@ -221,8 +221,7 @@ std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens,
 // least one) by `tokens` tokens, handing each to on_token as it is chosen, and returns them.
 // generate_text is this over bytes.
 std::vector<int64_t> generate_tokens(GPT& model, const std::vector<int64_t>& prompt, int64_t tokens,
-                                     const GenerateOptions& options,
-                                     const std::function<void(int64_t)>& on_token = {});
+                                     const GenerateOptions& options, const std::function<void(int64_t)>& on_token = {});
 
 // Loads a model once and writes text with it: a checkpoint file of `normcore train-lm` (a
 // byte-level GPT), or a Hugging Face GPT-2 folder (load_hf_gpt2) with its tokenizer's files

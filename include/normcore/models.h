@@ -101,9 +101,8 @@ struct Checkpoint {
 };
 
 // Writes the checkpoint atomically (a temporary file renamed over path).
-void save_checkpoint(const std::string& path, const std::string& model_name, const nn::Module& model,
-                     int64_t epoch, const nn::NamedTensors& optimizer_state,
-                     const nn::NamedTensors& schedule_state,
+void save_checkpoint(const std::string& path, const std::string& model_name, const nn::Module& model, int64_t epoch,
+                     const nn::NamedTensors& optimizer_state, const nn::NamedTensors& schedule_state,
                      const std::map<std::string, std::string>& options);
 // Reads a checkpoint and rebuilds its model on device (its dropout layers drawing from
 // gen, or the default generator). Throws IOError for a file that is not a normcore

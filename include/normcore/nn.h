@@ -501,8 +501,8 @@ class TransformerBlock : public Module {
                                                               Generator* gen = nullptr) {
   return normcore::dropout(x, p, training, gen);
 }
-[[deprecated("use normcore::embedding")]] inline Tensor embedding(
-    const Tensor& weight, const Tensor& index, std::optional<int64_t> padding_idx = std::nullopt) {
+[[deprecated("use normcore::embedding")]] inline Tensor embedding(const Tensor& weight, const Tensor& index,
+                                                                  std::optional<int64_t> padding_idx = std::nullopt) {
   return normcore::embedding(weight, index, padding_idx);
 }
 

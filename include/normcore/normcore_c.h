@@ -36,15 +36,15 @@ extern "C" {
 
 typedef enum nc_status {
   NC_OK = 0,
-  NC_ERROR_VALUE = 1,          /* a bad argument: NULL, out of range, malformed */
-  NC_ERROR_SHAPE = 2,          /* shapes that do not fit the call */
-  NC_ERROR_DTYPE = 3,          /* an element type the call does not take */
-  NC_ERROR_DEVICE = 4,         /* an unknown or absent device */
-  NC_ERROR_INDEX = 5,          /* an index or name that is not there */
-  NC_ERROR_IO = 6,             /* a file that cannot be read or written, or is not what it should be */
-  NC_ERROR_OUT_OF_MEMORY = 7,  /* host or GPU memory exhausted */
-  NC_ERROR_CUDA = 8,           /* a CUDA failure */
-  NC_ERROR_INTERNAL = 9,       /* anything else */
+  NC_ERROR_VALUE = 1,             /* a bad argument: NULL, out of range, malformed */
+  NC_ERROR_SHAPE = 2,             /* shapes that do not fit the call */
+  NC_ERROR_DTYPE = 3,             /* an element type the call does not take */
+  NC_ERROR_DEVICE = 4,            /* an unknown or absent device */
+  NC_ERROR_INDEX = 5,             /* an index or name that is not there */
+  NC_ERROR_IO = 6,                /* a file that cannot be read or written, or is not what it should be */
+  NC_ERROR_OUT_OF_MEMORY = 7,     /* host or GPU memory exhausted */
+  NC_ERROR_CUDA = 8,              /* a CUDA failure */
+  NC_ERROR_INTERNAL = 9,          /* anything else */
   NC_STATUS_MAX_ENUM = 0x7fffffff /* not a status: keeps the enum as wide as an int */
 } nc_status;
 
@@ -57,7 +57,7 @@ typedef enum nc_dtype {
   NC_I32 = 4,
   NC_I64 = 5,
   NC_U8 = 6,
-  NC_BOOL = 7, /* one byte, 0 or 1 */
+  NC_BOOL = 7,                   /* one byte, 0 or 1 */
   NC_DTYPE_MAX_ENUM = 0x7fffffff /* not a type: keeps the enum as wide as an int in C and C++ alike */
 } nc_dtype;
 
@@ -77,8 +77,8 @@ NC_API size_t nc_dtype_size(nc_dtype dtype);    /* bytes per element; 0 for a va
 /* ---- tensors: dense, on a device, owned by their handle */
 /* A tensor of shape[0..ndim) (ndim 0: a scalar) on device, holding a copy of data (numel
  * elements of dtype, row-major), or zeros when data is NULL. */
-NC_API nc_status nc_tensor_create(const void* data, nc_dtype dtype, const int64_t* shape, int ndim,
-                                  const char* device, nc_tensor** out);
+NC_API nc_status nc_tensor_create(const void* data, nc_dtype dtype, const int64_t* shape, int ndim, const char* device,
+                                  nc_tensor** out);
 NC_API void nc_tensor_free(nc_tensor* t);
 NC_API int nc_tensor_ndim(const nc_tensor* t);
 /* Copies the shape into shape[0..capacity); NC_ERROR_VALUE when capacity < ndim. */
@@ -127,8 +127,8 @@ NC_API nc_status nc_classifier_predict(const nc_classifier* c, const float* imag
 typedef struct nc_image_classifier nc_image_classifier;
 /* labels: a file of class names, one a line, as many as the model's classes; or NULL (the
  * names are then the class numbers). */
-NC_API nc_status nc_image_classifier_load(const char* name, const char* weights, const char* labels,
-                                          const char* device, nc_image_classifier** out);
+NC_API nc_status nc_image_classifier_load(const char* name, const char* weights, const char* labels, const char* device,
+                                          nc_image_classifier** out);
 NC_API void nc_image_classifier_free(nc_image_classifier* c);
 NC_API int64_t nc_image_classifier_classes(const nc_image_classifier* c); /* 0 for NULL */
 /* The name of a class; NULL when label is out of range. */
@@ -137,8 +137,7 @@ NC_API const char* nc_image_classifier_class_name(const nc_image_classifier* c, 
  * side) as planes [3, height, width] of floats in [0, 1]. *height and *width (required) get
  * its size; pixels (or NULL, to ask the size) gets its 3 * height * width values when
  * capacity (in floats) holds them, else NC_ERROR_VALUE naming the count needed. */
-NC_API nc_status nc_color_image_read(const char* path, float* pixels, size_t capacity, int64_t* height,
-                                     int64_t* width);
+NC_API nc_status nc_color_image_read(const char* path, float* pixels, size_t capacity, int64_t* height, int64_t* width);
 /* The k (>= 1, at most the classes) most likely classes of an image [3, height, width] in
  * [0, 1] (as nc_color_image_read gives it), most likely first: labels [k] and, or NULL,
  * probabilities [k]. */
@@ -185,14 +184,14 @@ NC_API nc_status nc_generator_generate_top_p(nc_generator* g, const char* prompt
 typedef struct nc_tokenizer nc_tokenizer;
 NC_API nc_status nc_tokenizer_load(const char* dir, nc_tokenizer** out);
 NC_API void nc_tokenizer_free(nc_tokenizer* t);
-NC_API int64_t nc_tokenizer_vocab_size(const nc_tokenizer* t); /* 50257 for GPT-2; 0 for NULL */
+NC_API int64_t nc_tokenizer_vocab_size(const nc_tokenizer* t);  /* 50257 for GPT-2; 0 for NULL */
 NC_API int32_t nc_tokenizer_end_of_text(const nc_tokenizer* t); /* <|endoftext|>'s id, or -1 */
 /* The ids of text [length bytes]; with special != 0, "<|endoftext|>" in the text is the
  * end-of-text token. *count (required) gets the number of ids; ids (or NULL, to ask for the
  * count) gets them when capacity (in ids) holds them all, else NC_ERROR_VALUE naming the
  * count needed, nothing written. */
-NC_API nc_status nc_tokenizer_encode(const nc_tokenizer* t, const char* text, size_t length, int special,
-                                     int32_t* ids, size_t capacity, size_t* count);
+NC_API nc_status nc_tokenizer_encode(const nc_tokenizer* t, const char* text, size_t length, int special, int32_t* ids,
+                                     size_t capacity, size_t* count);
 /* The bytes ids [count] stand for. *length (required) gets their number; text (or NULL)
  * gets them and a terminating NUL when capacity is at least *length + 1, else
  * NC_ERROR_VALUE naming the size needed, nothing written. An id outside the vocabulary is

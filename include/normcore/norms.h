@@ -35,15 +35,13 @@ std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& y, const
 // PyTorch's F.rms_norm: y = x / sqrt(mean(x * x over the trailing normalized_shape dims) + eps)
 // * weight; weight is optional (undefined) with shape normalized_shape. The saved statistic
 // is rstd. [*, normalized_shape] -> same shape.
-Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
-                double eps = 1e-6);
+Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight, double eps = 1e-6);
 
 // PyTorch's F.group_norm: x [N, C, *] (rank >= 2), C divisible by num_groups; statistics per
 // sample and group over C / num_groups channels and all trailing dims; weight and bias [C],
 // optional. A batch holding one value per group in all (N = 1, C = num_groups, no trailing
 // size above 1) is refused, as F.group_norm does. [N, C, *] -> same shape.
-Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
-                  double eps = 1e-5);
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 
 // x / max(mean(|x|, dim, keepdim), eps); a zero row gives zeros. [*] -> same shape.
 Tensor l1_norm(const Tensor& x, int64_t dim = 1, double eps = 1e-12);

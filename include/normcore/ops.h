@@ -99,12 +99,10 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim 
 // Floating dtypes only.
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 // Two-pass variance (accurate when |mean| >> std); unbiased divides by n - 1.
-Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, bool unbiased = true,
-           bool keepdim = false);
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, bool unbiased = true, bool keepdim = false);
 Tensor prod(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 // p-norm (p > 0, or infinity) over dims; floating dtypes only.
-Tensor norm(const Tensor& x, double p = 2.0, const std::vector<int64_t>& dims = {},
-            bool keepdim = false);
+Tensor norm(const Tensor& x, double p = 2.0, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 // Bool results: whether all / any element is non-zero.
 Tensor all(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 Tensor any(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);

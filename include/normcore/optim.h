@@ -259,8 +259,8 @@ Tensor clip_grad_norm_async(const std::vector<Tensor>& params, double max_norm, 
 
 struct GradScalerOptions {
   double init_scale = 65536.0;
-  double growth_factor = 2.0;   // > 1
-  double backoff_factor = 0.5;  // in (0, 1)
+  double growth_factor = 2.0;      // > 1
+  double backoff_factor = 0.5;     // in (0, 1)
   int64_t growth_interval = 2000;  // clean steps before the scale grows; >= 1
 };
 

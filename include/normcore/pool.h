@@ -28,8 +28,8 @@ Tensor max_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride = Size2(), Si
 // The mean over each window. count_include_pad: divide by the window's size clipped to the
 // padded input (PyTorch's rule), else by the number of input elements in it. Output size and
 // padding as for max_pool2d, with dilation 1.
-Tensor avg_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride = Size2(), Size2 padding = 0,
-                  bool ceil_mode = false, bool count_include_pad = true);
+Tensor avg_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride = Size2(), Size2 padding = 0, bool ceil_mode = false,
+                  bool count_include_pad = true);
 
 // The mean over output_size.h x output_size.w bins: bin i of H spans rows floor(i H / h) to
 // ceil((i + 1) H / h) - 1 (bins may overlap). output_size >= 1. N and C may be 0, H and W not.

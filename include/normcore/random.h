@@ -40,8 +40,7 @@ Tensor rand(const Shape& shape, TensorOptions options = {}, Generator* gen = nul
 // Standard normal. Floating dtypes only (default f32).
 Tensor randn(const Shape& shape, TensorOptions options = {}, Generator* gen = nullptr);
 // Uniform integers on [low, high) (default dtype i64).
-Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options = {},
-               Generator* gen = nullptr);
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options = {}, Generator* gen = nullptr);
 
 }  // namespace normcore
 

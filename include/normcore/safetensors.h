@@ -52,11 +52,9 @@ File load_bytes(const uint8_t* data, size_t size, Device device = Device::cpu())
 // (their process gone, not written for 10 minutes). Throws ValueError
 // for an undefined tensor, a duplicate name or the reserved name "__metadata__", and
 // IOError when the file cannot be written.
-void save(const std::string& path, const TensorList& tensors,
-          const std::map<std::string, std::string>& metadata = {});
+void save(const std::string& path, const TensorList& tensors, const std::map<std::string, std::string>& metadata = {});
 // The bytes save() would write.
-std::vector<uint8_t> save_bytes(const TensorList& tensors,
-                                const std::map<std::string, std::string>& metadata = {});
+std::vector<uint8_t> save_bytes(const TensorList& tensors, const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace safetensors
 }  // namespace normcore

@@ -15,7 +15,9 @@ class Scalar {
  public:
   Scalar() : is_int_(true), i_(0), d_(0) {}
   template <class T, std::enable_if_t<std::is_integral<T>::value, int> = 0>
-  Scalar(T v) : is_int_(true), is_bool_(std::is_same<T, bool>::value), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}
+  Scalar(T v)
+      : is_int_(true), is_bool_(std::is_same<T, bool>::value), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {
+  }
   template <class T, std::enable_if_t<std::is_floating_point<T>::value, int> = 0>
   Scalar(T v) : is_int_(false), i_(static_cast<int64_t>(0)), d_(static_cast<double>(v)) {}
 

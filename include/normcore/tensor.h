@@ -67,7 +67,10 @@ struct TensorOptions {
   TensorOptions(DType d) : dtype(d) {}
   TensorOptions(Device dev) : device(dev) {}
   TensorOptions(DType d, Device dev) : dtype(d), device(dev) {}
-  TensorOptions& with_pinned(bool p = true) { pinned = p; return *this; }
+  TensorOptions& with_pinned(bool p = true) {
+    pinned = p;
+    return *this;
+  }
   DType dtype_or(DType fallback) const { return dtype ? *dtype : fallback; }
 };
 
@@ -97,8 +100,8 @@ class Tensor {
   // Typed pointer to the first element; throws DTypeError when T does not match.
   template <class T>
   T* data() const {
-    NC_CHECK(dtype_of<T>::value == dtype(), DTypeError, "Tensor::data: asked for ",
-             dtype_name(dtype_of<T>::value), " but the tensor holds ", dtype_name(dtype()));
+    NC_CHECK(dtype_of<T>::value == dtype(), DTypeError, "Tensor::data: asked for ", dtype_name(dtype_of<T>::value),
+             " but the tensor holds ", dtype_name(dtype()));
     return static_cast<T*>(data_ptr());
   }
 
@@ -190,9 +193,9 @@ __attribute__((visibility("default"))) Tensor from_vector(const std::vector<T>& 
                                                           Device device = Device::cpu());
 
 // The element types item, to_vector and from_vector exist for, instantiated in the library.
-#define NC_DECLARE_ELEMENT_ACCESS(T)                                       \
-  extern template T Tensor::item<T>() const;                               \
-  extern template std::vector<T> Tensor::to_vector<T>() const;             \
+#define NC_DECLARE_ELEMENT_ACCESS(T)                           \
+  extern template T Tensor::item<T>() const;                   \
+  extern template std::vector<T> Tensor::to_vector<T>() const; \
   extern template Tensor from_vector<T>(const std::vector<T>&, const Shape&, Device);
 NC_DECLARE_ELEMENT_ACCESS(float)
 NC_DECLARE_ELEMENT_ACCESS(double)

@@ -133,16 +133,16 @@ class DataParallelJob {
 // steps done), "data.epoch" and "data.batch" (where the next batch comes from) and
 // "data.seed" (of its order), "rng.seed" and "rng.offset" (the generator), and the run's options as "option.<name>".
 struct TrainingState {
-  std::string model;                       // "model" metadata
+  std::string model;                               // "model" metadata
   std::map<std::string, std::string> description;  // the model's "config.*" entries
-  nn::NamedTensors model_state;            // prefix removed
-  nn::NamedTensors optimizer_state;        // "optim." removed (named ones keep "<name>.")
-  nn::NamedTensors schedule_state;         // "schedule." removed
-  nn::NamedTensors scaler_state;           // "scaler." removed
-  int64_t step = -1;                       // -1: not recorded (an epoch-based older file)
-  int64_t epoch = -1, batch = -1;          // -1: not recorded (a step-based older file)
-  uint64_t seed = 0, rng_offset = 0;      // the generator's (rank 0's in a data-parallel job)
-  uint64_t data_seed = 0;                 // the loader's order
+  nn::NamedTensors model_state;                    // prefix removed
+  nn::NamedTensors optimizer_state;                // "optim." removed (named ones keep "<name>.")
+  nn::NamedTensors schedule_state;                 // "schedule." removed
+  nn::NamedTensors scaler_state;                   // "scaler." removed
+  int64_t step = -1;                               // -1: not recorded (an epoch-based older file)
+  int64_t epoch = -1, batch = -1;                  // -1: not recorded (a step-based older file)
+  uint64_t seed = 0, rng_offset = 0;               // the generator's (rank 0's in a data-parallel job)
+  uint64_t data_seed = 0;                          // the loader's order
   bool has_rng = false;
   std::map<std::string, std::string> options;   // "option." removed
   std::map<std::string, std::string> metadata;  // all of it, as read
@@ -180,45 +180,45 @@ using ScheduleFactory = std::function<std::unique_ptr<optim::LRSchedule>(optim::
 ScheduleFactory cosine_schedule(int64_t warmup_steps, double min_lr);
 
 struct TrainerOptions {
-  Device device = Device::cpu();     // the model is moved there
-  std::string precision = "fp32";    // fp32, tf32, bf16 or fp16
-  std::string cuda_graph = "auto";   // auto, on or off
-  bool detect_anomaly = false;       // every op's result checked for NaN/Inf (slow)
-  double clip = 0;                   // gradient-norm clipping (0: off)
-  int64_t epochs = 0;                // passes over the data; or
-  int64_t steps = 0;                 // optimizer steps (exactly one of the two > 0)
-  int64_t eval_interval = 0;         // steps between evaluations (0: every epoch)
-  int64_t stop_after = 0;            // stop after this many epochs (or steps), as if interrupted
-  int64_t loss_every = 20;           // steps between reads of the loss (each waits for the device)
-  uint64_t seed = 0;                 // of the loader's order (a resumed run takes the checkpoint's)
-  Generator* generator = nullptr;    // the model's dropout draws (default_generator() when null)
-  std::string checkpoint;            // written at each evaluation (empty: none)
-  std::string resume;                // a checkpoint to continue from
-  std::string log, plot;             // metrics.jsonl, appended on resume; curves.svg
-  std::string title = "normcore";    // of the plot
+  Device device = Device::cpu();               // the model is moved there
+  std::string precision = "fp32";              // fp32, tf32, bf16 or fp16
+  std::string cuda_graph = "auto";             // auto, on or off
+  bool detect_anomaly = false;                 // every op's result checked for NaN/Inf (slow)
+  double clip = 0;                             // gradient-norm clipping (0: off)
+  int64_t epochs = 0;                          // passes over the data; or
+  int64_t steps = 0;                           // optimizer steps (exactly one of the two > 0)
+  int64_t eval_interval = 0;                   // steps between evaluations (0: every epoch)
+  int64_t stop_after = 0;                      // stop after this many epochs (or steps), as if interrupted
+  int64_t loss_every = 20;                     // steps between reads of the loss (each waits for the device)
+  uint64_t seed = 0;                           // of the loader's order (a resumed run takes the checkpoint's)
+  Generator* generator = nullptr;              // the model's dropout draws (default_generator() when null)
+  std::string checkpoint;                      // written at each evaluation (empty: none)
+  std::string resume;                          // a checkpoint to continue from
+  std::string log, plot;                       // metrics.jsonl, appended on resume; curves.svg
+  std::string title = "normcore";              // of the plot
   std::vector<std::string> curves = {"loss"};  // the metrics the plot draws
-  std::string unit = "samples";      // samples (batch rows) or tokens (input elements) a second
-  std::string eval_phase = "eval";   // the evaluation's phase in the metrics
-  bool progress = true;              // print the progress line
-  double timeout_s = 300;            // data-parallel: how long a rank waits for the others
-  std::string model_name = "custom";  // the checkpoint's "model"
+  std::string unit = "samples";                // samples (batch rows) or tokens (input elements) a second
+  std::string eval_phase = "eval";             // the evaluation's phase in the metrics
+  bool progress = true;                        // print the progress line
+  double timeout_s = 300;                      // data-parallel: how long a rank waits for the others
+  std::string model_name = "custom";           // the checkpoint's "model"
   std::map<std::string, std::string> description, options;  // the checkpoint's config.* and option.*
 };
 
 // What a hook sees.
 struct StepInfo {
-  int64_t step = 0;   // optimizer steps done, this one included
-  int64_t epoch = 0;  // the epoch of this step (from 0)
-  double lr = 0;      // the step's learning rate (the first optimizer's)
-  double loss = NAN;  // read from the device on loss_every steps only, NaN otherwise
+  int64_t step = 0;         // optimizer steps done, this one included
+  int64_t epoch = 0;        // the epoch of this step (from 0)
+  double lr = 0;            // the step's learning rate (the first optimizer's)
+  double loss = NAN;        // read from the device on loss_every steps only, NaN otherwise
   double grad_norm = NAN;   // the gradients' 2-norm before clipping: read with the loss when clip > 0
   double loss_scale = NAN;  // fp16's loss scale after the step: read with the loss
 };
 struct EvalInfo {
-  int64_t step = 0, epoch = 0;  // epoch: epochs completed
-  double train_loss = 0;        // mean of the losses read since the last evaluation
-  double seconds = 0;           // of training since then
-  double rate = 0;              // unit a second
+  int64_t step = 0, epoch = 0;                          // epoch: epochs completed
+  double train_loss = 0;                                // mean of the losses read since the last evaluation
+  double seconds = 0;                                   // of training since then
+  double rate = 0;                                      // unit a second
   std::vector<std::pair<std::string, double>> results;  // the evaluate function's
 };
 

@@ -137,9 +137,8 @@ class CpuAttention final : public kernels::AttentionKernels {
 
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionShape& shape,
                          bool causal, double scale, const Tensor& out, const Tensor& lse) const override {
-    visit_float(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
-      forward<typename decltype(tag)::type>(q, k, v, shape, causal, scale, out, lse);
-    });
+    visit_float(q.dtype(), "scaled_dot_product_attention",
+                [&](auto tag) { forward<typename decltype(tag)::type>(q, k, v, shape, causal, scale, out, lse); });
   }
 
   // out and lse are not read: the rows are recomputed (see the top of the file).

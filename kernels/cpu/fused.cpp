@@ -34,8 +34,8 @@ inline bool replaces_min(double v, double best) {
 
 template <class T>
 void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor& weight_t, const Tensor& gn_bias_t,
-                   const Tensor& bias_t, int64_t rows, int64_t channels, int64_t groups, double eps, const Tensor& out_t,
-                   const Tensor& mean_t, const Tensor& rstd_t, const Tensor& argmin_t) {
+                   const Tensor& bias_t, int64_t rows, int64_t channels, int64_t groups, double eps,
+                   const Tensor& out_t, const Tensor& mean_t, const Tensor& rstd_t, const Tensor& argmin_t) {
   const T* y = data_as<const T>(y_t);
   const T* linear_bias = data_or_null<const T>(linear_bias_t);
   const T* weight = data_or_null<const T>(weight_t);
@@ -81,10 +81,10 @@ void forward_typed(const Tensor& y_t, const Tensor& linear_bias_t, const Tensor&
 }
 
 template <class T>
-void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& linear_bias_t,
-                    const Tensor& weight_t, const Tensor& mean_t, const Tensor& rstd_t, const Tensor& argmin_t, int64_t rows, int64_t channels, int64_t groups,
-                    const Tensor& grad_y_t, const Tensor& grad_linear_bias_t, const Tensor& grad_weight_t,
-                    const Tensor& grad_gn_bias_t, const Tensor& grad_bias_t) {
+void backward_typed(const Tensor& grad_out_t, const Tensor& y_t, const Tensor& linear_bias_t, const Tensor& weight_t,
+                    const Tensor& mean_t, const Tensor& rstd_t, const Tensor& argmin_t, int64_t rows, int64_t channels,
+                    int64_t groups, const Tensor& grad_y_t, const Tensor& grad_linear_bias_t,
+                    const Tensor& grad_weight_t, const Tensor& grad_gn_bias_t, const Tensor& grad_bias_t) {
   const T* grad_out = data_as<const T>(grad_out_t);
   const T* y = data_as<const T>(y_t);
   const T* linear_bias = data_or_null<const T>(linear_bias_t);
@@ -184,8 +184,8 @@ class CpuFused final : public kernels::FusedKernels {
   }
 
   void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
-                                   const Tensor& gn_bias, const Tensor& bias, const kernels::GroupLayout& l,
-                                   double eps, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& gn_bias, const Tensor& bias, const kernels::GroupLayout& l, double eps,
+                                   const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& argmin) const override {
     visit_float(y.dtype(), "gemm_group_norm_min_bias", [&](auto tag) {
       forward_typed<typename decltype(tag)::type>(y, linear_bias, weight, gn_bias, bias, l.batch, l.channels(),
@@ -194,10 +194,10 @@ class CpuFused final : public kernels::FusedKernels {
   }
 
   void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
-                                    const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                    const Tensor& argmin, const kernels::GroupLayout& l, const Tensor& grad_y,
-                                    const Tensor& grad_linear_bias, const Tensor& grad_weight,
-                                    const Tensor& grad_gn_bias, const Tensor& grad_bias) const override {
+                                    const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& argmin,
+                                    const kernels::GroupLayout& l, const Tensor& grad_y, const Tensor& grad_linear_bias,
+                                    const Tensor& grad_weight, const Tensor& grad_gn_bias,
+                                    const Tensor& grad_bias) const override {
     visit_float(y.dtype(), "gemm_group_norm_min_bias backward", [&](auto tag) {
       backward_typed<typename decltype(tag)::type>(grad_out, y, linear_bias, weight, mean, rstd, argmin, l.batch,
                                                    l.channels(), l.groups, grad_y, grad_linear_bias, grad_weight,

@@ -39,8 +39,7 @@ bool use_avx2() {
 }
 
 template <class T>
-void gemm_any(int64_t m, int64_t n, int64_t k, GemmOperand<T> a, GemmOperand<T> b, T* c, int64_t ldc,
-              bool accumulate) {
+void gemm_any(int64_t m, int64_t n, int64_t k, GemmOperand<T> a, GemmOperand<T> b, T* c, int64_t ldc, bool accumulate) {
 #if defined(NORMCORE_GEMM_AVX2)
   if (use_avx2()) {
     gemm_avx2(m, n, k, a, b, c, ldc, accumulate);
@@ -78,8 +77,8 @@ void parallel_gemm_any(int64_t m, int64_t n, int64_t k, GemmOperand<T> a, GemmOp
 
 }  // namespace
 
-void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c,
-                   int64_t ldc, bool accumulate) {
+void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
+                   bool accumulate) {
   parallel_gemm_any<float>(m, n, k, a, b, c, ldc, accumulate);
 }
 void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c,

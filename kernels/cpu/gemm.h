@@ -28,8 +28,8 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<do
 // gemm cut into pieces of rows of c (or columns, when there are more of them) whose size
 // is fixed by m, n and k alone (at least 128, at most about 16 pieces), run on the thread pool (kernels/cpu/parallel.h): the same
 // bits at any thread count. Products under 2^18 multiply-adds are one piece.
-void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c,
-                   int64_t ldc, bool accumulate);
+void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
+                   bool accumulate);
 void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c,
                    int64_t ldc, bool accumulate);
 

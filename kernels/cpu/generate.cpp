@@ -1,9 +1,9 @@
 // CPU sequences and random numbers (contracts in kernels/generate.h). Random element i comes
 // from philox::generate(seed, offset + i) and the transforms in base/philox.h, as on CUDA.
+#include "kernels/generate.h"
 #include "base/philox.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/generate.h"
 #include "kernels/scalar/dropout.h"
 
 namespace normcore {
@@ -119,7 +119,6 @@ class CpuGenerate final : public kernels::GenerateKernels {
       });
     });
   }
-
 };
 
 }  // namespace

@@ -25,8 +25,7 @@ std::vector<int64_t> checked_indices(const char* op, const Tensor& index, int64_
 // Calls f(index_pos, x_pos) for every element of index (contiguous), where x_pos is the
 // element of contiguous x at the same coordinates except idx[index_pos] along dim.
 template <class F>
-void for_each_indexed(const Tensor& x, const Tensor& index, int64_t dim, const std::vector<int64_t>& idx,
-                      F&& f) {
+void for_each_indexed(const Tensor& x, const Tensor& index, int64_t dim, const std::vector<int64_t>& idx, F&& f) {
   Shape x_strides = detail::contiguous_strides(x.shape());
   int64_t nd = index.dim();
   std::vector<int64_t> coord(nd, 0);
@@ -89,8 +88,8 @@ class CpuIndex final : public kernels::IndexKernels {
     const int64_t* p = static_cast<const int64_t*>(index.data_ptr());
     for (int64_t i = 0, n = index.numel(); i < n; ++i) {
       const int64_t v = p[i];
-      NC_CHECK((v >= 0 && v < size) || (allowed && v == *allowed), IndexError, message.op, ": ", message.what, " ",
-               v, " is out of range for ", size, " ", message.unit);
+      NC_CHECK((v >= 0 && v < size) || (allowed && v == *allowed), IndexError, message.op, ": ", message.what, " ", v,
+               " is out of range for ", size, " ", message.unit);
     }
   }
 

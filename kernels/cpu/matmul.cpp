@@ -20,7 +20,8 @@ struct Operand {
   int64_t rows, cols, batch_stride, row_stride, col_stride;
   explicit Operand(const Tensor& t)
       : rows(t.size(1)), cols(t.size(2)), batch_stride(t.stride(0)), row_stride(t.stride(1)), col_stride(t.stride(2)) {}
-  Operand(int64_t rows, int64_t cols) : rows(rows), cols(cols), batch_stride(rows * cols), row_stride(cols), col_stride(1) {}
+  Operand(int64_t rows, int64_t cols)
+      : rows(rows), cols(cols), batch_stride(rows * cols), row_stride(cols), col_stride(1) {}
   // Matrix `batch` from row `row` and column `col` on, for gemm.
   template <class T>
   GemmOperand<T> at(const T* base, int64_t batch, int64_t row, int64_t col) const {
@@ -48,7 +49,8 @@ std::vector<float> widen(const Tensor& t, int64_t batches) {
   size_t k = 0;
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t i = 0; i < o.rows; ++i)
-      for (int64_t j = 0; j < o.cols; ++j) v[k++] = convert<float>(p[b * o.batch_stride + i * o.row_stride + j * o.col_stride]);
+      for (int64_t j = 0; j < o.cols; ++j)
+        v[k++] = convert<float>(p[b * o.batch_stride + i * o.row_stride + j * o.col_stride]);
   return v;
 }
 

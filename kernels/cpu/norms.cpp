@@ -201,9 +201,9 @@ void batch_norm_forward_typed(const Tensor& x_t, const Tensor& weight_t, const T
 }
 
 template <class T>
-void batch_norm_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& weight_t,
-                               const Tensor& mean_t, const Tensor& rstd_t, const ChannelPlanes& p, bool training,
-                               const Tensor& grad_x_t, const Tensor& grad_weight_t, const Tensor& grad_bias_t) {
+void batch_norm_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& weight_t, const Tensor& mean_t,
+                               const Tensor& rstd_t, const ChannelPlanes& p, bool training, const Tensor& grad_x_t,
+                               const Tensor& grad_weight_t, const Tensor& grad_bias_t) {
   const T* grad_y = data_as<const T>(grad_y_t);
   const T* x = data_as<const T>(x_t);
   const T* weight = data_or_null<const T>(weight_t);
@@ -339,8 +339,8 @@ class CpuNorms final : public kernels::NormKernels {
   void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows, int64_t row_len,
                           double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) const override {
     visit_float(x.dtype(), "layer_norm", [&](auto tag) {
-      affine_norm_forward<typename decltype(tag)::type>(x, weight, bias, kernels::layer_layout(rows, row_len), eps, y, mean,
-                                                        rstd);
+      affine_norm_forward<typename decltype(tag)::type>(x, weight, bias, kernels::layer_layout(rows, row_len), eps, y,
+                                                        mean, rstd);
     });
   }
 
@@ -348,8 +348,8 @@ class CpuNorms final : public kernels::NormKernels {
                            const Tensor& rstd, int64_t rows, int64_t row_len, const Tensor& grad_x,
                            const Tensor& grad_weight, const Tensor& grad_bias) const override {
     visit_float(x.dtype(), "layer_norm backward", [&](auto tag) {
-      affine_norm_backward<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd, kernels::layer_layout(rows, row_len),
-                                                         grad_x, grad_weight, grad_bias);
+      affine_norm_backward<typename decltype(tag)::type>(
+          grad_y, x, weight, mean, rstd, kernels::layer_layout(rows, row_len), grad_x, grad_weight, grad_bias);
     });
   }
 
@@ -364,9 +364,8 @@ class CpuNorms final : public kernels::NormKernels {
   void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd, int64_t rows,
                          int64_t row_len, const Tensor& grad_x, const Tensor& grad_weight) const override {
     visit_float(x.dtype(), "rms_norm backward", [&](auto tag) {
-      affine_norm_backward<typename decltype(tag)::type>(grad_y, x, weight, Tensor(), rstd,
-                                                         kernels::layer_layout(rows, row_len), grad_x, grad_weight,
-                                                         Tensor());
+      affine_norm_backward<typename decltype(tag)::type>(
+          grad_y, x, weight, Tensor(), rstd, kernels::layer_layout(rows, row_len), grad_x, grad_weight, Tensor());
     });
   }
 
@@ -400,9 +399,8 @@ class CpuNorms final : public kernels::NormKernels {
                            const Tensor& rstd, const kernels::BatchLayout& l, bool training, const Tensor& grad_x,
                            const Tensor& grad_weight, const Tensor& grad_bias) const override {
     visit_float(x.dtype(), "batch_norm backward", [&](auto tag) {
-      batch_norm_backward_typed<typename decltype(tag)::type>(grad_y, x, weight, mean, rstd,
-                                                              {l.batch, l.channels, l.spatial}, training, grad_x,
-                                                              grad_weight, grad_bias);
+      batch_norm_backward_typed<typename decltype(tag)::type>(
+          grad_y, x, weight, mean, rstd, {l.batch, l.channels, l.spatial}, training, grad_x, grad_weight, grad_bias);
     });
   }
 

@@ -16,8 +16,8 @@ namespace {
 
 class CpuOptim final : public kernels::OptimKernels {
  public:
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
-                double momentum, double dampening, double weight_decay, bool nesterov, bool first_step,
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr, double momentum,
+                double dampening, double weight_decay, bool nesterov, bool first_step,
                 const Tensor& skip) const override {
     if (skip.defined() && *data_as<const double>(skip) != 0.0) return;
     const double lr_value = *data_as<const double>(lr);

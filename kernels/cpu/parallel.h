@@ -30,16 +30,15 @@ void run_ranges(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t), v
 template <class Body>
 void parallel_for(int64_t n, int64_t grain, Body&& body) {
   using B = std::remove_reference_t<Body>;
-  run_ranges(n, grain < 1 ? 1 : grain,
-             [](void* context, int64_t begin, int64_t end) { (*static_cast<B*>(context))(begin, end); },
-             const_cast<void*>(static_cast<const void*>(&body)));
+  run_ranges(
+      n, grain < 1 ? 1 : grain,
+      [](void* context, int64_t begin, int64_t end) { (*static_cast<B*>(context))(begin, end); },
+      const_cast<void*>(static_cast<const void*>(&body)));
 }
 
 // The grain that cuts n items of `cost` elements of work each into ranges of about
 // `target` elements (at least one item a range).
-inline int64_t grain_for(int64_t cost, int64_t target = 32768) {
-  return cost <= 0 ? 1 : (target + cost - 1) / cost;
-}
+inline int64_t grain_for(int64_t cost, int64_t target = 32768) { return cost <= 0 ? 1 : (target + cost - 1) / cost; }
 
 }  // namespace cpu
 }  // namespace normcore

@@ -153,8 +153,8 @@ class CpuPool final : public kernels::PoolKernels {
             for (int64_t ow = 0; ow < s.out_w; ++ow) {
               const AvgSpan cols = kernels::avg_span(ow, s.in_w, w.kernel_w, w.stride_w, w.pad_w, count_include_pad);
               if (rows.begin >= rows.end || cols.begin >= cols.end) continue;
-              const double share = convert<double>(g[(p * s.out_h + oh) * s.out_w + ow]) /
-                                   static_cast<double>(rows.count * cols.count);
+              const double share =
+                  convert<double>(g[(p * s.out_h + oh) * s.out_w + ow]) / static_cast<double>(rows.count * cols.count);
               for (int64_t h = rows.begin; h < rows.end; ++h)
                 for (int64_t c = cols.begin; c < cols.end; ++c) sums[h * s.in_w + c] += share;
             }
@@ -190,8 +190,7 @@ class CpuPool final : public kernels::PoolKernels {
     });
   }
 
-  void adaptive_avg_pool2d_backward(const Tensor& grad_out, const Pool2dShape& s,
-                                    const Tensor& grad_x) const override {
+  void adaptive_avg_pool2d_backward(const Tensor& grad_out, const Pool2dShape& s, const Tensor& grad_x) const override {
     visit_float(grad_x.dtype(), "adaptive_avg_pool2d backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* g = data_as<const T>(grad_out);

@@ -22,11 +22,11 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/cuda/check.h"
 #include "kernels/cuda/cudnn_graph.h"
-#include "runtime/cuda/runtime.h"
 #include "kernels/elementwise.h"
 #include "normcore/cuda.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/runtime.h"
 
 namespace normcore {
 namespace cuda {
@@ -69,8 +69,8 @@ struct PlanKey {
 
 PlanKey plan_key(const Conv2dGeometry& g, int device, DType dtype, int64_t alignment) {
   PlanKey k{device, dtype, dtype == DType::F32 && allow_tf32(), alignment, {}};
-  const int64_t values[16] = {g.n,        g.c,        g.h,          g.w,          g.o,    g.kh,    g.kw,   g.stride_h,
-                              g.stride_w, g.pad_h,    g.pad_w,      g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w};
+  const int64_t values[16] = {g.n,        g.c,     g.h,     g.w,          g.o,          g.kh,     g.kw,    g.stride_h,
+                              g.stride_w, g.pad_h, g.pad_w, g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w};
   std::copy(values, values + 16, k.v);
   return k;
 }
@@ -96,7 +96,7 @@ struct Plan {
   cudnnMathType_t requested_math = CUDNN_DEFAULT_MATH;
   Choice choice[3];
   std::string ran[3];  // what runs each direction, for kernels::last_conv_algorithm
-  std::mutex mutex;  // guards the choices and the conv descriptor's math type
+  std::mutex mutex;    // guards the choices and the conv descriptor's math type
 };
 
 cudnnMathType_t requested_math(DType dtype, bool tf32) {
@@ -128,10 +128,10 @@ Plan& plan_for(const Conv2dGeometry& g, int device, DType dtype, int64_t alignme
                                            to_int(g.c / g.groups, "C / groups"), to_int(g.kh, "kh"),
                                            to_int(g.kw, "kw")));
   const cudnnDataType_t compute = dtype == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  NC_CUDA_CHECK(cudnnSetConvolution2dDescriptor(
-      plan->conv, to_int(g.pad_h, "padding"), to_int(g.pad_w, "padding"), to_int(g.stride_h, "stride"),
-      to_int(g.stride_w, "stride"), to_int(g.dilation_h, "dilation"), to_int(g.dilation_w, "dilation"),
-      CUDNN_CROSS_CORRELATION, compute));
+  NC_CUDA_CHECK(cudnnSetConvolution2dDescriptor(plan->conv, to_int(g.pad_h, "padding"), to_int(g.pad_w, "padding"),
+                                                to_int(g.stride_h, "stride"), to_int(g.stride_w, "stride"),
+                                                to_int(g.dilation_h, "dilation"), to_int(g.dilation_w, "dilation"),
+                                                CUDNN_CROSS_CORRELATION, compute));
   NC_CUDA_CHECK(cudnnSetConvolutionGroupCount(plan->conv, to_int(g.groups, "groups")));
   plan->requested_math = requested_math(dtype, key.tf32);
   NC_CUDA_CHECK(cudnnSetConvolutionMathType(plan->conv, plan->requested_math));
@@ -186,8 +186,8 @@ constexpr int kMaxAlgos = 16;
 // cuDNN's ranking for direction, best first. search: time them on the given buffers
 // (a = x or grad_y, b = weight or x or grad_y, out = the direction's output, which the
 // search overwrites).
-std::vector<Candidate> rank(ConvDirection d, cudnnHandle_t handle, Plan& p, bool search, const void* a,
-                            const void* b, void* out, int device) {
+std::vector<Candidate> rank(ConvDirection d, cudnnHandle_t handle, Plan& p, bool search, const void* a, const void* b,
+                            void* out, int device) {
   int count = 0;
   std::vector<Candidate> heuristic;
   switch (d) {
@@ -198,9 +198,8 @@ std::vector<Candidate> rank(ConvDirection d, cudnnHandle_t handle, Plan& p, bool
       if (!search) return heuristic;
       size_t bytes = 0;
       Tensor ws = search_workspace(heuristic, device, &bytes);
-      NC_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, p.x, a, p.w, b, p.conv, p.y, out, kMaxAlgos,
-                                                           &count, perf, ws.defined() ? ws.data_ptr() : nullptr,
-                                                           bytes));
+      NC_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(handle, p.x, a, p.w, b, p.conv, p.y, out, kMaxAlgos, &count,
+                                                           perf, ws.defined() ? ws.data_ptr() : nullptr, bytes));
       return usable(perf, count, p.requested_math);
     }
     case ConvDirection::BackwardData: {
@@ -211,9 +210,9 @@ std::vector<Candidate> rank(ConvDirection d, cudnnHandle_t handle, Plan& p, bool
       if (!search) return heuristic;
       size_t bytes = 0;
       Tensor ws = search_workspace(heuristic, device, &bytes);
-      NC_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(handle, p.w, b, p.y, a, p.conv, p.x, out,
-                                                                kMaxAlgos, &count, perf,
-                                                                ws.defined() ? ws.data_ptr() : nullptr, bytes));
+      NC_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(handle, p.w, b, p.y, a, p.conv, p.x, out, kMaxAlgos,
+                                                                &count, perf, ws.defined() ? ws.data_ptr() : nullptr,
+                                                                bytes));
       return usable(perf, count, p.requested_math);
     }
     case ConvDirection::BackwardFilter: {
@@ -224,9 +223,9 @@ std::vector<Candidate> rank(ConvDirection d, cudnnHandle_t handle, Plan& p, bool
       if (!search) return heuristic;
       size_t bytes = 0;
       Tensor ws = search_workspace(heuristic, device, &bytes);
-      NC_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, p.x, b, p.y, a, p.conv, p.w, out,
-                                                                  kMaxAlgos, &count, perf,
-                                                                  ws.defined() ? ws.data_ptr() : nullptr, bytes));
+      NC_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, p.x, b, p.y, a, p.conv, p.w, out, kMaxAlgos,
+                                                                  &count, perf, ws.defined() ? ws.data_ptr() : nullptr,
+                                                                  bytes));
       return usable(perf, count, p.requested_math);
     }
   }
@@ -282,8 +281,8 @@ void run(ConvDirection d, cudnnHandle_t handle, Plan& p, const Choice& c, const 
 
 // The byte alignment (a power of two, at most 16) that every pointer has.
 int64_t alignment_of(const void* a, const void* b, const void* out) {
-  const uintptr_t bits = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) |
-                         reinterpret_cast<uintptr_t>(out);
+  const uintptr_t bits =
+      reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(out);
   int64_t alignment = 16;
   while (alignment > 1 && (bits % static_cast<uintptr_t>(alignment)) != 0) alignment /= 2;
   return alignment;
@@ -355,9 +354,9 @@ void convolve(ConvDirection d, const Conv2dGeometry& g, const Tensor& a, const T
     }
   }
   if (const GraphConv* graph = p.graph[i].get()) {
-    Tensor workspace = graph->workspace() > 0 ? empty({static_cast<int64_t>(graph->workspace())},
-                                                      TensorOptions(DType::U8, out.device()))
-                                              : Tensor();
+    Tensor workspace = graph->workspace() > 0
+                           ? empty({static_cast<int64_t>(graph->workspace())}, TensorOptions(DType::U8, out.device()))
+                           : Tensor();
     graph->run(handle, a.data_ptr(), b.data_ptr(), out.data_ptr(),
                workspace.defined() ? workspace.data_ptr() : nullptr);
     if (p.ran[i].empty()) p.ran[i] = detail::cat_str("cuDNN graph engine ", graph->engine());
@@ -383,8 +382,7 @@ class CudaConv final : public kernels::ConvKernels {
                       const Tensor& y) const override {
     convolve(ConvDirection::Forward, g, x, weight, y);
     if (bias.defined()) {
-      kernels::elementwise(y.device())
-          .binary(BinaryOp::Add, y, y, bias.view({1, g.o, 1, 1}).expand(y.shape()));
+      kernels::elementwise(y.device()).binary(BinaryOp::Add, y, y, bias.view({1, g.o, 1, 1}).expand(y.shape()));
     }
   }
   void conv2d_backward_data(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& weight,

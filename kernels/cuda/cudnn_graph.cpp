@@ -189,8 +189,8 @@ cudnnBackendDescriptor_t GraphBuilder::make(cudnnBackendDescriptorType_t type) {
   return d;
 }
 
-void GraphBuilder::set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
-                       cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+void GraphBuilder::set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                       int64_t count, const void* values) {
   if (ok()) status_ = cudnnBackendSetAttribute(d, name, type, count, values);
 }
 
@@ -235,8 +235,8 @@ bool engine_notes(cudnnBackendDescriptor_t config, EngineNotes* notes, Descripto
   cudnnBackendDescriptor_t engine = b.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   if (!b.ok()) return false;
   int64_t n = 0;
-  if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
-                               &engine) != CUDNN_STATUS_SUCCESS)
+  if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) !=
+      CUDNN_STATUS_SUCCESS)
     return false;
   cudnnBackendNumericalNote_t numerical[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
   int64_t numerical_count = 0;
@@ -320,9 +320,9 @@ float time_runs(int device, const std::function<bool()>& run) {
   return ms[kTimed / 2];
 }
 
-std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t handle, ConvDirection d, const Conv2dGeometry& g,
-                                           DType dtype, ConvEngineRules rules, int64_t alignment, bool search,
-                                           const void* a, const void* b, void* out, int device) {
+std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t handle, ConvDirection d, const Conv2dGeometry& g, DType dtype,
+                                           ConvEngineRules rules, int64_t alignment, bool search, const void* a,
+                                           const void* b, void* out, int device) {
   std::unique_ptr<GraphConv> conv(new GraphConv());
   conv->direction_ = d;
   GraphBuilder builder(&conv->keep_);
@@ -361,8 +361,8 @@ std::unique_ptr<GraphConv> GraphConv::make(cudnnHandle_t handle, ConvDirection d
       best = &f;
       break;
     }
-    const float ms = time_plan(handle, f.plan, d, a, b, out, workspace.defined() ? workspace.data_ptr() : nullptr,
-                               device);
+    const float ms =
+        time_plan(handle, f.plan, d, a, b, out, workspace.defined() ? workspace.data_ptr() : nullptr, device);
     if (ms >= 0 && (best == nullptr || ms < best_ms)) best = &f, best_ms = ms;
   }
   if (best == nullptr) return nullptr;

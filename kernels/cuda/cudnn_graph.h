@@ -109,8 +109,8 @@ class GraphConv {
   // of the device itself (CudaError) or of allocation.
   static std::unique_ptr<GraphConv> make(cudnnHandle_t handle, kernels::ConvDirection d,
                                          const kernels::Conv2dGeometry& g, DType dtype, ConvEngineRules rules,
-                                         int64_t alignment, bool search,
-                                         const void* a, const void* b, void* out, int device);
+                                         int64_t alignment, bool search, const void* a, const void* b, void* out,
+                                         int device);
   ~GraphConv();
   GraphConv(const GraphConv&) = delete;
   GraphConv& operator=(const GraphConv&) = delete;

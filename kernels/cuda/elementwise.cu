@@ -19,7 +19,7 @@ constexpr int kTile = 32;
 constexpr int kTileRows = 8;
 
 template <class To, class From>
-__global__ void __launch_bounds__(kTile * kTileRows)
+__global__ void __launch_bounds__(kTile* kTileRows)
     transpose_copy_kernel(To* dst, const From* src, int64_t size_i, int64_t size_j, int64_t dst_stride_j,
                           int64_t src_stride_i, int64_t batches, OffsetCalculator<2, int64_t> batch) {
   // [kTile][kTile + 1]: the padding puts a tile column in distinct banks.
@@ -78,15 +78,16 @@ class CudaElementwise final : public kernels::ElementwiseKernels {
     if (dst.numel() == 0) return;
     if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
       const Launcher launch("copy", dst);
-      NC_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice,
-                                    launch.stream()));
+      NC_CUDA_CHECK(
+          cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice, launch.stream()));
       return;
     }
     visit(dst.dtype(), "copy", [&](auto to_tag) {
       using To = typename decltype(to_tag)::type;
       visit(src.dtype(), "copy", [&](auto from_tag) {
         using From = typename decltype(from_tag)::type;
-        if (!try_transpose_copy<To, From>(dst, src)) elementwise<To, From>("copy", ConvertFunctor<To, From>{}, dst, src);
+        if (!try_transpose_copy<To, From>(dst, src))
+          elementwise<To, From>("copy", ConvertFunctor<To, From>{}, dst, src);
       });
     });
   }

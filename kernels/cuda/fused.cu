@@ -19,11 +19,11 @@
 #include <algorithm>
 #include <limits>
 
-#include "runtime/cuda/index_errors.h"
 #include "kernels/cuda/loops.cuh"
 #include "kernels/cuda/reduction/combine.cuh"
 #include "kernels/cuda/vec.cuh"
 #include "kernels/fused.h"
+#include "runtime/cuda/index_errors.h"
 
 namespace normcore {
 namespace cuda {
@@ -39,12 +39,11 @@ template <class C>
 using Better = ArgCombine<C, false>;
 
 template <class T, class C>
-__global__ void __launch_bounds__(kRowsPerBlock * kWarp)
+__global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     forward_kernel(const T* __restrict__ y, const T* __restrict__ linear_bias, const T* __restrict__ weight,
-                   const T* __restrict__ gn_bias,
-                   const T* __restrict__ bias, int64_t rows, int64_t channels, int64_t groups, int width, C eps,
-                   T* __restrict__ out, C* __restrict__ mean_out, C* __restrict__ rstd_out,
-                   int64_t* __restrict__ argmin) {
+                   const T* __restrict__ gn_bias, const T* __restrict__ bias, int64_t rows, int64_t channels,
+                   int64_t groups, int width, C eps, T* __restrict__ out, C* __restrict__ mean_out,
+                   C* __restrict__ rstd_out, int64_t* __restrict__ argmin) {
   __shared__ C row_min[kRowsPerBlock];
   const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
@@ -118,11 +117,9 @@ constexpr int kRowThreads = 256;
 
 template <class T, class C>
 __global__ void __launch_bounds__(kRowThreads)
-    short_group_forward_kernel(const T* __restrict__ y, const T* __restrict__ linear_bias,
-                               const T* __restrict__ weight,
-                               const T* __restrict__ gn_bias, int channels, int groups, C eps,
-                               C* __restrict__ row_min, C* __restrict__ mean_out, C* __restrict__ rstd_out,
-                               int64_t* __restrict__ argmin) {
+    short_group_forward_kernel(const T* __restrict__ y, const T* __restrict__ linear_bias, const T* __restrict__ weight,
+                               const T* __restrict__ gn_bias, int channels, int groups, C eps, C* __restrict__ row_min,
+                               C* __restrict__ mean_out, C* __restrict__ rstd_out, int64_t* __restrict__ argmin) {
   extern __shared__ unsigned char smem_bytes[];
   C* row = reinterpret_cast<C*>(smem_bytes);
   const int64_t b = blockIdx.x;
@@ -225,12 +222,11 @@ __global__ void column_partials_kernel(const T* __restrict__ grad_out, int64_t r
 // Backward (2): one block per row. row_grad[b] = g_b and row_grad_xhat[b] = g_b * xhat at
 // the argmin, for step (3); grad_y[b, :] written whole.
 template <class T, class C>
-__global__ void grad_y_kernel(const T* __restrict__ y, const T* __restrict__ linear_bias,
-                              const T* __restrict__ weight, const C* __restrict__ mean,
-                              const C* __restrict__ rstd, const int64_t* __restrict__ argmin,
-                              const C* __restrict__ partials, int64_t chunks, int64_t rows, int64_t channels,
-                              int64_t groups, T* __restrict__ grad_y, C* __restrict__ row_grad,
-                              C* __restrict__ row_grad_xhat) {
+__global__ void grad_y_kernel(const T* __restrict__ y, const T* __restrict__ linear_bias, const T* __restrict__ weight,
+                              const C* __restrict__ mean, const C* __restrict__ rstd,
+                              const int64_t* __restrict__ argmin, const C* __restrict__ partials, int64_t chunks,
+                              int64_t rows, int64_t channels, int64_t groups, T* __restrict__ grad_y,
+                              C* __restrict__ row_grad, C* __restrict__ row_grad_xhat) {
   __shared__ C shared[4];  // rstd, w * g, mean(w * dz), mean(w * dz * xhat)
   const int64_t b = blockIdx.x;
   const int64_t group_len = channels / groups;
@@ -393,7 +389,7 @@ void launch_cross_entropy_rows(const Launcher& launch, const Tensor& logits, con
   constexpr int kVector = 16 / sizeof(T);
   T* data = data_as<T>(logits);
   auto kernel = cols % kVector == 0 && is_aligned(data, 16) ? cross_entropy_rows_kernel<T, C, kThreads, kVector>
-                                                             : cross_entropy_rows_kernel<T, C, kThreads, 1>;
+                                                            : cross_entropy_rows_kernel<T, C, kThreads, 1>;
   launch(kernel, static_cast<unsigned>(rows), kThreads, 0, data, data_as<const int64_t>(target), cols, classes,
          ignore_index, data_or_null<const C>(scale), data_as<C>(loss), bad);
 }
@@ -490,8 +486,8 @@ class CudaFused final : public kernels::FusedKernels {
     NC_CHECK(rows <= int64_t{1} << 31, ValueError, op, ": at most 2^31 rows on CUDA, got ", rows);
     const Launcher launch(op, logits);
     // A bad target is recorded on the device and raised at the host's next wait.
-    const IndexErrorSlot bad = index_error_slot(launch.device(), std::string(op) + ": target value ",
-                                                " is out of range for ", " classes");
+    const IndexErrorSlot bad =
+        index_error_slot(launch.device(), std::string(op) + ": target value ", " is out of range for ", " classes");
     visit_float(logits.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
@@ -505,8 +501,8 @@ class CudaFused final : public kernels::FusedKernels {
   }
 
   void group_norm_min_bias_forward(const Tensor& y, const Tensor& linear_bias, const Tensor& weight,
-                                   const Tensor& gn_bias, const Tensor& bias, const kernels::GroupLayout& l,
-                                   double eps, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& gn_bias, const Tensor& bias, const kernels::GroupLayout& l, double eps,
+                                   const Tensor& out, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& argmin) const override {
     const char* op = "gemm_group_norm_min_bias";
     const int64_t rows = l.batch, channels = l.channels(), groups = l.groups;
@@ -532,16 +528,16 @@ class CudaFused final : public kernels::FusedKernels {
       }
       launch(forward_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarp, 0,
              y_ptr, linear_bias_ptr, weight_ptr, gn_bias_ptr, data_as<const T>(bias), rows, channels, groups,
-             segment_width(channels / groups), static_cast<C>(eps), data_as<T>(out), data_as<C>(mean),
-             data_as<C>(rstd), data_as<int64_t>(argmin));
+             segment_width(channels / groups), static_cast<C>(eps), data_as<T>(out), data_as<C>(mean), data_as<C>(rstd),
+             data_as<int64_t>(argmin));
     });
   }
 
   void group_norm_min_bias_backward(const Tensor& grad_out, const Tensor& y, const Tensor& linear_bias,
-                                    const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                                    const Tensor& argmin, const kernels::GroupLayout& l, const Tensor& grad_y,
-                                    const Tensor& grad_linear_bias, const Tensor& grad_weight,
-                                    const Tensor& grad_gn_bias, const Tensor& grad_bias) const override {
+                                    const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& argmin,
+                                    const kernels::GroupLayout& l, const Tensor& grad_y, const Tensor& grad_linear_bias,
+                                    const Tensor& grad_weight, const Tensor& grad_gn_bias,
+                                    const Tensor& grad_bias) const override {
     const char* op = "gemm_group_norm_min_bias backward";
     const int64_t rows = l.batch, channels = l.channels(), groups = l.groups;
     const Launcher launch(op, y);
@@ -550,8 +546,7 @@ class CudaFused final : public kernels::FusedKernels {
       using C = compute_t<T>;
       // Enough o chunks to fill the device with the column sums, each at least 64 rows of o.
       const int64_t b_tiles = ceil_div(rows, kColLanes);
-      const int64_t wanted_chunks =
-          std::max<int64_t>(1, launch.multiprocessors() * 8 / std::max<int64_t>(b_tiles, 1));
+      const int64_t wanted_chunks = std::max<int64_t>(1, launch.multiprocessors() * 8 / std::max<int64_t>(b_tiles, 1));
       const int64_t chunks = std::min(wanted_chunks, ceil_div(channels, 64));
       const int64_t chunk_len = ceil_div(channels, chunks);
       const DeviceBuffer buffer = launch.buffer(sizeof(C) * static_cast<size_t>(rows * (chunks + 2)));

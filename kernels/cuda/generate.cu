@@ -44,9 +44,13 @@ struct LinspaceOp {
 template <class T>
 __device__ __forceinline__ T largest_below_one();
 template <>
-__device__ __forceinline__ __half largest_below_one<__half>() { return __ushort_as_half(0x3BFF); }
+__device__ __forceinline__ __half largest_below_one<__half>() {
+  return __ushort_as_half(0x3BFF);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 largest_below_one<__nv_bfloat16>() { return __ushort_as_bfloat16(0x3F7F); }
+__device__ __forceinline__ __nv_bfloat16 largest_below_one<__nv_bfloat16>() {
+  return __ushort_as_bfloat16(0x3F7F);
+}
 
 template <class T>
 struct UniformOp {
@@ -158,9 +162,8 @@ class CudaGenerate final : public kernels::GenerateKernels {
     visit_float(x.dtype(), "dropout", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
-      const DropoutOp<T> op{data_as<const T>(x), data_as<T>(out), data_as<bool>(keep), seed, offset, offset_base,
-                            threshold,
-                            convert<C>(convert<T>(scale))};
+      const DropoutOp<T> op{data_as<const T>(x), data_as<T>(out), data_as<bool>(keep),          seed, offset,
+                            offset_base,         threshold,       convert<C>(convert<T>(scale))};
       for_each_index(Launcher("dropout", out), out.numel(), op);
     });
   }

@@ -7,10 +7,10 @@
 // IndexError naming the op, the value and the size comes at the host's next wait.
 #include <cub/device/device_radix_sort.cuh>
 
-#include "runtime/cuda/index_errors.h"
 #include "kernels/cuda/loops.cuh"
-#include "runtime/cuda/runtime.h"
 #include "kernels/index.h"
+#include "runtime/cuda/index_errors.h"
+#include "runtime/cuda/runtime.h"
 
 namespace normcore {
 namespace cuda {
@@ -271,9 +271,8 @@ class CudaIndex final : public kernels::IndexKernels {
     if (n == 0) return;
     check_index_dtype(message.op, index);
     const Launcher launch(message.op, index);
-    const IndexErrorSlot bad =
-        index_error_slot(launch.device(), detail::cat_str(message.op, ": ", message.what, " "),
-                         " is out of range for ", detail::cat_str(" ", message.unit));
+    const IndexErrorSlot bad = index_error_slot(launch.device(), detail::cat_str(message.op, ": ", message.what, " "),
+                                                " is out of range for ", detail::cat_str(" ", message.unit));
     launch(check_range_kernel, launch.grid_for(n), kThreads, 0, data_as<const int64_t>(index), n, size,
            allowed.has_value(), allowed.value_or(0), bad);
     report_if_blocking(launch);
@@ -295,12 +294,12 @@ class CudaIndex final : public kernels::IndexKernels {
     const int bits = key_bits(out.size(0));
     size_t temp_bytes = 0;
     NC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, sorted_keys.as<uint64_t>(),
-                                                  positions.as<int64_t>(), sorted_positions.as<int64_t>(), n, 0,
-                                                  bits, s));
+                                                  positions.as<int64_t>(), sorted_positions.as<int64_t>(), n, 0, bits,
+                                                  s));
     DeviceBuffer temp(std::max<size_t>(temp_bytes, 1), device);
     NC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.as<void>(), temp_bytes, keys_in, sorted_keys.as<uint64_t>(),
-                                                  positions.as<int64_t>(), sorted_positions.as<int64_t>(), n, 0,
-                                                  bits, s));
+                                                  positions.as<int64_t>(), sorted_positions.as<int64_t>(), n, 0, bits,
+                                                  s));
     const int64_t chunks = ceil_div(n, kRunChunk);
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(ceil_div(width, int64_t{kRunThreads})));
     visit_float(out.dtype(), "index_add_rows", [&](auto tag) {

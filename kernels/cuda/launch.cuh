@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <utility>
 
-#include "runtime/cuda/check.h"
 #include "kernels/cuda/limits.h"
-#include "runtime/cuda/runtime.h"
 #include "normcore/tensor.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/runtime.h"
 
 namespace normcore {
 namespace cuda {
@@ -88,8 +88,8 @@ class Launcher {
   // Lets kernel use shared_bytes of dynamic shared memory (above the default 48 KB).
   template <class... Params>
   void allow_shared_memory(void (*kernel)(Params...), size_t shared_bytes) const {
-    NC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(shared_bytes)));
+    NC_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
   }
 
   // Device memory for temporaries, returned to the cache at the end of the caller's scope.

@@ -5,10 +5,10 @@
 // index math whenever every offset fits.
 #pragma once
 
-#include <cuda/std/tuple>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cuda/std/tuple>
 
 #include <algorithm>
 #include <array>
@@ -184,14 +184,14 @@ __global__ void elementwise_vectorized(int64_t n, F f, Out* __restrict__ out, co
 }
 
 template <class F, class Index, class Out, class... In, size_t... I>
-__device__ __forceinline__ void apply_strided(const F& f, const Index (&offsets)[sizeof...(In) + 1],
-                                              Out* out, std::index_sequence<I...>, const In*... in) {
+__device__ __forceinline__ void apply_strided(const F& f, const Index (&offsets)[sizeof...(In) + 1], Out* out,
+                                              std::index_sequence<I...>, const In*... in) {
   out[offsets[0]] = f(in[offsets[I + 1]]...);
 }
 
 template <class Index, class F, class Out, class... In>
-__global__ void elementwise_strided(Index n, OffsetCalculator<sizeof...(In) + 1, Index> calc, F f,
-                                    Out* out, const In*... in) {
+__global__ void elementwise_strided(Index n, OffsetCalculator<sizeof...(In) + 1, Index> calc, F f, Out* out,
+                                    const In*... in) {
   const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
   for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     Index offsets[sizeof...(In) + 1];
@@ -233,7 +233,8 @@ void launch_strided(const Launcher& launch, const Geometry<sizeof...(In) + 1>& g
   // as function pointers for the launcher without spelling out their parameters.
   if (g.fits_32bit()) {
     const OffsetCalculator<NARGS, uint32_t> calc(g, 0, outer_dim);
-    elementwise_strided<uint32_t><<<grid, kThreads, 0, launch.stream()>>>(static_cast<uint32_t>(n), calc, f, out, in...);
+    elementwise_strided<uint32_t>
+        <<<grid, kThreads, 0, launch.stream()>>>(static_cast<uint32_t>(n), calc, f, out, in...);
   } else {
     const OffsetCalculator<NARGS, int64_t> calc(g, 0, outer_dim);
     elementwise_strided<int64_t><<<grid, kThreads, 0, launch.stream()>>>(n, calc, f, out, in...);
@@ -254,8 +255,8 @@ void elementwise(const char* op, F f, const Tensor& out, const std::conditional_
   const bool contiguous = out.is_contiguous() && (in.is_contiguous() && ...);
   const bool aligned = is_aligned(out_ptr, sizeof(Out) * N) && (is_aligned(in.data_ptr(), sizeof(In) * N) && ...);
   if (contiguous && aligned) {
-    elementwise_vectorized<N><<<launch.grid_for(ceil_div(n, N)), kThreads, 0, launch.stream()>>>(
-        n, f, out_ptr, data_as<const In>(in)...);
+    elementwise_vectorized<N>
+        <<<launch.grid_for(ceil_div(n, N)), kThreads, 0, launch.stream()>>>(n, f, out_ptr, data_as<const In>(in)...);
     launch.check();
     return;
   }

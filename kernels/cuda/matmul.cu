@@ -134,8 +134,14 @@ bool CudaMatmul::matmul_epilogue(Epilogue epilogue, const Tensor& out, const Ten
       data_type = CUDA_R_32F;
       compute_type = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
-    case DType::F16: data_type = CUDA_R_16F; compute_type = CUBLAS_COMPUTE_32F; break;
-    case DType::BF16: data_type = CUDA_R_16BF; compute_type = CUBLAS_COMPUTE_32F; break;
+    case DType::F16:
+      data_type = CUDA_R_16F;
+      compute_type = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::BF16:
+      data_type = CUDA_R_16BF;
+      compute_type = CUBLAS_COMPUTE_32F;
+      break;
     default: return false;  // f64: cuBLASLt has no epilogues for it
   }
   const int64_t m = out.size(0), n = out.size(1), k = a.size(1);
@@ -170,9 +176,21 @@ bool CudaMatmul::matmul_epilogue(Epilogue epilogue, const Tensor& out, const Ten
   const uint32_t align_b = alignment(gb.ptr), align_a = alignment(ga.ptr), align_out = alignment(out.data_ptr()),
                  align_bias = bias.defined() ? alignment(bias.data_ptr()) : 0,
                  align_aux = gelu ? alignment(aux.data_ptr()) : 0;
-  const LtKey key{launch.device(), static_cast<int>(out.dtype()) * 2 + (compute_type == CUBLAS_COMPUTE_32F_FAST_TF32),
-                  static_cast<int>(lt_epilogue), m, n, k, gb.op, ga.op, gb.ld, ga.ld, align_b, align_a, align_out,
-                  align_bias, align_aux};
+  const LtKey key{launch.device(),
+                  static_cast<int>(out.dtype()) * 2 + (compute_type == CUBLAS_COMPUTE_32F_FAST_TF32),
+                  static_cast<int>(lt_epilogue),
+                  m,
+                  n,
+                  k,
+                  gb.op,
+                  ga.op,
+                  gb.ld,
+                  ga.ld,
+                  align_b,
+                  align_a,
+                  align_out,
+                  align_bias,
+                  align_aux};
   static std::mutex choices_mutex;
   static std::map<LtKey, LtChoice> choices;
   LtChoice choice;
@@ -192,9 +210,9 @@ bool CudaMatmul::matmul_epilogue(Epilogue epilogue, const Tensor& out, const Ten
     preference.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out);
     cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc.desc, layout_b.layout, layout_a.layout,
-                                                                 layout_out.layout, layout_out.layout,
-                                                                 preference.preference, 1, &result, &count);
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle, desc.desc, layout_b.layout, layout_a.layout, layout_out.layout,
+                                       layout_out.layout, preference.preference, 1, &result, &count);
     if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
       choice.found = true;
       choice.algo = result.algo;
@@ -208,10 +226,9 @@ bool CudaMatmul::matmul_epilogue(Epilogue epilogue, const Tensor& out, const Ten
   if (!choice.found) return false;
 
   // The workspace comes from the caching allocator, held until the product is queued.
-  const Tensor workspace =
-      choice.workspace == 0
-          ? Tensor()
-          : empty({static_cast<int64_t>(choice.workspace)}, TensorOptions(DType::U8, Device::cuda(launch.device())));
+  const Tensor workspace = choice.workspace == 0 ? Tensor()
+                                                 : empty({static_cast<int64_t>(choice.workspace)},
+                                                         TensorOptions(DType::U8, Device::cuda(launch.device())));
   const float alpha = 1.0f, beta = 0.0f;
   NC_CUDA_CHECK(cublasLtMatmul(handle, desc.desc, &alpha, gb.ptr, layout_b.layout, ga.ptr, layout_a.layout, &beta,
                                out.data_ptr(), layout_out.layout, out.data_ptr(), layout_out.layout, &choice.algo,
@@ -242,11 +259,19 @@ void CudaMatmul::matmul(const Tensor& out, const Tensor& a, const Tensor& b) con
       data_type = CUDA_R_32F;
       compute_type = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
-    case DType::F64: data_type = CUDA_R_64F; compute_type = CUBLAS_COMPUTE_64F; break;
-    case DType::F16: data_type = CUDA_R_16F; compute_type = CUBLAS_COMPUTE_32F; break;
-    case DType::BF16: data_type = CUDA_R_16BF; compute_type = CUBLAS_COMPUTE_32F; break;
-    default:
-      throw DTypeError(detail::cat_str("matmul: expected a floating dtype, got ", dtype_name(out.dtype())));
+    case DType::F64:
+      data_type = CUDA_R_64F;
+      compute_type = CUBLAS_COMPUTE_64F;
+      break;
+    case DType::F16:
+      data_type = CUDA_R_16F;
+      compute_type = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::BF16:
+      data_type = CUDA_R_16BF;
+      compute_type = CUBLAS_COMPUTE_32F;
+      break;
+    default: throw DTypeError(detail::cat_str("matmul: expected a floating dtype, got ", dtype_name(out.dtype())));
   }
   // alpha and beta have the compute type's precision.
   const float alpha_f = 1.0f, beta_f = 0.0f;
@@ -256,10 +281,10 @@ void CudaMatmul::matmul(const Tensor& out, const Tensor& a, const Tensor& b) con
   const void* beta = is_f64 ? static_cast<const void*>(&beta_d) : &beta_f;
 
   // Column-major view: out^T [n, m] = b^T [n, k] @ a^T [k, m], ldc = n.
-  NC_CUDA_CHECK(cublasGemmStridedBatchedEx_64(
-      cublas_handle(launch.device()), gb.op, ga.op, n, m, k, alpha, gb.ptr, data_type, gb.ld,
-      gb.batch_stride, ga.ptr, data_type, ga.ld, ga.batch_stride, beta, out.data_ptr(), data_type, n, m * n,
-      batch, compute_type, CUBLAS_GEMM_DEFAULT));
+  NC_CUDA_CHECK(cublasGemmStridedBatchedEx_64(cublas_handle(launch.device()), gb.op, ga.op, n, m, k, alpha, gb.ptr,
+                                              data_type, gb.ld, gb.batch_stride, ga.ptr, data_type, ga.ld,
+                                              ga.batch_stride, beta, out.data_ptr(), data_type, n, m * n, batch,
+                                              compute_type, CUBLAS_GEMM_DEFAULT));
 }
 
 // cuBLAS with beta = 1 and an f32 output for 16-bit or f32 operands (f64 for f64).
@@ -273,7 +298,10 @@ bool CudaMatmul::matmul_accumulate(const Tensor& out, const Tensor& a, const Ten
       data_type = CUDA_R_32F;
       if (allow_tf32()) compute_type = CUBLAS_COMPUTE_32F_FAST_TF32;
       break;
-    case DType::F64: data_type = CUDA_R_64F; compute_type = CUBLAS_COMPUTE_64F; break;
+    case DType::F64:
+      data_type = CUDA_R_64F;
+      compute_type = CUBLAS_COMPUTE_64F;
+      break;
     case DType::F16: data_type = CUDA_R_16F; break;
     case DType::BF16: data_type = CUDA_R_16BF; break;
     default: return false;

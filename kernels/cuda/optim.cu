@@ -90,8 +90,8 @@ __global__ void adam_kernel(AdamList<T, C> list, const double* lr, kernels::Adam
   int t = 0;
   while (b >= list.first_block[t + 1]) ++t;
   // The count before this update's increment (the next launch adds it).
-  const AdamParams<C> a = AdamParams<C>::make(*lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled,
-                                              *list.step[t] + 1);
+  const AdamParams<C> a =
+      AdamParams<C>::make(*lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.decoupled, *list.step[t] + 1);
   T* param = list.param[t];
   const T* grad = list.grad[t];
   C* exp_avg = list.exp_avg[t];
@@ -150,7 +150,8 @@ __device__ double block_sum(double v) {
   shared[threadIdx.x] = v;
   __syncthreads();
   for (int half = kOptimThreads / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half) shared[threadIdx.x] = __dadd_rn(shared[threadIdx.x], shared[threadIdx.x + half]);
+    if (static_cast<int>(threadIdx.x) < half)
+      shared[threadIdx.x] = __dadd_rn(shared[threadIdx.x], shared[threadIdx.x + half]);
     __syncthreads();
   }
   return shared[0];
@@ -229,8 +230,8 @@ unsigned blocks_for(const Launcher& launch, int64_t work) {
 
 class CudaOptim final : public kernels::OptimKernels {
  public:
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
-                double momentum, double dampening, double weight_decay, bool nesterov, bool first_step,
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr, double momentum,
+                double dampening, double weight_decay, bool nesterov, bool first_step,
                 const Tensor& skip) const override {
     const int64_t n = param.numel();
     if (n == 0) return;
@@ -248,8 +249,8 @@ class CudaOptim final : public kernels::OptimKernels {
                            (buf == nullptr || is_aligned(buf, sizeof(C) * kWidth));
       const Launcher launch("sgd_step", param);
       if (aligned) {
-        launch(sgd_kernel<T, C, kWidth>, blocks_for(launch, n / kWidth + 1), kOptimThreads, 0, p, g, buf, n, lr_ptr,
-               h, skip_ptr);
+        launch(sgd_kernel<T, C, kWidth>, blocks_for(launch, n / kWidth + 1), kOptimThreads, 0, p, g, buf, n, lr_ptr, h,
+               skip_ptr);
       } else {
         launch(sgd_kernel<T, C, 1>, blocks_for(launch, n), kOptimThreads, 0, p, g, buf, n, lr_ptr, h, skip_ptr);
       }
@@ -270,8 +271,8 @@ class CudaOptim final : public kernels::OptimKernels {
         AdamList<T, C> list{};
         auto flush = [&] {
           if (list.count == 0) return;
-          launch(adam_kernel<T, C>, static_cast<unsigned>(list.first_block[list.count]), kOptimThreads, 0, list,
-                 lr_ptr, h, skip_ptr);
+          launch(adam_kernel<T, C>, static_cast<unsigned>(list.first_block[list.count]), kOptimThreads, 0, list, lr_ptr,
+                 h, skip_ptr);
           list = AdamList<T, C>{};
         };
         for (const kernels::AdamTensors& t : tensors) {
@@ -348,8 +349,8 @@ class CudaOptim final : public kernels::OptimKernels {
              static_cast<unsigned>(list.first_block[list.count]), kOptimThreads, 0, list, partials.as<double>());
     });
     launch(clip_total_kernel, 1, kOptimThreads, 0, totals, partials.as<const double>(), max_norm, out.as<double>());
-    NC_CUDA_CHECK(cudaMemcpyAsync(total.data_ptr(), out.as<double>(), sizeof(double), cudaMemcpyDeviceToDevice,
-                                  launch.stream()));
+    NC_CUDA_CHECK(
+        cudaMemcpyAsync(total.data_ptr(), out.as<double>(), sizeof(double), cudaMemcpyDeviceToDevice, launch.stream()));
     for_lists([&](const auto& list) {
       launch(clip_scale_kernel<std::remove_pointer_t<std::decay_t<decltype(list.data[0])>>>,
              static_cast<unsigned>(list.first_block[list.count]), kOptimThreads, 0, list, out.as<const double>());

@@ -124,8 +124,7 @@ __global__ void avg_pool2d_backward_kernel(const T* __restrict__ grad_out, Pool2
     const T* plane = grad_out + in.plane * s.out_h * s.out_w;
     C sum = 0;
     for (int64_t oh = rows.first; oh < rows.last; ++oh) {
-      const int64_t row_count =
-          kernels::avg_span(oh, s.in_h, w.kernel_h, w.stride_h, w.pad_h, count_include_pad).count;
+      const int64_t row_count = kernels::avg_span(oh, s.in_h, w.kernel_h, w.stride_h, w.pad_h, count_include_pad).count;
       for (int64_t ow = cols.first; ow < cols.last; ++ow) {
         const int64_t col_count =
             kernels::avg_span(ow, s.in_w, w.kernel_w, w.stride_w, w.pad_w, count_include_pad).count;
@@ -173,8 +172,7 @@ __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ grad_o
     for (int64_t oh = oh0; oh < oh1; ++oh) {
       const int64_t bin_h = kernels::adaptive_end(oh, s.out_h, s.in_h) - kernels::adaptive_begin(oh, s.out_h, s.in_h);
       for (int64_t ow = ow0; ow < ow1; ++ow) {
-        const int64_t bin_w =
-            kernels::adaptive_end(ow, s.out_w, s.in_w) - kernels::adaptive_begin(ow, s.out_w, s.in_w);
+        const int64_t bin_w = kernels::adaptive_end(ow, s.out_w, s.in_w) - kernels::adaptive_begin(ow, s.out_w, s.in_w);
         sum += convert<C>(plane[oh * s.out_w + ow]) / static_cast<C>(bin_h * bin_w);
       }
     }
@@ -199,8 +197,8 @@ class CudaPool final : public kernels::PoolKernels {
     });
   }
 
-  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Pool2dShape& s,
-                           const Pool2dWindow& w, const Tensor& grad_x) const override {
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Pool2dShape& s, const Pool2dWindow& w,
+                           const Tensor& grad_x) const override {
     const int64_t count = grad_x.numel();
     if (count == 0) return;
     const Launcher launch("max_pool2d backward", grad_x);
@@ -229,8 +227,8 @@ class CudaPool final : public kernels::PoolKernels {
     });
   }
 
-  void avg_pool2d_backward(const Tensor& grad_out, const Pool2dShape& s, const Pool2dWindow& w,
-                           bool count_include_pad, const Tensor& grad_x) const override {
+  void avg_pool2d_backward(const Tensor& grad_out, const Pool2dShape& s, const Pool2dWindow& w, bool count_include_pad,
+                           const Tensor& grad_x) const override {
     const int64_t count = grad_x.numel();
     if (count == 0) return;
     const Launcher launch("avg_pool2d backward", grad_x);
@@ -238,8 +236,8 @@ class CudaPool final : public kernels::PoolKernels {
       using T = typename decltype(tag)::type;
       with_index_type(count, [&](auto index_tag) {
         using Index = decltype(index_tag);
-        launch(avg_pool2d_backward_kernel<T, Index>, launch.grid_for(count), kThreads, 0, data_as<const T>(grad_out),
-               s, w, count_include_pad, static_cast<Index>(count), data_as<T>(grad_x));
+        launch(avg_pool2d_backward_kernel<T, Index>, launch.grid_for(count), kThreads, 0, data_as<const T>(grad_out), s,
+               w, count_include_pad, static_cast<Index>(count), data_as<T>(grad_x));
       });
     });
   }
@@ -252,14 +250,13 @@ class CudaPool final : public kernels::PoolKernels {
       using T = typename decltype(tag)::type;
       with_index_type(count, [&](auto index_tag) {
         using Index = decltype(index_tag);
-        launch(adaptive_avg_pool2d_forward_kernel<T, Index>, launch.grid_for(count), kThreads, 0,
-               data_as<const T>(x), s, static_cast<Index>(count), data_as<T>(out));
+        launch(adaptive_avg_pool2d_forward_kernel<T, Index>, launch.grid_for(count), kThreads, 0, data_as<const T>(x),
+               s, static_cast<Index>(count), data_as<T>(out));
       });
     });
   }
 
-  void adaptive_avg_pool2d_backward(const Tensor& grad_out, const Pool2dShape& s,
-                                    const Tensor& grad_x) const override {
+  void adaptive_avg_pool2d_backward(const Tensor& grad_out, const Pool2dShape& s, const Tensor& grad_x) const override {
     const int64_t count = grad_x.numel();
     if (count == 0) return;
     const Launcher launch("adaptive_avg_pool2d backward", grad_x);

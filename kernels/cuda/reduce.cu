@@ -41,7 +41,9 @@ __device__ __forceinline__ bool is_nan(C x) {
 template <class Acc>
 struct MapConvert {
   template <class In>
-  __device__ __forceinline__ Acc operator()(In x, int64_t, int64_t) const { return convert<Acc>(x); }
+  __device__ __forceinline__ Acc operator()(In x, int64_t, int64_t) const {
+    return convert<Acc>(x);
+  }
 };
 
 template <class Acc>
@@ -89,26 +91,36 @@ struct MapDeviation {
 
 struct MapNonZero {
   template <class In>
-  __device__ __forceinline__ int operator()(In x, int64_t, int64_t) const { return convert<bool>(x) ? 1 : 0; }
+  __device__ __forceinline__ int operator()(In x, int64_t, int64_t) const {
+    return convert<bool>(x) ? 1 : 0;
+  }
 };
 
 // The second stage of a two-stage reduction reads partial results as they are.
 struct MapIdentity {
   template <class Acc>
-  __device__ __forceinline__ Acc operator()(Acc x, int64_t, int64_t) const { return x; }
+  __device__ __forceinline__ Acc operator()(Acc x, int64_t, int64_t) const {
+    return x;
+  }
 };
 
 struct Times {
   template <class Acc>
-  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const { return a * b; }
+  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const {
+    return a * b;
+  }
 };
 struct MaxNan {
   template <class Acc>
-  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const { return is_nan(a) ? a : (is_nan(b) ? b : (a > b ? a : b)); }
+  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const {
+    return is_nan(a) ? a : (is_nan(b) ? b : (a > b ? a : b));
+  }
 };
 struct MinNan {
   template <class Acc>
-  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const { return is_nan(a) ? a : (is_nan(b) ? b : (a < b ? a : b)); }
+  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const {
+    return is_nan(a) ? a : (is_nan(b) ? b : (a < b ? a : b));
+  }
 };
 struct LogicalAnd {
   __device__ __forceinline__ int operator()(int a, int b) const { return a & b; }
@@ -121,7 +133,9 @@ template <class Out>
 struct StoreConvert {
   Out* out;
   template <class Acc>
-  __device__ __forceinline__ void operator()(int64_t row, Acc a) const { out[row] = convert<Out>(a); }
+  __device__ __forceinline__ void operator()(int64_t row, Acc a) const {
+    out[row] = convert<Out>(a);
+  }
 };
 
 // out = acc / divisor (the mean); also the first pass of the variance, into a float buffer.
@@ -194,8 +208,8 @@ constexpr int vec_elements() {
 // a scalar head up to the first 16-byte boundary, 16-byte vectors, a scalar tail. Each
 // vector slot keeps its own accumulator (more loads in flight, shorter sums).
 template <class R>
-__device__ __forceinline__ typename R::Acc accumulate(const R& r, const typename R::In* row, int64_t begin,
-                                                      int64_t end, int64_t row_index, int lane, int lanes) {
+__device__ __forceinline__ typename R::Acc accumulate(const R& r, const typename R::In* row, int64_t begin, int64_t end,
+                                                      int64_t row_index, int lane, int lanes) {
   using In = typename R::In;
   using Acc = typename R::Acc;
   constexpr int N = vec_elements<In>();
@@ -226,7 +240,8 @@ __device__ __forceinline__ typename R::Acc accumulate(const R& r, const typename
 
 // G lanes per row (G <= 32), kThreads / G rows per block: for short rows.
 template <int G, class R>
-__global__ void __launch_bounds__(kThreads) reduce_rows_grouped(R r, const typename R::In* x, int64_t rows, int64_t row_len) {
+__global__ void __launch_bounds__(kThreads)
+    reduce_rows_grouped(R r, const typename R::In* x, int64_t rows, int64_t row_len) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / G) + threadIdx.x / G;
   const int lane = threadIdx.x % G;
   typename R::Acc acc = r.init;
@@ -238,7 +253,8 @@ __global__ void __launch_bounds__(kThreads) reduce_rows_grouped(R r, const typen
 // One block per (row, chunk of chunk_len columns): for long rows. Stores at index
 // row * chunks + chunk, which is the row itself when there is one chunk.
 template <int BLOCK, class R>
-__global__ void __launch_bounds__(BLOCK) reduce_rows_blocked(R r, const typename R::In* x, int64_t row_len, int64_t chunk_len) {
+__global__ void __launch_bounds__(BLOCK)
+    reduce_rows_blocked(R r, const typename R::In* x, int64_t row_len, int64_t chunk_len) {
   const int64_t row = blockIdx.x;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * chunk_len;
   const int64_t end = min(row_len, begin + chunk_len);
@@ -283,8 +299,8 @@ void run_reduction(const Launcher& launch, const R& r, const typename R::In* x, 
   using Acc = typename R::Acc;
   const DeviceBuffer partials = launch.buffer(static_cast<size_t>(rows * chunks) * sizeof(Acc));
   const auto stage1 = make_reduction<typename R::In>(r.init, r.map, r.combine, StorePartial<Acc>{partials.as<Acc>()});
-  launch(reduce_rows_blocked<kRowBlock, decltype(stage1)>, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(chunks)),
-         kRowBlock, 0, stage1, x, row_len, chunk_len);
+  launch(reduce_rows_blocked<kRowBlock, decltype(stage1)>,
+         dim3(static_cast<unsigned>(rows), static_cast<unsigned>(chunks)), kRowBlock, 0, stage1, x, row_len, chunk_len);
   const auto stage2 = make_reduction<Acc>(r.init, MapIdentity{}, r.combine, r.store);
   launch_grouped<32>(launch, stage2, partials.as<const Acc>(), rows, chunks);
 }

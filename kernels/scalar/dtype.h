@@ -39,12 +39,17 @@ struct DeviceTypes {
 };
 #endif
 
-template <class T> struct is_reduced_float : std::false_type {};
-template <> struct is_reduced_float<Half> : std::true_type {};
-template <> struct is_reduced_float<BFloat16> : std::true_type {};
+template <class T>
+struct is_reduced_float : std::false_type {};
+template <>
+struct is_reduced_float<Half> : std::true_type {};
+template <>
+struct is_reduced_float<BFloat16> : std::true_type {};
 #if defined(__CUDACC__)
-template <> struct is_reduced_float<__half> : std::true_type {};
-template <> struct is_reduced_float<__nv_bfloat16> : std::true_type {};
+template <>
+struct is_reduced_float<__half> : std::true_type {};
+template <>
+struct is_reduced_float<__nv_bfloat16> : std::true_type {};
 #endif
 template <class T>
 constexpr bool is_reduced_float_v = is_reduced_float<T>::value;

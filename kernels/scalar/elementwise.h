@@ -24,7 +24,7 @@ constexpr bool supports(UnaryOp op) {
 template <class T>
 constexpr bool supports(BinaryOp op) {
   const bool float_only = op == BinaryOp::Div || op == BinaryOp::GeluGrad || op == BinaryOp::GeluTanhGrad;
-  return !(float_only && !is_floating_v<T>) && !(op == BinaryOp::Pow && std::is_same_v<T, bool>);
+  return !(float_only && !is_floating_v<T>)&&!(op == BinaryOp::Pow && std::is_same_v<T, bool>);
 }
 
 // out = op(x), with the op's scalar arguments a and b (Clamp's bounds, PowScalar's exponent).
@@ -100,26 +100,25 @@ struct BinaryFunctor {
     else if constexpr (OP == BinaryOp::Sub) return convert<T>(math::wrapping_sub(a, b));
     else if constexpr (OP == BinaryOp::Mul) return convert<T>(math::wrapping_mul(a, b));
     else if constexpr (OP == BinaryOp::Div) return convert<T>(a / b);
-    else if constexpr (OP == BinaryOp::Maximum) return convert<T>(math::is_nan(a) ? a : (math::is_nan(b) ? b : (a > b ? a : b)));
-    else if constexpr (OP == BinaryOp::Minimum) return convert<T>(math::is_nan(a) ? a : (math::is_nan(b) ? b : (a < b ? a : b)));
+    else if constexpr (OP == BinaryOp::Maximum)
+      return convert<T>(math::is_nan(a) ? a : (math::is_nan(b) ? b : (a > b ? a : b)));
+    else if constexpr (OP == BinaryOp::Minimum)
+      return convert<T>(math::is_nan(a) ? a : (math::is_nan(b) ? b : (a < b ? a : b)));
     else if constexpr (OP == BinaryOp::Pow) {
       if constexpr (is_floating_v<T>) return convert<T>(math::pow(a, b));
       else return math::int_pow(a, b);
-    }
-    else if constexpr (OP == BinaryOp::GeluGrad) {
+    } else if constexpr (OP == BinaryOp::GeluGrad) {
       // d/dx x * cdf(x) = cdf(x) + x * pdf(x), with the standard normal's cdf and pdf.
       const C cdf = C(0.5) * (C(1) + math::erf(b * C(0.70710678118654752440)));
       const C pdf = math::exp(C(-0.5) * b * b) * C(0.39894228040143267794);
       return convert<T>(a * (cdf + b * pdf));
-    }
-    else if constexpr (OP == BinaryOp::GeluTanhGrad) {
+    } else if constexpr (OP == BinaryOp::GeluTanhGrad) {
       // t = tanh(k (x + c x^3)): d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
       const C k = C(0.79788456080286535588), c = C(0.044715);
       const C x2 = b * b;
       const C t = math::tanh(k * (b + c * x2 * b));
       return convert<T>(a * (C(0.5) * (C(1) + t) + C(0.5) * b * (C(1) - t * t) * k * (C(1) + C(3) * c * x2)));
-    }
-    else if constexpr (OP == BinaryOp::Eq) return a == b;
+    } else if constexpr (OP == BinaryOp::Eq) return a == b;
     else if constexpr (OP == BinaryOp::Ne) return a != b;
     else if constexpr (OP == BinaryOp::Lt) return a < b;
     else if constexpr (OP == BinaryOp::Le) return a <= b;

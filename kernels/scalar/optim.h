@@ -16,10 +16,16 @@ struct SgdParams {
   C lr, momentum, keep, weight_decay;
   bool use_momentum, nesterov, first_step, decay;
 
-  NC_HOST_DEVICE static SgdParams make(double lr, double momentum, double dampening, double weight_decay,
-                                       bool nesterov, bool first_step) {
-    return {static_cast<C>(lr), static_cast<C>(momentum), static_cast<C>(math::sub_rn(1.0, dampening)),
-            static_cast<C>(weight_decay), momentum != 0.0, nesterov, first_step, weight_decay != 0.0};
+  NC_HOST_DEVICE static SgdParams make(double lr, double momentum, double dampening, double weight_decay, bool nesterov,
+                                       bool first_step) {
+    return {static_cast<C>(lr),
+            static_cast<C>(momentum),
+            static_cast<C>(math::sub_rn(1.0, dampening)),
+            static_cast<C>(weight_decay),
+            momentum != 0.0,
+            nesterov,
+            first_step,
+            weight_decay != 0.0};
   }
 };
 

@@ -29,9 +29,9 @@
 #include <tuple>
 #include <vector>
 
+#include "normcore/cuda.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/runtime.h"
-#include "normcore/cuda.h"
 
 namespace normcore {
 namespace cuda {
@@ -158,11 +158,11 @@ char* malloc_with_retry(DevicePool& p, int device, size_t size, size_t requested
     ++p.stats.num_ooms;
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) cudaGetLastError();
-    throw OutOfMemoryError(with_op(detail::cat_str(
-        "CUDA out of memory on cuda:", device, ": tried to allocate ", requested, " bytes (",
-        requested >> 20, " MiB); the device has ", free_bytes, " bytes free of ", total_bytes,
-        ", normcore holds ", p.stats.allocated, " bytes in tensors and ", p.stats.split_cached,
-        " bytes cached in parts of segments (the driver takes back only whole ones)")));
+    throw OutOfMemoryError(
+        with_op(detail::cat_str("CUDA out of memory on cuda:", device, ": tried to allocate ", requested, " bytes (",
+                                requested >> 20, " MiB); the device has ", free_bytes, " bytes free of ", total_bytes,
+                                ", normcore holds ", p.stats.allocated, " bytes in tensors and ", p.stats.split_cached,
+                                " bytes cached in parts of segments (the driver takes back only whole ones)")));
   }
   check(status, "cudaMalloc", __FILE__, __LINE__);
   ++p.stats.num_device_mallocs;

@@ -28,8 +28,8 @@
 namespace normcore {
 namespace cuda {
 
-inline std::string failure_message(const char* kind, const char* name, const char* text,
-                                   const char* expr, const char* file, int line) {
+inline std::string failure_message(const char* kind, const char* name, const char* text, const char* expr,
+                                   const char* file, int line) {
   return detail::cat_str(kind, " error ", name, " (", text, ") in `", expr, "` at ", file, ":", line);
 }
 
@@ -40,14 +40,12 @@ inline std::string status_message(cudaError_t status, const char* expr, const ch
 }
 inline std::string status_message(cublasStatus_t status, const char* expr, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return {};
-  return failure_message("cuBLAS", cublasGetStatusName(status), cublasGetStatusString(status), expr,
-                         file, line);
+  return failure_message("cuBLAS", cublasGetStatusName(status), cublasGetStatusString(status), expr, file, line);
 }
 #ifdef NORMCORE_HAS_CUDNN
 inline std::string status_message(cudnnStatus_t status, const char* expr, const char* file, int line) {
   if (status == CUDNN_STATUS_SUCCESS) return {};
-  return failure_message("cuDNN", cudnnGetErrorString(status), "see cudnnGetLastErrorString", expr,
-                         file, line);
+  return failure_message("cuDNN", cudnnGetErrorString(status), "see cudnnGetLastErrorString", expr, file, line);
 }
 #endif
 
@@ -66,10 +64,8 @@ inline bool is_context_lost(cudaError_t status) {
     case cudaErrorLaunchFailure:
     case cudaErrorTensorMemoryLeak:
     case cudaErrorECCUncorrectable:
-    case cudaErrorContained:
-      return true;
-    default:
-      return false;
+    case cudaErrorContained: return true;
+    default: return false;
   }
 }
 inline bool is_context_lost(cublasStatus_t) { return false; }
@@ -150,8 +146,9 @@ inline void check_launch(const char* kernel_op) {
   if (status == cudaSuccess) return;
   std::string op = detail::current_op();
   if (op.empty()) op = kernel_op;
-  const char* what = waited ? "its kernel failed" : is_context_lost(status) ? "launching a kernel found an earlier fault"
-                                                                            : "kernel launch failed";
+  const char* what = waited                    ? "its kernel failed"
+                     : is_context_lost(status) ? "launching a kernel found an earlier fault"
+                                               : "kernel launch failed";
   std::string message =
       detail::cat_str(op, ": ", what, ": ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
   if (is_context_lost(status)) message += context_lost_note(waited);

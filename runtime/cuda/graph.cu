@@ -14,11 +14,11 @@
 
 #include "base/op_scope.h"
 #include "kernels/capture.h"
+#include "normcore/cuda.h"
+#include "normcore/error.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/index_errors.h"
 #include "runtime/cuda/runtime.h"
-#include "normcore/cuda.h"
-#include "normcore/error.h"
 
 namespace normcore {
 namespace cuda {
@@ -123,10 +123,10 @@ Graph::~Graph() {
 void Graph::capture(int device, const std::function<void()>& fn) {
   check_device("cuda::Graph::capture", device);
   Impl& g = *impl_;
-  NC_CHECK(g.device < 0 || g.device == device, DeviceError, "cuda::Graph::capture: the graph belongs to cuda:",
-           g.device, ", not cuda:", device);
-  NC_CHECK(!capturing(device), CaptureError, "cuda::Graph::capture: a graph is already being captured on cuda:",
-           device);
+  NC_CHECK(g.device < 0 || g.device == device, DeviceError,
+           "cuda::Graph::capture: the graph belongs to cuda:", g.device, ", not cuda:", device);
+  NC_CHECK(!capturing(device), CaptureError,
+           "cuda::Graph::capture: a graph is already being captured on cuda:", device);
   DeviceGuard guard(device);
   cudaStream_t s = stream(device);
   if (g.device < 0) {
@@ -164,8 +164,8 @@ void Graph::capture(int device, const std::function<void()>& fn) {
     cudaGetLastError();
     if (g.graph != nullptr) cudaGraphDestroy(g.graph);
     g.graph = nullptr;
-    throw CaptureError(detail::cat_str("cuda::Graph::capture: the capture on cuda:", device, " failed: ",
-                                       cudaGetErrorName(ended), " (", cudaGetErrorString(ended),
+    throw CaptureError(detail::cat_str("cuda::Graph::capture: the capture on cuda:", device,
+                                       " failed: ", cudaGetErrorName(ended), " (", cudaGetErrorString(ended),
                                        "); a call in the captured function is not allowed in a CUDA graph"));
   }
   NC_CUDA_CHECK(cudaGraphGetNodes(g.graph, nullptr, &g.nodes));
@@ -183,8 +183,8 @@ void Graph::replay() {
     for (size_t i = 0; i < g.generators.size(); ++i) {
       GeneratorUse& use = g.generators[i];
       NC_CHECK(use.gen->seed() == use.seed, CaptureError,
-               "cuda::Graph::replay: a generator the graph draws from was reseeded since the capture (seed ",
-               use.seed, ", now ", use.gen->seed(), "); capture again");
+               "cuda::Graph::replay: a generator the graph draws from was reseeded since the capture (seed ", use.seed,
+               ", now ", use.gen->seed(), "); capture again");
       values.value[i] = use.gen->advance(use.total);
     }
     set_words_kernel<<<1, kMaxGenerators, 0, s>>>(g.words, static_cast<int>(g.generators.size()), values);

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "kernels/capture.h"
-#include "runtime/cuda/check.h"
-#include "runtime/cuda/runtime.h"
 #include "normcore/cuda.h"
 #include "normcore/error.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/runtime.h"
 
 namespace normcore {
 namespace cuda {
@@ -27,9 +27,9 @@ struct Site {
 };
 
 struct Record {
-  unsigned int* claim = nullptr;               // device memory
-  IndexErrorReport* report = nullptr;          // mapped host memory, as the host sees it
-  IndexErrorReport* device_report = nullptr;   // the same, as the device sees it
+  unsigned int* claim = nullptr;              // device memory
+  IndexErrorReport* report = nullptr;         // mapped host memory, as the host sees it
+  IndexErrorReport* device_report = nullptr;  // the same, as the device sees it
 };
 
 // Messages by id, and the record of each device, made on first use.
@@ -53,9 +53,7 @@ Registry& registry() {
   return *r;
 }
 
-unsigned int load_found(const IndexErrorReport* report) {
-  return __atomic_load_n(&report->found, __ATOMIC_ACQUIRE);
-}
+unsigned int load_found(const IndexErrorReport* report) { return __atomic_load_n(&report->found, __ATOMIC_ACQUIRE); }
 
 std::string message_of(const Site& site, const IndexErrorReport& report) {
   return detail::cat_str(site.head, report.value, site.middle, report.size, site.tail);

@@ -14,10 +14,10 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/cuda/check.h"
-#include "runtime/cuda/index_errors.h"
 #include "normcore/cuda.h"
 #include "normcore/error.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/index_errors.h"
 
 namespace normcore {
 namespace cuda {
@@ -119,8 +119,8 @@ int device_count() {
 void check_device(const char* fn, int device) {
   int count = device_count();
   NC_CHECK(count > 0, DeviceError, fn, ": no CUDA device is available");
-  NC_CHECK(device >= 0 && device < count, DeviceError, fn, ": device index ", device,
-           " is out of range (", count, " CUDA device(s) visible)");
+  NC_CHECK(device >= 0 && device < count, DeviceError, fn, ": device index ", device, " is out of range (", count,
+           " CUDA device(s) visible)");
 }
 
 cudaStream_t stream(int device) {
@@ -136,9 +136,7 @@ cudaStream_t stream(int device) {
 
 bool is_own_stream(int device, cudaStream_t s) { return s != nullptr && s == context(device).own_stream; }
 
-void set_stream(int device, cudaStream_t s) {
-  context(device).user_stream.store(s, std::memory_order_release);
-}
+void set_stream(int device, cudaStream_t s) { context(device).user_stream.store(s, std::memory_order_release); }
 
 cublasHandle_t cublas_handle(int device) {
   DeviceContext& ctx = context(device);
@@ -289,7 +287,6 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   stream_wait(dst_stream, src_stream, src_device.index);
 }
 
-
 // ---------------------------------------------------------------- public API (cuda.h)
 
 void mem_get_info(int device, size_t* free_bytes, size_t* total_bytes) {
@@ -335,8 +332,8 @@ void set_current_stream(int device, StreamHandle handle) {
   if (s != nullptr) {
     int owner = -1;
     NC_CUDA_CHECK(cudaStreamGetDevice(s, &owner));
-    NC_CHECK(owner == device, DeviceError, "cuda::set_current_stream: the stream belongs to device ",
-             owner, ", not device ", device);
+    NC_CHECK(owner == device, DeviceError, "cuda::set_current_stream: the stream belongs to device ", owner,
+             ", not device ", device);
   }
   set_stream(device, s);
 }
@@ -364,8 +361,7 @@ void destroy_stream(StreamHandle handle) {
   NC_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
-StreamGuard::StreamGuard(int device, StreamHandle stream)
-    : device_(device), previous_(current_stream(device)) {
+StreamGuard::StreamGuard(int device, StreamHandle stream) : device_(device), previous_(current_stream(device)) {
   set_current_stream(device, stream);
 }
 

@@ -97,13 +97,14 @@ class DeviceGuard {
 // scope. Stream-ordered reuse makes it safe to free before the kernels using it finish.
 class DeviceBuffer {
  public:
-  DeviceBuffer(size_t nbytes, int device)
-      : ptr_(device_alloc(nbytes, device)), nbytes_(nbytes), device_(device) {}
+  DeviceBuffer(size_t nbytes, int device) : ptr_(device_alloc(nbytes, device)), nbytes_(nbytes), device_(device) {}
   ~DeviceBuffer() { device_free(ptr_, nbytes_, device_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
   void* ptr_;

@@ -30,7 +30,8 @@ Tensor spread_leaf(const nc::Shape& shape, uint64_t seed) {
   Tensor perm = nc::randint(0, 1000000, {n}, DType::I64, &gen);
   std::vector<double> v(static_cast<size_t>(n));
   std::vector<int64_t> keys = perm.to_vector<int64_t>();
-  for (int64_t i = 0; i < n; ++i) v[i] = (i % 2 ? 1.0 : -1.0) * (0.3 + 0.1 * static_cast<double>(i)) + 1e-7 * static_cast<double>(keys[i] % 7);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = (i % 2 ? 1.0 : -1.0) * (0.3 + 0.1 * static_cast<double>(i)) + 1e-7 * static_cast<double>(keys[i] % 7);
   return nc::from_vector(v, shape).requires_grad_();
 }
 
@@ -49,90 +50,182 @@ std::vector<GradCase> cases() {
     c.push_back({name, [f](V v) { return f(v[0]); }, {x}});
   };
   Tensor positive = leaf({3, 4}, 1, 0.2, 2.0);
-  unary("neg", [](const Tensor& x) { return nc::neg(x); }, leaf({3, 4}, 2));
-  unary("abs", [](const Tensor& x) { return nc::abs(x); }, spread_leaf({3, 4}, 3));
-  unary("exp", [](const Tensor& x) { return nc::exp(x); }, leaf({3, 4}, 4));
-  unary("log", [](const Tensor& x) { return nc::log(x); }, positive);
-  unary("sqrt", [](const Tensor& x) { return nc::sqrt(x); }, positive);
-  unary("rsqrt", [](const Tensor& x) { return nc::rsqrt(x); }, positive);
-  unary("sin", [](const Tensor& x) { return nc::sin(x); }, leaf({3, 4}, 5));
-  unary("cos", [](const Tensor& x) { return nc::cos(x); }, leaf({3, 4}, 6));
-  unary("tanh", [](const Tensor& x) { return nc::tanh(x); }, leaf({3, 4}, 7));
-  unary("sigmoid", [](const Tensor& x) { return nc::sigmoid(x); }, leaf({3, 4}, 8));
-  unary("relu", [](const Tensor& x) { return nc::relu(x); }, spread_leaf({3, 4}, 9));
-  unary("gelu", [](const Tensor& x) { return nc::gelu(x); }, leaf({3, 4}, 10, -3, 3));
-  unary("gelu_tanh", [](const Tensor& x) { return nc::gelu(x, true); }, leaf({3, 4}, 11, -3, 3));
-  unary("clamp", [](const Tensor& x) { return nc::clamp(x, -0.45, 0.75); }, spread_leaf({3, 4}, 12));
-  unary("clamp_min", [](const Tensor& x) { return nc::clamp(x, -0.45, std::nullopt); }, spread_leaf({3, 4}, 13));
-  unary("pow_scalar", [](const Tensor& x) { return nc::pow(x, 3); }, leaf({3, 4}, 14));
-  unary("pow_fraction", [](const Tensor& x) { return nc::pow(x, 1.5); }, positive);
-  unary("sign", [](const Tensor& x) { return nc::sign(x) * x; }, spread_leaf({3, 4}, 15));
+  unary(
+      "neg", [](const Tensor& x) { return nc::neg(x); }, leaf({3, 4}, 2));
+  unary(
+      "abs", [](const Tensor& x) { return nc::abs(x); }, spread_leaf({3, 4}, 3));
+  unary(
+      "exp", [](const Tensor& x) { return nc::exp(x); }, leaf({3, 4}, 4));
+  unary(
+      "log", [](const Tensor& x) { return nc::log(x); }, positive);
+  unary(
+      "sqrt", [](const Tensor& x) { return nc::sqrt(x); }, positive);
+  unary(
+      "rsqrt", [](const Tensor& x) { return nc::rsqrt(x); }, positive);
+  unary(
+      "sin", [](const Tensor& x) { return nc::sin(x); }, leaf({3, 4}, 5));
+  unary(
+      "cos", [](const Tensor& x) { return nc::cos(x); }, leaf({3, 4}, 6));
+  unary(
+      "tanh", [](const Tensor& x) { return nc::tanh(x); }, leaf({3, 4}, 7));
+  unary(
+      "sigmoid", [](const Tensor& x) { return nc::sigmoid(x); }, leaf({3, 4}, 8));
+  unary(
+      "relu", [](const Tensor& x) { return nc::relu(x); }, spread_leaf({3, 4}, 9));
+  unary(
+      "gelu", [](const Tensor& x) { return nc::gelu(x); }, leaf({3, 4}, 10, -3, 3));
+  unary(
+      "gelu_tanh", [](const Tensor& x) { return nc::gelu(x, true); }, leaf({3, 4}, 11, -3, 3));
+  unary(
+      "clamp", [](const Tensor& x) { return nc::clamp(x, -0.45, 0.75); }, spread_leaf({3, 4}, 12));
+  unary(
+      "clamp_min", [](const Tensor& x) { return nc::clamp(x, -0.45, std::nullopt); }, spread_leaf({3, 4}, 13));
+  unary(
+      "pow_scalar", [](const Tensor& x) { return nc::pow(x, 3); }, leaf({3, 4}, 14));
+  unary(
+      "pow_fraction", [](const Tensor& x) { return nc::pow(x, 1.5); }, positive);
+  unary(
+      "sign", [](const Tensor& x) { return nc::sign(x) * x; }, spread_leaf({3, 4}, 15));
 
-  auto binary = [&](const std::string& name, std::function<Tensor(const Tensor&, const Tensor&)> f, Tensor a, Tensor b) {
+  auto binary = [&](const std::string& name, std::function<Tensor(const Tensor&, const Tensor&)> f, Tensor a,
+                    Tensor b) {
     c.push_back({name, [f](V v) { return f(v[0], v[1]); }, {a, b}});
   };
-  binary("add_broadcast", [](const Tensor& a, const Tensor& b) { return a + b; }, leaf({2, 1, 3}, 20), leaf({4, 1}, 21));
-  binary("sub_broadcast", [](const Tensor& a, const Tensor& b) { return a - b; }, leaf({3}, 22), leaf({2, 3}, 23));
-  binary("mul_broadcast", [](const Tensor& a, const Tensor& b) { return a * b; }, leaf({2, 3}, 24), leaf({3}, 25));
-  binary("div_broadcast", [](const Tensor& a, const Tensor& b) { return a / b; }, leaf({2, 3}, 26), leaf({2, 1}, 27, 0.5, 2));
-  binary("maximum", [](const Tensor& a, const Tensor& b) { return nc::maximum(a, b); }, spread_leaf({2, 3}, 28), leaf({3}, 29));
-  binary("minimum", [](const Tensor& a, const Tensor& b) { return nc::minimum(a, b); }, spread_leaf({2, 3}, 30), leaf({3}, 31));
-  binary("pow", [](const Tensor& a, const Tensor& b) { return nc::pow(a, b); }, leaf({2, 3}, 32, 0.5, 2), leaf({2, 3}, 33));
-  binary("where", [](const Tensor& a, const Tensor& b) { return nc::where(nc::gt(a, 0), a, b); }, spread_leaf({2, 3}, 34), leaf({3}, 35));
-  binary("scalar_ops", [](const Tensor& a, const Tensor& b) { return (2.0 - a) * 3.0 / (b + 4.0) + 1.0 / (b + 5.0); },
-         leaf({2, 3}, 36), leaf({2, 3}, 37));
-  binary("matmul", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b); }, leaf({3, 4}, 38), leaf({4, 2}, 39));
-  binary("matmul_batched_broadcast", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b); },
-         leaf({2, 1, 3, 4}, 40), leaf({5, 4, 2}, 41));
-  binary("matmul_vectors", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b); }, leaf({4}, 42), leaf({4, 3}, 43));
-  binary("matmul_transposed", [](const Tensor& a, const Tensor& b) { return nc::matmul(a.t(), b.t()); },
-         leaf({4, 3}, 44), leaf({2, 4}, 45));
+  binary(
+      "add_broadcast", [](const Tensor& a, const Tensor& b) { return a + b; }, leaf({2, 1, 3}, 20), leaf({4, 1}, 21));
+  binary(
+      "sub_broadcast", [](const Tensor& a, const Tensor& b) { return a - b; }, leaf({3}, 22), leaf({2, 3}, 23));
+  binary(
+      "mul_broadcast", [](const Tensor& a, const Tensor& b) { return a * b; }, leaf({2, 3}, 24), leaf({3}, 25));
+  binary(
+      "div_broadcast", [](const Tensor& a, const Tensor& b) { return a / b; }, leaf({2, 3}, 26),
+      leaf({2, 1}, 27, 0.5, 2));
+  binary(
+      "maximum", [](const Tensor& a, const Tensor& b) { return nc::maximum(a, b); }, spread_leaf({2, 3}, 28),
+      leaf({3}, 29));
+  binary(
+      "minimum", [](const Tensor& a, const Tensor& b) { return nc::minimum(a, b); }, spread_leaf({2, 3}, 30),
+      leaf({3}, 31));
+  binary(
+      "pow", [](const Tensor& a, const Tensor& b) { return nc::pow(a, b); }, leaf({2, 3}, 32, 0.5, 2),
+      leaf({2, 3}, 33));
+  binary(
+      "where", [](const Tensor& a, const Tensor& b) { return nc::where(nc::gt(a, 0), a, b); }, spread_leaf({2, 3}, 34),
+      leaf({3}, 35));
+  binary(
+      "scalar_ops", [](const Tensor& a, const Tensor& b) { return (2.0 - a) * 3.0 / (b + 4.0) + 1.0 / (b + 5.0); },
+      leaf({2, 3}, 36), leaf({2, 3}, 37));
+  binary(
+      "matmul", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b); }, leaf({3, 4}, 38), leaf({4, 2}, 39));
+  binary(
+      "matmul_batched_broadcast", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b); },
+      leaf({2, 1, 3, 4}, 40), leaf({5, 4, 2}, 41));
+  binary(
+      "matmul_vectors", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b); }, leaf({4}, 42),
+      leaf({4, 3}, 43));
+  binary(
+      "matmul_transposed", [](const Tensor& a, const Tensor& b) { return nc::matmul(a.t(), b.t()); }, leaf({4, 3}, 44),
+      leaf({2, 4}, 45));
   // N-D @ 2-D folds into one GEMM: a contiguous input, a transposed one (folded through a
   // copy), and a transposed weight as nn::Linear passes it.
-  binary("matmul_folded", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b.t()); },
-         leaf({2, 3, 5, 4}, 46), leaf({2, 4}, 47));
-  binary("matmul_folded_transposed", [](const Tensor& a, const Tensor& b) { return nc::matmul(a.transpose(1, 2), b); },
-         leaf({2, 4, 3}, 48), leaf({4, 2}, 49));
+  binary(
+      "matmul_folded", [](const Tensor& a, const Tensor& b) { return nc::matmul(a, b.t()); }, leaf({2, 3, 5, 4}, 46),
+      leaf({2, 4}, 47));
+  binary(
+      "matmul_folded_transposed", [](const Tensor& a, const Tensor& b) { return nc::matmul(a.transpose(1, 2), b); },
+      leaf({2, 4, 3}, 48), leaf({4, 2}, 49));
 
-  auto reduction = [&](const std::string& name, std::function<Tensor(const Tensor&)> f, Tensor x) { unary(name, f, x); };
-  reduction("sum_all", [](const Tensor& x) { return nc::sum(x); }, leaf({2, 3, 4}, 50));
-  reduction("sum_dims_keepdim", [](const Tensor& x) { return nc::sum(x, {0, 2}, true); }, leaf({2, 3, 4}, 51));
-  reduction("mean_dim", [](const Tensor& x) { return nc::mean(x, {-1}); }, leaf({2, 3, 4}, 52));
-  reduction("var_unbiased", [](const Tensor& x) { return nc::var(x, {1}); }, leaf({2, 3, 4}, 53));
-  reduction("var_biased_all", [](const Tensor& x) { return nc::var(x, {}, false); }, leaf({2, 3, 4}, 54));
-  reduction("prod_dim", [](const Tensor& x) { return nc::prod(x, {1}); }, leaf({2, 3, 4}, 55));
-  reduction("prod_with_zero", [](const Tensor& x) {
-    return nc::prod(nc::where(nc::lt(nc::abs(x), 0.2), 0.0, x), {1});
-  }, spread_leaf({3, 4}, 56));
-  reduction("norm2", [](const Tensor& x) { return nc::norm(x, 2, {1}); }, leaf({3, 4}, 57));
-  reduction("norm1", [](const Tensor& x) { return nc::norm(x, 1); }, spread_leaf({3, 4}, 58));
-  reduction("norm3", [](const Tensor& x) { return nc::norm(x, 3, {0}, true); }, spread_leaf({3, 4}, 59));
-  reduction("norm_inf", [](const Tensor& x) { return nc::norm(x, INFINITY, {1}); }, spread_leaf({3, 4}, 60));
-  reduction("max_all", [](const Tensor& x) { return nc::max(x); }, spread_leaf({3, 4}, 61));
-  reduction("min_dim", [](const Tensor& x) { return nc::min(x, 1).first; }, spread_leaf({3, 4}, 62));
-  reduction("max_dim_keepdim", [](const Tensor& x) { return nc::max(x, 0, true).first; }, spread_leaf({3, 4}, 63));
+  auto reduction = [&](const std::string& name, std::function<Tensor(const Tensor&)> f, Tensor x) {
+    unary(name, f, x);
+  };
+  reduction(
+      "sum_all", [](const Tensor& x) { return nc::sum(x); }, leaf({2, 3, 4}, 50));
+  reduction(
+      "sum_dims_keepdim",
+      [](const Tensor& x) {
+        return nc::sum(x, {0, 2}, true);
+      },
+      leaf({2, 3, 4}, 51));
+  reduction(
+      "mean_dim", [](const Tensor& x) { return nc::mean(x, {-1}); }, leaf({2, 3, 4}, 52));
+  reduction(
+      "var_unbiased", [](const Tensor& x) { return nc::var(x, {1}); }, leaf({2, 3, 4}, 53));
+  reduction(
+      "var_biased_all", [](const Tensor& x) { return nc::var(x, {}, false); }, leaf({2, 3, 4}, 54));
+  reduction(
+      "prod_dim", [](const Tensor& x) { return nc::prod(x, {1}); }, leaf({2, 3, 4}, 55));
+  reduction(
+      "prod_with_zero", [](const Tensor& x) { return nc::prod(nc::where(nc::lt(nc::abs(x), 0.2), 0.0, x), {1}); },
+      spread_leaf({3, 4}, 56));
+  reduction(
+      "norm2", [](const Tensor& x) { return nc::norm(x, 2, {1}); }, leaf({3, 4}, 57));
+  reduction(
+      "norm1", [](const Tensor& x) { return nc::norm(x, 1); }, spread_leaf({3, 4}, 58));
+  reduction(
+      "norm3", [](const Tensor& x) { return nc::norm(x, 3, {0}, true); }, spread_leaf({3, 4}, 59));
+  reduction(
+      "norm_inf", [](const Tensor& x) { return nc::norm(x, INFINITY, {1}); }, spread_leaf({3, 4}, 60));
+  reduction(
+      "max_all", [](const Tensor& x) { return nc::max(x); }, spread_leaf({3, 4}, 61));
+  reduction(
+      "min_dim", [](const Tensor& x) { return nc::min(x, 1).first; }, spread_leaf({3, 4}, 62));
+  reduction(
+      "max_dim_keepdim", [](const Tensor& x) { return nc::max(x, 0, true).first; }, spread_leaf({3, 4}, 63));
 
   auto view = [&](const std::string& name, std::function<Tensor(const Tensor&)> f, Tensor x) { unary(name, f, x); };
-  view("view_reshape", [](const Tensor& x) { return x.view({4, 3}).reshape({2, 6}) * 2.0; }, leaf({3, 4}, 70));
-  view("permute_transpose", [](const Tensor& x) { return x.permute({2, 0, 1}).transpose(0, 2) * 1.0; }, leaf({2, 3, 4}, 71));
-  view("narrow_slice_select", [](const Tensor& x) { return x.narrow(0, 1, 2).slice(1, 0, 4, 2).select(1, 1) * 3.0; },
-       leaf({3, 4}, 72));
-  view("squeeze_unsqueeze_expand", [](const Tensor& x) { return x.unsqueeze(0).expand({3, 2, 1, 4}).squeeze(2) * 1.0; },
-       leaf({2, 1, 4}, 73));
-  view("flatten_contiguous", [](const Tensor& x) { return x.t().contiguous().flatten() * 1.0; }, leaf({3, 4}, 74));
-  view("clone_to_f32_and_back", [](const Tensor& x) { return x.clone().to(DType::F64) * 1.0; }, leaf({3, 4}, 75));
-  view("strided_input", [](const Tensor& x) { return nc::exp(x.slice(0, 0, 4, 2).t()); }, leaf({4, 3}, 76));
+  view(
+      "view_reshape",
+      [](const Tensor& x) {
+        return x.view({4, 3}).reshape({2, 6}) * 2.0;
+      },
+      leaf({3, 4}, 70));
+  view(
+      "permute_transpose",
+      [](const Tensor& x) {
+        return x.permute({2, 0, 1}).transpose(0, 2) * 1.0;
+      },
+      leaf({2, 3, 4}, 71));
+  view(
+      "narrow_slice_select", [](const Tensor& x) { return x.narrow(0, 1, 2).slice(1, 0, 4, 2).select(1, 1) * 3.0; },
+      leaf({3, 4}, 72));
+  view(
+      "squeeze_unsqueeze_expand",
+      [](const Tensor& x) {
+        return x.unsqueeze(0).expand({3, 2, 1, 4}).squeeze(2) * 1.0;
+      },
+      leaf({2, 1, 4}, 73));
+  view(
+      "flatten_contiguous", [](const Tensor& x) { return x.t().contiguous().flatten() * 1.0; }, leaf({3, 4}, 74));
+  view(
+      "clone_to_f32_and_back", [](const Tensor& x) { return x.clone().to(DType::F64) * 1.0; }, leaf({3, 4}, 75));
+  view(
+      "strided_input", [](const Tensor& x) { return nc::exp(x.slice(0, 0, 4, 2).t()); }, leaf({4, 3}, 76));
 
   auto index = nc::from_vector<int64_t>({2, 0, 2}, {3});
-  view("index_select", [index](const Tensor& x) { return nc::index_select(x, 1, index); }, leaf({2, 3}, 80));
+  view(
+      "index_select", [index](const Tensor& x) { return nc::index_select(x, 1, index); }, leaf({2, 3}, 80));
   auto gidx = nc::from_vector<int64_t>({0, 2, 1, 1}, {2, 2});
-  view("gather", [gidx](const Tensor& x) { return nc::gather(x, 1, gidx); }, leaf({2, 3}, 81));
-  binary("scatter_add", [gidx](const Tensor& x, const Tensor& src) { return nc::scatter_add(x, 1, gidx, src); },
-         leaf({2, 3}, 82), leaf({2, 3}, 83));
-  binary("cat_stack", [](const Tensor& a, const Tensor& b) { return nc::cat({a, nc::sum(nc::stack({b, b}, 0), {0})}, 1); },
-         leaf({2, 3}, 84), leaf({2, 2}, 85));
-  view("split", [](const Tensor& x) { auto p = nc::split(x, 2, 1); return p[0] * p[1]; }, leaf({3, 4}, 86));
-  view("masked_fill", [](const Tensor& x) { return nc::masked_fill(x, nc::gt(x, 0.5), 0.0) * x; }, spread_leaf({3, 4}, 87));
+  view(
+      "gather", [gidx](const Tensor& x) { return nc::gather(x, 1, gidx); }, leaf({2, 3}, 81));
+  binary(
+      "scatter_add", [gidx](const Tensor& x, const Tensor& src) { return nc::scatter_add(x, 1, gidx, src); },
+      leaf({2, 3}, 82), leaf({2, 3}, 83));
+  binary(
+      "cat_stack",
+      [](const Tensor& a, const Tensor& b) {
+        return nc::cat({a, nc::sum(nc::stack({b, b}, 0), {0})}, 1);
+      },
+      leaf({2, 3}, 84), leaf({2, 2}, 85));
+  view(
+      "split",
+      [](const Tensor& x) {
+        auto p = nc::split(x, 2, 1);
+        return p[0] * p[1];
+      },
+      leaf({3, 4}, 86));
+  view(
+      "masked_fill", [](const Tensor& x) { return nc::masked_fill(x, nc::gt(x, 0.5), 0.0) * x; },
+      spread_leaf({3, 4}, 87));
   return c;
 }
 
@@ -389,8 +482,8 @@ TEST(Autograd, AnomalyModeNamesTheOpThatProducedANan) {
   Tensor x = nc::from_vector<double>({1, 4, -1}, {3}).requires_grad_();
   EXPECT_EQ((x * 2.0).to_vector<double>(), (std::vector<double>{2, 8, -2}));  // finite: no error
   const std::string message = value_error_of([&] { nc::log(x); });
-  expect_contains(message, {"anomaly mode", "'log'", "produced", "from finite inputs", "1 of 3 values",
-                            "flat index 2", "nan"});
+  expect_contains(message,
+                  {"anomaly mode", "'log'", "produced", "from finite inputs", "1 of 3 values", "flat index 2", "nan"});
   // Ops that record nothing are not checked.
   {
     nc::autograd::NoGradGuard no_grad;

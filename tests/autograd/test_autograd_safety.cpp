@@ -55,61 +55,83 @@ struct InPlaceCase {
 
 TEST(VersionCounter, BackwardRefusesValuesWrittenAfterTheForward) {
   const std::vector<InPlaceCase> cases = {
-      {"mul saves w; w.fill_", [](Tensor& x, Tensor& w, Tensor& y) { y = nc::sum(nc::mul(x, w)); w.fill_(0); },
-       "mul backward", {}},
+      {"mul saves w; w.fill_",
+       [](Tensor& x, Tensor& w, Tensor& y) {
+         y = nc::sum(nc::mul(x, w));
+         w.fill_(0);
+       },
+       "mul backward",
+       {}},
       {"x * x; x.fill_ under no-grad, as an optimizer does",
        [](Tensor& x, Tensor&, Tensor& y) {
          y = nc::sum(nc::mul(x, x));
          nc::autograd::NoGradGuard no_grad;
          x.fill_(10);
        },
-       "mul backward", {}},
+       "mul backward",
+       {}},
       {"copy_ into the base of a saved view",
        [](Tensor& x, Tensor& w, Tensor& y) {
          Tensor base = w.detach();
          y = nc::sum(nc::mul(x, base.narrow(0, 0, 3)));
          base.copy_(nc::zeros({3}));
        },
-       "mul backward", {}},
+       "mul backward",
+       {}},
       {"matmul saves both operands; zero_",
        [](Tensor& x, Tensor& w, Tensor& y) {
          y = nc::sum(nc::matmul(x.view({1, 3}), w.view({3, 1})));
          w.detach().zero_();
        },
-       "matmul backward", {}},
+       "matmul backward",
+       {}},
       {"exp saves its output; the output written",
        [](Tensor& x, Tensor&, Tensor& y) {
          Tensor e = nc::exp(x);
          y = nc::sum(e);
          e.detach().fill_(0);
        },
-       "exp backward", {}},
-      {"layer_norm saves x", [](Tensor& x, Tensor&, Tensor& y) {
+       "exp backward",
+       {}},
+      {"layer_norm saves x",
+       [](Tensor& x, Tensor&, Tensor& y) {
          y = nc::sum(nc::mul(nc::layer_norm(x, {3}, Tensor(), Tensor(), 1e-5), nc::arange(3, nc::DType::F32)));
          nc::autograd::NoGradGuard no_grad;
          x.fill_(1);
        },
-       "layer_norm backward", {}},
-      {"gather saves its index", [](Tensor& x, Tensor&, Tensor& y) {
+       "layer_norm backward",
+       {}},
+      {"gather saves its index",
+       [](Tensor& x, Tensor&, Tensor& y) {
          Tensor index = nc::from_vector<int64_t>({2, 0}, {2});
          y = nc::sum(nc::gather(x, 0, index));
          index.fill_(1);
        },
-       "gather backward", {}},
+       "gather backward",
+       {}},
       // Writes that the gradient does not read are no error, as in PyTorch.
-      {"add saves nothing; w.fill_", [](Tensor& x, Tensor& w, Tensor& y) { y = nc::sum(nc::add(x, w)); w.fill_(0); },
-       nullptr, {1, 1, 1}},
-      {"exp saves its output, not x", [](Tensor& x, Tensor&, Tensor& y) {
+      {"add saves nothing; w.fill_",
+       [](Tensor& x, Tensor& w, Tensor& y) {
+         y = nc::sum(nc::add(x, w));
+         w.fill_(0);
+       },
+       nullptr,
+       {1, 1, 1}},
+      {"exp saves its output, not x",
+       [](Tensor& x, Tensor&, Tensor& y) {
          y = nc::sum(nc::exp(x));
          nc::autograd::NoGradGuard no_grad;
          x.fill_(0);
        },
-       nullptr, {1, 2.7182817f, 7.389056f}},
-      {"a write to an unrelated tensor", [](Tensor& x, Tensor& w, Tensor& y) {
+       nullptr,
+       {1, 2.7182817f, 7.389056f}},
+      {"a write to an unrelated tensor",
+       [](Tensor& x, Tensor& w, Tensor& y) {
          y = nc::sum(nc::mul(x, nc::ones({3})));
          w.fill_(0);
        },
-       nullptr, {1, 1, 1}},
+       nullptr,
+       {1, 1, 1}},
   };
   for (const InPlaceCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -186,7 +208,7 @@ TEST(GraphRelease, AMillionNodeChainBackwardsAndReleasesOnA1MBStack) {
       Tensor y = x;
       for (int64_t i = 0; i < kChainLength; ++i) y = nc::neg(y);
       y.backward();  // an even number of negations: the gradient is 1
-    }  // y and its graph released here
+    }                // y and its graph released here
     ASSERT_TRUE(x.grad().defined());
     EXPECT_EQ(x.grad().item<float>(), 1.0f);
     Tensor z = x;

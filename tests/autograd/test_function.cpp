@@ -93,14 +93,19 @@ TEST(CustomFunction, GradcheckOfAFunctionOnRawData) {
   nc::Generator gen(7);
   Tensor x = (nc::rand({4, 5}, nc::DType::F64, &gen) * 6.0 - 3.0).requires_grad_();
   std::string report;
-  EXPECT_TRUE(nc::gradcheck([](const std::vector<Tensor>& in) { return nc::autograd::Function<LoopSoftplus>::apply(in)[0]; },
-                            {x}, {}, &report))
+  EXPECT_TRUE(
+      nc::gradcheck([](const std::vector<Tensor>& in) { return nc::autograd::Function<LoopSoftplus>::apply(in)[0]; },
+                    {x}, {}, &report))
       << report;
   // A wrong backward fails the same check.
   auto wrong_backward = [](FunctionContext&, const std::vector<Tensor>& grad) { return std::vector<Tensor>{grad[0]}; };
-  auto softplus_forward = [](FunctionContext& ctx, const std::vector<Tensor>& in) { return LoopSoftplus::forward(ctx, in); };
+  auto softplus_forward = [](FunctionContext& ctx, const std::vector<Tensor>& in) {
+    return LoopSoftplus::forward(ctx, in);
+  };
   EXPECT_FALSE(nc::gradcheck(
-      [&](const std::vector<Tensor>& in) { return nc::autograd::apply_function("wrong", in, softplus_forward, wrong_backward)[0]; },
+      [&](const std::vector<Tensor>& in) {
+        return nc::autograd::apply_function("wrong", in, softplus_forward, wrong_backward)[0];
+      },
       {x}, {}, &report));
 }
 
@@ -184,7 +189,9 @@ TEST(CustomFunction, NothingIsRecordedWithoutAnInputThatRequiresGrad) {
 TEST(CustomFunction, AnInputReturnedAsItIsGetsANewHandle) {
   Tensor x = f64({1, 2}, {2}).requires_grad_();
   auto identity = [](FunctionContext&, const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0]}; };
-  auto pass = [](FunctionContext&, const std::vector<Tensor>& grad) { return std::vector<Tensor>{nc::mul(grad[0], 2.0)}; };
+  auto pass = [](FunctionContext&, const std::vector<Tensor>& grad) {
+    return std::vector<Tensor>{nc::mul(grad[0], 2.0)};
+  };
   Tensor y = nc::autograd::apply_function("identity", {x}, identity, pass)[0];
   EXPECT_FALSE(y.is_same(x));
   EXPECT_TRUE(x.is_leaf());
@@ -248,8 +255,9 @@ TEST(CustomFunction, OnTheGpu) {
   nc::sum(y).backward();
   EXPECT_EQ(values(x.grad()), (std::vector<double>{3, 12, 27}));
   std::string report;
-  EXPECT_TRUE(nc::gradcheck([](const std::vector<Tensor>& in) { return nc::autograd::Function<TwoOutputs>::apply(in)[1]; },
-                            {f64({0.5, -1.5, 2}, {3}).to(nc::Device::cuda(0)).requires_grad_()}, {}, &report))
+  EXPECT_TRUE(
+      nc::gradcheck([](const std::vector<Tensor>& in) { return nc::autograd::Function<TwoOutputs>::apply(in)[1]; },
+                    {f64({0.5, -1.5, 2}, {3}).to(nc::Device::cuda(0)).requires_grad_()}, {}, &report))
       << report;
 }
 

@@ -12,12 +12,12 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                       \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
+#define CHECK(cond)                                                                    \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
       printf("FAIL line %d: %s (last error: %s)\n", __LINE__, #cond, nc_last_error()); \
-      ++failures;                                                         \
-    }                                                                     \
+      ++failures;                                                                      \
+    }                                                                                  \
   } while (0)
 
 /* Holds when status is expected and the thread's last error mentions every word given. */
@@ -27,8 +27,7 @@ static int fails_with(nc_status status, nc_status expected, const char* word1, c
     return 0;
   }
   if ((word1 && !strstr(nc_last_error(), word1)) || (word2 && !strstr(nc_last_error(), word2))) {
-    printf("  the message '%s' does not name '%s' and '%s'\n", nc_last_error(), word1 ? word1 : "",
-           word2 ? word2 : "");
+    printf("  the message '%s' does not name '%s' and '%s'\n", nc_last_error(), word1 ? word1 : "", word2 ? word2 : "");
     return 0;
   }
   return 1;
@@ -73,15 +72,15 @@ static void tensors(const char* device) {
   /* Bad arguments: a typed status, a message naming the function and the argument, no handle. */
   const int64_t negative[2] = {2, -3};
   t = (nc_tensor*)&t; /* must come back NULL */
-  CHECK(fails_with(nc_tensor_create(values, NC_F32, negative, 2, device, &t), NC_ERROR_SHAPE, "nc_tensor_create",
-                   "-3"));
+  CHECK(
+      fails_with(nc_tensor_create(values, NC_F32, negative, 2, device, &t), NC_ERROR_SHAPE, "nc_tensor_create", "-3"));
   CHECK(t == NULL);
   CHECK(fails_with(nc_tensor_create(values, (nc_dtype)9, shape, 2, device, &t), NC_ERROR_DTYPE, "nc_tensor_create",
                    "dtype"));
   CHECK(fails_with(nc_tensor_create(values, NC_F32, shape, 2, "tpu", &t), NC_ERROR_DEVICE, "tpu", NULL));
   CHECK(fails_with(nc_tensor_create(values, NC_F32, shape, 2, "cuda:7", &t), NC_ERROR_DEVICE, "cuda:7", NULL));
-  CHECK(fails_with(nc_tensor_create(values, NC_F32, shape, 2, device, NULL), NC_ERROR_VALUE, "nc_tensor_create",
-                   "out"));
+  CHECK(
+      fails_with(nc_tensor_create(values, NC_F32, shape, 2, device, NULL), NC_ERROR_VALUE, "nc_tensor_create", "out"));
   nc_tensor_free(NULL);
 }
 
@@ -113,8 +112,7 @@ static void files(const char* dir, const char* device) {
   nc_tensor* t = NULL;
   CHECK(nc_file_find(f, "weights.half", &t) == NC_OK && nc_tensor_dtype(t) == NC_F16);
   uint16_t halves_back[3];
-  CHECK(nc_tensor_read(t, halves_back, sizeof halves_back) == NC_OK &&
-        memcmp(halves_back, halves, sizeof halves) == 0);
+  CHECK(nc_tensor_read(t, halves_back, sizeof halves_back) == NC_OK && memcmp(halves_back, halves, sizeof halves) == 0);
   nc_tensor_free(t);
   CHECK(fails_with(nc_file_find(f, "nope", &t), NC_ERROR_INDEX, "nope", "c_api_tensors"));
   CHECK(fails_with(nc_file_tensor(f, 5, &t), NC_ERROR_INDEX, "nc_file_tensor", "5"));
@@ -133,8 +131,8 @@ static void classifier(const char* dir, const char* device) {
   struct {
     const char* name;
     int64_t rows, cols; /* cols 0: a vector */
-  } params[6] = {{"model.1.weight", 512, 784}, {"model.1.bias", 512, 0}, {"model.4.weight", 256, 512},
-                 {"model.4.bias", 256, 0},      {"model.7.weight", 10, 256}, {"model.7.bias", 10, 0}};
+  } params[6] = {{"model.1.weight", 512, 784}, {"model.1.bias", 512, 0},    {"model.4.weight", 256, 512},
+                 {"model.4.bias", 256, 0},     {"model.7.weight", 10, 256}, {"model.7.bias", 10, 0}};
   nc_tensor* tensors[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
   const char* names[6];
   for (int i = 0; i < 6; ++i) {
@@ -170,8 +168,7 @@ static void classifier(const char* dir, const char* device) {
   }
   CHECK(nc_classifier_predict(c, images, 1, labels, NULL) == NC_OK && labels[0] == 3);
   CHECK(nc_classifier_predict(c, images, 0, labels, NULL) == NC_OK);
-  CHECK(fails_with(nc_classifier_predict(c, NULL, 2, labels, NULL), NC_ERROR_VALUE, "nc_classifier_predict",
-                   "images"));
+  CHECK(fails_with(nc_classifier_predict(c, NULL, 2, labels, NULL), NC_ERROR_VALUE, "nc_classifier_predict", "images"));
   CHECK(fails_with(nc_classifier_predict(c, images, -1, labels, NULL), NC_ERROR_VALUE, "count", NULL));
   nc_classifier_free(c);
 

@@ -89,7 +89,8 @@ TEST_F(CGenerator, BadArgumentsAreStatusesThatNameThem) {
   ASSERT_EQ(nc_generator_load(path.c_str(), "cpu", &g), NC_OK) << nc_last_error();
   auto expect = [](nc_status got, nc_status want, const std::vector<std::string>& words) {
     EXPECT_EQ(got, want) << nc_last_error();
-    for (const std::string& w : words) EXPECT_NE(std::string(nc_last_error()).find(w), std::string::npos) << nc_last_error();
+    for (const std::string& w : words)
+      EXPECT_NE(std::string(nc_last_error()).find(w), std::string::npos) << nc_last_error();
   };
   char text[4];
   expect(nc_generator_generate(g, "a", 4, 0.0, 0, 0, text, sizeof text, nullptr, nullptr, nullptr), NC_ERROR_VALUE,

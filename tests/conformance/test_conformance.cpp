@@ -38,10 +38,10 @@ void expect_all_pass(nc::Device device) {
 class ConformanceBadCase : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = (fs::temp_directory_path() / ("normcore_conformance_" + std::to_string(::getpid()) + "_" +
-                                          ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-                                          ".safetensors"))
-                .string();
+    path_ =
+        (fs::temp_directory_path() / ("normcore_conformance_" + std::to_string(::getpid()) + "_" +
+                                      ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".safetensors"))
+            .string();
   }
   void TearDown() override { fs::remove(path_); }
 
@@ -108,7 +108,8 @@ TEST_F(ConformanceBadCase, UnknownOpFails) {
 
 TEST_F(ConformanceBadCase, MissingTensorFails) {
   const auto r = run_edited([](st::TensorList& tensors, std::map<std::string, std::string>&) {
-    tensors.erase(std::remove_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.first == "grad.weight"; }),
+    tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                                 [](const auto& t) { return t.first == "grad.weight"; }),
                   tensors.end());
   });
   EXPECT_FALSE(r.pass);
@@ -170,14 +171,14 @@ TEST_F(ConformanceBadCase, NoGradIsEnforced) {
       "batch_norm_eval");
   EXPECT_FALSE(r.pass);
   EXPECT_NE(r.reason.find("'grad.running_mean'"), std::string::npos) << r.reason;
-  r = run_edited(
-      [](st::TensorList&, std::map<std::string, std::string>& metadata) { metadata["no_grad"] = "[\"running_var\"]"; },
-      "batch_norm_eval");
+  r = run_edited([](st::TensorList&,
+                    std::map<std::string, std::string>& metadata) { metadata["no_grad"] = "[\"running_var\"]"; },
+                 "batch_norm_eval");
   EXPECT_FALSE(r.pass);
   EXPECT_NE(r.reason.find("missing tensor 'grad.running_mean'"), std::string::npos) << r.reason;
-  r = run_edited(
-      [](st::TensorList&, std::map<std::string, std::string>& metadata) { metadata["no_grad"] = "[\"gamma\"]"; },
-      "batch_norm_eval");
+  r = run_edited([](st::TensorList&,
+                    std::map<std::string, std::string>& metadata) { metadata["no_grad"] = "[\"gamma\"]"; },
+                 "batch_norm_eval");
   EXPECT_FALSE(r.pass);
   EXPECT_NE(r.reason.find("not an input"), std::string::npos) << r.reason;
 }
@@ -202,8 +203,9 @@ TEST_F(ConformanceBadCase, CrossEntropyIgnoreIndexReachesTheOp) {
       [&](st::TensorList& tensors, std::map<std::string, std::string>& metadata) {
         for (auto& [name, t] : tensors)
           if (name == "target") first_target = t.reshape({-1}).select(0, 0).item<int64_t>();
-        metadata["attrs"] = "{\"reduction\": \"mean\", \"label_smoothing\": 0.0, \"ignore_index\": " +
-                            std::to_string(first_target) + "}";
+        metadata["attrs"] =
+            "{\"reduction\": \"mean\", \"label_smoothing\": 0.0, \"ignore_index\": " + std::to_string(first_target) +
+            "}";
       },
       "cross_entropy_mean");
   EXPECT_FALSE(r.pass);

@@ -131,18 +131,26 @@ const std::map<std::string, OpFn>& ops() {
     using TT = Tensor (*)(const Tensor&, const Tensor&);
     using TS = Tensor (*)(const Tensor&, Scalar);
     const std::map<std::string, std::pair<TT, TS>> binaries = {
-        {"add", {nc::add, nc::add}},         {"sub", {nc::sub, nc::sub}},
-        {"mul", {nc::mul, nc::mul}},         {"div", {nc::div, nc::div}},
-        {"maximum", {nc::maximum, nc::maximum}}, {"minimum", {nc::minimum, nc::minimum}},
-        {"eq", {nc::eq, nc::eq}},           {"ne", {nc::ne, nc::ne}},
-        {"lt", {nc::lt, nc::lt}},           {"le", {nc::le, nc::le}},
-        {"gt", {nc::gt, nc::gt}},           {"ge", {nc::ge, nc::ge}},
+        {"add", {nc::add, nc::add}},
+        {"sub", {nc::sub, nc::sub}},
+        {"mul", {nc::mul, nc::mul}},
+        {"div", {nc::div, nc::div}},
+        {"maximum", {nc::maximum, nc::maximum}},
+        {"minimum", {nc::minimum, nc::minimum}},
+        {"eq", {nc::eq, nc::eq}},
+        {"ne", {nc::ne, nc::ne}},
+        {"lt", {nc::lt, nc::lt}},
+        {"le", {nc::le, nc::le}},
+        {"gt", {nc::gt, nc::gt}},
+        {"ge", {nc::ge, nc::ge}},
     };
     for (const auto& [name, fns] : binaries) {
       const TT tensor_fn = fns.first;
       const TS scalar_fn = fns.second;
       t[name] = binary(tensor_fn);
-      t[name + "_scalar"] = [scalar_fn](const Args& a, const json& at) { return scalar_fn(a.at(0), scalar(at.at("scalar"))); };
+      t[name + "_scalar"] = [scalar_fn](const Args& a, const json& at) {
+        return scalar_fn(a.at(0), scalar(at.at("scalar")));
+      };
     }
     t["pow"] = binary(static_cast<TT>(nc::pow));
     t["add_rscalar"] = [](const Args& a, const json& at) { return scalar(at.at("scalar")) + a.at(0); };
@@ -152,9 +160,9 @@ const std::map<std::string, OpFn>& ops() {
 
     using U = Tensor (*)(const Tensor&);
     const std::map<std::string, U> unaries = {
-        {"neg", nc::neg},   {"abs", nc::abs},     {"sign", nc::sign},   {"relu", nc::relu},
-        {"exp", nc::exp},   {"log", nc::log},     {"sqrt", nc::sqrt},   {"rsqrt", nc::rsqrt},
-        {"sin", nc::sin},   {"cos", nc::cos},     {"tanh", nc::tanh},   {"sigmoid", nc::sigmoid},
+        {"neg", nc::neg}, {"abs", nc::abs}, {"sign", nc::sign}, {"relu", nc::relu},
+        {"exp", nc::exp}, {"log", nc::log}, {"sqrt", nc::sqrt}, {"rsqrt", nc::rsqrt},
+        {"sin", nc::sin}, {"cos", nc::cos}, {"tanh", nc::tanh}, {"sigmoid", nc::sigmoid},
     };
     for (const auto& [name, fn] : unaries) t[name] = unary(fn);
     t["gelu"] = unary([](const Tensor& x) { return nc::gelu(x, false); });
@@ -218,15 +226,23 @@ const std::map<std::string, OpFn>& ops() {
     };
     t["one_hot"] = [](const Args& a, const json& at) { return nc::one_hot(a.at(0), at.at("num_classes")); };
     t["where"] = [](const Args& a, const json&) { return nc::where(a.at(0), a.at(1), a.at(2)); };
-    t["where_scalar"] = [](const Args& a, const json& at) { return nc::where(a.at(0), a.at(1), scalar(at.at("scalar"))); };
+    t["where_scalar"] = [](const Args& a, const json& at) {
+      return nc::where(a.at(0), a.at(1), scalar(at.at("scalar")));
+    };
 
     t["cross_entropy"] = [](const Args& a, const json& at) {
       return nc::cross_entropy(a.at(0), a.at(1), reduction(at.at("reduction")), number(at.at("label_smoothing")),
-                                   at.value("ignore_index", int64_t{-100}));
+                               at.value("ignore_index", int64_t{-100}));
     };
-    t["nll_loss"] = [](const Args& a, const json& at) { return nc::nll_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
-    t["mse_loss"] = [](const Args& a, const json& at) { return nc::mse_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
-    t["l1_loss"] = [](const Args& a, const json& at) { return nc::l1_loss(a.at(0), a.at(1), reduction(at.at("reduction"))); };
+    t["nll_loss"] = [](const Args& a, const json& at) {
+      return nc::nll_loss(a.at(0), a.at(1), reduction(at.at("reduction")));
+    };
+    t["mse_loss"] = [](const Args& a, const json& at) {
+      return nc::mse_loss(a.at(0), a.at(1), reduction(at.at("reduction")));
+    };
+    t["l1_loss"] = [](const Args& a, const json& at) {
+      return nc::l1_loss(a.at(0), a.at(1), reduction(at.at("reduction")));
+    };
     t["bce_with_logits"] = [](const Args& a, const json& at) {
       return nc::binary_cross_entropy_with_logits(a.at(0), a.at(1), reduction(at.at("reduction")));
     };
@@ -235,13 +251,15 @@ const std::map<std::string, OpFn>& ops() {
                             a.size() > 2 ? a[2] : Tensor(), number(at.at("eps")));
     };
     t["group_norm"] = [](const Args& a, const json& at) {
-      return nc::group_norm(a.at(0), at.at("num_groups"), a.size() > 1 ? a[1] : Tensor(), a.size() > 2 ? a[2] : Tensor(),
-                            number(at.at("eps")));
+      return nc::group_norm(a.at(0), at.at("num_groups"), a.size() > 1 ? a[1] : Tensor(),
+                            a.size() > 2 ? a[2] : Tensor(), number(at.at("eps")));
     };
     t["batch_norm"] = [](const Args& a, const json& at) {
       return nc::batch_norm(a.at(0), Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, number(at.at("eps")));
     };
-    t["l1_norm"] = [](const Args& a, const json& at) { return nc::l1_norm(a.at(0), at.at("dim"), number(at.at("eps"))); };
+    t["l1_norm"] = [](const Args& a, const json& at) {
+      return nc::l1_norm(a.at(0), at.at("dim"), number(at.at("eps")));
+    };
     t["max_pool2d"] = unary([](const Tensor& x) { return nc::max_pool2d(x, 2); });
     t["avg_pool2d"] = unary([](const Tensor& x) { return nc::avg_pool2d(x, 2); });
     t["adaptive_avg_pool2d"] = unary([](const Tensor& x) { return nc::adaptive_avg_pool2d(x, 1); });
@@ -249,7 +267,9 @@ const std::map<std::string, OpFn>& ops() {
       return nc::scaled_dot_product_attention(a.at(0), a.at(1), a.at(2), at.at("causal").get<bool>(), std::nullopt,
                                               at.value("enable_gqa", false));
     };
-    t["frobenius_norm"] = [](const Args& a, const json& at) { return nc::frobenius_norm(a.at(0), number(at.at("eps"))); };
+    t["frobenius_norm"] = [](const Args& a, const json& at) {
+      return nc::frobenius_norm(a.at(0), number(at.at("eps")));
+    };
 
     t["to"] = [](const Args& a, const json& at) { return a.at(0).to(nc::dtype_from_name(at.at("dtype"))); };
     t["detach"] = unary([](const Tensor& x) { return x.detach(); });
@@ -269,7 +289,8 @@ const std::map<std::string, OpFn>& ops() {
     // replayer passes the device as the attribute "device" it adds).
     t["full"] = [](const Args&, const json& at) {
       return nc::full(ints(at.at("shape")), scalar(at.at("value")),
-                      nc::TensorOptions(nc::dtype_from_name(at.at("dtype")), Device(at.at("device").get<std::string>())));
+                      nc::TensorOptions(nc::dtype_from_name(at.at("dtype")),
+                                        Device(at.at("device").get<std::string>())));
     };
     t["expand_copy_"] = [](const Args& a, const json& at) {
       const nc::autograd::NoGradGuard no_grad;
@@ -399,7 +420,8 @@ std::string replay(const json& c, Device device) {
     if (error != "forward") out.add(std::string("normcore refused the program: ") + e.what());
     return out.text();
   }
-  if (error == "forward") return "normcore ran a program PyTorch refuses (" + c.at("pytorch_error").get<std::string>() + ")";
+  if (error == "forward")
+    return "normcore ran a program PyTorch refuses (" + c.at("pytorch_error").get<std::string>() + ")";
   const Tensor& result = program_result(steps, env);
   if (error == "backward") {
     try {
@@ -470,7 +492,8 @@ TEST(Differential, DeliberateDifferencesAreDocumented) {
     if (c.contains("differs")) ++keys[c.at("differs").get<std::string>()];
   }
   for (const auto& [key, count] : keys) {
-    EXPECT_NE(errors.find("`" + key + "`"), std::string::npos) << key << " (" << count << " cases) is not in docs/ERRORS.md";
+    EXPECT_NE(errors.find("`" + key + "`"), std::string::npos)
+        << key << " (" << count << " cases) is not in docs/ERRORS.md";
   }
 }
 
@@ -491,7 +514,8 @@ TEST_P(DifferentialFamily, MatchesPyTorch) {
       }
       if (!problem.empty()) {
         ++failed;
-        ADD_FAILURE() << device.str() << " " << c.at("id").get<std::string>() << ": " << problem << "\n  case: " << c.dump();
+        ADD_FAILURE() << device.str() << " " << c.at("id").get<std::string>() << ": " << problem
+                      << "\n  case: " << c.dump();
       }
     }
     EXPECT_GT(ran, 0) << "no cases of family " << family;

@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
       const int64_t want = expected.select(0, i).item<int64_t>();
       const auto got = classifier.predict(images.select(0, i));
       if (got.label != want) {
-        std::printf("FAIL: image %lld: the loaded model says %lld, the trained one %lld\n",
-                    static_cast<long long>(i), static_cast<long long>(got.label), static_cast<long long>(want));
+        std::printf("FAIL: image %lld: the loaded model says %lld, the trained one %lld\n", static_cast<long long>(i),
+                    static_cast<long long>(got.label), static_cast<long long>(want));
         return 1;
       }
     }

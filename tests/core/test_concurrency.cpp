@@ -186,8 +186,7 @@ TEST_F(Concurrency, CApiErrorsArePerThread) {
 TEST(ConcurrencyData, FourWorkersGiveTheBatchesOfNone) {
   namespace data = nc::data;
   nc::Generator gen(3);
-  const data::TensorDataset dataset(nc::randint(0, 256, {300, 1, 10, 10}, nc::DType::U8, &gen),
-                                    nc::arange(300));
+  const data::TensorDataset dataset(nc::randint(0, 256, {300, 1, 10, 10}, nc::DType::U8, &gen), nc::arange(300));
   const auto options = [](int workers) {
     data::DataLoaderOptions o;
     o.batch_size = 8;
@@ -200,8 +199,8 @@ TEST(ConcurrencyData, FourWorkersGiveTheBatchesOfNone) {
   const auto epoch = [](data::DataLoader& loader, uint64_t e, int64_t stop_after) {
     loader.begin_epoch(e);
     std::vector<std::vector<float>> batches;
-    for (data::Batch batch; (stop_after < 0 || static_cast<int64_t>(batches.size()) < stop_after) &&
-                            loader.next(batch);)
+    for (data::Batch batch;
+         (stop_after < 0 || static_cast<int64_t>(batches.size()) < stop_after) && loader.next(batch);)
       batches.push_back(batch.inputs.to_vector<float>());
     return batches;
   };

@@ -229,19 +229,29 @@ TEST(GradScaler, StateRoundTripsAndBadUseIsRefused) {
   throws<nc::ValueError>([&] { scaler.step(sgd); }, {"GradScaler::step", "unscale"})();
   throws<nc::ValueError>([&] { scaler.found_inf(); }, {"GradScaler::found_inf", "unscale"})();
   throws<nc::ValueError>([&] { sgd.step_unless(nc::ones({2})); }, {"SGD.step_unless", "one floating value"})();
-  throws<nc::ValueError>([&] {
-    scaler.unscale({w});
-    scaler.unscale({w});
-  }, {"GradScaler::unscale", "already called"})();
+  throws<nc::ValueError>(
+      [&] {
+        scaler.unscale({w});
+        scaler.unscale({w});
+      },
+      {"GradScaler::unscale", "already called"})();
   scaler.update();
-  throws<nc::ValueError>([&] { restored.load_state_dict({{"scale", nc::full({}, 2.0, DType::F64)}}); },
-                         {"missing entry 'growth_tracker'"})();
-  throws<nc::ValueError>([&] {
-    restored.load_state_dict({{"scale", nc::full({}, -1.0, DType::F64)},
-                              {"growth_tracker", nc::full({}, int64_t{0}, DType::I64)}});
-  }, {"scale", "> 0"})();
-  throws<nc::ValueError>([&] { restored.load_state_dict({{"bogus", nc::full({}, 1.0, DType::F64)}}); },
-                         {"unknown entry 'bogus'"})();
+  throws<nc::ValueError>(
+      [&] {
+        restored.load_state_dict({{"scale", nc::full({}, 2.0, DType::F64)}});
+      },
+      {"missing entry 'growth_tracker'"})();
+  throws<nc::ValueError>(
+      [&] {
+        restored.load_state_dict(
+            {{"scale", nc::full({}, -1.0, DType::F64)}, {"growth_tracker", nc::full({}, int64_t{0}, DType::I64)}});
+      },
+      {"scale", "> 0"})();
+  throws<nc::ValueError>(
+      [&] {
+        restored.load_state_dict({{"bogus", nc::full({}, 1.0, DType::F64)}});
+      },
+      {"unknown entry 'bogus'"})();
   throws<nc::DTypeError>([&] { scaler.scale(nc::ones({1}, DType::I64)); }, {"GradScaler::scale", "floating"})();
   EXPECT_EQ(restored.get_scale(), 8.0);  // the refused loads changed nothing
 }

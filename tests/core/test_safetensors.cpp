@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "tests/test_support.h"
 #include "normcore/safetensors.h"
 #include "normcore/tensor.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 namespace st = normcore::safetensors;
@@ -134,12 +134,10 @@ std::vector<RoundTripCase> round_trip_cases() {
                      B::from_bits(0xff80), B::from_bits(0x7fc1), B::from_bits(0x0001), B::from_bits(0x7f7f)},
                     {2, 2, 2}),
       exact_case<int32_t>("i32",
-                          {std::numeric_limits<int32_t>::min(), -1, 0, 1, std::numeric_limits<int32_t>::max(), 7},
-                          {6}),
-      exact_case<int64_t>("i64",
-                          {std::numeric_limits<int64_t>::min(), -1, 0, 1, std::numeric_limits<int64_t>::max(),
-                           int64_t(1) << 40},
-                          {3, 2}),
+                          {std::numeric_limits<int32_t>::min(), -1, 0, 1, std::numeric_limits<int32_t>::max(), 7}, {6}),
+      exact_case<int64_t>(
+          "i64", {std::numeric_limits<int64_t>::min(), -1, 0, 1, std::numeric_limits<int64_t>::max(), int64_t(1) << 40},
+          {3, 2}),
       exact_case<uint8_t>("u8", {0, 1, 127, 128, 254, 255}, {2, 3}),
       exact_case<bool>("bool", {true, false, false, true, true, false}, {6, 1}),
       exact_case<float>("scalar", {3.5f}, {}),
@@ -148,8 +146,10 @@ std::vector<RoundTripCase> round_trip_cases() {
       exact_case<int64_t>("empty_inner", {}, {2, 0, 3}),
       // Non-contiguous inputs are written in the row-major order of their logical shape.
       {"transposed", make<float>({1, 2, 3, 4, 5, 6}, {2, 3}).t(), bytes_of<float>({1, 4, 2, 5, 3, 6}), {3, 2}},
-      {"strided_slice", make<int32_t>({0, 1, 2, 3, 4, 5, 6, 7}, {2, 4}).slice(1, 1, 4, 2),
-       bytes_of<int32_t>({1, 3, 5, 7}), {2, 2}},
+      {"strided_slice",
+       make<int32_t>({0, 1, 2, 3, 4, 5, 6, 7}, {2, 4}).slice(1, 1, 4, 2),
+       bytes_of<int32_t>({1, 3, 5, 7}),
+       {2, 2}},
       {"expanded", make<uint8_t>({7, 8, 9}, {3}).expand({2, 3}), bytes_of<uint8_t>({7, 8, 9, 7, 8, 9}), {2, 3}},
       {"offset_view", make<double>({1, 2, 3, 4, 5, 6}, {3, 2}).select(0, 2), bytes_of<double>({5, 6}), {2}},
   };
@@ -178,9 +178,8 @@ TEST(SafetensorsRoundTrip, EveryDTypeAndLayoutIsExact) {
 }
 
 TEST(SafetensorsRoundTrip, OrderIsKeptAndNamesLookUp) {
-  const st::TensorList tensors = {{"z", make<float>({1}, {1})},
-                                  {"a", make<float>({2}, {1})},
-                                  {"m", make<float>({3}, {1})}};
+  const st::TensorList tensors = {
+      {"z", make<float>({1}, {1})}, {"a", make<float>({2}, {1})}, {"m", make<float>({3}, {1})}};
   const auto bytes = st::save_bytes(tensors);
   const st::File file = st::load_bytes(bytes.data(), bytes.size());
   EXPECT_EQ(layout(file), "z:F32[1] a:F32[1] m:F32[1]");
@@ -213,11 +212,10 @@ TEST(SafetensorsRoundTrip, NoTensors) {
 
 // The header is compact JSON with __metadata__ first, padded with spaces to 8 bytes.
 TEST(SafetensorsRoundTrip, HeaderBytesAreDeterministic) {
-  const auto bytes = st::save_bytes({{"w", make<int32_t>({5, -1}, {2})}, {"e", make<uint8_t>({}, {0, 2})}},
-                                    {{"b", "2"}, {"a", "1"}});
-  const std::string json =
-      R"({"__metadata__":{"a":"1","b":"2"},"w":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},)"
-      R"("e":{"dtype":"U8","shape":[0,2],"data_offsets":[8,8]}})";
+  const auto bytes =
+      st::save_bytes({{"w", make<int32_t>({5, -1}, {2})}, {"e", make<uint8_t>({}, {0, 2})}}, {{"b", "2"}, {"a", "1"}});
+  const std::string json = R"({"__metadata__":{"a":"1","b":"2"},"w":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("e":{"dtype":"U8","shape":[0,2],"data_offsets":[8,8]}})";
   const size_t padded = (json.size() + 7) / 8 * 8;
   ASSERT_EQ(bytes.size(), 8 + padded + 8);
   uint64_t header_length = 0;
@@ -241,12 +239,13 @@ std::vector<uint8_t> with_header(const std::string& header, size_t data_bytes);
 
 TEST(SafetensorsRoundTrip, Cuda) {
   if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
-  const nc::Tensor host = make<nc::BFloat16>(
-      {nc::BFloat16::from_bits(0x3f80), nc::BFloat16::from_bits(0x7fc1), nc::BFloat16::from_bits(0x8001),
-       nc::BFloat16::from_bits(0xc000), nc::BFloat16::from_bits(0x0000), nc::BFloat16::from_bits(0x7f80)},
-      {2, 3});
+  const nc::Tensor host = make<nc::BFloat16>({nc::BFloat16::from_bits(0x3f80), nc::BFloat16::from_bits(0x7fc1),
+                                              nc::BFloat16::from_bits(0x8001), nc::BFloat16::from_bits(0xc000),
+                                              nc::BFloat16::from_bits(0x0000), nc::BFloat16::from_bits(0x7f80)},
+                                             {2, 3});
   const nc::Tensor device = host.to(nc::Device::cuda());
-  const auto bytes = st::save_bytes({{"t", device.t()}, {"e", nc::empty({0, 4}, nc::TensorOptions(nc::Device::cuda()))}});
+  const auto bytes =
+      st::save_bytes({{"t", device.t()}, {"e", nc::empty({0, 4}, nc::TensorOptions(nc::Device::cuda()))}});
   const st::File file = st::load_bytes(bytes.data(), bytes.size(), nc::Device::cuda());
   EXPECT_EQ(layout(file), "t:BF16[3,2] e:F32[0,4]");
   EXPECT_EQ(file.at("t").device(), nc::Device::cuda());
@@ -281,124 +280,204 @@ struct ConformanceCase {
 
 // Layouts and values read from the files with Python's json and struct modules.
 const std::vector<ConformanceCase> kConformanceCases = {
-    {"cross_entropy_mean", "cross_entropy", "F32",
+    {"cross_entropy_mean",
+     "cross_entropy",
+     "F32",
      "x:F32[6,10] target:I64[6] grad_out:F32[] out:F32[] grad.x:F32[6,10]",
      {{"x", 0, 0x3e0d1732}, {"x", 59, 0xbf18ac60}, {"grad.x", 30, 0xba395320}}},
-    {"cross_entropy_smoothing", "cross_entropy", "F32",
+    {"cross_entropy_smoothing",
+     "cross_entropy",
+     "F32",
      "x:F32[8,5] target:I64[8] grad_out:F32[] out:F32[] grad.x:F32[8,5]",
      {{"x", 0, 0x3fd1b1ca}, {"x", 39, 0xc0be97a9}, {"grad.x", 20, 0x3c17fd41}}},
-    {"embedding_basic", "embedding", "F32",
+    {"embedding_basic",
+     "embedding",
+     "F32",
      "weight:F32[20,8] indices:I64[3,5] grad_out:F32[3,5,8] out:F32[3,5,8] grad.weight:F32[20,8]",
      {{"weight", 0, 0x3f83f8ad}, {"weight", 159, 0xbfab98ba}, {"grad.weight", 80, 0xbf4a3672}}},
-    {"frobenius_norm_1d", "frobenius_norm", "F32", "x:F32[7] grad_out:F32[7] out:F32[7] grad.x:F32[7]",
+    {"frobenius_norm_1d",
+     "frobenius_norm",
+     "F32",
+     "x:F32[7] grad_out:F32[7] out:F32[7] grad.x:F32[7]",
      {{"x", 0, 0x3f4a628f}, {"x", 5, 0x3f1fc9a6}, {"grad.x", 6, 0x3ecfde74}}},
-    {"frobenius_norm_3d", "frobenius_norm", "F32",
+    {"frobenius_norm_3d",
+     "frobenius_norm",
+     "F32",
      "x:F32[3,4,5] grad_out:F32[3,4,5] out:F32[3,4,5] grad.x:F32[3,4,5]",
      {{"x", 0, 0x3f9ddfc7}, {"x", 5, 0xbeb3b536}, {"grad.x", 59, 0xbc7f3cc0}}},
-    {"gemm_group_norm_min_bias", "gemm_group_norm_min_bias", "F32",
+    {"gemm_group_norm_min_bias",
+     "gemm_group_norm_min_bias",
+     "F32",
      "x:F32[8,16] linear.weight:F32[32,16] linear.bias:F32[32] group_norm.weight:F32[32] "
      "group_norm.bias:F32[32] bias:F32[1,32,1,1] grad_out:F32[1,32,8,1] out:F32[1,32,8,1] grad.x:F32[8,16] "
      "grad.linear.weight:F32[32,16] grad.linear.bias:F32[32] grad.group_norm.weight:F32[32] "
      "grad.group_norm.bias:F32[32] grad.bias:F32[1,32,1,1]",
      {{"x", 0, 0x3f0b080d}, {"x", 5, 0xbfa7e443}, {"grad.bias", 31, 0xbed33ec6}}},
-    {"group_norm_2d_no_affine", "group_norm", "F32", "x:F32[3,4] grad_out:F32[3,4] out:F32[3,4] grad.x:F32[3,4]",
+    {"group_norm_2d_no_affine",
+     "group_norm",
+     "F32",
+     "x:F32[3,4] grad_out:F32[3,4] out:F32[3,4] grad.x:F32[3,4]",
      {{"x", 0, 0xbf6c63b1}, {"x", 5, 0xbf873dc3}, {"grad.x", 11, 0xbc727f39}}},
-    {"group_norm_3d", "group_norm", "F32",
+    {"group_norm_3d",
+     "group_norm",
+     "F32",
      "x:F32[2,8,9] weight:F32[8] bias:F32[8] grad_out:F32[2,8,9] out:F32[2,8,9] grad.x:F32[2,8,9] "
      "grad.weight:F32[8] grad.bias:F32[8]",
      {{"x", 0, 0x3e0f51f7}, {"x", 5, 0x3d8a7cae}, {"grad.bias", 7, 0x40c25e34}}},
-    {"group_norm_4d", "group_norm", "F32",
+    {"group_norm_4d",
+     "group_norm",
+     "F32",
      "x:F32[2,6,5,7] weight:F32[6] bias:F32[6] grad_out:F32[2,6,5,7] out:F32[2,6,5,7] grad.x:F32[2,6,5,7] "
      "grad.weight:F32[6] grad.bias:F32[6]",
      {{"x", 0, 0xbf943f75}, {"x", 5, 0xbfc8b801}, {"grad.bias", 5, 0xc0997eef}}},
-    {"group_norm_bf16", "group_norm", "BF16",
+    {"group_norm_bf16",
+     "group_norm",
+     "BF16",
      "x:BF16[2,32,8,8] weight:BF16[32] bias:BF16[32] grad_out:BF16[2,32,8,8] out:BF16[2,32,8,8] "
      "grad.x:BF16[2,32,8,8] grad.weight:BF16[32] grad.bias:BF16[32]",
      {{"x", 0, 0xbe2b}, {"x", 5, 0x4009}, {"grad.bias", 31, 0xc1c4}}},
-    {"l1_norm_3d", "l1_norm", "F32", "x:F32[2,3,5] grad_out:F32[2,3,5] out:F32[2,3,5] grad.x:F32[2,3,5]",
+    {"l1_norm_3d",
+     "l1_norm",
+     "F32",
+     "x:F32[2,3,5] grad_out:F32[2,3,5] out:F32[2,3,5] grad.x:F32[2,3,5]",
      {{"x", 0, 0xbebfa0c6}, {"x", 5, 0x3f71dc4d}, {"grad.x", 29, 0x3f4a8048}}},
-    {"l1_norm_rows", "l1_norm", "F32", "x:F32[4,33] grad_out:F32[4,33] out:F32[4,33] grad.x:F32[4,33]",
+    {"l1_norm_rows",
+     "l1_norm",
+     "F32",
+     "x:F32[4,33] grad_out:F32[4,33] out:F32[4,33] grad.x:F32[4,33]",
      {{"x", 0, 0xbf2dd882}, {"x", 5, 0xc023707a}, {"grad.x", 131, 0x3f8fde1e}}},
-    {"layer_norm_bf16", "layer_norm", "BF16",
+    {"layer_norm_bf16",
+     "layer_norm",
+     "BF16",
      "x:BF16[64,256] weight:BF16[256] bias:BF16[256] grad_out:BF16[64,256] out:BF16[64,256] "
      "grad.x:BF16[64,256] grad.weight:BF16[256] grad.bias:BF16[256]",
      {{"x", 0, 0x3e8f}, {"x", 5, 0xbf0e}, {"grad.bias", 255, 0xc0a3}}},
-    {"layer_norm_long_row", "layer_norm", "F32",
+    {"layer_norm_long_row",
+     "layer_norm",
+     "F32",
      "x:F32[2,4,64,64] weight:F32[4,64,64] bias:F32[4,64,64] grad_out:F32[2,4,64,64] out:F32[2,4,64,64] "
      "grad.x:F32[2,4,64,64] grad.weight:F32[4,64,64] grad.bias:F32[4,64,64]",
      {{"x", 0, 0xbfcef7bd}, {"x", 5, 0x3f5c8528}, {"grad.bias", 16383, 0x3f858a20}}},
-    {"layer_norm_multidim", "layer_norm", "F32",
+    {"layer_norm_multidim",
+     "layer_norm",
+     "F32",
      "x:F32[3,8,16] weight:F32[8,16] bias:F32[8,16] grad_out:F32[3,8,16] out:F32[3,8,16] grad.x:F32[3,8,16] "
      "grad.weight:F32[8,16] grad.bias:F32[8,16]",
      {{"x", 0, 0x3f6314d3}, {"x", 5, 0x3fa1fb8c}, {"grad.bias", 127, 0x3e580250}}},
-    {"layer_norm_no_affine", "layer_norm", "F32", "x:F32[5,33] grad_out:F32[5,33] out:F32[5,33] grad.x:F32[5,33]",
+    {"layer_norm_no_affine",
+     "layer_norm",
+     "F32",
+     "x:F32[5,33] grad_out:F32[5,33] out:F32[5,33] grad.x:F32[5,33]",
      {{"x", 0, 0x3d87b747}, {"x", 5, 0x3fee0c32}, {"grad.x", 164, 0xbe8b498e}}},
-    {"layer_norm_rows", "layer_norm", "F32",
+    {"layer_norm_rows",
+     "layer_norm",
+     "F32",
      "x:F32[4,8,16] weight:F32[16] bias:F32[16] grad_out:F32[4,8,16] out:F32[4,8,16] grad.x:F32[4,8,16] "
      "grad.weight:F32[16] grad.bias:F32[16]",
      {{"x", 0, 0xbe9f6158}, {"x", 5, 0xbeb86983}, {"grad.bias", 15, 0xbfe636e8}}},
-    {"linear", "linear", "F32",
+    {"linear",
+     "linear",
+     "F32",
      "x:F32[5,7] weight:F32[3,7] bias:F32[3] grad_out:F32[5,3] out:F32[5,3] grad.x:F32[5,7] "
      "grad.weight:F32[3,7] grad.bias:F32[3]",
-     {{"x", 0, 0xc007216e}, {"x", 5, 0x4036fee1}, {"grad.bias", 2, 0xbfa5a60e}}},    {"adaptive_avg_pool2d_1x1", "adaptive_avg_pool2d", "F32",
+     {{"x", 0, 0xc007216e}, {"x", 5, 0x4036fee1}, {"grad.bias", 2, 0xbfa5a60e}}},
+    {"adaptive_avg_pool2d_1x1",
+     "adaptive_avg_pool2d",
+     "F32",
      "x:F32[2,5,7,7] grad_out:F32[2,5,1,1] out:F32[2,5,1,1] grad.x:F32[2,5,7,7]",
      {{"x", 0, 0x3ec2e9e3}, {"x", 246, 0x3e7f91fa}, {"grad.x", 489, 0x3cb92e34}}},
-    {"avg_pool2d_2x2", "avg_pool2d", "F32",
+    {"avg_pool2d_2x2",
+     "avg_pool2d",
+     "F32",
      "x:F32[2,3,6,6] grad_out:F32[2,3,3,3] out:F32[2,3,3,3] grad.x:F32[2,3,6,6]",
      {{"x", 0, 0xbdf46025}, {"x", 109, 0xbe8abde8}, {"grad.x", 215, 0x3e9407ee}}},
-    {"batch_norm_eval", "batch_norm", "F32",
+    {"batch_norm_eval",
+     "batch_norm",
+     "F32",
      "x:F32[4,3,5,5] weight:F32[3] bias:F32[3] running_mean:F32[3] running_var:F32[3] grad_out:F32[4,3,5,5] out:F32[4,3,5,5] grad.x:F32[4,3,5,5] grad.weight:F32[3] grad.bias:F32[3]",
      {{"x", 0, 0xbf99c17a}, {"x", 151, 0x3f0f3ec5}, {"grad.bias", 2, 0x4045d2af}}},
-    {"batch_norm_train", "batch_norm", "F32",
+    {"batch_norm_train",
+     "batch_norm",
+     "F32",
      "x:F32[4,3,5,5] weight:F32[3] bias:F32[3] running_mean:F32[3] running_var:F32[3] grad_out:F32[4,3,5,5] out:F32[4,3,5,5] grad.x:F32[4,3,5,5] grad.weight:F32[3] grad.bias:F32[3] after.running_mean:F32[3] after.running_var:F32[3]",
      {{"x", 0, 0x4078a507}, {"x", 151, 0x3fdf1db2}, {"after.running_var", 2, 0x3f7bb1f7}}},
-    {"conv2d_basic", "conv2d", "F32",
+    {"conv2d_basic",
+     "conv2d",
+     "F32",
      "x:F32[2,3,8,8] weight:F32[4,3,3,3] bias:F32[4] grad_out:F32[2,4,8,8] out:F32[2,4,8,8] grad.x:F32[2,3,8,8] grad.weight:F32[4,3,3,3] grad.bias:F32[4]",
      {{"x", 0, 0x3f32930b}, {"x", 193, 0x3fab6300}, {"grad.bias", 3, 0x40db36dc}}},
-    {"conv2d_bf16", "conv2d", "BF16",
+    {"conv2d_bf16",
+     "conv2d",
+     "BF16",
      "x:BF16[2,8,8,8] weight:BF16[8,8,3,3] bias:BF16[8] grad_out:BF16[2,8,8,8] out:BF16[2,8,8,8] grad.x:BF16[2,8,8,8] grad.weight:BF16[8,8,3,3] grad.bias:BF16[8]",
      {{"x", 0, 0x00003e60}, {"x", 513, 0x0000bea8}, {"grad.bias", 7, 0x0000408d}}},
-    {"conv2d_groups", "conv2d", "F32",
+    {"conv2d_groups",
+     "conv2d",
+     "F32",
      "x:F32[2,4,6,6] weight:F32[6,2,3,3] bias:F32[6] grad_out:F32[2,6,6,6] out:F32[2,6,6,6] grad.x:F32[2,4,6,6] grad.weight:F32[6,2,3,3] grad.bias:F32[6]",
      {{"x", 0, 0x3e719c12}, {"x", 145, 0x3ed9b2a4}, {"grad.bias", 5, 0x410c4792}}},
-    {"conv2d_stride2_no_bias", "conv2d", "F32",
+    {"conv2d_stride2_no_bias",
+     "conv2d",
+     "F32",
      "x:F32[1,4,9,9] weight:F32[6,4,3,3] grad_out:F32[1,6,4,4] out:F32[1,6,4,4] grad.x:F32[1,4,9,9] grad.weight:F32[6,4,3,3]",
      {{"x", 0, 0x3f7d0187}, {"x", 163, 0x3e075114}, {"grad.weight", 215, 0xbf528bb9}}},
-    {"gelu_none", "gelu", "F32",
+    {"gelu_none",
+     "gelu",
+     "F32",
      "x:F32[4,33] grad_out:F32[4,33] out:F32[4,33] grad.x:F32[4,33]",
      {{"x", 0, 0x3e4dbd43}, {"x", 67, 0x3fb20d71}, {"grad.x", 131, 0xbf407f17}}},
-    {"gelu_tanh", "gelu", "F32",
+    {"gelu_tanh",
+     "gelu",
+     "F32",
      "x:F32[4,33] grad_out:F32[4,33] out:F32[4,33] grad.x:F32[4,33]",
      {{"x", 0, 0x3f00164f}, {"x", 67, 0x3fa8874e}, {"grad.x", 131, 0x3d8706cf}}},
-    {"log_softmax_dim0", "log_softmax", "F32",
+    {"log_softmax_dim0",
+     "log_softmax",
+     "F32",
      "x:F32[7,3] grad_out:F32[7,3] out:F32[7,3] grad.x:F32[7,3]",
      {{"x", 0, 0xbe28ad25}, {"x", 11, 0x40d540f6}, {"grad.x", 20, 0xbf8944a4}}},
-    {"max_pool2d_2x2", "max_pool2d", "F32",
+    {"max_pool2d_2x2",
+     "max_pool2d",
+     "F32",
      "x:F32[2,3,8,8] grad_out:F32[2,3,4,4] out:F32[2,3,4,4] grad.x:F32[2,3,8,8]",
      {{"x", 0, 0xc02acd1a}, {"x", 193, 0x3dfe5e6c}, {"grad.x", 383, 0x00000000}}},
-    {"max_pool2d_3x3_s2_p1", "max_pool2d", "F32",
+    {"max_pool2d_3x3_s2_p1",
+     "max_pool2d",
+     "F32",
      "x:F32[1,2,7,7] grad_out:F32[1,2,4,4] out:F32[1,2,4,4] grad.x:F32[1,2,7,7]",
      {{"x", 0, 0xbf3109cd}, {"x", 50, 0x3ed2c5de}, {"grad.x", 97, 0x00000000}}},
-    {"rms_norm_bf16", "rms_norm", "BF16",
+    {"rms_norm_bf16",
+     "rms_norm",
+     "BF16",
      "x:BF16[4,16,256] weight:BF16[256] grad_out:BF16[4,16,256] out:BF16[4,16,256] grad.x:BF16[4,16,256] "
      "grad.weight:BF16[256]",
      {}},
-    {"rms_norm_rows", "rms_norm", "F32",
+    {"rms_norm_rows",
+     "rms_norm",
+     "F32",
      "x:F32[8,64] weight:F32[64] grad_out:F32[8,64] out:F32[8,64] grad.x:F32[8,64] grad.weight:F32[64]",
      {{"x", 0, 0x4030beff}, {"x", 511, 0xbfa6f7a9}, {"grad.x", 256, 0x3de4627e}}},
-    {"sdpa_basic", "scaled_dot_product_attention", "F32",
+    {"sdpa_basic",
+     "scaled_dot_product_attention",
+     "F32",
      "q:F32[2,2,8,16] k:F32[2,2,8,16] v:F32[2,2,8,16] grad_out:F32[2,2,8,16] out:F32[2,2,8,16] "
      "grad.q:F32[2,2,8,16] grad.k:F32[2,2,8,16] grad.v:F32[2,2,8,16]",
      {{"q", 0, 0xbfa90ba9}, {"q", 511, 0x3f8d2829}, {"grad.q", 256, 0x3e97ffd1}}},
-    {"sdpa_causal", "scaled_dot_product_attention", "F32",
+    {"sdpa_causal",
+     "scaled_dot_product_attention",
+     "F32",
      "q:F32[1,4,16,32] k:F32[1,4,16,32] v:F32[1,4,16,32] grad_out:F32[1,4,16,32] out:F32[1,4,16,32] "
      "grad.q:F32[1,4,16,32] grad.k:F32[1,4,16,32] grad.v:F32[1,4,16,32]",
      {{"q", 0, 0x3f81b5b9}, {"q", 2047, 0x401189a0}, {"grad.q", 1200, 0xbec332f2}}},
-    {"sdpa_causal_bf16", "scaled_dot_product_attention", "BF16",
+    {"sdpa_causal_bf16",
+     "scaled_dot_product_attention",
+     "BF16",
      "q:BF16[2,2,64,64] k:BF16[2,2,64,64] v:BF16[2,2,64,64] grad_out:BF16[2,2,64,64] out:BF16[2,2,64,64] "
      "grad.q:BF16[2,2,64,64] grad.k:BF16[2,2,64,64] grad.v:BF16[2,2,64,64]",
      {}},
-    {"softmax_last", "softmax", "F32",
+    {"softmax_last",
+     "softmax",
+     "F32",
      "x:F32[5,17] grad_out:F32[5,17] out:F32[5,17] grad.x:F32[5,17]",
      {{"x", 0, 0x3fcb116c}, {"x", 43, 0xbfc888cb}, {"grad.x", 84, 0x3d3a3568}}},
 };
@@ -428,8 +507,10 @@ TEST(SafetensorsConformance, EveryCaseReads) {
     EXPECT_EQ(layout(file), c.layout);
     EXPECT_EQ(file.metadata.at("op"), c.op);
     EXPECT_EQ(file.metadata.at("dtype"), c.dtype);
-    for (const char* key : {"attrs", "rtol", "atol", "grad_rtol", "grad_atol"}) EXPECT_TRUE(file.metadata.count(key)) << key;
-    for (const auto& v : c.values) EXPECT_EQ(element_bits(file.at(v.tensor), v.index), v.bits) << v.tensor << "[" << v.index << "]";
+    for (const char* key : {"attrs", "rtol", "atol", "grad_rtol", "grad_atol"})
+      EXPECT_TRUE(file.metadata.count(key)) << key;
+    for (const auto& v : c.values)
+      EXPECT_EQ(element_bits(file.at(v.tensor), v.index), v.bits) << v.tensor << "[" << v.index << "]";
 
     // Saving what was read and reading it back changes nothing.
     const auto bytes = st::save_bytes(file.tensors, file.metadata);
@@ -444,10 +525,9 @@ TEST(SafetensorsConformance, EveryCaseReads) {
 // ---- malformed files ----
 
 // A valid file: two tensors tiling 19 data bytes, and metadata.
-const std::string kValidHeader =
-    R"({"__metadata__":{"k":"v"},)"
-    R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
-    R"("b":{"dtype":"U8","shape":[3],"data_offsets":[16,19]}})";
+const std::string kValidHeader = R"({"__metadata__":{"k":"v"},)"
+                                 R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+                                 R"("b":{"dtype":"U8","shape":[3],"data_offsets":[16,19]}})";
 constexpr size_t kValidDataBytes = 19;
 
 std::vector<uint8_t> with_header(const std::string& header, size_t data_bytes) {
@@ -526,12 +606,15 @@ std::vector<MalformedCase> malformed_cases() {
       {"offsets_out_of_order", header_only(edited("[0,16]", "[16,0]")), "out of order"},
       {"offsets_out_of_range", header_only(edited("[16,19]", "[100,103]")), "beyond the data area"},
       {"overlapping_offsets", header_only(edited("[16,19]", "[15,18]")), "overlap"},
-      {"empty_inside_other", header_only(edited(R"("U8","shape":[3],"data_offsets":[16,19])",
-                                                R"("U8","shape":[0],"data_offsets":[8,8])"), 16), "overlap"},
+      {"empty_inside_other",
+       header_only(edited(R"("U8","shape":[3],"data_offsets":[16,19])", R"("U8","shape":[0],"data_offsets":[8,8])"),
+                   16),
+       "overlap"},
       {"hole_between", header_only(edited("[16,19]", "[17,20]"), 20), "hole"},
       {"not_starting_at_zero",
        header_only(R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[1,17]},)"
-                   R"("b":{"dtype":"U8","shape":[3],"data_offsets":[17,20]}})", 20),
+                   R"("b":{"dtype":"U8","shape":[3],"data_offsets":[17,20]}})",
+                   20),
        "hole"},
       {"trailing_data", header_only(kValidHeader, kValidDataBytes + 8), "trailing 8 bytes"},
       {"size_mismatch", header_only(edited("[2,2]", "[2,3]")), "size mismatch"},
@@ -541,7 +624,8 @@ std::vector<MalformedCase> malformed_cases() {
       {"duplicate_tensor", header_only(edited(a_entry, a_entry + "," + a_entry)), "duplicate key \"a\""},
       {"duplicate_entry_key", header_only(edited(R"("dtype":"F32")", R"("dtype":"F32","dtype":"F32")")),
        "duplicate key \"dtype\""},
-      {"invalid_bool", [] {
+      {"invalid_bool",
+       [] {
          auto bytes = with_header(R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]}})", 0);
          bytes.insert(bytes.end(), {1, 0, 2});
          return bytes;
@@ -658,8 +742,7 @@ TEST_F(SafetensorsSave, ReplacingIsAtomic) {
   const auto old_bytes = read_all(path);
 
   // A save that fails its checks leaves the old file as it was.
-  EXPECT_THROW(st::save(path.string(), {{"y", new_tensors[0].second}, {"y", new_tensors[0].second}}),
-               nc::ValueError);
+  EXPECT_THROW(st::save(path.string(), {{"y", new_tensors[0].second}, {"y", new_tensors[0].second}}), nc::ValueError);
   EXPECT_EQ(read_all(path), old_bytes);
   EXPECT_EQ(list_dir(dir_), std::set<std::string>{"model.safetensors"});
 
@@ -674,8 +757,7 @@ TEST_F(SafetensorsSave, ReplacingIsAtomic) {
 TEST_F(SafetensorsSave, FailedRenameLeavesNothingBehind) {
   const fs::path target = dir_ / "occupied";
   fs::create_directories(target / "inside");
-  expect_io_error([&] { st::save(target.string(), {{"x", make<float>({1}, {1})}}); }, target.string(),
-                  "cannot rename");
+  expect_io_error([&] { st::save(target.string(), {{"x", make<float>({1}, {1})}}); }, target.string(), "cannot rename");
   EXPECT_EQ(list_dir(dir_), std::set<std::string>{"occupied"});
   EXPECT_EQ(list_dir(target), std::set<std::string>{"inside"});
 }
@@ -742,14 +824,16 @@ TEST_F(SafetensorsSave, RemovesTheTemporaryFilesOfKilledSaves) {
     if (name != new_dead) fs::last_write_time(dir_ / name, an_hour_ago);
   }
   st::save(path.string(), {{"x", make<float>({1}, {1})}});
-  EXPECT_EQ(list_dir(dir_),
-            (std::set<std::string>{"model.safetensors", new_dead, old_alive, other_target, not_a_pid}));
+  EXPECT_EQ(list_dir(dir_), (std::set<std::string>{"model.safetensors", new_dead, old_alive, other_target, not_a_pid}));
 }
 
 TEST_F(SafetensorsSave, MissingDirectory) {
   const fs::path path = dir_ / "no" / "such" / "dir.safetensors";
-  expect_io_error([&] { st::save(path.string(), {{"x", make<float>({1}, {1})}}); }, path.string(),
-                  "cannot create a temporary file");
+  expect_io_error(
+      [&] {
+        st::save(path.string(), {{"x", make<float>({1}, {1})}});
+      },
+      path.string(), "cannot create a temporary file");
   EXPECT_TRUE(list_dir(dir_).empty());
 }
 

@@ -58,8 +58,8 @@ TEST(DType, SizesNamesAndKinds) {
     bool floating;
   };
   const Row rows[] = {
-      {DType::F32, 4, "f32", true},   {DType::F64, 8, "f64", true},  {DType::F16, 2, "f16", true},
-      {DType::BF16, 2, "bf16", true}, {DType::I32, 4, "i32", false}, {DType::I64, 8, "i64", false},
+      {DType::F32, 4, "f32", true},   {DType::F64, 8, "f64", true},    {DType::F16, 2, "f16", true},
+      {DType::BF16, 2, "bf16", true}, {DType::I32, 4, "i32", false},   {DType::I64, 8, "i64", false},
       {DType::U8, 1, "u8", false},    {DType::Bool, 1, "bool", false},
   };
   ASSERT_EQ(std::size(rows), static_cast<size_t>(nc::kNumDTypes));
@@ -131,11 +131,16 @@ TEST(Half, BitsToFloat) {
     float value;
   };
   const Row rows[] = {
-      {0x3c00, 1.0f},      {0xc000, -2.0f},
-      {0x7bff, 65504.0f},  {0x0001, std::ldexp(1.0f, -24)},
-      {0x03ff, std::ldexp(1023.0f, -24)}, {0x0400, std::ldexp(1.0f, -14)},
-      {0x3555, 0.333251953125f},          {0x7c00, INFINITY},
-      {0xfc00, -INFINITY}, {0x0000, 0.0f},
+      {0x3c00, 1.0f},
+      {0xc000, -2.0f},
+      {0x7bff, 65504.0f},
+      {0x0001, std::ldexp(1.0f, -24)},
+      {0x03ff, std::ldexp(1023.0f, -24)},
+      {0x0400, std::ldexp(1.0f, -14)},
+      {0x3555, 0.333251953125f},
+      {0x7c00, INFINITY},
+      {0xfc00, -INFINITY},
+      {0x0000, 0.0f},
   };
   for (const Row& r : rows) EXPECT_EQ(nc::half_bits_to_float(r.bits), r.value) << std::hex << r.bits;
   float neg_zero = nc::half_bits_to_float(0x8000);
@@ -268,10 +273,8 @@ TEST(Device, ParsesSpecs) {
     const char* str;
   };
   const Row rows[] = {
-      {"cpu", nc::DeviceType::CPU, 0, "cpu"},
-      {"cuda", nc::DeviceType::CUDA, 0, "cuda:0"},
-      {"cuda:0", nc::DeviceType::CUDA, 0, "cuda:0"},
-      {"cuda:1", nc::DeviceType::CUDA, 1, "cuda:1"},
+      {"cpu", nc::DeviceType::CPU, 0, "cpu"},           {"cuda", nc::DeviceType::CUDA, 0, "cuda:0"},
+      {"cuda:0", nc::DeviceType::CUDA, 0, "cuda:0"},    {"cuda:1", nc::DeviceType::CUDA, 1, "cuda:1"},
       {"cuda:12", nc::DeviceType::CUDA, 12, "cuda:12"},
   };
   for (const Row& r : rows) {
@@ -295,8 +298,8 @@ TEST(Device, ParsesSpecs) {
 }
 
 TEST(Device, RejectsBadSpecs) {
-  const char* bad[] = {"", "gpu", "CPU", "Cuda", "cuda:", "cuda:-1", "cuda:x", "cuda:1a",
-                       "cuda 1", " cpu", "cpu:0", "cuda:12345", "cuda::1"};
+  const char* bad[] = {"",        "gpu",    "CPU",  "Cuda",  "cuda:",      "cuda:-1", "cuda:x",
+                       "cuda:1a", "cuda 1", " cpu", "cpu:0", "cuda:12345", "cuda::1"};
   for (const char* spec : bad) {
     SCOPED_TRACE(spec);
     try {
@@ -325,7 +328,9 @@ TEST(Device, MissingCudaDeviceThrowsDeviceError) {
       [&] { nc::full({2}, 1.5, nc::TensorOptions(DType::F64, missing)); },
       [&] { nc::rand({2}, missing); },
       [&] { x.to(missing); },
-      [&] { nc::from_vector<float>({1, 2}, {2}, missing); },
+      [&] {
+        nc::from_vector<float>({1, 2}, {2}, missing);
+      },
   };
   for (size_t i = 0; i < std::size(calls); ++i) {
     SCOPED_TRACE(i);
@@ -438,12 +443,30 @@ TEST(Factories, DefaultDTypesShapesAndValues) {
   };
   const Tensor i32 = nc::from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});
   const Row rows[] = {
-      {"empty", [] { return nc::empty({2, 3}); }, DType::F32, {2, 3}, {}},
+      {"empty",
+       [] {
+         return nc::empty({2, 3});
+       },
+       DType::F32,
+       {2, 3},
+       {}},
       {"empty i64", [] { return nc::empty({4}, DType::I64); }, DType::I64, {4}, {}},
-      {"zeros", [] { return nc::zeros({2, 2}); }, DType::F32, {2, 2}, {0, 0, 0, 0}},
+      {"zeros",
+       [] {
+         return nc::zeros({2, 2});
+       },
+       DType::F32,
+       {2, 2},
+       {0, 0, 0, 0}},
       {"zeros u8", [] { return nc::zeros({3}, DType::U8); }, DType::U8, {3}, {0, 0, 0}},
       {"zeros 0-dim", [] { return nc::zeros({}); }, DType::F32, {}, {0}},
-      {"zeros empty", [] { return nc::zeros({0, 3}); }, DType::F32, {0, 3}, {}},
+      {"zeros empty",
+       [] {
+         return nc::zeros({0, 3});
+       },
+       DType::F32,
+       {0, 3},
+       {}},
       {"ones", [] { return nc::ones({3}); }, DType::F32, {3}, {1, 1, 1}},
       {"ones bool", [] { return nc::ones({2}, DType::Bool); }, DType::Bool, {2}, {1, 1}},
       {"ones bf16", [] { return nc::ones({2}, DType::BF16); }, DType::BF16, {2}, {1, 1}},
@@ -543,37 +566,89 @@ TEST(Views, GeometryAndValues) {
     std::vector<double> expected;  // empty: not checked
   };
   const Row rows[] = {
-      {"view -1 last", [](const Tensor& x) { return x.view({4, -1}); }, {4, 6}, {6, 1}, 0, {}},
-      {"view -1 first", [](const Tensor& x) { return x.view({-1, 8}); }, {3, 8}, {8, 1}, 0, {}},
+      {"view -1 last",
+       [](const Tensor& x) {
+         return x.view({4, -1});
+       },
+       {4, 6},
+       {6, 1},
+       0,
+       {}},
+      {"view -1 first",
+       [](const Tensor& x) {
+         return x.view({-1, 8});
+       },
+       {3, 8},
+       {8, 1},
+       0,
+       {}},
       {"view flat", [](const Tensor& x) { return x.view({24}); }, {24}, {1}, 0, {}},
       {"view of a transposed tensor splitting a dim",
-       [](const Tensor& x) { return x.transpose(1, 2).view({2, 2, 2, 3}); }, {2, 2, 2, 3}, {12, 2, 1, 4}, 0, {}},
-      {"reshape without copy", [](const Tensor& x) { return x.reshape({6, 4}); }, {6, 4}, {4, 1}, 0, {}},
+       [](const Tensor& x) {
+         return x.transpose(1, 2).view({2, 2, 2, 3});
+       },
+       {2, 2, 2, 3},
+       {12, 2, 1, 4},
+       0,
+       {}},
+      {"reshape without copy",
+       [](const Tensor& x) {
+         return x.reshape({6, 4});
+       },
+       {6, 4},
+       {4, 1},
+       0,
+       {}},
       {"flatten all", [](const Tensor& x) { return x.flatten(); }, {24}, {1}, 0, {}},
       {"flatten from 1", [](const Tensor& x) { return x.flatten(1); }, {2, 12}, {12, 1}, 0, {}},
       {"flatten 0..1", [](const Tensor& x) { return x.flatten(0, 1); }, {6, 4}, {4, 1}, 0, {}},
       {"flatten -2..-1", [](const Tensor& x) { return x.flatten(-2, -1); }, {2, 12}, {12, 1}, 0, {}},
       {"permute",
-       [](const Tensor& x) { return x.permute({2, 0, 1}); },
+       [](const Tensor& x) {
+         return x.permute({2, 0, 1});
+       },
        {4, 2, 3},
        {1, 12, 4},
        0,
        {0, 4, 8, 12, 16, 20, 1, 5, 9, 13, 17, 21, 2, 6, 10, 14, 18, 22, 3, 7, 11, 15, 19, 23}},
-      {"permute negative dims", [](const Tensor& x) { return x.permute({-1, -3, -2}); }, {4, 2, 3}, {1, 12, 4}, 0, {}},
+      {"permute negative dims",
+       [](const Tensor& x) {
+         return x.permute({-1, -3, -2});
+       },
+       {4, 2, 3},
+       {1, 12, 4},
+       0,
+       {}},
       {"transpose 0 2",
        [](const Tensor& x) { return x.transpose(0, 2); },
        {4, 3, 2},
        {1, 4, 12},
        0,
        {0, 12, 4, 16, 8, 20, 1, 13, 5, 17, 9, 21, 2, 14, 6, 18, 10, 22, 3, 15, 7, 19, 11, 23}},
-      {"narrow", [](const Tensor& x) { return x.narrow(2, 1, 2); }, {2, 3, 2}, {12, 4, 1}, 1,
+      {"narrow",
+       [](const Tensor& x) { return x.narrow(2, 1, 2); },
+       {2, 3, 2},
+       {12, 4, 1},
+       1,
        {1, 2, 5, 6, 9, 10, 13, 14, 17, 18, 21, 22}},
-      {"narrow negative start", [](const Tensor& x) { return x.narrow(1, -1, 1); }, {2, 1, 4}, {12, 4, 1}, 8,
+      {"narrow negative start",
+       [](const Tensor& x) { return x.narrow(1, -1, 1); },
+       {2, 1, 4},
+       {12, 4, 1},
+       8,
        {8, 9, 10, 11, 20, 21, 22, 23}},
       {"narrow to empty", [](const Tensor& x) { return x.narrow(0, 2, 0); }, {0, 3, 4}, {12, 4, 1}, 24, {}},
-      {"slice with step", [](const Tensor& x) { return x.slice(2, 1, 4, 2); }, {2, 3, 2}, {12, 4, 2}, 1,
+      {"slice with step",
+       [](const Tensor& x) { return x.slice(2, 1, 4, 2); },
+       {2, 3, 2},
+       {12, 4, 2},
+       1,
        {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23}},
-      {"slice negative indices", [](const Tensor& x) { return x.slice(-1, -3, -1); }, {2, 3, 2}, {12, 4, 1}, 1,
+      {"slice negative indices",
+       [](const Tensor& x) { return x.slice(-1, -3, -1); },
+       {2, 3, 2},
+       {12, 4, 1},
+       1,
        {1, 2, 5, 6, 9, 10, 13, 14, 17, 18, 21, 22}},
       {"select", [](const Tensor& x) { return x.select(1, 2); }, {2, 4}, {12, 1}, 8, {8, 9, 10, 11, 20, 21, 22, 23}},
       {"select negative", [](const Tensor& x) { return x.select(-1, -1); }, {2, 3}, {12, 4}, 3, {3, 7, 11, 15, 19, 23}},
@@ -582,11 +657,27 @@ TEST(Views, GeometryAndValues) {
       {"unsqueeze end", [](const Tensor& x) { return x.unsqueeze(-1); }, {2, 3, 4, 1}, {12, 4, 1, 1}, 0, {}},
       {"squeeze of unsqueeze", [](const Tensor& x) { return x.unsqueeze(1).squeeze(1); }, {2, 3, 4}, {12, 4, 1}, 0, {}},
       {"squeeze a non-1 dim is a no-op", [](const Tensor& x) { return x.squeeze(0); }, {2, 3, 4}, {12, 4, 1}, 0, {}},
-      {"squeeze all", [](const Tensor& x) { return x.narrow(0, 1, 1).narrow(2, 0, 1).squeeze(); }, {3}, {4}, 12,
+      {"squeeze all",
+       [](const Tensor& x) { return x.narrow(0, 1, 1).narrow(2, 0, 1).squeeze(); },
+       {3},
+       {4},
+       12,
        {12, 16, 20}},
-      {"expand new dim", [](const Tensor& x) { return x.select(2, 0).expand({5, 2, 3}); }, {5, 2, 3}, {0, 12, 4}, 0, {}},
-      {"expand size-1 dims", [](const Tensor& x) { return x.narrow(1, 0, 1).expand({2, 3, -1}); }, {2, 3, 4},
-       {12, 0, 1}, 0,
+      {"expand new dim",
+       [](const Tensor& x) {
+         return x.select(2, 0).expand({5, 2, 3});
+       },
+       {5, 2, 3},
+       {0, 12, 4},
+       0,
+       {}},
+      {"expand size-1 dims",
+       [](const Tensor& x) {
+         return x.narrow(1, 0, 1).expand({2, 3, -1});
+       },
+       {2, 3, 4},
+       {12, 0, 1},
+       0,
        {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 12, 13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15}},
   };
   const Tensor x = nc::arange(24).view({2, 3, 4});
@@ -626,9 +717,8 @@ TEST(Views, SliceClampsLikePython) {
     std::vector<double> expected;
   };
   const Row rows[] = {
-      {1, 8, 3, {1, 4, 7}},          {-4, -1, 1, {6, 7, 8}},  {-100, 100, 4, {0, 4, 8}},
-      {5, 2, 1, {}},                 {8, 100, 1, {8, 9}},     {0, 10, 20, {0}},
-      {10, 12, 1, {}},               {-1, 10, 1, {9}},
+      {1, 8, 3, {1, 4, 7}}, {-4, -1, 1, {6, 7, 8}}, {-100, 100, 4, {0, 4, 8}}, {5, 2, 1, {}},
+      {8, 100, 1, {8, 9}},  {0, 10, 20, {0}},       {10, 12, 1, {}},           {-1, 10, 1, {9}},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(std::to_string(r.start) + ":" + std::to_string(r.end) + ":" + std::to_string(r.step));
@@ -728,18 +818,21 @@ TEST(Copies, ConversionRules) {
     std::vector<double> expected;
   };
   const Row rows[] = {
-      {"f32 -> i32 truncates toward zero", nc::from_vector<float>({2.7f, -2.7f, 0.5f, -0.5f}, {4}), DType::I32,
+      {"f32 -> i32 truncates toward zero",
+       nc::from_vector<float>({2.7f, -2.7f, 0.5f, -0.5f}, {4}),
+       DType::I32,
        {2, -2, 0, 0}},
-      {"f64 -> i64 truncates toward zero", nc::from_vector<double>({1e10 + 0.9, -3.99}, {2}), DType::I64,
-       {1e10, -3}},
+      {"f64 -> i64 truncates toward zero", nc::from_vector<double>({1e10 + 0.9, -3.99}, {2}), DType::I64, {1e10, -3}},
       {"f32 -> u8 truncates", nc::from_vector<float>({0.9f, 254.6f}, {2}), DType::U8, {0, 254}},
       {"f32 -> bool", nc::from_vector<float>({0.0f, -0.0f, 0.25f, NAN, -3.0f}, {5}), DType::Bool, {0, 0, 1, 1, 1}},
       {"i64 -> bool", nc::from_vector<int64_t>({0, -1, 7}, {3}), DType::Bool, {0, 1, 1}},
       {"i64 -> u8 wraps", nc::from_vector<int64_t>({300, -1}, {2}), DType::U8, {44, 255}},
       {"i64 -> i32 wraps", nc::from_vector<int64_t>({(int64_t{1} << 32) + 5}, {1}), DType::I32, {5}},
       {"i64 -> f32 rounds", nc::from_vector<int64_t>({16777217}, {1}), DType::F32, {16777216}},
-      {"f32 -> f16 rounds to nearest even", nc::from_vector<float>({1.00048828125f, 0.1f, 70000.0f}, {3}),
-       DType::F16, {1.0, 0.0999755859375, INFINITY}},
+      {"f32 -> f16 rounds to nearest even",
+       nc::from_vector<float>({1.00048828125f, 0.1f, 70000.0f}, {3}),
+       DType::F16,
+       {1.0, 0.0999755859375, INFINITY}},
       {"f32 -> bf16 rounds", nc::from_vector<float>({1.00390625f, 0.1f}, {2}), DType::BF16, {1.0, 0.10009765625}},
       {"f16 -> bf16", nc::from_vector<float>({0.333251953125f}, {1}).to(DType::F16), DType::BF16, {0.333984375}},
       {"bool -> f32", nc::from_vector<bool>({true, false}, {2}), DType::F32, {1, 0}},
@@ -782,9 +875,9 @@ TEST(Copies, Fill) {
     double expected;
   };
   const Row rows[] = {
-      {DType::F32, 2.5, 2.5},  {DType::F64, -1, -1},   {DType::F16, 0.1, 0.0999755859375},
-      {DType::BF16, 3, 3},     {DType::I32, 2.7, 2},   {DType::I64, -9, -9},
-      {DType::U8, 255, 255},   {DType::Bool, 2, 1},    {DType::F32, true, 1},
+      {DType::F32, 2.5, 2.5}, {DType::F64, -1, -1}, {DType::F16, 0.1, 0.0999755859375},
+      {DType::BF16, 3, 3},    {DType::I32, 2.7, 2}, {DType::I64, -9, -9},
+      {DType::U8, 255, 255},  {DType::Bool, 2, 1},  {DType::F32, true, 1},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(nc::dtype_name(r.dtype));
@@ -868,36 +961,69 @@ TEST(Printing, MatchesPyTorchLayout) {
     const char* expected;
   };
   const Row rows[] = {
-      {"small f32", [] { return nc::from_vector<float>({1.5f, 2.25f, -3.0f, 4.0f}, {2, 2}); },
+      {"small f32",
+       [] {
+         return nc::from_vector<float>({1.5f, 2.25f, -3.0f, 4.0f}, {2, 2});
+       },
        "tensor([[ 1.5000,  2.2500],\n"
        "        [-3.0000,  4.0000]], shape=[2, 2], dtype=f32, device=cpu)"},
-      {"integral floats", [] { return nc::from_vector<float>({1, -2, 30}, {3}); },
+      {"integral floats",
+       [] {
+         return nc::from_vector<float>({1, -2, 30}, {3});
+       },
        "tensor([ 1., -2., 30.], shape=[3], dtype=f32, device=cpu)"},
-      {"scientific", [] { return nc::from_vector<double>({1e-5, 0.5}, {2}); },
+      {"scientific",
+       [] {
+         return nc::from_vector<double>({1e-5, 0.5}, {2});
+       },
        "tensor([1.0000e-05, 5.0000e-01], shape=[2], dtype=f64, device=cpu)"},
-      {"integral floats with a wide range", [] { return nc::from_vector<float>({1, 2000}, {2}); },
+      {"integral floats with a wide range",
+       [] {
+         return nc::from_vector<float>({1, 2000}, {2});
+       },
        "tensor([1.0000e+00, 2.0000e+03], shape=[2], dtype=f32, device=cpu)"},
-      {"non-finite values do not widen the columns", [] { return nc::from_vector<float>({1, NAN, -INFINITY}, {3}); },
+      {"non-finite values do not widen the columns",
+       [] {
+         return nc::from_vector<float>({1, NAN, -INFINITY}, {3});
+       },
        "tensor([1., nan, -inf], shape=[3], dtype=f32, device=cpu)"},
-      {"fixed with nan", [] { return nc::from_vector<float>({1.5f, NAN}, {2}); },
+      {"fixed with nan",
+       [] {
+         return nc::from_vector<float>({1.5f, NAN}, {2});
+       },
        "tensor([1.5000,    nan], shape=[2], dtype=f32, device=cpu)"},
-      {"int", [] { return nc::from_vector<int64_t>({1, -20, 300}, {3}); },
+      {"int",
+       [] {
+         return nc::from_vector<int64_t>({1, -20, 300}, {3});
+       },
        "tensor([  1, -20, 300], shape=[3], dtype=i64, device=cpu)"},
-      {"u8 matrix", [] { return nc::from_vector<uint8_t>({1, 2, 30, 4}, {2, 2}); },
+      {"u8 matrix",
+       [] {
+         return nc::from_vector<uint8_t>({1, 2, 30, 4}, {2, 2});
+       },
        "tensor([[ 1,  2],\n"
        "        [30,  4]], shape=[2, 2], dtype=u8, device=cpu)"},
-      {"bool", [] { return nc::from_vector<bool>({true, false}, {2}); },
+      {"bool",
+       [] {
+         return nc::from_vector<bool>({true, false}, {2});
+       },
        "tensor([ True, False], shape=[2], dtype=bool, device=cpu)"},
       {"0-dim", [] { return nc::full({}, 2.5); }, "tensor(2.5000, shape=[], dtype=f32, device=cpu)"},
       {"0-dim int", [] { return nc::full({}, -4, DType::I32); }, "tensor(-4, shape=[], dtype=i32, device=cpu)"},
       {"empty", [] { return nc::zeros({0}); }, "tensor([], shape=[0], dtype=f32, device=cpu)"},
-      {"3-D", [] { return nc::arange(8).view({2, 2, 2}); },
+      {"3-D",
+       [] {
+         return nc::arange(8).view({2, 2, 2});
+       },
        "tensor([[[0, 1],\n"
        "         [2, 3]],\n"
        "\n"
        "        [[4, 5],\n"
        "         [6, 7]]], shape=[2, 2, 2], dtype=i64, device=cpu)"},
-      {"transposed view prints logical order", [] { return nc::arange(6).view({2, 3}).t(); },
+      {"transposed view prints logical order",
+       [] {
+         return nc::arange(6).view({2, 3}).t();
+       },
        "tensor([[0, 3],\n"
        "        [1, 4],\n"
        "        [2, 5]], shape=[3, 2], dtype=i64, device=cpu)"},
@@ -905,7 +1031,10 @@ TEST(Printing, MatchesPyTorchLayout) {
        "tensor([   0,    1,    2,  ..., 1997, 1998, 1999], shape=[2000], dtype=i64, device=cpu)"},
       {"large f32 is summarized", [] { return nc::linspace(1, 2, 1001); },
        "tensor([1.0000, 1.0010, 1.0020,  ..., 1.9980, 1.9990, 2.0000], shape=[1001], dtype=f32, device=cpu)"},
-      {"large 2-D is summarized", [] { return nc::arange(1200).view({40, 30}); },
+      {"large 2-D is summarized",
+       [] {
+         return nc::arange(1200).view({40, 30});
+       },
        "tensor([[   0,    1,    2,  ...,   27,   28,   29],\n"
        "        [  30,   31,   32,  ...,   57,   58,   59],\n"
        "        [  60,   61,   62,  ...,   87,   88,   89],\n"
@@ -996,12 +1125,12 @@ TEST(Random, Distributions) {
        0.02},
       {"randn f16", [](nc::Generator* g) { return nc::randn({100000}, DType::F16, g); }, DType::F16, -10, 10, 0, 1,
        0.02},
-      {"randn bf16", [](nc::Generator* g) { return nc::randn({100000}, DType::BF16, g); }, DType::BF16, -10, 10, 0,
-       1, 0.02},
+      {"randn bf16", [](nc::Generator* g) { return nc::randn({100000}, DType::BF16, g); }, DType::BF16, -10, 10, 0, 1,
+       0.02},
       {"randint", [](nc::Generator* g) { return nc::randint(-3, 5, {100000}, {}, g); }, DType::I64, -3, 5, 0.5,
        std::sqrt((64.0 - 1) / 12.0), 0.02},
-      {"randint i32", [](nc::Generator* g) { return nc::randint(10, 12, {100000}, DType::I32, g); }, DType::I32, 10,
-       12, 10.5, 0.5, 0.01},
+      {"randint i32", [](nc::Generator* g) { return nc::randint(10, 12, {100000}, DType::I32, g); }, DType::I32, 10, 12,
+       10.5, 0.5, 0.01},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(r.name);

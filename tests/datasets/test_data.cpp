@@ -22,10 +22,10 @@
 #include <thread>
 #include <vector>
 
-#include "tests/test_support.h"
 #include "normcore/data.h"
 #include "normcore/ops.h"
 #include "normcore/tensor.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 namespace ncd = normcore::data;
@@ -84,7 +84,8 @@ void write_gzip(const fs::path& path, const Bytes& bytes, int members = 1) {
     const size_t end = bytes.size() * (m + 1) / members;
     gzFile file = gzopen(path.c_str(), "ab");
     ASSERT_NE(file, nullptr) << path;
-    if (end > begin) ASSERT_EQ(gzwrite(file, bytes.data() + begin, static_cast<unsigned>(end - begin)), int(end - begin));
+    if (end > begin)
+      ASSERT_EQ(gzwrite(file, bytes.data() + begin, static_cast<unsigned>(end - begin)), int(end - begin));
     ASSERT_EQ(gzclose(file), Z_OK);
     begin = end;
   }
@@ -170,10 +171,8 @@ TEST_F(IdxFiles, RoundTripsPlainAndGzip) {
     for (int members : {0, 1, 3}) {  // 0: plain
       SCOPED_TRACE(members);
       const fs::path path = dir_ / (std::string(c.name) + (members ? ".gz" : ""));
-      if (members)
-        write_gzip(path, c.file, members);
-      else
-        write_plain(path, c.file);
+      if (members) write_gzip(path, c.file, members);
+      else write_plain(path, c.file);
       const nc::Tensor t = ncd::read_idx(path.string());
       EXPECT_EQ(t.dtype(), c.dtype);
       EXPECT_EQ(t.shape(), c.shape);
@@ -221,7 +220,10 @@ std::vector<MalformedCase> malformed_cases(const fs::path& scratch) {
       {"text", fixed(text), "neither gzip nor IDX: starts with 0x68 0x65"},
       {"gzip_of_text", gz([=] { return text; }), "bad IDX magic 0x68 0x65 0x6C 0x6C"},
       {"short_magic", fixed({0, 0, 8}), "truncated header"},
-      {"gzip_short_magic", gz([] { return Bytes{0, 0}; }), "truncated header"},
+      {"gzip_short_magic", gz([] {
+         return Bytes{0, 0};
+       }),
+       "truncated header"},
       {"signed_8_bit", fixed(concat(idx_header(0x09, {2}), {1, 2})), "unsupported IDX type code 0x09 (signed 8-bit)"},
       {"signed_16_bit", fixed(concat(idx_header(0x0B, {1}), {1, 2})), "unsupported IDX type code 0x0B (signed 16-bit)"},
       {"unknown_type", fixed(concat(idx_header(0x07, {1}), {1})), "unknown IDX type code 0x07"},
@@ -232,26 +234,37 @@ std::vector<MalformedCase> malformed_cases(const fs::path& scratch) {
       // (2^32 - 1)^2 elements still fit in 64 bits; their bytes as f64 do not.
       {"byte_overflow", fixed(idx_header(0x0E, {0xFFFFFFFF, 0xFFFFFFFF})), "overflow the byte count"},
       {"over_4_gib", fixed(idx_header(0x08, {65536, 65537})), "exceed the limit of 4294967296 bytes"},
-      {"gzip_over_4_gib", gz([] { return idx_header(0x0D, {1 << 30, 2}); }), "exceed the limit"},
+      {"gzip_over_4_gib", gz([] {
+         return idx_header(0x0D, {1 << 30, 2});
+       }),
+       "exceed the limit"},
       {"empty_but_huge", fixed(idx_header(0x08, {0, 0xFFFFFFFF, 0xFFFFFFFF})), "exceed the limit"},
       // At the limit the header passes; the few bytes present do not.
       {"exactly_4_gib", fixed(concat(idx_header(0x08, {65536, 65536}), {1, 2, 3})),
        "promise 4294967296 bytes of data but the file holds 3"},
-      {"gzip_exactly_4_gib", gz([] { return concat(idx_header(0x08, {65536, 65536}), {1, 2, 3}); }),
+      {"gzip_exactly_4_gib", gz([] {
+         return concat(idx_header(0x08, {65536, 65536}), {1, 2, 3});
+       }),
        "promise 4294967296 bytes of data but the file holds 3"},
-      {"truncated_data", fixed(short_by_one), "truncated data: dims [2, 3] promise 6 bytes of data but the file holds 5"},
+      {"truncated_data", fixed(short_by_one),
+       "truncated data: dims [2, 3] promise 6 bytes of data but the file holds 5"},
       {"gzip_truncated_data", gz([=] { return short_by_one; }), "truncated data"},
       {"trailing_data", fixed(concat(valid, {7, 7})), "trailing data: 2 bytes after the 6 bytes"},
-      {"gzip_trailing_data", gz([=] { return concat(valid, {7, 7, 7}); }), "trailing data: 3 bytes after the 6 bytes"},
+      {"gzip_trailing_data", gz([=] {
+         return concat(valid, {7, 7, 7});
+       }),
+       "trailing data: 3 bytes after the 6 bytes"},
       {"gzip_huge_trailing_data", gz([=] { return concat(valid, Bytes(size_t(3) << 20, 0)); }),
        "trailing data: more than 1048576 bytes"},
-      {"gzip_cut_short", [=] {
+      {"gzip_cut_short",
+       [=] {
          Bytes bytes = gzip_bytes(scratch, concat(idx_header(0x08, {1000}), pattern(1000)));
          bytes.resize(bytes.size() / 2);
          return bytes;
        },
        "gzip stream is truncated"},
-      {"gzip_without_trailer", [=] {
+      {"gzip_without_trailer",
+       [=] {
          Bytes bytes = gzip_bytes(scratch, valid);
          bytes.resize(bytes.size() - 3);
          return bytes;
@@ -281,8 +294,8 @@ TEST_F(IdxFiles, EachDefectIsAnIOError) {
 // ---- the Fashion-MNIST files (Debian's dataset-fashion-mnist) ----
 
 bool have_fashion_mnist() {
-  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"})
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                           "t10k-labels-idx1-ubyte.gz"})
     if (!fs::exists(fs::path(kFashionMnistDir) / name)) return false;
   return true;
 }
@@ -394,7 +407,9 @@ TEST_F(DataFashionMnistFiles, EachDefectNamesTheFile) {
   i32_labels.labels = concat(idx_header(0x0C, {2}), big_endian<int32_t>({1, 2}));
   const Case cases[] = {
       {"label_10", small_split({1, 2, 10}), "train-labels-idx1-ubyte.gz", "label 10 at index 2 is outside [0, 10)"},
-      {"count_mismatch", {small_split({1, 2, 3}).images, small_split({1, 2}).labels}, "train-labels-idx1-ubyte.gz",
+      {"count_mismatch",
+       {small_split({1, 2, 3}).images, small_split({1, 2}).labels},
+       "train-labels-idx1-ubyte.gz",
        "holds 2 labels but"},
       {"image_shape", small_split({1, 2}, 28, 27), "train-images-idx3-ubyte.gz",
        "expected images u8 [N, 28, 28], got u8 [2, 28, 27]"},
@@ -767,7 +782,8 @@ TEST(DataLoader, RejectsBadArguments) {
   const ncd::TensorDataset good = numbered(10);
   const nc::Tensor labels = good.targets();
   const Case cases[] = {
-      {"zero_batch", with(good, [](auto& o) { o.batch_size = 0; }), is<nc::ValueError>, "batch_size must be positive, got 0"},
+      {"zero_batch", with(good, [](auto& o) { o.batch_size = 0; }), is<nc::ValueError>,
+       "batch_size must be positive, got 0"},
       {"negative_batch", with(good, [](auto& o) { o.batch_size = -3; }), is<nc::ValueError>, "got -3"},
       {"empty", with(numbered(0), keep), is<nc::ValueError>, "the dataset is empty"},
       {"count_mismatch", [=] { ncd::TensorDataset(good.inputs(), nc::arange(9)); }, is<nc::ShapeError>,
@@ -778,27 +794,55 @@ TEST(DataLoader, RejectsBadArguments) {
        "targets are an undefined tensor"},
       {"negative_workers", with(good, [](auto& o) { o.workers = -2; }), is<nc::ValueError>,
        "workers must not be negative, got -2"},
-      {"drop_last_no_batch", with(good, [](auto& o) { o.batch_size = 11; o.drop_last = true; }), is<nc::ValueError>,
-       "leaves no batch"},
+      {"drop_last_no_batch",
+       with(good,
+            [](auto& o) {
+              o.batch_size = 11;
+              o.drop_last = true;
+            }),
+       is<nc::ValueError>, "leaves no batch"},
       // 10 samples are enough for a batch of 4, a share of 10 over 3 ranks (4, padded) is not
       // enough for a batch of 5.
       {"drop_last_no_batch_per_rank",
-       with(good, [](auto& o) { o.batch_size = 5; o.drop_last = true; o.num_replicas = 3; o.rank = 2; }),
-       is<nc::ValueError>, "DataLoader: drop_last with 4 samples per rank (10 in the dataset, num_replicas 3) "
-                           "and batch_size 5 leaves no batch"},
+       with(good,
+            [](auto& o) {
+              o.batch_size = 5;
+              o.drop_last = true;
+              o.num_replicas = 3;
+              o.rank = 2;
+            }),
+       is<nc::ValueError>,
+       "DataLoader: drop_last with 4 samples per rank (10 in the dataset, num_replicas 3) "
+       "and batch_size 5 leaves no batch"},
       {"zero_replicas", with(good, [](auto& o) { o.num_replicas = 0; }), is<nc::ValueError>,
        "DataLoader: num_replicas must be positive, got 0"},
-      {"negative_replicas", with(good, [](auto& o) { o.num_replicas = -2; o.rank = -1; }), is<nc::ValueError>,
-       "DataLoader: num_replicas must be positive, got -2"},
-      {"negative_rank", with(good, [](auto& o) { o.num_replicas = 2; o.rank = -1; }), is<nc::ValueError>,
-       "DataLoader: rank -1 is outside [0, num_replicas) for num_replicas 2"},
-      {"rank_is_num_replicas", with(good, [](auto& o) { o.num_replicas = 2; o.rank = 2; }), is<nc::ValueError>,
-       "DataLoader: rank 2 is outside [0, num_replicas) for num_replicas 2"},
+      {"negative_replicas",
+       with(good,
+            [](auto& o) {
+              o.num_replicas = -2;
+              o.rank = -1;
+            }),
+       is<nc::ValueError>, "DataLoader: num_replicas must be positive, got -2"},
+      {"negative_rank",
+       with(good,
+            [](auto& o) {
+              o.num_replicas = 2;
+              o.rank = -1;
+            }),
+       is<nc::ValueError>, "DataLoader: rank -1 is outside [0, num_replicas) for num_replicas 2"},
+      {"rank_is_num_replicas",
+       with(good,
+            [](auto& o) {
+              o.num_replicas = 2;
+              o.rank = 2;
+            }),
+       is<nc::ValueError>, "DataLoader: rank 2 is outside [0, num_replicas) for num_replicas 2"},
       {"rank_without_replicas", with(good, [](auto& o) { o.rank = 1; }), is<nc::ValueError>,
        "DataLoader: rank 1 is outside [0, num_replicas) for num_replicas 1"},
       {"missing_gpu", with(good, [](auto& o) { o.device = nc::Device::cuda(99); }), is<nc::DeviceError>,
        "cuda:99 does not exist"},
-      {"next_before_epoch", [=] {
+      {"next_before_epoch",
+       [=] {
          ncd::DataLoader loader(good, options(4));
          ncd::Batch batch;
          loader.next(batch);
@@ -859,9 +903,8 @@ TEST(DataLoader, TransformErrorsReachTheCaller) {
 
 TEST(DataLoader, ForeignExceptionTypesSurvive) {
   ncd::DataLoaderOptions o = options(4);
-  o.transforms.push_back([](ncd::Example, ncd::SampleRandom&) -> ncd::Example {
-    throw std::out_of_range("from the transform");
-  });
+  o.transforms.push_back(
+      [](ncd::Example, ncd::SampleRandom&) -> ncd::Example { throw std::out_of_range("from the transform"); });
   ncd::DataLoader loader(numbered(8), o);
   loader.begin_epoch(0);
   ncd::Batch batch;
@@ -906,7 +949,10 @@ TEST(DataLoader, RestartingMidEpochBeginsAfresh) {
 TEST(DataLoader, DestructionStopsTheThreadAtAnyPoint) {
   const ncd::TensorDataset data = numbered(1000);
   { ncd::DataLoader never_started(data, options(1)); }
-  { ncd::DataLoader loader(data, options(1)); loader.begin_epoch(0); }  // queue filling up
+  {
+    ncd::DataLoader loader(data, options(1));
+    loader.begin_epoch(0);
+  }  // queue filling up
   {
     ncd::DataLoader loader(data, options(1));
     loader.begin_epoch(0);
@@ -929,7 +975,8 @@ TEST(DataLoader, DestructionStopsTheThreadAtAnyPoint) {
   }
   {
     ncd::DataLoaderOptions o = options(10);
-    o.transforms.push_back([](ncd::Example, ncd::SampleRandom&) -> ncd::Example { throw std::runtime_error("never read"); });
+    o.transforms.push_back(
+        [](ncd::Example, ncd::SampleRandom&) -> ncd::Example { throw std::runtime_error("never read"); });
     ncd::DataLoader failed_unread(data, o);
     failed_unread.begin_epoch(0);
   }
@@ -1107,8 +1154,11 @@ TEST(DataLoader, BatchTransformsFollowStackingAndSampleTransforms) {
   throws<nc::ShapeError>([&] { ncd::transforms::normalize_batch()(flat); },
                          {"normalize_batch", "[B, H, W] or [B, C, H, W]", "[4, 5]"})();
   ncd::Batch wrong{nc::zeros({4, 3, 5, 5}, nc::TensorOptions(nc::DType::U8)), nc::zeros({4}), 0};
-  throws<nc::ShapeError>([&] { ncd::transforms::normalize_batch({0.5f, 0.5f}, {1, 1})(wrong); },
-                         {"normalize_batch", "2 means", "3 channels"})();
+  throws<nc::ShapeError>(
+      [&] {
+        ncd::transforms::normalize_batch({0.5f, 0.5f}, {1, 1})(wrong);
+      },
+      {"normalize_batch", "2 means", "3 channels"})();
   o.batch_transforms = {nullptr};
   throws<nc::ValueError>([&] { ncd::DataLoader bad(std::make_shared<const Squares>(), o); },
                          {"DataLoader", "batch transform 0", "empty"})();
@@ -1230,7 +1280,8 @@ TEST(DataTransforms, RandomHorizontalFlipMirrorsRows) {
   const std::vector<float> pixels = image.to_vector<float>();
   std::vector<float> mirrored(pixels.size());
   for (int64_t row = 0; row < 6; ++row)
-    for (int64_t x = 0; x < 4; ++x) mirrored[static_cast<size_t>(row * 4 + x)] = pixels[static_cast<size_t>(row * 4 + 3 - x)];
+    for (int64_t x = 0; x < 4; ++x)
+      mirrored[static_cast<size_t>(row * 4 + x)] = pixels[static_cast<size_t>(row * 4 + 3 - x)];
   for (double p : {0.0, 0.5, 1.0}) {
     SCOPED_TRACE(p);
     const ncd::Transform flip = ncd::transforms::random_horizontal_flip(p);
@@ -1337,8 +1388,9 @@ TEST(DataLoader, UnlikeSamplesAreNamedWhenStacked) {
     loader.next(batch);
     ADD_FAILURE() << "expected a ShapeError";
   } catch (const nc::ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("collate: sample 1's input is f32 [1, 3, 4] cpu, sample 0's is f32 [1, 4, 4] cpu"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("collate: sample 1's input is f32 [1, 3, 4] cpu, sample 0's is f32 [1, 4, 4] cpu"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -91,8 +91,11 @@ TEST(ResizeBilinear, HalfPixelCenters) {
   EXPECT_NEAR(big.select(0, 0).select(0, 1).select(0, 1).item<double>(), 1.5, 1e-6);
   EXPECT_EQ(values(big.select(0, 1)), std::vector<double>(9, 10.0));
   EXPECT_EQ(values(nc::data::resize_bilinear(square, 2, 2)), values(square));  // the same size is the identity
-  throws<nc::ShapeError>([&] { nc::data::resize_bilinear(nc::zeros({4, 4}), 2, 2); },
-                         {"resize_bilinear", "[C, H, W]"})();
+  throws<nc::ShapeError>(
+      [&] {
+        nc::data::resize_bilinear(nc::zeros({4, 4}), 2, 2);
+      },
+      {"resize_bilinear", "[C, H, W]"})();
   throws<nc::ValueError>([&] { nc::data::resize_bilinear(square, 0, 2); }, {"resize_bilinear", "0x2"})();
 }
 
@@ -112,8 +115,11 @@ TEST(ImagenetPreprocess, ResizesTheShorterSideCropsAndNormalizes) {
                                           nc::from_vector<float>({0.485f, 0.456f, 0.406f}, {3, 1, 1})),
                                   nc::from_vector<float>({0.229f, 0.224f, 0.225f}, {3, 1, 1}));
   EXPECT_LT(relative_error(cropped, expected), 1e-6);
-  throws<nc::ShapeError>([&] { nc::data::imagenet_preprocess(nc::zeros({1, 8, 8})); },
-                         {"imagenet_preprocess", "[3, H, W]"})();
+  throws<nc::ShapeError>(
+      [&] {
+        nc::data::imagenet_preprocess(nc::zeros({1, 8, 8}));
+      },
+      {"imagenet_preprocess", "[3, H, W]"})();
   throws<nc::ValueError>([&] { nc::data::imagenet_preprocess(flat, 100, 224); }, {"imagenet_preprocess", "crop 224"})();
 }
 
@@ -143,8 +149,11 @@ TEST_F(Images, ImageClassifierMatchesTheResNet) {
   const std::string three = write("l3.txt", "a\nb\nc\n");
   throws<nc::IOError>([&] { nc::models::ImageClassifier("resnet18", weights, nc::Device::cpu(), three); },
                       {"ImageClassifier", "l3.txt", "3 lines", "4 classes"})();
-  throws<nc::ShapeError>([&] { classifier.probabilities(nc::zeros({1, 3, 32, 32})); },
-                         {"ImageClassifier::probabilities", "[B, 3, 64, 64]", "[1, 3, 32, 32]"})();
+  throws<nc::ShapeError>(
+      [&] {
+        classifier.probabilities(nc::zeros({1, 3, 32, 32}));
+      },
+      {"ImageClassifier::probabilities", "[B, 3, 64, 64]", "[1, 3, 32, 32]"})();
 }
 
 TEST_F(Images, CApiReadsAndClassifies) {

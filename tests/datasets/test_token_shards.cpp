@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "tests/test_support.h"
 #include "normcore/data.h"
 #include "normcore/tensor.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 namespace ncd = normcore::data;
@@ -175,9 +175,11 @@ TEST_F(TokenShards, EachMalformedShardIsAnIOError) {
       {"truncated", two.substr(0, two.size() - 1), {"truncated", "says 2 tokens (4 bytes)", "holds 3 bytes of tokens"}},
       {"trailing", two + "x", {"trailing bytes", "says 2 tokens (4 bytes)", "holds 5 bytes of tokens"}},
       // A count of 2^31 - 1 in a file of 4 token bytes fails before anything is allocated.
-      {"huge_count", shard_bytes(kMagic, 1, std::numeric_limits<int32_t>::max(), {1, 2}),
+      {"huge_count",
+       shard_bytes(kMagic, 1, std::numeric_limits<int32_t>::max(), {1, 2}),
        {"truncated", "says 2147483647 tokens (4294967294 bytes)", "holds 4 bytes of tokens"}},
-      {"past_vocabulary", shard_bytes({17, 50256, 0, 50300, 60000}),
+      {"past_vocabulary",
+       shard_bytes({17, 50256, 0, 50300, 60000}),
        {"the token at position 3 is 50300", "past the vocabulary of 50257"}},
   };
   for (const Case& c : cases) {
@@ -207,10 +209,16 @@ TEST_F(TokenShards, BadArgumentsAndPaths) {
                              {"write_token_shard", "undefined"}),
       throws<nc::DTypeError>([&] { ncd::write_token_shard(missing, nc::zeros({2})); },
                              {"write_token_shard", "f32 [2]"}),
-      throws<nc::ShapeError>([&] { ncd::write_token_shard(missing, nc::zeros({1, 2}, nc::DType::I64)); },
-                             {"write_token_shard", "[N]", "[1, 2]"}),
-      throws<nc::ValueError>([&] { ncd::write_token_shard(missing, nc::from_vector<int64_t>({4, 65536, -1}, {3})); },
-                             {"write_token_shard", "position 1 is 65536", "0 to 65535"}),
+      throws<nc::ShapeError>(
+          [&] {
+            ncd::write_token_shard(missing, nc::zeros({1, 2}, nc::DType::I64));
+          },
+          {"write_token_shard", "[N]", "[1, 2]"}),
+      throws<nc::ValueError>(
+          [&] {
+            ncd::write_token_shard(missing, nc::from_vector<int64_t>({4, 65536, -1}, {3}));
+          },
+          {"write_token_shard", "position 1 is 65536", "0 to 65535"}),
       throws<nc::ValueError>([&] { ncd::write_token_shard(missing, nc::from_vector<int32_t>({-3}, {1})); },
                              {"position 0 is -3"}),
       throws<nc::IOError>([&] { ncd::write_token_shard(no_folder + "/x.bin", nc::zeros({1}, nc::DType::I64)); },
@@ -226,11 +234,17 @@ TEST_F(TokenShards, BadArgumentsAndPaths) {
       // Files are not read before the arguments are checked.
       throws<nc::ValueError>([&] { ncd::TokenWindows({missing}, -1, 10); }, {"TokenWindows", "context"}),
       // A context of 5 needs 6 tokens: no shard holds a window.
-      throws<nc::ValueError>([&] { ncd::TokenWindows({one, five}, 5, 10); },
-                             {"TokenWindows: no window of 6 tokens (context 5 + 1)", one + " (1 tokens)",
-                              five + " (5 tokens)"}),
+      throws<nc::ValueError>(
+          [&] {
+            ncd::TokenWindows({one, five}, 5, 10);
+          },
+          {"TokenWindows: no window of 6 tokens (context 5 + 1)", one + " (1 tokens)", five + " (5 tokens)"}),
       throws<nc::ValueError>([&] { ncd::TokenWindows(six, 1, 10); }, {one + " (1 tokens)", " and 2 more"}),
-      throws<nc::IOError>([&] { ncd::TokenWindows({five, missing}, 2, 10); }, {missing, "cannot open"}),
+      throws<nc::IOError>(
+          [&] {
+            ncd::TokenWindows({five, missing}, 2, 10);
+          },
+          {missing, "cannot open"}),
       throws<nc::IOError>([&] { ncd::TokenWindows({five}, 2, 4); }, {five, "position 4 is 4"}),
   };
   for (size_t i = 0; i < checks.size(); ++i) {

@@ -73,12 +73,13 @@ void expect_env(const nd::Env& e, int rank, int world_size, int local_rank, cons
 
 TEST(DistributedEnv, ReadsTheVariablesAndRefusesBadOnes) {
   {
-    ScopedEnv env(ScopedEnv::Values{{"RANK", ""}, {"WORLD_SIZE", ""}, {"LOCAL_RANK", ""}, {"MASTER_ADDR", ""}, {"MASTER_PORT", ""}});
+    ScopedEnv env(ScopedEnv::Values{
+        {"RANK", ""}, {"WORLD_SIZE", ""}, {"LOCAL_RANK", ""}, {"MASTER_ADDR", ""}, {"MASTER_PORT", ""}});
     expect_env(nd::Env::from_environment(), 0, 1, 0, "127.0.0.1", 29500);
   }
   {
-    ScopedEnv env(ScopedEnv::Values{{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node0"},
-                   {"MASTER_PORT", "1234"}});
+    ScopedEnv env(ScopedEnv::Values{
+        {"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}});
     expect_env(nd::Env::from_environment(), 3, 8, 1, "node0", 1234);
   }
   {
@@ -151,9 +152,8 @@ TEST(TcpStore, TimeoutsRefusalsAndALostServerAreErrors) {
     nd::TcpStore probe("127.0.0.1", 0, 1, true, milliseconds(1000));
     free_port = probe.port();
   }
-  throws<normcore::DistributedError>(
-      [&] { nd::TcpStore client("127.0.0.1", free_port, 2, false, milliseconds(300)); },
-      {"cannot connect to 127.0.0.1:" + std::to_string(free_port), "within 300 ms"})();
+  throws<normcore::DistributedError>([&] { nd::TcpStore client("127.0.0.1", free_port, 2, false, milliseconds(300)); },
+                                     {"cannot connect to 127.0.0.1:" + std::to_string(free_port), "within 300 ms"})();
   {
     auto server = std::make_unique<nd::TcpStore>("127.0.0.1", 0, 2, true, milliseconds(5000));
     nd::TcpStore client("127.0.0.1", server->port(), 2, false, milliseconds(5000));
@@ -229,7 +229,7 @@ TEST_F(Launch, HandsItsRanksAJobSecretThroughTheEnvironment) {
   EXPECT_EQ(first[0].size(), 64u);  // 32 random bytes in hex
   EXPECT_EQ(first[0], first[1]);
   EXPECT_NE(secrets_of_a_launch(options)[0], first[0]);  // a new one for every job
-  options.nnodes = 2;  // node 0 of two: the other launcher must have the same secret
+  options.nnodes = 2;                                    // node 0 of two: the other launcher must have the same secret
   throws<normcore::ValueError>([&] { nd::launch({"true"}, options); },
                                {"a job of 2 machines", "NORMCORE_JOB_SECRET"})();
   const std::string given = "a secret given to every launcher";
@@ -253,15 +253,16 @@ namespace {
 // Runs fn as ranks 0 .. world - 1 of a job on threads, each with its own store client and
 // process group (the store backend), and rethrows the first rank's failure.
 // With cuda, rank r works on cuda:r through NCCL.
-void run_ranks(int world, const std::function<void(nd::ProcessGroup&)>& fn,
-               milliseconds timeout = milliseconds(20000), bool cuda = false) {
+void run_ranks(int world, const std::function<void(nd::ProcessGroup&)>& fn, milliseconds timeout = milliseconds(20000),
+               bool cuda = false) {
   auto server = std::make_shared<nd::TcpStore>("127.0.0.1", 0, world, true, timeout);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto store = r == 0 ? server : std::make_shared<nd::TcpStore>("127.0.0.1", server->port(), world, false, timeout);
+        auto store =
+            r == 0 ? server : std::make_shared<nd::TcpStore>("127.0.0.1", server->port(), world, false, timeout);
         nd::ProcessGroup group(store, r, world, cuda ? nc::Device::cuda(r) : nc::Device::cpu(),
                                nd::ProcessGroupOptions{timeout});
         fn(group);
@@ -506,9 +507,9 @@ TEST(DataParallel, RanksWithDifferentModelsAreRefused) {
   std::atomic<int> refused{0};
   try {
     run_ranks(2, [&](nd::ProcessGroup& g) {
-      auto model = g.rank() == 0 ? small_mlp(1) : std::make_shared<nc::nn::Sequential>(
-                                                      std::vector<std::shared_ptr<nc::nn::Module>>{
-                                                          std::make_shared<nc::nn::Linear>(6, 4)});
+      auto model = g.rank() == 0 ? small_mlp(1)
+                                 : std::make_shared<nc::nn::Sequential>(std::vector<std::shared_ptr<nc::nn::Module>>{
+                                       std::make_shared<nc::nn::Linear>(6, 4)});
       try {
         nd::DistributedDataParallel ddp(model, g);
       } catch (const nc::ValueError& e) {
@@ -538,55 +539,58 @@ std::shared_ptr<nc::nn::Sequential> mlp_on(uint64_t seed, nc::Device device) {
 TEST(DistributedCuda, OneRankRunsEveryCollectiveAndTrainsAsPlainTraining) {
   if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
   const nc::Device gpu = nc::Device::cuda(0);
-  run_ranks(1, [&](nd::ProcessGroup& g) {
-    EXPECT_EQ(g.backend().rfind("nccl 2.", 0), 0u) << g.backend();
-    for (nc::DType dtype : {nc::DType::F32, nc::DType::BF16, nc::DType::F64, nc::DType::I64, nc::DType::F16}) {
-      const nc::Tensor original = nc::arange(0, 6, 1, nc::TensorOptions(nc::DType::F32, gpu)).to(dtype);
-      for (nd::ReduceOp op : {nd::ReduceOp::Sum, nd::ReduceOp::Max, nd::ReduceOp::Min, nd::ReduceOp::Avg}) {
-        if (op == nd::ReduceOp::Avg && !nc::is_floating(dtype)) continue;
-        nc::Tensor t = original.clone();
-        g.all_reduce(t, op);
-        EXPECT_EQ(values(t.to(nc::Device::cpu())), values(original.to(nc::Device::cpu())))
-            << nc::dtype_name(dtype) << " " << nd::reduce_op_name(op);
-      }
-    }
-    nc::Tensor t = nc::full({1000}, 3.5, gpu);
-    g.broadcast(t, 0);
-    EXPECT_EQ(values(t.to(nc::Device::cpu()))[999], 3.5);
-    nc::Tensor out = nc::zeros({4, 3}, gpu);
-    const nc::Tensor in = nc::mul(nc::ones({4, 3}, gpu), 2.0);
-    g.all_gather(out, in);
-    EXPECT_EQ(values(out.to(nc::Device::cpu())), std::vector<double>(12, 2.0));
-    nc::Tensor scattered = nc::zeros({4, 3}, gpu);
-    g.reduce_scatter(scattered, nc::mul(nc::ones({4, 3}, gpu), 5.0), nd::ReduceOp::Sum);
-    EXPECT_EQ(values(scattered.to(nc::Device::cpu())), std::vector<double>(12, 5.0));
-    nc::Tensor big = nc::full({1 << 20}, 1.25, gpu);
-    nd::Work work = g.all_reduce_async(big, nd::ReduceOp::Sum);
-    work.synchronize();
-    EXPECT_TRUE(work.completed());
-    EXPECT_EQ(values(big.to(nc::Device::cpu()))[12345], 1.25);
-    g.barrier();
-    throws<nc::DeviceError>([&] { g.all_reduce(nc::ones({2})); }, {"all_reduce (rank 0 of 1)", "cpu", "cuda:0"})();
+  run_ranks(
+      1,
+      [&](nd::ProcessGroup& g) {
+        EXPECT_EQ(g.backend().rfind("nccl 2.", 0), 0u) << g.backend();
+        for (nc::DType dtype : {nc::DType::F32, nc::DType::BF16, nc::DType::F64, nc::DType::I64, nc::DType::F16}) {
+          const nc::Tensor original = nc::arange(0, 6, 1, nc::TensorOptions(nc::DType::F32, gpu)).to(dtype);
+          for (nd::ReduceOp op : {nd::ReduceOp::Sum, nd::ReduceOp::Max, nd::ReduceOp::Min, nd::ReduceOp::Avg}) {
+            if (op == nd::ReduceOp::Avg && !nc::is_floating(dtype)) continue;
+            nc::Tensor t = original.clone();
+            g.all_reduce(t, op);
+            EXPECT_EQ(values(t.to(nc::Device::cpu())), values(original.to(nc::Device::cpu())))
+                << nc::dtype_name(dtype) << " " << nd::reduce_op_name(op);
+          }
+        }
+        nc::Tensor t = nc::full({1000}, 3.5, gpu);
+        g.broadcast(t, 0);
+        EXPECT_EQ(values(t.to(nc::Device::cpu()))[999], 3.5);
+        nc::Tensor out = nc::zeros({4, 3}, gpu);
+        const nc::Tensor in = nc::mul(nc::ones({4, 3}, gpu), 2.0);
+        g.all_gather(out, in);
+        EXPECT_EQ(values(out.to(nc::Device::cpu())), std::vector<double>(12, 2.0));
+        nc::Tensor scattered = nc::zeros({4, 3}, gpu);
+        g.reduce_scatter(scattered, nc::mul(nc::ones({4, 3}, gpu), 5.0), nd::ReduceOp::Sum);
+        EXPECT_EQ(values(scattered.to(nc::Device::cpu())), std::vector<double>(12, 5.0));
+        nc::Tensor big = nc::full({1 << 20}, 1.25, gpu);
+        nd::Work work = g.all_reduce_async(big, nd::ReduceOp::Sum);
+        work.synchronize();
+        EXPECT_TRUE(work.completed());
+        EXPECT_EQ(values(big.to(nc::Device::cpu()))[12345], 1.25);
+        g.barrier();
+        throws<nc::DeviceError>([&] { g.all_reduce(nc::ones({2})); }, {"all_reduce (rank 0 of 1)", "cpu", "cuda:0"})();
 
-    // Data-parallel training of one rank gives plain training's parameters, bit for bit.
-    auto plain = mlp_on(3, gpu), wrapped = mlp_on(3, gpu);
-    nd::DistributedDataParallel ddp(wrapped, g, nd::DataParallelOptions{2048, 1024});
-    EXPECT_GE(ddp.buckets().size(), 2u);
-    nc::optim::Adam a(plain->parameters(), nc::optim::AdamOptions{1e-2});
-    nc::optim::Adam b(wrapped->parameters(), nc::optim::AdamOptions{1e-2});
-    for (int s = 0; s < 5; ++s) {
-      auto [x, y] = shard(s, 0);
-      x = x.to(nc::DType::F32).to(gpu);
-      y = y.to(nc::DType::F32).to(gpu);
-      a.zero_grad();
-      nc::mse_loss((*plain)(x), y).backward();
-      a.step();
-      b.zero_grad();
-      nc::mse_loss(ddp(x), y).backward();
-      b.step();
-    }
-    EXPECT_EQ(max_difference(plain->parameters(), wrapped->parameters()), 0.0);
-  }, milliseconds(20000), true);
+        // Data-parallel training of one rank gives plain training's parameters, bit for bit.
+        auto plain = mlp_on(3, gpu), wrapped = mlp_on(3, gpu);
+        nd::DistributedDataParallel ddp(wrapped, g, nd::DataParallelOptions{2048, 1024});
+        EXPECT_GE(ddp.buckets().size(), 2u);
+        nc::optim::Adam a(plain->parameters(), nc::optim::AdamOptions{1e-2});
+        nc::optim::Adam b(wrapped->parameters(), nc::optim::AdamOptions{1e-2});
+        for (int s = 0; s < 5; ++s) {
+          auto [x, y] = shard(s, 0);
+          x = x.to(nc::DType::F32).to(gpu);
+          y = y.to(nc::DType::F32).to(gpu);
+          a.zero_grad();
+          nc::mse_loss((*plain)(x), y).backward();
+          a.step();
+          b.zero_grad();
+          nc::mse_loss(ddp(x), y).backward();
+          b.step();
+        }
+        EXPECT_EQ(max_difference(plain->parameters(), wrapped->parameters()), 0.0);
+      },
+      milliseconds(20000), true);
 }
 
 // A small CNN of the cnn-gn kind (convolutions, GroupNorm, pooling), f32, for 4 x 1 x 8 x 8
@@ -603,8 +607,8 @@ std::shared_ptr<nc::nn::Sequential> cnn_on(uint64_t seed, nc::Device device) {
 
 // Needs two GPUs: ranks on cuda:0 and cuda:1 with 4 rows each train as one GPU with 8, for
 // the MLP and for a CNN.
-void expect_two_gpus_train_as_one(
-    const std::function<std::shared_ptr<nc::nn::Sequential>(uint64_t, nc::Device)>& make, bool images) {
+void expect_two_gpus_train_as_one(const std::function<std::shared_ptr<nc::nn::Sequential>(uint64_t, nc::Device)>& make,
+                                  bool images) {
   const nc::Device gpu = nc::Device::cuda(0);
   // The inputs of shard() as 4 images of 1 x 8 x 8 for the CNN (its first 6 values, padded).
   auto input = [images](const nc::Tensor& x, nc::Device device) {
@@ -618,8 +622,7 @@ void expect_two_gpus_train_as_one(
     auto [x0, y0] = shard(s, 0);
     auto [x1, y1] = shard(s, 1);
     sgd.zero_grad();
-    nc::mse_loss((*reference)(input(nc::cat({x0, x1}), gpu)), nc::cat({y0, y1}).to(nc::DType::F32).to(gpu))
-        .backward();
+    nc::mse_loss((*reference)(input(nc::cat({x0, x1}), gpu)), nc::cat({y0, y1}).to(nc::DType::F32).to(gpu)).backward();
     sgd.step();
   }
   std::vector<std::vector<nc::Tensor>> trained(2);
@@ -636,18 +639,21 @@ void expect_two_gpus_train_as_one(
           nc::mse_loss(ddp(input(x, mine)), y.to(nc::DType::F32).to(mine)).backward();
           opt.step();
         }
-        for (const nc::Tensor& p : model->parameters()) trained[static_cast<size_t>(g.rank())].push_back(p.to(nc::Device::cpu()));
+        for (const nc::Tensor& p : model->parameters())
+          trained[static_cast<size_t>(g.rank())].push_back(p.to(nc::Device::cpu()));
       },
       milliseconds(60000), true);
   std::vector<nc::Tensor> expected;
   for (const nc::Tensor& p : reference->parameters()) expected.push_back(p.to(nc::Device::cpu()));
   EXPECT_EQ(max_difference(trained[0], trained[1]), 0.0);
   EXPECT_LT(max_difference(trained[0], expected), 1e-5);
-  EXPECT_GT(max_difference(expected, [&] {
-              std::vector<nc::Tensor> initial;
-              for (const nc::Tensor& p : make(1, gpu)->parameters()) initial.push_back(p.to(nc::Device::cpu()));
-              return initial;
-            }()),
+  EXPECT_GT(max_difference(expected,
+                           [&] {
+                             std::vector<nc::Tensor> initial;
+                             for (const nc::Tensor& p : make(1, gpu)->parameters())
+                               initial.push_back(p.to(nc::Device::cpu()));
+                             return initial;
+                           }()),
             1e-3);  // it trained
 }
 

@@ -4,8 +4,8 @@
 // the bounds, garbage and silence close that connection only, while a quiet authenticated
 // client keeps its; the connection limit holds; a server listens on loopback unless asked for
 // every interface. Every case checks that the job's own clients go on.
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -166,9 +166,11 @@ TEST(TcpStoreSecurity, AClientWithoutTheSecretIsRefusedAndTheJobGoesOn) {
   for (const Case& c : {Case{"another secret", "another job's secret, 32 bytes.."}, Case{"no secret", ""}}) {
     SCOPED_TRACE(c.name);
     const auto start = Clock::now();
-    throws<nc::DistributedError>([&] { nd::TcpStore client("127.0.0.1", server.port(), 2, false,
-                                                           store_options(milliseconds(5000), 0, c.secret)); },
-                                 {where, "job secret"})();
+    throws<nc::DistributedError>(
+        [&] {
+          nd::TcpStore client("127.0.0.1", server.port(), 2, false, store_options(milliseconds(5000), 0, c.secret));
+        },
+        {where, "job secret"})();
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));  // refused at once, not a hang
   }
   RawClient garbage(server.port());
@@ -262,7 +264,8 @@ TEST(TcpStoreSecurity, ALateReplyIsNotTakenForTheNextOne) {
     nd::TcpStore client("127.0.0.1", listener.port, 2, false, options);
     throws<nc::DistributedError>([&] { client.set("first", "1"); }, {"TcpStore.set('first')", "timeout"})();
     std::this_thread::sleep_for(milliseconds(500));  // the late acknowledgement has come
-    throws<nc::DistributedError>([&] { client.set("second", "2"); }, {"TcpStore.set", "the connection was lost earlier"})();
+    throws<nc::DistributedError>([&] { client.set("second", "2"); },
+                                 {"TcpStore.set", "the connection was lost earlier"})();
   }
   slow_store.join();
 }
@@ -285,8 +288,8 @@ TEST(TcpStoreSecurity, BadRequestsAndStallsCloseTheirConnectionOnly) {
   const std::vector<Case> cases = {
       {"a 4 GiB key", true, std::string(1, wire::kSet) + four_gib, false},
       {"a 4 GiB value", true, std::string(1, wire::kSet) + u32(1) + "k" + four_gib, false},
-      {"a value one byte over", true,
-       std::string(1, wire::kSet) + u32(1) + "k" + u32(nd::TcpStore::kMaxValueBytes + 1), false},
+      {"a value one byte over", true, std::string(1, wire::kSet) + u32(1) + "k" + u32(nd::TcpStore::kMaxValueBytes + 1),
+       false},
       {"a key one byte over", true, std::string(1, wire::kGet) + u32(nd::TcpStore::kMaxKeyBytes + 1), false},
       {"an unknown command", true, "\x77 garbage bytes", false},
       {"an add of 3 bytes", true, std::string(1, wire::kAdd) + u32(1) + "k" + u32(3) + "abc", false},

@@ -32,8 +32,8 @@ using nlohmann::json;
 namespace {
 
 struct Declaration {
-  std::string kind;     // the clang kind: FunctionDecl, CXXMethodDecl, VarDecl, ...
-  std::string display;  // qualified name and type, for the listing
+  std::string kind;       // the clang kind: FunctionDecl, CXXMethodDecl, VarDecl, ...
+  std::string display;    // qualified name and type, for the listing
   bool defined = false;   // some declaration of it has a body, an initializer or is inline
   bool instance = false;  // an instantiation of a function template
 };
@@ -42,8 +42,8 @@ struct Walk {
   std::map<std::string, Declaration> symbols;  // by mangled name
   std::vector<std::string> polymorphic;        // classes whose type information the library holds
   std::vector<std::string> errors;
-  std::set<std::string> function_kinds{"FunctionDecl", "CXXMethodDecl", "CXXConstructorDecl",
-                                       "CXXDestructorDecl", "CXXConversionDecl"};
+  std::set<std::string> function_kinds{"FunctionDecl", "CXXMethodDecl", "CXXConstructorDecl", "CXXDestructorDecl",
+                                       "CXXConversionDecl"};
 
   static bool has_body(const json& node) {
     for (const json& child : node.value("inner", json::array()))
@@ -61,8 +61,7 @@ struct Walk {
   // Whether a function declaration's definition is in the header itself.
   static bool defined_here(const json& node) {
     return has_body(node) || node.value("inline", false) || node.value("constexpr", false) ||
-           node.contains("explicitlyDefaulted") || node.value("explicitlyDeleted", false) ||
-           node.value("pure", false);
+           node.contains("explicitlyDefaulted") || node.value("explicitlyDeleted", false) || node.value("pure", false);
   }
 
   void function(const json& node, const std::string& scope) {
@@ -238,7 +237,7 @@ int main(int argc, char** argv) {
     variables += d.kind == "VarDecl";
   }
   std::cout << "api_symbols: " << wanted.size() - variables << " functions (" << instances
-            << " of them template instantiations), " << variables << " variables, "
-            << walk.polymorphic.size() << " classes' type information\n";
+            << " of them template instantiations), " << variables << " variables, " << walk.polymorphic.size()
+            << " classes' type information\n";
   return 0;
 }

@@ -18,8 +18,7 @@ void check_round_trips(const normcore::text::BpeTokenizer& tokenizer, std::strin
   for (const std::string_view text : {a, b}) {
     normcore_fuzz::require(tokenizer.decode(tokenizer.encode(text)) == text, "decode(encode(s)) == s");
     if (tokenizer.end_of_text() >= 0)
-      normcore_fuzz::require(tokenizer.decode(tokenizer.encode(text, true)) == text,
-                             "decode(encode(s, special)) == s");
+      normcore_fuzz::require(tokenizer.decode(tokenizer.encode(text, true)) == text, "decode(encode(s, special)) == s");
   }
 }
 
@@ -33,11 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string merges_path =
       normcore_fuzz::write_private_file("bpe_merges", reinterpret_cast<const uint8_t*>(merges.data()), merges.size());
   const std::string json_path = normcore_fuzz::write_private_file("bpe_tokenizer_json", data, size);
-  normcore_fuzz::expect_only_normcore_errors([&] {
-    check_round_trips(normcore::text::BpeTokenizer::load(vocab_path, merges_path), vocab, merges);
-  });
-  normcore_fuzz::expect_only_normcore_errors([&] {
-    check_round_trips(normcore::text::BpeTokenizer::load_tokenizer_json(json_path), vocab, merges);
-  });
+  normcore_fuzz::expect_only_normcore_errors(
+      [&] { check_round_trips(normcore::text::BpeTokenizer::load(vocab_path, merges_path), vocab, merges); });
+  normcore_fuzz::expect_only_normcore_errors(
+      [&] { check_round_trips(normcore::text::BpeTokenizer::load_tokenizer_json(json_path), vocab, merges); });
   return 0;
 }

@@ -13,8 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   normcore_fuzz::expect_only_normcore_errors([&] {
     const normcore::Tensor image = normcore::data::read_color_image(path);
     normcore_fuzz::require(image.dim() == 3 && image.size(0) == 3, "an image is [3, H, W]");
-    normcore_fuzz::require(image.numel() == 0 || (normcore::min(image).item<double>() >= 0 &&
-                                                  normcore::max(image).item<double>() <= 1),
+    normcore_fuzz::require(image.numel() == 0 ||
+                               (normcore::min(image).item<double>() >= 0 && normcore::max(image).item<double>() <= 1),
                            "pixel values lie in [0, 1]");
   });
   return 0;

@@ -52,8 +52,8 @@ inline void touch(const normcore::Tensor& t) {
 // Writes data to a file only this process uses (under $TMPDIR or /tmp) and returns its path.
 inline std::string write_private_file(const char* what, const uint8_t* data, size_t size) {
   const char* dir = std::getenv("TMPDIR");
-  const std::string path = std::string(dir && *dir ? dir : "/tmp") + "/normcore_fuzz_" + what + "_" +
-                           std::to_string(::getpid());
+  const std::string path =
+      std::string(dir && *dir ? dir : "/tmp") + "/normcore_fuzz_" + what + "_" + std::to_string(::getpid());
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) {
     std::perror(path.c_str());

@@ -187,8 +187,9 @@ void expect_equal(const Tensor& got, const Tensor& want, const std::string& what
 
 // ---------------------------------------------------------------- copy and fill
 const std::vector<Shape> kElementwiseShapes = {
-    {}, {0}, {1}, {7}, {4, 33}, {3, 5, 17}, {67, 1031}, {65536 + 3},
-    {2, 3, 2, 2, 2, 2, 2, 2, 2, 3},  // more than 8 dims that do not merge when transposed
+    {},         {0},         {1},
+    {7},        {4, 33},     {3, 5, 17},
+    {67, 1031}, {65536 + 3}, {2, 3, 2, 2, 2, 2, 2, 2, 2, 3},  // more than 8 dims that do not merge when transposed
 };
 
 TEST(CudaBackend, CopyConvertsEveryDTypePairAtEveryLayout) {
@@ -424,7 +425,8 @@ TEST(CudaBackend, WhereSelectsWithBroadcastCondition) {
         Pair out = empty_pair(shape, dtype);
         nc::cpu::elementwise_kernels().where(out.cpu, cond.cpu, a.cpu, b.cpu);
         nc::cuda::elementwise_kernels().where(out.cuda, cond.cuda, a.cuda, b.cuda);
-        expect_equal(out.cuda, out.cpu, describe_case(std::string("where cond ") + layout_name(cond_layout), dtype, shape));
+        expect_equal(out.cuda, out.cpu,
+                     describe_case(std::string("where cond ") + layout_name(cond_layout), dtype, shape));
       }
     }
   }
@@ -437,8 +439,8 @@ struct ReduceShape {
 
 // One thread per row, 8 lanes, a warp, a block per row, two-stage; empty rows and none.
 const std::vector<ReduceShape> kReduceShapes = {
-    {1, 1},     {2, 1},     {0, 5},       {3, 0},     {7, 5},         {100000, 3}, {1000, 7},
-    {13, 63},   {100, 300}, {5, 2049},    {300, 5000}, {3, 100003},   {1, 1 << 21},
+    {1, 1},   {2, 1},     {0, 5},    {3, 0},      {7, 5},      {100000, 3},  {1000, 7},
+    {13, 63}, {100, 300}, {5, 2049}, {300, 5000}, {3, 100003}, {1, 1 << 21},
 };
 
 struct ReduceCase {
@@ -506,7 +508,8 @@ TEST(CudaBackend, ReduceMatchesCpuForShortAndLongRows) {
               a *= accumulation_tolerance(dtype) / (c.op == nc::ReduceOp::Mean ? std::max<int64_t>(s.row_len, 1) : 1);
             }
           } else if (floating && c.op != nc::ReduceOp::Max && c.op != nc::ReduceOp::Min) {
-            rtol += accumulation_tolerance(dtype) * (c.op == nc::ReduceOp::Prod ? static_cast<double>(s.row_len) : 10.0);
+            rtol +=
+                accumulation_tolerance(dtype) * (c.op == nc::ReduceOp::Prod ? static_cast<double>(s.row_len) : 10.0);
           }
           expect_close(out.cuda, out.cpu, rtol, 0.0,
                        describe_case(std::string(c.name) + " " + layout_name(layout), dtype, shape), row_atol);
@@ -537,7 +540,8 @@ TEST(CudaBackend, ReductionsPropagateNan) {
         nc::cpu::reduce_kernels().reduce(op, out.cpu, x.cpu, kInf);
         nc::cuda::reduce_kernels().reduce(op, out.cuda, x.cuda, kInf);
         const std::vector<double> got = values_of(out.cuda);
-        for (int64_t r = 0; r < s.rows; r += 2) ASSERT_TRUE(std::isnan(got[r])) << describe_case("nan row", dtype, shape);
+        for (int64_t r = 0; r < s.rows; r += 2)
+          ASSERT_TRUE(std::isnan(got[r])) << describe_case("nan row", dtype, shape);
         expect_close(out.cuda, out.cpu, 1e-2, 1e-2, describe_case("reduce with nan", dtype, shape));
       }
       for (bool is_max : {true, false}) {
@@ -565,7 +569,8 @@ TEST(CudaBackend, ArgReduceTakesFirstIndexOfTies) {
           Pair values = empty_pair({s.rows}, dtype), indices = empty_pair({s.rows}, DType::I64);
           nc::cpu::reduce_kernels().arg_reduce(is_max, values.cpu, indices.cpu, x.cpu);
           nc::cuda::reduce_kernels().arg_reduce(is_max, values.cuda, indices.cuda, x.cuda);
-          const std::string what = describe_case(std::string(is_max ? "argmax " : "argmin ") + layout_name(layout), dtype, shape);
+          const std::string what =
+              describe_case(std::string(is_max ? "argmax " : "argmin ") + layout_name(layout), dtype, shape);
           expect_equal(indices.cuda, indices.cpu, what);
           expect_equal(values.cuda, values.cpu, what);
         }
@@ -592,7 +597,7 @@ const std::vector<MatmulCase> kMatmulCases = {
     {4, 31, 65, 17, Operand::ColumnMajor, Operand::ColumnMajor},
     {3, 8, 16, 4, Operand::BatchBroadcast, Operand::RowMajor},
     {3, 8, 16, 4, Operand::RowMajor, Operand::BatchBroadcast},
-    {2, 6, 5, 4, Operand::RowBroadcast, Operand::RowMajor},  // overlapping rows: packed first
+    {2, 6, 5, 4, Operand::RowBroadcast, Operand::RowMajor},    // overlapping rows: packed first
     {2, 1, 9, 1, Operand::ColumnMajor, Operand::ColumnMajor},  // size-1 dims
     {1, 1, 300, 257, Operand::RowMajor, Operand::ColumnMajor},
     {1, 129, 1, 130, Operand::RowMajor, Operand::RowMajor},

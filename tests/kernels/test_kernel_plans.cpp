@@ -121,10 +121,10 @@ const std::vector<AffineRow> kAffineRows = {
      true, cuda::AffinePath::ClusterGroups, 1, cuda::AffinePath::ClusterGroups, 1},
     {"group norm f32, groups of 2 MB: a slice over shared memory", cuda::group_layout(2, 1, 1, 524288), 4, true, true,
      cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
-    {"group norm, misaligned data", cuda::group_layout(32, 32, 320, 4096), 4, false, true,
-     cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
-    {"group norm, small planes", cuda::group_layout(32, 32, 320, 100), 4, true, true,
-     cuda::AffinePath::Elementwise, 0, cuda::AffinePath::Elementwise, 0},
+    {"group norm, misaligned data", cuda::group_layout(32, 32, 320, 4096), 4, false, true, cuda::AffinePath::Pipeline,
+     0, cuda::AffinePath::Pipeline, 0},
+    {"group norm, small planes", cuda::group_layout(32, 32, 320, 100), 4, true, true, cuda::AffinePath::Elementwise, 0,
+     cuda::AffinePath::Elementwise, 0},
     {"group norm over [N, C], long groups", cuda::group_layout(4, 2, 65536, 1), 4, true, true,
      cuda::AffinePath::Pipeline, 0, cuda::AffinePath::Pipeline, 0},
     {"group norm over [N, C], short groups", cuda::group_layout(4, 2, 64, 1), 4, true, true,
@@ -162,13 +162,13 @@ TEST(NormPlans, RowTeamsHoldThreeOrFourVectorsAThread) {
     int64_t row_len;
     int element_bytes, team, vectors;
   };
-  for (const Case& c : std::vector<Case>{{768, 4, 64, 3},     // 192 vectors over 64 threads
-                                         {768, 2, 32, 3},     // 96 over a warp
-                                         {1024, 2, 32, 4},    // 128 over a warp
-                                         {512, 4, 32, 4},     // 128 over a warp
-                                         {128, 4, 32, 3},     // one each: the smaller build
-                                         {2560, 4, 256, 3},   // 640 over 256
-                                         {4096, 4, 256, 4},   // 1024 over 256
+  for (const Case& c : std::vector<Case>{{768, 4, 64, 3},    // 192 vectors over 64 threads
+                                         {768, 2, 32, 3},    // 96 over a warp
+                                         {1024, 2, 32, 4},   // 128 over a warp
+                                         {512, 4, 32, 4},    // 128 over a warp
+                                         {128, 4, 32, 3},    // one each: the smaller build
+                                         {2560, 4, 256, 3},  // 640 over 256
+                                         {4096, 4, 256, 4},  // 1024 over 256
                                          {16384, 4, 1024, 4}}) {
     SCOPED_TRACE(std::to_string(c.row_len) + " elements of " + std::to_string(c.element_bytes) + " bytes");
     for (const cuda::AffinePlan& plan :
@@ -211,8 +211,7 @@ TEST(NormPlans, ClusterGroupsSplitAGroupOverTwoToEightBlocks) {
        cuda::AffinePath::ClusterGroups, 2},
       {"its backward: 160 KB in 4", cuda::group_layout(32, 32, 320, 4096), 2, true, cuda::AffinePath::ClusterGroups, 4},
       {"64 KB exactly: one block", cuda::group_layout(8, 32, 64, 4096), 2, true, cuda::AffinePath::SharedGroups, 0},
-      {"800 KB: 8 slices of 100 KB", cuda::group_layout(2, 2, 4, 100000), 4, false, cuda::AffinePath::ClusterGroups,
-       8},
+      {"800 KB: 8 slices of 100 KB", cuda::group_layout(2, 2, 4, 100000), 4, false, cuda::AffinePath::ClusterGroups, 8},
       {"1.6 MB with dy: 8 slices of 200 KB", cuda::group_layout(2, 2, 4, 100000), 4, true,
        cuda::AffinePath::ClusterGroups, 8},
       {"2 MB of f64: slices over shared memory", cuda::group_layout(2, 1, 4, 65536), 8, false,
@@ -226,9 +225,9 @@ TEST(NormPlans, ClusterGroupsSplitAGroupOverTwoToEightBlocks) {
     EXPECT_EQ(plan.cluster, c.blocks);
     // Without clusters, the same groups take a block each or the pipelined pass.
     const cuda::DeviceLimits no_clusters{132, 232448, 0};
-    const cuda::AffinePlan fallback = c.backward
-                                          ? cuda::plan_affine_backward(c.layout, c.element_bytes, true, true, no_clusters)
-                                          : cuda::plan_affine_forward(c.layout, c.element_bytes, true, true, no_clusters);
+    const cuda::AffinePlan fallback =
+        c.backward ? cuda::plan_affine_backward(c.layout, c.element_bytes, true, true, no_clusters)
+                   : cuda::plan_affine_forward(c.layout, c.element_bytes, true, true, no_clusters);
     EXPECT_NE(fallback.path, cuda::AffinePath::ClusterGroups);
   }
 }

@@ -80,8 +80,8 @@ TEST(Softmax, ValuesAreStableAndNormalized) {
               {std::log(0.090030573), std::log(0.244728471), std::log(0.665240956)}, 1e-6);
   // exp(1000) overflows; subtracting the row maximum first keeps every value finite.
   expect_near(nc::softmax(f32({1000, 1001}, {2}), 0), {0.268941421, 1 - 0.268941421}, 1e-6);
-  expect_near(nc::log_softmax(f32({1000, 1000, -1000}, {3}), 0), {-std::log(2.0), -std::log(2.0), -2000 - std::log(2.0)},
-              1e-3);
+  expect_near(nc::log_softmax(f32({1000, 1000, -1000}, {3}), 0),
+              {-std::log(2.0), -std::log(2.0), -2000 - std::log(2.0)}, 1e-3);
   // Along dim 0 of a matrix: each column sums to 1.
   Tensor by_column = nc::softmax(f64({1, 5, 1, 5}, {2, 2}), 0);
   expect_near(by_column, {0.5, 0.5, 0.5, 0.5}, 1e-12);
@@ -141,34 +141,49 @@ std::vector<GradCase> loss_cases() {
   std::vector<GradCase> c = {
       {"cross_entropy_mean", [t2](V v) { return nc::cross_entropy(v[0], t2); }, {leaf({3, 4}, 10)}},
       {"cross_entropy_sum", [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::Sum); }, {leaf({3, 4}, 11)}},
-      {"cross_entropy_none", [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::None); }, {leaf({3, 4}, 12)}},
-      {"cross_entropy_smoothing", [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::Mean, 0.2); },
+      {"cross_entropy_none",
+       [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::None); },
+       {leaf({3, 4}, 12)}},
+      {"cross_entropy_smoothing",
+       [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::Mean, 0.2); },
        {leaf({3, 4}, 13)}},
       {"cross_entropy_smoothing_none",
-       [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::None, 0.3); }, {leaf({3, 4}, 14)}},
-      {"cross_entropy_per_position", [t3](V v) { return nc::cross_entropy(v[0], t3, nc::Reduction::Mean, 0.1); },
+       [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::None, 0.3); },
+       {leaf({3, 4}, 14)}},
+      {"cross_entropy_per_position",
+       [t3](V v) { return nc::cross_entropy(v[0], t3, nc::Reduction::Mean, 0.1); },
        {leaf({2, 4, 3}, 15)}},
       {"cross_entropy_per_position_none",
-       [t3](V v) { return nc::cross_entropy(v[0], t3, nc::Reduction::None); }, {leaf({2, 4, 3}, 16)}},
+       [t3](V v) { return nc::cross_entropy(v[0], t3, nc::Reduction::None); },
+       {leaf({2, 4, 3}, 16)}},
       {"cross_entropy_single_sample", [t0](V v) { return nc::cross_entropy(v[0], t0); }, {leaf({5}, 17)}},
-      {"cross_entropy_ignore_index", [](V v) { return nc::cross_entropy(v[0], i64({2, -100, 1}, {3}), nc::Reduction::Mean, 0.1); },
+      {"cross_entropy_ignore_index",
+       [](V v) {
+         return nc::cross_entropy(v[0], i64({2, -100, 1}, {3}), nc::Reduction::Mean, 0.1);
+       },
        {leaf({3, 4}, 27)}},
       {"cross_entropy_ignore_index_class_none",
-       [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::None, 0.0, 0); }, {leaf({3, 4}, 28)}},
+       [t2](V v) { return nc::cross_entropy(v[0], t2, nc::Reduction::None, 0.0, 0); },
+       {leaf({3, 4}, 28)}},
       {"nll_loss_mean", [t2](V v) { return nc::nll_loss(nc::log_softmax(v[0], 1), t2); }, {leaf({3, 4}, 18)}},
       {"nll_loss_none", [t2](V v) { return nc::nll_loss(v[0], t2, nc::Reduction::None); }, {leaf({3, 4}, 19)}},
-      {"nll_loss_per_position_sum", [t3](V v) { return nc::nll_loss(v[0], t3, nc::Reduction::Sum); },
+      {"nll_loss_per_position_sum",
+       [t3](V v) { return nc::nll_loss(v[0], t3, nc::Reduction::Sum); },
        {leaf({2, 4, 3}, 20)}},
       {"mse_loss_mean", [](V v) { return nc::mse_loss(v[0], v[1]); }, {leaf({3, 4}, 21), leaf({3, 4}, 22)}},
-      {"mse_loss_none", [](V v) { return nc::mse_loss(v[0], v[1], nc::Reduction::None); },
+      {"mse_loss_none",
+       [](V v) { return nc::mse_loss(v[0], v[1], nc::Reduction::None); },
        {leaf({3, 4}, 23), leaf({3, 4}, 24)}},
       // l1's kink at input == target is avoided by keeping the two ranges apart.
-      {"l1_loss_sum", [](V v) { return nc::l1_loss(v[0], v[1], nc::Reduction::Sum); },
+      {"l1_loss_sum",
+       [](V v) { return nc::l1_loss(v[0], v[1], nc::Reduction::Sum); },
        {leaf({3, 4}, 25, 1.0, 2.0), leaf({3, 4}, 26, -1.0, 0.5)}},
-      {"l1_loss_mean_mixed_signs", [](V v) { return nc::l1_loss(v[0], v[1]); },
+      {"l1_loss_mean_mixed_signs",
+       [](V v) { return nc::l1_loss(v[0], v[1]); },
        {leaf({2, 3}, 27, -2.0, -1.0),
         nc::cat({leaf({1, 3}, 28, 0.0, 1.0), leaf({1, 3}, 29, -4.0, -3.0)}, 0).detach().requires_grad_()}},
-      {"bce_with_logits_mean", [](V v) { return nc::binary_cross_entropy_with_logits(v[0], v[1]); },
+      {"bce_with_logits_mean",
+       [](V v) { return nc::binary_cross_entropy_with_logits(v[0], v[1]); },
        {leaf({3, 4}, 31, -4.0, 4.0), probs}},
       {"bce_with_logits_none",
        [](V v) { return nc::binary_cross_entropy_with_logits(v[0], v[1], nc::Reduction::None); },
@@ -176,9 +191,9 @@ std::vector<GradCase> loss_cases() {
       {"bce_with_logits_sum_logits_only",
        [](V v) { return nc::binary_cross_entropy_with_logits(v[0], v[1], nc::Reduction::Sum); },
        {leaf({5}, 34, -30.0, 30.0), leaf({5}, 35, 0.0, 1.0).detach()}},
-      {"linear_then_cross_entropy", [rows](V v) {
-         return nc::cross_entropy(nc::matmul(v[0], v[1].t()) + v[2], rows);
-       }, {leaf({2, 3}, 36), leaf({4, 3}, 37), leaf({4}, 38)}},
+      {"linear_then_cross_entropy",
+       [rows](V v) { return nc::cross_entropy(nc::matmul(v[0], v[1].t()) + v[2], rows); },
+       {leaf({2, 3}, 36), leaf({4, 3}, 37), leaf({4}, 38)}},
   };
   return c;
 }
@@ -286,17 +301,23 @@ TEST(Loss, OtherLossValuesByHand) {
   const std::vector<Row> rows = {
       {"mse", [&](nc::Reduction r) { return nc::mse_loss(input, target, r); }, {1, 0, 4}},
       {"l1", [&](nc::Reduction r) { return nc::l1_loss(input, target, r); }, {1, 0, 2}},
-      {"nll", [](nc::Reduction r) {
+      {"nll",
+       [](nc::Reduction r) {
          return nc::nll_loss(f32({-1, -2, -3, -0.5, -1.5, -2.5}, {2, 3}), i64({1, 2}, {2}), r);
-       }, {2, 2.5}},
+       },
+       {2, 2.5}},
       // max(x, 0) - x t + log(1 + exp(-|x|)) for (x, t) = (0, 1), (2, 0), (-3, 0.5).
-      {"bce_with_logits", [](nc::Reduction r) {
+      {"bce_with_logits",
+       [](nc::Reduction r) {
          return nc::binary_cross_entropy_with_logits(f32({0, 2, -3}, {3}), f32({1, 0, 0.5}, {3}), r);
-       }, {0.693147181, 2.126928011, 1.548587352}},
+       },
+       {0.693147181, 2.126928011, 1.548587352}},
       // Saturated logits stay finite: log(1 + exp(-100)) ~ 0, and the wrong side costs 100.
-      {"bce_with_logits_saturated", [](nc::Reduction r) {
+      {"bce_with_logits_saturated",
+       [](nc::Reduction r) {
          return nc::binary_cross_entropy_with_logits(f32({100, -100}, {2}), f32({1, 1}, {2}), r);
-       }, {0, 100}},
+       },
+       {0, 100}},
   };
   for (const Row& row : rows) {
     SCOPED_TRACE(row.name);
@@ -370,25 +391,71 @@ TEST(Loss, InvalidArgumentsThrow) {
   Tensor logits = f32({1, 2, 3, 1, 0, -1}, {2, 3});
   Tensor x = f32({1, 2, 3}, {3});
   run_error_cases({
-      {"target_too_large", [&] { nc::cross_entropy(logits, i64({0, 5}, {2})); }, "IndexError", "target value 5"},
-      {"target_names_classes", [&] { nc::cross_entropy(logits, i64({0, 5}, {2})); }, "IndexError", "3 classes"},
-      {"target_negative", [&] { nc::cross_entropy(logits, i64({-1, 0}, {2})); }, "IndexError", "target value -1"},
-      {"target_float", [&] { nc::cross_entropy(logits, f32({0, 1}, {2})); }, "DTypeError", "target"},
-      {"logits_integer", [&] { nc::cross_entropy(i64({1, 2}, {1, 2}), i64({0}, {1})); }, "DTypeError", "logits"},
-      {"target_shape", [&] { nc::cross_entropy(logits, i64({0, 1, 2}, {3})); }, "ShapeError", "[2, 3]"},
+      {"target_too_large",
+       [&] {
+         nc::cross_entropy(logits, i64({0, 5}, {2}));
+       },
+       "IndexError", "target value 5"},
+      {"target_names_classes",
+       [&] {
+         nc::cross_entropy(logits, i64({0, 5}, {2}));
+       },
+       "IndexError", "3 classes"},
+      {"target_negative",
+       [&] {
+         nc::cross_entropy(logits, i64({-1, 0}, {2}));
+       },
+       "IndexError", "target value -1"},
+      {"target_float",
+       [&] {
+         nc::cross_entropy(logits, f32({0, 1}, {2}));
+       },
+       "DTypeError", "target"},
+      {"logits_integer",
+       [&] {
+         nc::cross_entropy(i64({1, 2}, {1, 2}), i64({0}, {1}));
+       },
+       "DTypeError", "logits"},
+      {"target_shape",
+       [&] {
+         nc::cross_entropy(logits, i64({0, 1, 2}, {3}));
+       },
+       "ShapeError", "[2, 3]"},
       {"logits_0dim", [&] { nc::cross_entropy(nc::full({}, 1.0), i64({0}, {})); }, "ShapeError", "logits"},
-      {"smoothing_above_1", [&] { nc::cross_entropy(logits, i64({0, 1}, {2}), nc::Reduction::Mean, 1.5); },
+      {"smoothing_above_1",
+       [&] {
+         nc::cross_entropy(logits, i64({0, 1}, {2}), nc::Reduction::Mean, 1.5);
+       },
        "ValueError", "label_smoothing"},
-      {"nll_target_range", [&] { nc::nll_loss(logits, i64({3, 0}, {2})); }, "IndexError", "nll_loss"},
+      {"nll_target_range",
+       [&] {
+         nc::nll_loss(logits, i64({3, 0}, {2}));
+       },
+       "IndexError", "nll_loss"},
       {"nll_target_shape", [&] { nc::nll_loss(logits, i64({0}, {1})); }, "ShapeError", "nll_loss"},
-      {"mse_shapes", [&] { nc::mse_loss(x, f32({1, 2}, {2})); }, "ShapeError", "mse_loss"},
+      {"mse_shapes",
+       [&] {
+         nc::mse_loss(x, f32({1, 2}, {2}));
+       },
+       "ShapeError", "mse_loss"},
       {"mse_integer", [&] { nc::mse_loss(i64({1}, {1}), i64({1}, {1})); }, "DTypeError", "mse_loss"},
-      {"l1_shapes", [&] { nc::l1_loss(x, f32({1, 2, 3}, {1, 3})); }, "ShapeError", "l1_loss"},
+      {"l1_shapes",
+       [&] {
+         nc::l1_loss(x, f32({1, 2, 3}, {1, 3}));
+       },
+       "ShapeError", "l1_loss"},
       {"bce_shapes", [&] { nc::binary_cross_entropy_with_logits(x, f32({1}, {1})); }, "ShapeError",
        "binary_cross_entropy_with_logits"},
-      {"bce_integer_target", [&] { nc::binary_cross_entropy_with_logits(x, i64({1, 0, 1}, {3})); }, "DTypeError",
-       "target"},
-      {"softmax_integer", [&] { nc::softmax(i64({1, 2}, {2}), 0); }, "DTypeError", "softmax"},
+      {"bce_integer_target",
+       [&] {
+         nc::binary_cross_entropy_with_logits(x, i64({1, 0, 1}, {3}));
+       },
+       "DTypeError", "target"},
+      {"softmax_integer",
+       [&] {
+         nc::softmax(i64({1, 2}, {2}), 0);
+       },
+       "DTypeError", "softmax"},
       {"softmax_dim", [&] { nc::softmax(logits, 2); }, "IndexError", "softmax"},
       {"log_softmax_undefined", [&] { nc::log_softmax(Tensor(), 0); }, "ValueError", "log_softmax"},
   });
@@ -399,20 +466,44 @@ TEST(Nn, InvalidArgumentsThrow) {
   auto embedding = std::make_shared<nn::Embedding>(10, 4);
   nn::Module plain;
   run_error_cases({
-      {"linear_in_features", [&] { (*linear)(nc::ones({2, 4})); }, "ShapeError", "in_features = 3"},
-      {"linear_dtype", [&] { (*linear)(nc::ones({2, 3}, DType::F64)); }, "DTypeError", "Linear"},
+      {"linear_in_features",
+       [&] {
+         (*linear)(nc::ones({2, 4}));
+       },
+       "ShapeError", "in_features = 3"},
+      {"linear_dtype",
+       [&] {
+         (*linear)(nc::ones({2, 3}, DType::F64));
+       },
+       "DTypeError", "Linear"},
       {"linear_negative", [] { nn::Linear(-1, 2); }, "ValueError", "in_features"},
       {"dropout_negative_p", [] { nn::Dropout(-0.1); }, "ValueError", "p must be in [0, 1]"},
       {"dropout_p_above_1", [] { nn::Dropout(1.5); }, "ValueError", "1.5"},
       {"dropout_integer", [] { nc::dropout(nc::ones({2}, DType::I64), 0.5, true); }, "DTypeError", "dropout"},
-      {"embedding_index_range", [&] { (*embedding)(i64({3, 10}, {2})); }, "IndexError", "index 10"},
-      {"embedding_names_size", [&] { (*embedding)(i64({3, 10}, {2})); }, "IndexError", "10 embeddings"},
+      {"embedding_index_range",
+       [&] {
+         (*embedding)(i64({3, 10}, {2}));
+       },
+       "IndexError", "index 10"},
+      {"embedding_names_size",
+       [&] {
+         (*embedding)(i64({3, 10}, {2}));
+       },
+       "IndexError", "10 embeddings"},
       {"embedding_negative", [&] { (*embedding)(i64({-1}, {1})); }, "IndexError", "index -1"},
       {"embedding_float_index", [&] { (*embedding)(f32({1}, {1})); }, "DTypeError", "embedding: index"},
-      {"flatten_dims", [] { nn::Flatten(2, 1)(nc::ones({2, 3, 4})); }, "IndexError", "flatten"},
+      {"flatten_dims",
+       [] {
+         nn::Flatten(2, 1)(nc::ones({2, 3, 4}));
+       },
+       "IndexError", "flatten"},
       {"sequential_index", [] { nn::Sequential()[0]; }, "IndexError", "Sequential"},
       {"base_forward", [&] { plain(nc::ones({1})); }, "Error", "forward"},
-      {"duplicate_name", [&] { plain.register_buffer("a", nc::ones({1})); plain.register_parameter("a", nc::ones({1})); },
+      {"duplicate_name",
+       [&] {
+         plain.register_buffer("a", nc::ones({1}));
+         plain.register_parameter("a", nc::ones({1}));
+       },
        "ValueError", "\"a\""},
       {"dotted_name", [&] { plain.register_parameter("x.y", nc::ones({1})); }, "ValueError", "x.y"},
       {"integer_parameter", [&] { plain.register_parameter("n", nc::ones({1}, DType::I64)); }, "DTypeError", "\"n\""},
@@ -428,16 +519,16 @@ TEST(Nn, SequentialNamesChildrenByPosition) {
   nn::Sequential seq({std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::ReLU>()});
   seq.push_back(std::make_shared<nn::Linear>(8, 2));
   EXPECT_EQ(seq.size(), 3u);
-  EXPECT_EQ(names_of(seq.named_parameters()),
-            (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+  EXPECT_EQ(names_of(seq.named_parameters()), (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
   EXPECT_EQ(seq.parameters().size(), 4u);
   EXPECT_EQ(seq.parameters()[2].shape(), (nc::Shape{2, 8}));
   EXPECT_NE(std::dynamic_pointer_cast<nn::ReLU>(seq[1]), nullptr);
   EXPECT_EQ(seq.children().size(), 3u);
   EXPECT_EQ(seq.named_children()[2].first, "2");
   // Nested: a Sequential inside a Sequential gets "1.0.weight".
-  nn::Sequential outer({std::make_shared<nn::Tanh>(), std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-                                                          std::make_shared<nn::Linear>(2, 2)})});
+  nn::Sequential outer(
+      {std::make_shared<nn::Tanh>(),
+       std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(2, 2)})});
   EXPECT_EQ(names_of(outer.named_parameters()), (std::vector<std::string>{"1.0.weight", "1.0.bias"}));
   // An empty Sequential passes its input through.
   Tensor x = f32({1, 2}, {2});
@@ -446,12 +537,13 @@ TEST(Nn, SequentialNamesChildrenByPosition) {
 
 TEST(Nn, CustomModuleNamesFollowPyTorch) {
   Net net(1);
-  EXPECT_EQ(names_of(net.named_parameters()),
-            (std::vector<std::string>{"scale", "fc1.weight", "fc1.bias", "body.0.weight", "body.0.bias", "fc2.weight"}));
+  EXPECT_EQ(names_of(net.named_parameters()), (std::vector<std::string>{"scale", "fc1.weight", "fc1.bias",
+                                                                        "body.0.weight", "body.0.bias", "fc2.weight"}));
   EXPECT_EQ(names_of(net.named_buffers()), (std::vector<std::string>{"steps", "body.calls"}));
   // Each module's parameters, then its buffers, then its children's entries.
-  EXPECT_EQ(names_of(net.state_dict()), (std::vector<std::string>{"scale", "steps", "fc1.weight", "fc1.bias", "body.calls",
-                                                                 "body.0.weight", "body.0.bias", "fc2.weight"}));
+  EXPECT_EQ(names_of(net.state_dict()),
+            (std::vector<std::string>{"scale", "steps", "fc1.weight", "fc1.bias", "body.calls", "body.0.weight",
+                                      "body.0.bias", "fc2.weight"}));
   std::vector<std::string> children;
   for (const auto& c : net.named_children()) children.push_back(c.first);
   EXPECT_EQ(children, (std::vector<std::string>{"fc1", "body", "fc2"}));
@@ -795,7 +887,8 @@ TEST(Nn, FitsALineWithGradientDescent) {
 TEST(Nn, ClassifierLearnsWithCrossEntropy) {
   // Two separable blobs; a Linear-ReLU-Linear net gets them all right.
   nc::Generator gen(22);
-  Tensor x = nc::cat({nc::randn({32, 2}, DType::F32, &gen) * 0.3 + 1.0, nc::randn({32, 2}, DType::F32, &gen) * 0.3 - 1.0}, 0);
+  Tensor x =
+      nc::cat({nc::randn({32, 2}, DType::F32, &gen) * 0.3 + 1.0, nc::randn({32, 2}, DType::F32, &gen) * 0.3 - 1.0}, 0);
   Tensor labels = nc::cat({nc::zeros({32}, DType::I64), nc::ones({32}, DType::I64)}, 0);
   nn::Sequential model({std::make_shared<nn::Linear>(2, 16, true, &gen), std::make_shared<nn::ReLU>(),
                         std::make_shared<nn::Linear>(16, 2, true, &gen)});

@@ -54,7 +54,8 @@ void expect_same_state(const nc::nn::Module& a, const nc::nn::Module& b) {
   ASSERT_EQ(sa.size(), sb.size());
   for (size_t i = 0; i < sa.size(); ++i) {
     EXPECT_EQ(sa[i].first, sb[i].first);
-    EXPECT_EQ(sa[i].second.to(nc::Device::cpu()).to_vector<float>(), sb[i].second.to(nc::Device::cpu()).to_vector<float>())
+    EXPECT_EQ(sa[i].second.to(nc::Device::cpu()).to_vector<float>(),
+              sb[i].second.to(nc::Device::cpu()).to_vector<float>())
         << sa[i].first;
   }
 }
@@ -70,7 +71,8 @@ TEST(GPT, StateDictKeysAndShapes) {
     const char* norm;
     bool bias;
   };
-  for (const Row& row : {Row{"layernorm", true}, Row{"layernorm", false}, Row{"rmsnorm", true}, Row{"rmsnorm", false}}) {
+  for (const Row& row :
+       {Row{"layernorm", true}, Row{"layernorm", false}, Row{"rmsnorm", true}, Row{"rmsnorm", false}}) {
     SCOPED_TRACE(std::string(row.norm) + (row.bias ? " with bias" : " without bias"));
     models::GPT model(tiny_config(row.norm, row.bias));
     const bool norm_bias = row.bias && std::string(row.norm) == "layernorm";
@@ -171,7 +173,12 @@ TEST(GPT, PaddedVocabularyIsNeverInTheLogits) {
   const nc::Tensor grad = model.tok_emb->weight.grad();
   EXPECT_EQ(nc::sum(nc::abs(grad.narrow(0, 13, 3))).item<float>(), 0.0f) << "the padded rows";
   EXPECT_GT(nc::sum(nc::abs(grad.narrow(0, 0, 13))).item<float>(), 0.0f);
-  throws<nc::ValueError>([&] { c.vocab_multiple = 0; models::GPT bad(c); }, {"vocab_multiple", "got 0"})();
+  throws<nc::ValueError>(
+      [&] {
+        c.vocab_multiple = 0;
+        models::GPT bad(c);
+      },
+      {"vocab_multiple", "got 0"})();
 }
 
 TEST(GPT, ForwardShapeAndErrors) {
@@ -179,10 +186,26 @@ TEST(GPT, ForwardShapeAndErrors) {
   const nc::Tensor logits = model(nc::zeros({3, 5}, nc::DType::I64));
   EXPECT_EQ(logits.shape(), (nc::Shape{3, 5, 256}));
   const std::vector<std::pair<const char*, std::function<void()>>> cases = {
-      {"rank", throws<nc::ShapeError>([&] { model(nc::zeros({2, 3, 4}, nc::DType::I64)); }, {"GPT", "[B, T]"})},
-      {"too long", throws<nc::ShapeError>([&] { model(nc::zeros({1, 9}, nc::DType::I64)); }, {"context of 8"})},
-      {"token range", throws<nc::IndexError>([&] { model(nc::full({1, 2}, 300)); }, {"300"})},
-      {"float tokens", throws<nc::DTypeError>([&] { model(nc::zeros({1, 2})); }, {"i32 or i64"})},
+      {"rank", throws<nc::ShapeError>(
+                   [&] {
+                     model(nc::zeros({2, 3, 4}, nc::DType::I64));
+                   },
+                   {"GPT", "[B, T]"})},
+      {"too long", throws<nc::ShapeError>(
+                       [&] {
+                         model(nc::zeros({1, 9}, nc::DType::I64));
+                       },
+                       {"context of 8"})},
+      {"token range", throws<nc::IndexError>(
+                          [&] {
+                            model(nc::full({1, 2}, 300));
+                          },
+                          {"300"})},
+      {"float tokens", throws<nc::DTypeError>(
+                           [&] {
+                             model(nc::zeros({1, 2}));
+                           },
+                           {"i32 or i64"})},
       {"heads", throws<nc::ValueError>([&] { nc::nn::CausalSelfAttention(10, 3); }, {"not divisible"})},
       {"norm", throws<nc::ValueError>([&] { models::GPT(tiny_config("batchnorm")); }, {"rmsnorm"})},
   };
@@ -220,33 +243,43 @@ TEST(GPT, KVCacheRefusesWhatItCannotDo) {
   nc::nn::CausalSelfAttention& attn = *model.blocks[0]->attn;
   const nc::Tensor x = nc::zeros({1, 3, 16});
   const std::vector<std::pair<const char*, std::function<void()>>> cases = {
-      {"training", throws<nc::Error>([&] {
-         nc::nn::KVCache cache = attn.make_cache(1, 8);
-         attn.forward(x, cache);
-       }, {"eval mode"})},
-      {"multi-token step", throws<nc::ValueError>([&] {
-         model.eval();
-         nc::nn::KVCache cache = attn.make_cache(1, 8);
-         attn.forward(x, cache);
-         attn.forward(x, cache);
-       }, {"one token per step", "holding 3"})},
-      {"overflow", throws<nc::ValueError>([&] {
-         model.eval();
-         nc::nn::KVCache cache = attn.make_cache(1, 3);
-         attn.forward(x, cache);
-         attn.forward(nc::zeros({1, 1, 16}), cache);
-       }, {"holds 3 positions", "do not fit"})},
-      {"batch", throws<nc::ShapeError>([&] {
-         model.eval();
-         nc::nn::KVCache cache = attn.make_cache(2, 8);
-         attn.forward(x, cache);
-       }, {"KV cache must be [1, 2, 8, 8]"})},
-      {"past the context", throws<nc::ShapeError>([&] {
-         model.eval();
-         models::GPTCache cache = model.make_cache(1);
-         model.forward(nc::zeros({1, 8}, nc::DType::I64), cache);
-         model.forward(nc::zeros({1, 1}, nc::DType::I64), cache);
-       }, {"9 positions exceed the model's context of 8"})},
+      {"training", throws<nc::Error>(
+                       [&] {
+                         nc::nn::KVCache cache = attn.make_cache(1, 8);
+                         attn.forward(x, cache);
+                       },
+                       {"eval mode"})},
+      {"multi-token step", throws<nc::ValueError>(
+                               [&] {
+                                 model.eval();
+                                 nc::nn::KVCache cache = attn.make_cache(1, 8);
+                                 attn.forward(x, cache);
+                                 attn.forward(x, cache);
+                               },
+                               {"one token per step", "holding 3"})},
+      {"overflow", throws<nc::ValueError>(
+                       [&] {
+                         model.eval();
+                         nc::nn::KVCache cache = attn.make_cache(1, 3);
+                         attn.forward(x, cache);
+                         attn.forward(nc::zeros({1, 1, 16}), cache);
+                       },
+                       {"holds 3 positions", "do not fit"})},
+      {"batch", throws<nc::ShapeError>(
+                    [&] {
+                      model.eval();
+                      nc::nn::KVCache cache = attn.make_cache(2, 8);
+                      attn.forward(x, cache);
+                    },
+                    {"KV cache must be [1, 2, 8, 8]"})},
+      {"past the context", throws<nc::ShapeError>(
+                               [&] {
+                                 model.eval();
+                                 models::GPTCache cache = model.make_cache(1);
+                                 model.forward(nc::zeros({1, 8}, nc::DType::I64), cache);
+                                 model.forward(nc::zeros({1, 1}, nc::DType::I64), cache);
+                               },
+                               {"9 positions exceed the model's context of 8"})},
   };
   for (const auto& [name, check] : cases) {
     SCOPED_TRACE(name);
@@ -501,8 +534,8 @@ TEST_F(GPTCheckpoint, ExactResume) {
     std::unique_ptr<nc::optim::CosineLR> schedule;
     void start(std::shared_ptr<models::GPT> m) {
       model = std::move(m);
-      optimizer = std::make_unique<nc::optim::AdamW>(model->parameters(),
-                                                     nc::optim::AdamWOptions{1e-2, 0.9, 0.95, 1e-8, 0.1});
+      optimizer =
+          std::make_unique<nc::optim::AdamW>(model->parameters(), nc::optim::AdamWOptions{1e-2, 0.9, 0.95, 1e-8, 0.1});
       schedule = std::make_unique<nc::optim::CosineLR>(*optimizer, 2, 6, 1e-3);
     }
     void steps(const std::string& text, int n) {
@@ -542,7 +575,8 @@ TEST_F(GPTCheckpoint, ExactResume) {
   Run careless;
   careless.start(models::load_gpt_checkpoint(path, nc::Device::cpu(), &careless.gen).model);
   careless.steps(text, 3);
-  EXPECT_NE(careless.model->state_dict()[0].second.to_vector<float>(), straight.model->state_dict()[0].second.to_vector<float>());
+  EXPECT_NE(careless.model->state_dict()[0].second.to_vector<float>(),
+            straight.model->state_dict()[0].second.to_vector<float>());
 }
 
 // ---------------------------------------------------------------- text
@@ -594,7 +628,8 @@ TEST_F(TextCorpus, SplitIsFixedAndDisjoint) {
 TEST(Text, DebianFortunes) {
   if (!std::filesystem::exists(models::kFortunesDir)) GTEST_SKIP() << "no " << models::kFortunesDir;
   const models::TextCorpus corpus = models::load_fortunes();
-  for (const std::string& f : corpus.files) EXPECT_EQ(std::filesystem::path(f).filename().string().find('.'), std::string::npos);
+  for (const std::string& f : corpus.files)
+    EXPECT_EQ(std::filesystem::path(f).filename().string().find('.'), std::string::npos);
   const int64_t total = corpus.train_fortunes + corpus.validation_fortunes;
   EXPECT_GT(total, 10000);
   EXPECT_EQ(corpus.validation_fortunes, total / 10);

@@ -40,10 +40,10 @@ TEST(Models, NormVariantsPlaceTheNormAfterEachHiddenLinear) {
     return out;
   };
   EXPECT_EQ(names("mlp"), (std::vector<std::string>{"1.weight", "1.bias", "4.weight", "4.bias", "7.weight", "7.bias"}));
-  EXPECT_EQ(names("mlp-layernorm"),
-            (std::vector<std::string>{"1.weight", "1.bias", "2.weight", "2.bias", "5.weight", "5.bias", "6.weight",
-                                      "6.bias", "9.weight", "9.bias"}));
-  EXPECT_EQ(names("mlp-l1norm"), (std::vector<std::string>{"1.weight", "1.bias", "5.weight", "5.bias", "9.weight", "9.bias"}));
+  EXPECT_EQ(names("mlp-layernorm"), (std::vector<std::string>{"1.weight", "1.bias", "2.weight", "2.bias", "5.weight",
+                                                              "5.bias", "6.weight", "6.bias", "9.weight", "9.bias"}));
+  EXPECT_EQ(names("mlp-l1norm"),
+            (std::vector<std::string>{"1.weight", "1.bias", "5.weight", "5.bias", "9.weight", "9.bias"}));
   try {
     nc::models::make_classifier("resnet");
     FAIL() << "expected a ValueError";

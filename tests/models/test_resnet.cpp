@@ -60,7 +60,8 @@ TEST_F(ResNetFiles, SavedWeightsLoadBackWithTheSameLogits) {
   const Tensor got = (*loaded)(images);
   EXPECT_EQ(nc::max(nc::abs(nc::sub(got, expected))).item<double>(), 0.0);
   // Errors name the file: another ResNet's weights, a file without fc.weight, a bad name.
-  throws<nc::Error>([&] { nc::models::load_resnet("resnet34", path); }, {"load_resnet", path, "resnet34", "layer1.2"})();
+  throws<nc::Error>([&] { nc::models::load_resnet("resnet34", path); },
+                    {"load_resnet", path, "resnet34", "layer1.2"})();
   throws<nc::ValueError>([&] { nc::models::resnet("resnet19"); }, {"resnet19", "resnet18, resnet34"})();
   throws<nc::ShapeError>([&] { (*loaded)(nc::zeros({1, 1, 32, 32})); }, {"ResNet", "[N, 3, H, W]", "[1, 1, 32, 32]"})();
   nc::safetensors::save(path, {{"conv1.weight", nc::zeros({64, 3, 7, 7})}});

@@ -22,9 +22,6 @@ using normcore_test::values;
 
 namespace {
 
-
-
-
 struct Outcome {
   Tensor sum, out, grad_x, grad_y, grad_weight, grad_bias;
 };
@@ -119,13 +116,19 @@ TEST(AddLayerNorm, AutocastGivesTheNormedRowsInBf16) {
 
 TEST(AddLayerNorm, BadArguments) {
   const Tensor x = random({3, 4}, 18), w = random({4}, 19);
-  throws<nc::ShapeError>([&] { nc::add_layer_norm(x, random({3, 5}, 20), w, Tensor()); },
-                         {"add_layer_norm", "one shape", "[3, 4]", "[3, 5]"})();
+  throws<nc::ShapeError>(
+      [&] {
+        nc::add_layer_norm(x, random({3, 5}, 20), w, Tensor());
+      },
+      {"add_layer_norm", "one shape", "[3, 4]", "[3, 5]"})();
   throws<nc::ShapeError>([&] { nc::add_layer_norm(x, x, random({5}, 21), Tensor()); },
                          {"add_layer_norm", "weight", "[5]"})();
   throws<nc::ValueError>([&] { nc::add_layer_norm(x, x, Tensor(), Tensor()); }, {"add_layer_norm", "weight"})();
-  throws<nc::DTypeError>([&] { nc::add_layer_norm(x, nc::ones({3, 4}, nc::TensorOptions(DType::I64)), w, Tensor()); },
-                         {"add_layer_norm", "floating", "i64"})();
+  throws<nc::DTypeError>(
+      [&] {
+        nc::add_layer_norm(x, nc::ones({3, 4}, nc::TensorOptions(DType::I64)), w, Tensor());
+      },
+      {"add_layer_norm", "floating", "i64"})();
   throws<nc::ValueError>([&] { nc::add_layer_norm(x, x, w, Tensor(), 0.0); }, {"add_layer_norm", "eps"})();
 }
 

@@ -56,8 +56,8 @@ struct Case {
   std::string name;
   int64_t batch, heads, L, S, D, Dv;
   bool causal;
-  bool packed = false;  // q, k, v as views of one [B, L, 3, H, D] buffer (needs L == S, D == Dv)
-  int64_t kv_heads = 0;  // k's and v's heads with enable_gqa (a divisor of heads); 0: heads, no gqa
+  bool packed = false;     // q, k, v as views of one [B, L, 3, H, D] buffer (needs L == S, D == Dv)
+  int64_t kv_heads = 0;    // k's and v's heads with enable_gqa (a divisor of heads); 0: heads, no gqa
   bool packed_op = false;  // packed: through packed_self_attention rather than on the views
 
   bool gqa() const { return kv_heads != 0; }
@@ -67,7 +67,9 @@ struct Case {
 // plain attention that grouped-query attention equals (gradients summed back by autograd).
 Tensor repeat_heads(const Tensor& t, int64_t heads) {
   const int64_t kv_heads = t.size(1), group = heads / kv_heads;
-  return t.unsqueeze(2).expand({t.size(0), kv_heads, group, t.size(2), t.size(3)}).reshape({t.size(0), heads, t.size(2), t.size(3)});
+  return t.unsqueeze(2)
+      .expand({t.size(0), kv_heads, group, t.size(2), t.size(3)})
+      .reshape({t.size(0), heads, t.size(2), t.size(3)});
 }
 
 Tensor fused_attention(const Case& c, const std::vector<Tensor>& in) {
@@ -96,9 +98,12 @@ std::vector<Tensor> leaves(const Case& c, const std::vector<Tensor>& in) {
 
 TEST(Attention, CpuMatchesComposedOps) {
   const std::vector<Case> cases = {
-      {"basic", 2, 3, 5, 5, 4, 4, false},       {"causal", 2, 2, 6, 6, 3, 3, true},
-      {"L < S", 1, 2, 3, 7, 5, 2, false},       {"L < S causal", 1, 2, 3, 7, 5, 2, true},
-      {"L > S causal", 1, 1, 7, 3, 4, 6, true}, {"one query", 3, 1, 1, 9, 8, 8, true},
+      {"basic", 2, 3, 5, 5, 4, 4, false},
+      {"causal", 2, 2, 6, 6, 3, 3, true},
+      {"L < S", 1, 2, 3, 7, 5, 2, false},
+      {"L < S causal", 1, 2, 3, 7, 5, 2, true},
+      {"L > S causal", 1, 1, 7, 3, 4, 6, true},
+      {"one query", 3, 1, 1, 9, 8, 8, true},
       {"packed qkv", 2, 2, 5, 5, 4, 4, true, true},
       {"packed op", 2, 3, 5, 5, 4, 4, false, true, 0, true},
       {"packed op causal", 1, 2, 7, 7, 3, 3, true, true, 0, true},
@@ -112,9 +117,9 @@ TEST(Attention, CpuMatchesComposedOps) {
     std::vector<Tensor> a = inputs(c, DType::F64, nc::Device::cpu(), 1);
     std::vector<Tensor> b = inputs(c, DType::F64, nc::Device::cpu(), 1);
     Tensor fused = fused_attention(c, a);
-    Tensor composed = c.gqa() ? composed_attention(b[0], repeat_heads(b[1], c.heads), repeat_heads(b[2], c.heads),
-                                                   c.causal, scale)
-                              : composed_attention(b[0], b[1], b[2], c.causal, scale);
+    Tensor composed =
+        c.gqa() ? composed_attention(b[0], repeat_heads(b[1], c.heads), repeat_heads(b[2], c.heads), c.causal, scale)
+                : composed_attention(b[0], b[1], b[2], c.causal, scale);
     if (!c.packed_op) EXPECT_EQ(fused.grad_fn_name(), "scaled_dot_product_attention");
     expect_close(fused, composed, 1e-12, "out");
     Tensor grad = random(fused.shape(), 9);
@@ -132,8 +137,9 @@ TEST(Attention, ScaleAndDtypes) {
   for (DType dtype : {DType::F32, DType::F16, DType::BF16}) {
     Tensor out = nc::scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), true);
     EXPECT_EQ(out.dtype(), dtype);
-    expect_close(out, composed_attention(q.to(dtype).to(DType::F64), k.to(dtype).to(DType::F64),
-                                         v.to(dtype).to(DType::F64), true, 1 / std::sqrt(8.0)),
+    expect_close(out,
+                 composed_attention(q.to(dtype).to(DType::F64), k.to(dtype).to(DType::F64), v.to(dtype).to(DType::F64),
+                                    true, 1 / std::sqrt(8.0)),
                  dtype == DType::F32 ? 1e-6 : 1e-2, nc::dtype_name(dtype));
   }
 }
@@ -189,13 +195,19 @@ TEST(Attention, PackedGradcheckAndOneNode) {
   // qkv as a view of a wider buffer (rows 12 apart) gives what a contiguous copy gives.
   Tensor wide = random({2, 5, 3, 4, 12}, 18);
   Tensor strided = wide.narrow(4, 0, 6);
-  expect_close(nc::packed_self_attention(strided, false), nc::packed_self_attention(strided.contiguous(), false),
-               1e-12, "strided qkv");
+  expect_close(nc::packed_self_attention(strided, false), nc::packed_self_attention(strided.contiguous(), false), 1e-12,
+               "strided qkv");
   using normcore_test::throws;
-  throws<nc::ShapeError>([&] { nc::packed_self_attention(nc::zeros({2, 5, 2, 4, 6})); },
-                         {"packed_self_attention", "qkv", "[B, L, 3, H, D]", "[2, 5, 2, 4, 6]"})();
-  throws<nc::DTypeError>([&] { nc::packed_self_attention(nc::zeros({1, 2, 3, 1, 4}, nc::TensorOptions(DType::I64))); },
-                         {"packed_self_attention", "floating"})();
+  throws<nc::ShapeError>(
+      [&] {
+        nc::packed_self_attention(nc::zeros({2, 5, 2, 4, 6}));
+      },
+      {"packed_self_attention", "qkv", "[B, L, 3, H, D]", "[2, 5, 2, 4, 6]"})();
+  throws<nc::DTypeError>(
+      [&] {
+        nc::packed_self_attention(nc::zeros({1, 2, 3, 1, 4}, nc::TensorOptions(DType::I64)));
+      },
+      {"packed_self_attention", "floating"})();
 }
 
 TEST(Attention, ErrorsNameTheArgument) {
@@ -211,18 +223,42 @@ TEST(Attention, ErrorsNameTheArgument) {
     }
   };
   expect_message([&] { nc::scaled_dot_product_attention(nc::zeros({2, 3, 4}), k, v); }, {"q", "4-D", "[2, 3, 4]"});
-  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({1, 2, 5, 3}), v); }, {"head dim", "[1, 2, 5, 3]"});
-  expect_message([&] { nc::scaled_dot_product_attention(q, k, nc::zeros({1, 2, 4, 6})); }, {"key count", "[1, 2, 4, 6]"});
-  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({1, 3, 5, 4}), nc::zeros({1, 3, 5, 6})); },
-                 {"q's head count 2", "[1, 3, 5, 4]", "enable_gqa"});
-  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({1, 1, 5, 4}), nc::zeros({1, 1, 5, 6})); },
-                 {"q's head count 2", "[1, 1, 5, 4]", "enable_gqa"});
-  expect_message([&] { nc::scaled_dot_product_attention(q, k, nc::zeros({1, 1, 5, 6}), false, std::nullopt, true); },
-                 {"k and v must have the same head count", "[1, 1, 5, 6]"});
   expect_message(
-      [&] { nc::scaled_dot_product_attention(nc::zeros({1, 3, 3, 4}), k, nc::zeros({1, 2, 5, 6}), false, std::nullopt, true); },
+      [&] {
+        nc::scaled_dot_product_attention(q, nc::zeros({1, 2, 5, 3}), v);
+      },
+      {"head dim", "[1, 2, 5, 3]"});
+  expect_message(
+      [&] {
+        nc::scaled_dot_product_attention(q, k, nc::zeros({1, 2, 4, 6}));
+      },
+      {"key count", "[1, 2, 4, 6]"});
+  expect_message(
+      [&] {
+        nc::scaled_dot_product_attention(q, nc::zeros({1, 3, 5, 4}), nc::zeros({1, 3, 5, 6}));
+      },
+      {"q's head count 2", "[1, 3, 5, 4]", "enable_gqa"});
+  expect_message(
+      [&] {
+        nc::scaled_dot_product_attention(q, nc::zeros({1, 1, 5, 4}), nc::zeros({1, 1, 5, 6}));
+      },
+      {"q's head count 2", "[1, 1, 5, 4]", "enable_gqa"});
+  expect_message(
+      [&] {
+        nc::scaled_dot_product_attention(q, k, nc::zeros({1, 1, 5, 6}), false, std::nullopt, true);
+      },
+      {"k and v must have the same head count", "[1, 1, 5, 6]"});
+  expect_message(
+      [&] {
+        nc::scaled_dot_product_attention(nc::zeros({1, 3, 3, 4}), k, nc::zeros({1, 2, 5, 6}), false, std::nullopt,
+                                         true);
+      },
       {"multiple of k's and v's", "[1, 3, 3, 4]"});
-  expect_message([&] { nc::scaled_dot_product_attention(q, nc::zeros({2, 2, 5, 4}), v); }, {"batch dim 1", "[2, 2, 5, 4]"});
+  expect_message(
+      [&] {
+        nc::scaled_dot_product_attention(q, nc::zeros({2, 2, 5, 4}), v);
+      },
+      {"batch dim 1", "[2, 2, 5, 4]"});
   expect_message([&] { nc::scaled_dot_product_attention(q, k.to(DType::F64), v); }, {"k", "f64", "share a dtype"});
   expect_message([&] { nc::scaled_dot_product_attention(q.to(DType::I64), k, v); }, {"q", "floating", "i64"});
   expect_message([&] { nc::scaled_dot_product_attention(q, k, v, false, std::nan("")); }, {"scale"});
@@ -311,7 +347,8 @@ TEST(AttentionCuda, BackwardIsDeterministic) {
     ~Restore() { nc::cuda::set_deterministic(was); }
   } restore{was};
   const Case c{"deterministic", 2, 4, 300, 300, 64, 64, true};
-  std::vector<Tensor> a = inputs(c, DType::BF16, nc::Device::cuda(), 30), b = inputs(c, DType::BF16, nc::Device::cuda(), 30);
+  std::vector<Tensor> a = inputs(c, DType::BF16, nc::Device::cuda(), 30),
+                      b = inputs(c, DType::BF16, nc::Device::cuda(), 30);
   Tensor grad = random({2, 4, 300, 64}, 31, DType::BF16).to(nc::Device::cuda());
   nc::scaled_dot_product_attention(a[0], a[1], a[2], true).backward(grad);
   nc::scaled_dot_product_attention(b[0], b[1], b[2], true).backward(grad);
@@ -322,9 +359,10 @@ TEST(AttentionCuda, BackwardIsDeterministic) {
 // upstream grad_out, in long double (three more digits than double): the exact reference of
 // the test below. Softmax from the row max, delta = sum_j p_j dp_j.
 std::vector<std::vector<long double>> long_double_grads(const std::vector<double>& q, const std::vector<double>& k,
-                                                        const std::vector<double>& v, const std::vector<double>& grad_out,
-                                                        int64_t heads, int64_t L, int64_t S, int64_t D, int64_t Dv,
-                                                        bool causal, long double scale) {
+                                                        const std::vector<double>& v,
+                                                        const std::vector<double>& grad_out, int64_t heads, int64_t L,
+                                                        int64_t S, int64_t D, int64_t Dv, bool causal,
+                                                        long double scale) {
   std::vector<long double> gq(q.size()), gk(k.size()), gv(v.size()), p(S), dp(S);
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t i = 0; i < L; ++i) {
@@ -380,12 +418,14 @@ TEST(Attention, SaturatedSoftmaxGradientsInF64AreAsExactAsPyTorchs) {
   const int64_t heads = 4, L = 6, S = 9, D = 8, Dv = 8;
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "not causal");
-    const Tensor q = random({1, heads, L, D}, 50) * 30.0, k = random({1, heads, S, D}, 51), v = random({1, heads, S, Dv}, 52);
+    const Tensor q = random({1, heads, L, D}, 50) * 30.0, k = random({1, heads, S, D}, 51),
+                 v = random({1, heads, S, Dv}, 52);
     const Tensor grad_out = random({1, heads, L, Dv}, 53);
     const double scale = 1 / std::sqrt(static_cast<double>(D));
     const auto exact = long_double_grads(values(q), values(k), values(v), values(grad_out), heads, L, S, D, Dv, causal,
                                          1 / std::sqrt(static_cast<long double>(D)));
-    std::vector<Tensor> leaves = {q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()};
+    std::vector<Tensor> leaves = {q.detach().requires_grad_(), k.detach().requires_grad_(),
+                                  v.detach().requires_grad_()};
     composed_attention(leaves[0], leaves[1], leaves[2], causal, scale).backward(grad_out);
     std::vector<double> math_error;
     for (int i = 0; i < 3; ++i) math_error.push_back(normwise_error(leaves[i].grad(), exact[i]));

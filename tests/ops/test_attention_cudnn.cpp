@@ -103,9 +103,11 @@ TEST(AttentionEngine, WhenCudnnRuns) {
       {"row stride 72", [](AttentionEngineQuery& q) { q.strides[1][2] = 72; }, nullptr},
       {"row stride 66", [](AttentionEngineQuery& q) { q.strides[1][2] = 66; }, "multiple of 16 bytes"},
       {"broadcast batch", [](AttentionEngineQuery& q) { q.strides[2][0] = 0; }, "positive multiple"},
-      {"packed qkv", [](AttentionEngineQuery& q) {
+      {"packed qkv",
+       [](AttentionEngineQuery& q) {
          for (auto& s : q.strides) s[0] = 1024 * 3 * 256, s[1] = 64, s[2] = 3 * 256;
-       }, nullptr},
+       },
+       nullptr},
       {"L = S = 1", [](AttentionEngineQuery& q) { q.shape.L = q.shape.S = 1; }, nullptr},
   };
   for (const Row& row : rows) {
@@ -277,8 +279,8 @@ TEST(AttentionCudnn, MatchesNativeAndCpu) {
       // The reference: the CPU kernels in f64 on the same (rounded) values.
       std::vector<Tensor> in64;
       for (const Tensor& t : in) in64.push_back(t.to(nc::Device::cpu()).to(DType::F64));
-      const Pass ref = run(c, in64, grad_out.to(nc::Device::cpu()).to(DType::F64), AttentionEngine::Native,
-                           AttentionEngine::Native);
+      const Pass ref =
+          run(c, in64, grad_out.to(nc::Device::cpu()).to(DType::F64), AttentionEngine::Native, AttentionEngine::Native);
       // Relative L2 error: bf16 keeps 8 bits, f16 11; both engines round p to the dtype.
       const double tol = dtype == DType::BF16 ? 1e-2 : 5e-3;
       for (AttentionEngine forward : engines) {
@@ -294,8 +296,8 @@ TEST(AttentionCudnn, MatchesNativeAndCpu) {
                                     relative_error(p.lse, ref.lse)};
           std::printf("[ cudnn    ] %-34s %-4s fwd %-6s bwd %-6s  out %.1e  dq %.1e  dk %.1e  dv %.1e  lse %.1e\n",
                       c.name.c_str(), nc::dtype_name(dtype), name(nc::cuda::last_attention_engine()),
-                      name(nc::cuda::last_attention_engine(AttentionPass::Backward)), errors[0], errors[1],
-                      errors[2], errors[3], errors[4]);
+                      name(nc::cuda::last_attention_engine(AttentionPass::Backward)), errors[0], errors[1], errors[2],
+                      errors[3], errors[4]);
           const char* what[5] = {"out", "grad_q", "grad_k", "grad_v", "lse"};
           for (int i = 0; i < 4; ++i) {
             EXPECT_LT(errors[i], tol) << what[i] << " fwd " << name(forward) << " bwd " << name(backward);
@@ -380,16 +382,16 @@ TEST(AttentionCudnn, CapturedInACudaGraph) {
     Pass captured;
     nc::cuda::Graph graph;
     graph.capture(0, [&] { captured = run(c, in, grad_out, AttentionEngine::Cudnn, AttentionEngine::Cudnn); });
-    const AttentionEngine expected = warm && cudnn_takes(c, in, AttentionPass::Forward) ? AttentionEngine::Cudnn
-                                                                                         : AttentionEngine::Native;
+    const AttentionEngine expected =
+        warm && cudnn_takes(c, in, AttentionPass::Forward) ? AttentionEngine::Cudnn : AttentionEngine::Native;
     EXPECT_EQ(nc::cuda::last_attention_engine(), expected) << "L " << L;
     // New values in place (q, k, v are views of one buffer), then a replay.
     for (int i = 0; i < 3; ++i) in[i].copy_(random(in[i].shape(), 50 + i, DType::BF16).to(gpu));
     graph.replay();
     graph.synchronize();
     // The same engines uncaptured give the same bits.
-    const AttentionEngine backward = warm && cudnn_takes(c, in, AttentionPass::Backward) ? AttentionEngine::Cudnn
-                                                                                         : AttentionEngine::Native;
+    const AttentionEngine backward =
+        warm && cudnn_takes(c, in, AttentionPass::Backward) ? AttentionEngine::Cudnn : AttentionEngine::Native;
     const Pass direct = run(c, in, grad_out, expected, backward);
     EXPECT_EQ(nc::cuda::last_attention_engine(AttentionPass::Backward), backward);
     EXPECT_EQ(values(captured.out), values(direct.out)) << "L " << L;

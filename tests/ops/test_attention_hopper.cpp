@@ -49,8 +49,7 @@ bool hopper_device() {
 class Settings {
  public:
   Settings()
-      : engine_(nc::cuda::attention_engine()),
-        hopper_(nc::kernels::hopper_attention()),
+      : engine_(nc::cuda::attention_engine()), hopper_(nc::kernels::hopper_attention()),
         deterministic_(nc::cuda::deterministic()) {
     nc::cuda::set_attention_engine(nc::cuda::AttentionEngine::Native);
   }
@@ -70,8 +69,8 @@ struct Case {
   std::string name;
   int64_t batch, heads, kv_heads, L, S, D;
   bool causal;
-  bool packed = false;     // q, k, v as views of one [B, L, 3, H, D] buffer (L == S, kv_heads == heads)
-  double logits = 1.0;     // q scaled by this: large values saturate the softmax
+  bool packed = false;  // q, k, v as views of one [B, L, 3, H, D] buffer (L == S, kv_heads == heads)
+  double logits = 1.0;  // q scaled by this: large values saturate the softmax
 };
 
 struct Inputs {

@@ -125,8 +125,8 @@ TEST(BatchNorm, HandComputedEvaluation) {
   const double eps = 1e-5;
   Tensor running_mean = nc::from_vector<double>({1, -1}, {2});
   Tensor running_var = nc::from_vector<double>({4, 0.25}, {2});
-  Tensor y = nc::batch_norm(hand_x(), running_mean, running_var, Tensor(), nc::from_vector<double>({0, 3}, {2}),
-                            false, 0.1, eps);
+  Tensor y = nc::batch_norm(hand_x(), running_mean, running_var, Tensor(), nc::from_vector<double>({0, 3}, {2}), false,
+                            0.1, eps);
   const double r0 = 1 / std::sqrt(4 + eps), r1 = 1 / std::sqrt(0.25 + eps);
   const std::vector<double> expected = {0 * r0, 1 * r0, 11 * r1 + 3, 11.5 * r1 + 3,
                                         2 * r0, 3 * r0, 12 * r1 + 3, 13.5 * r1 + 3};
@@ -154,10 +154,11 @@ TEST(BatchNorm, MatchesReferenceInEveryDTypeAndMode) {
         Tensor weight = c.affine ? random({channels}, 2, dtype) : Tensor();
         Tensor bias = c.affine ? random({channels}, 3, dtype) : Tensor();
         Tensor running_mean = random({channels}, 4, dtype), running_var = positive({channels}, 5, dtype);
-        const Reference expected = reference_batch_norm(
-            values(x), c.shape[0], channels, spatial_of(c.shape), c.affine ? values(weight) : std::vector<double>(),
-            c.affine ? values(bias) : std::vector<double>(), values(running_mean), values(running_var), training,
-            0.25, 1e-5);
+        const Reference expected =
+            reference_batch_norm(values(x), c.shape[0], channels, spatial_of(c.shape),
+                                 c.affine ? values(weight) : std::vector<double>(),
+                                 c.affine ? values(bias) : std::vector<double>(), values(running_mean),
+                                 values(running_var), training, 0.25, 1e-5);
         Tensor y = nc::batch_norm(x, running_mean, running_var, weight, bias, training, 0.25, 1e-5);
         ASSERT_EQ(y.shape(), c.shape) << what;
         ASSERT_EQ(y.dtype(), dtype) << what;
@@ -211,9 +212,10 @@ TEST(BatchNorm, RunningStatisticsAreWrittenInPlace) {
 
   Tensor only_mean = nc::zeros({3}, DType::F64);
   nc::batch_norm(x.detach(), only_mean, Tensor(), Tensor(), Tensor(), true, 1.0, 1e-5);
-  expect_close(values(only_mean), reference_batch_norm(values(x), 6, 3, 4, {}, {}, std::vector<double>(3, 0.0), {},
-                                                       true, 1.0, 1e-5).running_mean,
-               1e-14, "running_mean alone");
+  expect_close(
+      values(only_mean),
+      reference_batch_norm(values(x), 6, 3, 4, {}, {}, std::vector<double>(3, 0.0), {}, true, 1.0, 1e-5).running_mean,
+      1e-14, "running_mean alone");
 }
 
 // PyTorch leaves the running statistics alone on an empty batch; one value per channel
@@ -233,8 +235,8 @@ TEST(BatchNorm, EmptyBatchAndOneValuePerChannel) {
   EXPECT_THROW(nc::batch_norm(single, running_mean, running_var, Tensor(), Tensor(), true), nc::ValueError);
   EXPECT_EQ(values(running_mean), std::vector<double>(3, 2.0));
   const double r = 1 / std::sqrt(3.0 + 1e-5);
-  expect_close(values(nc::batch_norm(single, running_mean, running_var, Tensor(), Tensor(), false)),
-               {-1 * r, 0, 1 * r}, 1e-14, "evaluation of one sample");
+  expect_close(values(nc::batch_norm(single, running_mean, running_var, Tensor(), Tensor(), false)), {-1 * r, 0, 1 * r},
+               1e-14, "evaluation of one sample");
   // A constant channel has zero variance: the output is the bias, not NaN.
   EXPECT_EQ(values(nc::batch_norm(nc::full({4, 2}, 7.0), Tensor(), Tensor(), Tensor(), nc::full({2}, 0.5), true)),
             std::vector<double>(8, 0.5));
@@ -354,8 +356,8 @@ TEST(BatchNormLayers, TrainingUpdatesBuffersAndEvaluationUsesThem) {
 
   layer.eval();
   Tensor z = layer(x);
-  const Reference eval_expected = reference_batch_norm(xv, 4, 3, 4, {}, {}, expected.running_mean,
-                                                       expected.running_var, false, 0.2, 1e-5);
+  const Reference eval_expected =
+      reference_batch_norm(xv, 4, 3, 4, {}, {}, expected.running_mean, expected.running_var, false, 0.2, 1e-5);
   expect_close(values(z), eval_expected.y, 1e-5, "evaluation y");
   expect_close(values(layer.running_mean), expected.running_mean, 1e-6, "running_mean after evaluation");
   EXPECT_EQ(layer.num_batches_tracked.item<int64_t>(), 1);

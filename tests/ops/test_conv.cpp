@@ -85,7 +85,8 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   const std::vector<double> av = a.to(nc::Device::cpu(), DType::F64).to_vector<double>();
   const std::vector<double> bv = b.to(nc::Device::cpu(), DType::F64).to_vector<double>();
   double worst = 0;
-  for (size_t i = 0; i < av.size(); ++i) worst = std::max(worst, std::isnan(av[i]) != std::isnan(bv[i]) ? INFINITY : std::fabs(av[i] - bv[i]));
+  for (size_t i = 0; i < av.size(); ++i)
+    worst = std::max(worst, std::isnan(av[i]) != std::isnan(bv[i]) ? INFINITY : std::fabs(av[i] - bv[i]));
   return worst;
 }
 
@@ -296,7 +297,8 @@ TEST(Conv2dCuda, MatchesCpuInEveryDtype) {
   if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
   uint64_t seed = 1000;
   for (const Geometry& g : geometries())
-    for (DType dtype : {DType::F64, DType::F32, DType::F16, DType::BF16}) expect_cuda_matches_cpu(g, dtype, false, seed += 10);
+    for (DType dtype : {DType::F64, DType::F32, DType::F16, DType::BF16})
+      expect_cuda_matches_cpu(g, dtype, false, seed += 10);
 }
 
 TEST(Conv2dCuda, Tf32AndTimedSearch) {

@@ -113,8 +113,7 @@ nc::data::DataLoaderOptions loader_options(int64_t batch_size = 2) {
 // A directory for the rows that read or write files, removed with its contents.
 class ScratchDir {
  public:
-  ScratchDir()
-      : path_(std::filesystem::temp_directory_path() / ("normcore_errors_" + std::to_string(::getpid()))) {
+  ScratchDir() : path_(std::filesystem::temp_directory_path() / ("normcore_errors_" + std::to_string(::getpid()))) {
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
@@ -140,78 +139,173 @@ TEST(Errors, ShapeErrors) {
   run_table({
       bad<nc::ShapeError>("add broadcast", [&] { nc::add(m23, nc::zeros({4})); }, {"add", "[2, 3]", "[4]"}),
       bad<nc::ShapeError>("mul broadcast", [&] { nc::zeros({2}) * nc::zeros({3}); }, {"mul", "[2]", "[3]"}),
-      bad<nc::ShapeError>("eq broadcast", [&] { nc::eq(nc::zeros({2, 2}), nc::zeros({3, 1})); },
+      bad<nc::ShapeError>("eq broadcast",
+                          [&] {
+                            nc::eq(nc::zeros({2, 2}), nc::zeros({3, 1}));
+                          },
                           {"eq", "[2, 2]", "[3, 1]"}),
-      bad<nc::ShapeError>("where broadcast", [&] { nc::where(flags({true, false}, {2}), nc::zeros({3}), 1.0); },
+      bad<nc::ShapeError>("where broadcast",
+                          [&] {
+                            nc::where(flags({true, false}, {2}), nc::zeros({3}), 1.0);
+                          },
                           {"where", "[2]", "[3]"}),
       bad<nc::ShapeError>("broadcast_shapes", [&] { nc::broadcast_shapes({2}, {3}, "my_op"); },
                           {"my_op", "[2]", "[3]"}),
       bad<nc::ShapeError>("masked_fill mask that does not broadcast with x",
-                          [&] { nc::masked_fill(nc::zeros({3}), nc::zeros({2, 2}, DType::Bool), 1); },
+                          [&] {
+                            nc::masked_fill(nc::zeros({3}), nc::zeros({2, 2}, DType::Bool), 1);
+                          },
                           {"masked_fill", "[3]", "[2, 2]", "broadcast"}),
       bad<nc::ValueError>("maximum(u8, 256)", [&] { nc::maximum(nc::zeros({2}, DType::U8), 256); },
                           {"maximum", "256", "u8"}),
       bad<nc::ValueError>("minimum(u8, -256)", [&] { nc::minimum(nc::zeros({2}, DType::U8), -256); },
                           {"minimum", "-256", "u8"}),
-      bad<nc::ShapeError>("infinity norm over an empty dim", [&] { nc::norm(nc::zeros({2, 0}), INFINITY, {1}); },
+      bad<nc::ShapeError>("infinity norm over an empty dim",
+                          [&] {
+                            nc::norm(nc::zeros({2, 0}), INFINITY, {1});
+                          },
                           {"norm", "infinity", "dim 1", "[2, 0]"}),
       bad<nc::ShapeError>("copy_ from a shape that does not broadcast",
-                          [&] { nc::zeros({2, 3}).copy_(nc::zeros({4})); },
+                          [&] {
+                            nc::zeros({2, 3}).copy_(nc::zeros({4}));
+                          },
                           {"copy_", "[2, 3]", "[4]"}),
-      bad<nc::ShapeError>("copy_ from more dims",
-                          [&] { nc::zeros({3}).copy_(m23); }, {"copy_", "src", "[2, 3]", "[3]"}),
-      bad<nc::ShapeError>("matmul inner size", [&] { nc::matmul(m23, nc::zeros({4, 5})); },
+      bad<nc::ShapeError>("copy_ from more dims", [&] { nc::zeros({3}).copy_(m23); },
+                          {"copy_", "src", "[2, 3]", "[3]"}),
+      bad<nc::ShapeError>("matmul inner size",
+                          [&] {
+                            nc::matmul(m23, nc::zeros({4, 5}));
+                          },
                           {"matmul", "[2, 3]", "[4, 5]"}),
       bad<nc::ShapeError>("matmul 1-D inner size", [&] { nc::matmul(nc::zeros({3}), nc::zeros({4})); },
                           {"matmul", "[3]", "[4]"}),
-      bad<nc::ShapeError>("matmul batch broadcast", [&] { nc::matmul(nc::zeros({2, 3, 4}), nc::zeros({3, 4, 5})); },
+      bad<nc::ShapeError>("matmul batch broadcast",
+                          [&] {
+                            nc::matmul(nc::zeros({2, 3, 4}), nc::zeros({3, 4, 5}));
+                          },
                           {"matmul", "[2]", "[3]"}),
       bad<nc::ShapeError>("matmul 0-dim", [&] { nc::matmul(nc::full({}, 1.0), nc::zeros({2})); },
                           {"matmul", "at least 1 dim", "[]"}),
       bad<nc::ShapeError>("view element count", [&] { m23.view({4}); }, {"view", "[4]", "6 elements"}),
-      bad<nc::ShapeError>("view two -1", [&] { m23.view({-1, -1}); }, {"view", "only one size may be -1"}),
-      bad<nc::ShapeError>("view -1 that does not divide", [&] { m23.view({4, -1}); }, {"view", "[4, -1]", "6"}),
+      bad<nc::ShapeError>("view two -1",
+                          [&] {
+                            m23.view({-1, -1});
+                          },
+                          {"view", "only one size may be -1"}),
+      bad<nc::ShapeError>("view -1 that does not divide",
+                          [&] {
+                            m23.view({4, -1});
+                          },
+                          {"view", "[4, -1]", "6"}),
       bad<nc::ShapeError>("view of a non-contiguous tensor", [&] { m23.t().view({6}); },
                           {"view", "[3, 2]", "[6]", "reshape"}),
-      bad<nc::ShapeError>("reshape element count", [&] { m23.reshape({4, 2}); }, {"reshape", "[4, 2]", "6 elements"}),
-      bad<nc::ShapeError>("reshape negative size", [&] { m23.reshape({-2, -3}); }, {"reshape", "-2"}),
-      bad<nc::ShapeError>("expand", [&] { m23.expand({4, 3}); }, {"expand", "[2, 3]", "[4, 3]"}),
+      bad<nc::ShapeError>("reshape element count",
+                          [&] {
+                            m23.reshape({4, 2});
+                          },
+                          {"reshape", "[4, 2]", "6 elements"}),
+      bad<nc::ShapeError>("reshape negative size",
+                          [&] {
+                            m23.reshape({-2, -3});
+                          },
+                          {"reshape", "-2"}),
+      bad<nc::ShapeError>("expand",
+                          [&] {
+                            m23.expand({4, 3});
+                          },
+                          {"expand", "[2, 3]", "[4, 3]"}),
       bad<nc::ShapeError>("expand to fewer dims", [&] { m23.expand({3}); }, {"expand", "[2, 3]", "[3]"}),
       bad<nc::ShapeError>("permute dim count", [&] { m23.permute({0}); }, {"permute", "[0]"}),
-      bad<nc::ShapeError>("t of 3-D", [&] { nc::zeros({2, 3, 4}).t(); }, {"t:", "[2, 3, 4]"}),
-      bad<nc::ShapeError>("cat sizes", [&] { nc::cat({m23, nc::zeros({2, 4})}); }, {"cat", "[2, 4]", "[2, 3]"}),
-      bad<nc::ShapeError>("cat ranks", [&] { nc::cat({m23, nc::zeros({2, 3, 1})}); }, {"cat", "[2, 3, 1]"}),
-      bad<nc::ShapeError>("cat 0-dim", [&] { nc::cat({nc::full({}, 1.0), nc::full({}, 2.0)}); }, {"cat", "zero-dim"}),
+      bad<nc::ShapeError>("t of 3-D",
+                          [&] {
+                            nc::zeros({2, 3, 4}).t();
+                          },
+                          {"t:", "[2, 3, 4]"}),
+      bad<nc::ShapeError>("cat sizes",
+                          [&] {
+                            nc::cat({m23, nc::zeros({2, 4})});
+                          },
+                          {"cat", "[2, 4]", "[2, 3]"}),
+      bad<nc::ShapeError>("cat ranks",
+                          [&] {
+                            nc::cat({m23, nc::zeros({2, 3, 1})});
+                          },
+                          {"cat", "[2, 3, 1]"}),
+      bad<nc::ShapeError>("cat 0-dim",
+                          [&] {
+                            nc::cat({nc::full({}, 1.0), nc::full({}, 2.0)});
+                          },
+                          {"cat", "zero-dim"}),
       bad<nc::ShapeError>("stack shapes",
-                          [&] { nc::stack({nc::zeros({2}), nc::zeros({3})}); }, {"stack", "[3]", "[2]"}),
-      bad<nc::ShapeError>("split sizes", [&] { nc::split(nc::zeros({5}), std::vector<int64_t>{2, 2}); },
+                          [&] {
+                            nc::stack({nc::zeros({2}), nc::zeros({3})});
+                          },
+                          {"stack", "[3]", "[2]"}),
+      bad<nc::ShapeError>("split sizes",
+                          [&] {
+                            nc::split(nc::zeros({5}), std::vector<int64_t>{2, 2});
+                          },
                           {"split", "[2, 2]", "5"}),
       bad<nc::ShapeError>("split 0-dim", [&] { nc::split(nc::full({}, 1.0), 1); }, {"split", "0-dim"}),
-      bad<nc::ShapeError>("index_select 2-D index", [&] { nc::index_select(m23, 0, i64({0, 1}, {1, 2})); },
+      bad<nc::ShapeError>("index_select 2-D index",
+                          [&] {
+                            nc::index_select(m23, 0, i64({0, 1}, {1, 2}));
+                          },
                           {"index_select", "index", "[1, 2]"}),
       bad<nc::ShapeError>("index_select 0-dim x", [&] { nc::index_select(nc::full({}, 1.0), 0, i64({0}, {1})); },
                           {"index_select", "x", "[]"}),
-      bad<nc::ShapeError>("gather index rank", [&] { nc::gather(m23, 1, i64({0, 0}, {2})); },
+      bad<nc::ShapeError>("gather index rank",
+                          [&] {
+                            nc::gather(m23, 1, i64({0, 0}, {2}));
+                          },
                           {"gather", "index", "[2]", "[2, 3]"}),
-      bad<nc::ShapeError>("gather index too large off dim", [&] { nc::gather(m23, 1, i64({0, 0, 0}, {3, 1})); },
+      bad<nc::ShapeError>("gather index too large off dim",
+                          [&] {
+                            nc::gather(m23, 1, i64({0, 0, 0}, {3, 1}));
+                          },
                           {"gather", "[3, 1]", "[2, 3]"}),
       bad<nc::ShapeError>("scatter_add index larger than src",
-                          [&] { nc::scatter_add(m23, 1, i64({0, 0, 0, 0}, {2, 2}), nc::zeros({2, 1})); },
+                          [&] {
+                            nc::scatter_add(m23, 1, i64({0, 0, 0, 0}, {2, 2}), nc::zeros({2, 1}));
+                          },
                           {"scatter_add", "src", "[2, 1]", "[2, 2]"}),
       bad<nc::ShapeError>("scatter_add src rank",
-                          [&] { nc::scatter_add(m23, 1, i64({0, 0}, {2, 1}), nc::zeros({2})); },
+                          [&] {
+                            nc::scatter_add(m23, 1, i64({0, 0}, {2, 1}), nc::zeros({2}));
+                          },
                           {"scatter_add", "src", "[2]", "[2, 1]"}),
       bad<nc::ShapeError>("item of several elements", [&] { nc::zeros({2}).item(); }, {"item", "[2]"}),
-      bad<nc::ShapeError>("from_vector size", [&] { nc::from_vector<float>({1, 2, 3}, {2, 2}); },
+      bad<nc::ShapeError>("from_vector size",
+                          [&] {
+                            nc::from_vector<float>({1, 2, 3}, {2, 2});
+                          },
                           {"from_vector", "3 values", "[2, 2]"}),
-      bad<nc::ShapeError>("negative size", [&] { nc::zeros({2, -1}); }, {"negative size", "[2, -1]"}),
+      bad<nc::ShapeError>("negative size",
+                          [&] {
+                            nc::zeros({2, -1});
+                          },
+                          {"negative size", "[2, -1]"}),
       bad<nc::ShapeError>("max of empty", [&] { nc::max(nc::zeros({0})); }, {"max", "empty", "[0]"}),
-      bad<nc::ShapeError>("min of empty", [&] { nc::min(nc::zeros({2, 0})); }, {"min", "empty", "[2, 0]"}),
+      bad<nc::ShapeError>("min of empty",
+                          [&] {
+                            nc::min(nc::zeros({2, 0}));
+                          },
+                          {"min", "empty", "[2, 0]"}),
       bad<nc::ShapeError>("argmax of empty", [&] { nc::argmax(nc::zeros({0})); }, {"argmax", "empty"}),
-      bad<nc::ShapeError>("argmin over an empty dim", [&] { nc::argmin(nc::zeros({0, 2}), 0); },
+      bad<nc::ShapeError>("argmin over an empty dim",
+                          [&] {
+                            nc::argmin(nc::zeros({0, 2}), 0);
+                          },
                           {"argmin", "dim 0", "size 0"}),
-      bad<nc::ShapeError>("reshape two -1", [&] { m23.reshape({-1, -1}); }, {"reshape", "only one size may be -1"}),
-      bad<nc::ShapeError>("expand -1 in a new leading dim", [&] { nc::zeros({3}).expand({-1, 3}); },
+      bad<nc::ShapeError>("reshape two -1",
+                          [&] {
+                            m23.reshape({-1, -1});
+                          },
+                          {"reshape", "only one size may be -1"}),
+      bad<nc::ShapeError>("expand -1 in a new leading dim",
+                          [&] {
+                            nc::zeros({3}).expand({-1, 3});
+                          },
                           {"expand", "-1", "[-1, 3]"}),
       bad<nc::ShapeError>("expand to a negative size", [&] { nc::zeros({1}).expand({-2}); }, {"expand", "[1]", "[-2]"}),
       bad<nc::ShapeError>("item<T> of several elements", [&] { m23.item<float>(); }, {"item", "[2, 3]"}),
@@ -231,7 +325,11 @@ TEST(Errors, IndexErrors) {
   run_table({
       bad<nc::IndexError>("sum dim", [&] { nc::sum(m23, {2}); }, {"sum", "dim 2", "2 dims"}),
       bad<nc::IndexError>("sum negative dim", [&] { nc::sum(m23, {-3}); }, {"sum", "dim -3"}),
-      bad<nc::IndexError>("sum repeated dim", [&] { nc::sum(m23, {1, -1}); }, {"sum", "dim -1", "more than once"}),
+      bad<nc::IndexError>("sum repeated dim",
+                          [&] {
+                            nc::sum(m23, {1, -1});
+                          },
+                          {"sum", "dim -1", "more than once"}),
       bad<nc::IndexError>("mean dim", [&] { nc::mean(m23, {5}); }, {"mean", "dim 5"}),
       bad<nc::IndexError>("var dim", [&] { nc::var(m23, {2}); }, {"var", "dim 2"}),
       bad<nc::IndexError>("prod dim", [&] { nc::prod(m23, {-4}); }, {"prod", "dim -4"}),
@@ -246,9 +344,21 @@ TEST(Errors, IndexErrors) {
       bad<nc::IndexError>("stride", [&] { m23.stride(-3); }, {"Tensor::stride", "dim -3"}),
       bad<nc::IndexError>("transpose", [&] { m23.transpose(0, 3); }, {"transpose", "dim 3"}),
       bad<nc::IndexError>("transpose of 0-dim", [&] { nc::full({}, 1.0).transpose(0, 1); }, {"transpose", "dim 1"}),
-      bad<nc::IndexError>("permute dim", [&] { m23.permute({0, 2}); }, {"permute", "dim 2"}),
-      bad<nc::IndexError>("permute repeated", [&] { m23.permute({1, 1}); }, {"permute", "[1, 1]"}),
-      bad<nc::IndexError>("flatten order", [&] { nc::zeros({2, 3, 4}).flatten(2, 1); }, {"flatten", "start_dim"}),
+      bad<nc::IndexError>("permute dim",
+                          [&] {
+                            m23.permute({0, 2});
+                          },
+                          {"permute", "dim 2"}),
+      bad<nc::IndexError>("permute repeated",
+                          [&] {
+                            m23.permute({1, 1});
+                          },
+                          {"permute", "[1, 1]"}),
+      bad<nc::IndexError>("flatten order",
+                          [&] {
+                            nc::zeros({2, 3, 4}).flatten(2, 1);
+                          },
+                          {"flatten", "start_dim"}),
       bad<nc::IndexError>("flatten dim", [&] { m23.flatten(0, 2); }, {"flatten", "dim 2"}),
       bad<nc::IndexError>("squeeze dim", [&] { m23.squeeze(2); }, {"squeeze", "dim 2"}),
       bad<nc::IndexError>("unsqueeze dim", [&] { m23.unsqueeze(4); }, {"unsqueeze", "dim 4"}),
@@ -262,18 +372,33 @@ TEST(Errors, IndexErrors) {
       bad<nc::IndexError>("select index", [&] { v3.select(0, 3); }, {"select", "index 3", "size 3"}),
       bad<nc::IndexError>("select negative index", [&] { v3.select(0, -4); }, {"select", "index -4", "size 3"}),
       bad<nc::IndexError>("select of 0-dim", [&] { nc::full({}, 1.0).select(0, 0); }, {"select", "0-dim"}),
-      bad<nc::IndexError>("cat dim", [&] { nc::cat({m23, m23}, 2); }, {"cat", "dim 2"}),
-      bad<nc::IndexError>("stack dim", [&] { nc::stack({m23, m23}, 4); }, {"stack", "dim 4"}),
+      bad<nc::IndexError>("cat dim",
+                          [&] {
+                            nc::cat({m23, m23}, 2);
+                          },
+                          {"cat", "dim 2"}),
+      bad<nc::IndexError>("stack dim",
+                          [&] {
+                            nc::stack({m23, m23}, 4);
+                          },
+                          {"stack", "dim 4"}),
       bad<nc::IndexError>("split dim", [&] { nc::split(m23, 1, 2); }, {"split", "dim 2"}),
       bad<nc::IndexError>("index_select dim", [&] { nc::index_select(m23, 2, i64({0}, {1})); },
                           {"index_select", "dim 2"}),
-      bad<nc::IndexError>("index_select index", [&] { nc::index_select(nc::zeros({3, 2}), 0, i64({0, 3}, {2})); },
+      bad<nc::IndexError>("index_select index",
+                          [&] {
+                            nc::index_select(nc::zeros({3, 2}), 0, i64({0, 3}, {2}));
+                          },
                           {"index_select", "index 3", "size 3"}),
       bad<nc::IndexError>("index_select negative index",
-                          [&] { nc::index_select(nc::zeros({3, 2}), 0, i64({-1}, {1})); },
+                          [&] {
+                            nc::index_select(nc::zeros({3, 2}), 0, i64({-1}, {1}));
+                          },
                           {"index_select", "index -1", "size 3"}),
       bad<nc::IndexError>("gather negative index",
-                          [&] { nc::gather(nc::zeros({3, 2}), 1, i64({0, -1, 1}, {3, 1})); },
+                          [&] {
+                            nc::gather(nc::zeros({3, 2}), 1, i64({0, -1, 1}, {3, 1}));
+                          },
                           {"gather", "index -1", "dim 1 of size 2"}),
       bad<nc::IndexError>("scatter_add negative index",
                           [&] { nc::scatter_add(nc::zeros({3}), 0, i64({-1}, {1}), nc::ones({1})); },
@@ -281,23 +406,42 @@ TEST(Errors, IndexErrors) {
       bad<nc::IndexError>("index_select i32 index",
                           [&] { nc::index_select(m23, 1, nc::from_vector<int32_t>({3}, {1})); },
                           {"index_select", "index 3", "size 3"}),
-      bad<nc::IndexError>("gather dim", [&] { nc::gather(m23, 2, i64({0, 0}, {1, 2})); }, {"gather", "dim 2"}),
-      bad<nc::IndexError>("gather index", [&] { nc::gather(nc::zeros({2, 2}), 1, i64({0, 2, 0, 0}, {2, 2})); },
+      bad<nc::IndexError>("gather dim",
+                          [&] {
+                            nc::gather(m23, 2, i64({0, 0}, {1, 2}));
+                          },
+                          {"gather", "dim 2"}),
+      bad<nc::IndexError>("gather index",
+                          [&] {
+                            nc::gather(nc::zeros({2, 2}), 1, i64({0, 2, 0, 0}, {2, 2}));
+                          },
                           {"gather", "index 2", "size 2"}),
       bad<nc::IndexError>("scatter_add dim", [&] { nc::scatter_add(v3, 1, i64({0}, {1}), nc::ones({1})); },
                           {"scatter_add", "dim 1"}),
-      bad<nc::IndexError>("scatter_add index", [&] { nc::scatter_add(v3, 0, i64({1, 5}, {2}), nc::ones({2})); },
+      bad<nc::IndexError>("scatter_add index",
+                          [&] {
+                            nc::scatter_add(v3, 0, i64({1, 5}, {2}), nc::ones({2}));
+                          },
                           {"scatter_add", "index 5", "size 3"}),
-      bad<nc::IndexError>("one_hot class too large", [&] { nc::one_hot(i64({0, 3}, {2}), 3); },
+      bad<nc::IndexError>("one_hot class too large",
+                          [&] {
+                            nc::one_hot(i64({0, 3}, {2}), 3);
+                          },
                           {"one_hot", "3", "3 classes"}),
-      bad<nc::IndexError>("one_hot negative class", [&] { nc::one_hot(i64({0, -1}, {2})); }, {"one_hot", "-1"}),
+      bad<nc::IndexError>("one_hot negative class",
+                          [&] {
+                            nc::one_hot(i64({0, -1}, {2}));
+                          },
+                          {"one_hot", "-1"}),
       bad<nc::IndexError>("one_hot with 0 classes", [&] { nc::one_hot(i64({0}, {1}), 0); },
                           {"one_hot", "0", "0 classes"}),
       bad<nc::IndexError>("softmax dim", [&] { nc::softmax(m23, 2); }, {"softmax", "dim 2", "2 dims"}),
       bad<nc::IndexError>("log_softmax of 0-dim, dim 1", [&] { nc::log_softmax(nc::full({}, 1.0), 1); },
                           {"log_softmax", "dim 1", "0 dims"}),
       bad<nc::IndexError>("index_select from an empty dim",
-                          [&] { nc::index_select(nc::zeros({0, 2}), 0, i64({0}, {1})); },
+                          [&] {
+                            nc::index_select(nc::zeros({0, 2}), 0, i64({0}, {1}));
+                          },
                           {"index_select", "dim 0", "size 0"}),
       bad<nc::IndexError>("unsqueeze negative dim", [&] { m23.unsqueeze(-4); }, {"unsqueeze", "dim -4"}),
       bad<nc::IndexError>("squeeze of 0-dim", [&] { nc::full({}, 1.0).squeeze(1); }, {"squeeze", "dim 1"}),
@@ -314,18 +458,22 @@ TEST(Errors, DTypeErrors) {
   const Tensor ints = nc::zeros({2, 2}, DType::I32);
   const Tensor bools = nc::zeros({2}, DType::Bool);
   run_table({
-      bad<nc::DTypeError>("stack dtypes", [] { nc::stack({nc::zeros({2}), nc::zeros({2}, DType::F64)}); },
+      bad<nc::DTypeError>("stack dtypes",
+                          [] {
+                            nc::stack({nc::zeros({2}), nc::zeros({2}, DType::F64)});
+                          },
                           {"stack", "tensor 1", "f64 [2]"}),
       bad<nc::DTypeError>("mean of int", [&] { nc::mean(ints); }, {"mean", "i32"}),
       bad<nc::DTypeError>("var of int", [&] { nc::var(nc::zeros({2}, DType::I64)); }, {"var", "i64"}),
       bad<nc::DTypeError>("norm of int", [&] { nc::norm(ints); }, {"norm", "i32"}),
       bad<nc::DTypeError>("matmul of int", [&] { nc::matmul(ints, ints); }, {"matmul", "floating", "i32"}),
       bad<nc::DTypeError>("matmul of mixed dtypes",
-                          [&] { nc::matmul(nc::zeros({2, 2}), nc::zeros({2, 2}, DType::F64)); },
+                          [&] {
+                            nc::matmul(nc::zeros({2, 2}), nc::zeros({2, 2}, DType::F64));
+                          },
                           {"matmul", "f32", "f64"}),
       bad<nc::DTypeError>("where with a non-bool cond",
-                          [&] { nc::where(nc::zeros({2}), nc::zeros({2}), nc::ones({2})); },
-                          {"where", "cond", "f32"}),
+                          [&] { nc::where(nc::zeros({2}), nc::zeros({2}), nc::ones({2})); }, {"where", "cond", "f32"}),
       bad<nc::DTypeError>("masked_fill with a non-bool mask",
                           [&] { nc::masked_fill(nc::zeros({2}), nc::zeros({2}, DType::I64), 1); },
                           {"masked_fill", "mask", "i64"}),
@@ -343,7 +491,10 @@ TEST(Errors, DTypeErrors) {
                           [&] { nc::scatter_add(nc::zeros({3}), 0, nc::zeros({1}), nc::ones({1})); },
                           {"scatter_add", "index", "f32"}),
       bad<nc::DTypeError>("one_hot float index", [&] { nc::one_hot(nc::zeros({2})); }, {"one_hot", "index", "f32"}),
-      bad<nc::DTypeError>("cat dtypes", [&] { nc::cat({nc::zeros({2}), nc::zeros({2}, DType::F64)}); },
+      bad<nc::DTypeError>("cat dtypes",
+                          [&] {
+                            nc::cat({nc::zeros({2}), nc::zeros({2}, DType::F64)});
+                          },
                           {"cat", "f64", "f32"}),
       bad<nc::DTypeError>("data<T> with the wrong T", [&] { nc::zeros({2}).data<double>(); },
                           {"Tensor::data", "f64", "f32"}),
@@ -351,8 +502,7 @@ TEST(Errors, DTypeErrors) {
       bad<nc::DTypeError>("rand int", [&] { nc::rand({2}, DType::I32); }, {"rand", "i32"}),
       bad<nc::DTypeError>("randn int", [&] { nc::randn({2}, DType::U8); }, {"randn", "u8"}),
       bad<nc::DTypeError>("randint bool", [&] { nc::randint(0, 2, {2}, DType::Bool); }, {"randint", "bool"}),
-      bad<nc::DTypeError>("dtype_from_name", [&] { nc::dtype_from_name("float32"); },
-                          {"dtype_from_name", "float32"}),
+      bad<nc::DTypeError>("dtype_from_name", [&] { nc::dtype_from_name("float32"); }, {"dtype_from_name", "float32"}),
       bad<nc::DTypeError>("softmax of int", [&] { nc::softmax(ints, 0); }, {"softmax", "floating", "i32"}),
       bad<nc::DTypeError>("log_softmax of bool", [&] { nc::log_softmax(bools, 0); },
                           {"log_softmax", "floating", "bool"}),
@@ -399,7 +549,10 @@ TEST(Errors, ValueErrors) {
       bad<nc::ValueError>("norm p < 0", [&] { nc::norm(x, -1); }, {"norm", "p", "-1"}),
       bad<nc::ValueError>("slice step 0", [&] { x.slice(0, 0, 3, 0); }, {"slice", "step", "0"}),
       bad<nc::ValueError>("split size 0", [&] { nc::split(x, 0); }, {"split", "split_size", "0"}),
-      bad<nc::ValueError>("split negative size", [&] { nc::split(x, std::vector<int64_t>{4, -1}); },
+      bad<nc::ValueError>("split negative size",
+                          [&] {
+                            nc::split(x, std::vector<int64_t>{4, -1});
+                          },
                           {"split", "negative", "[4, -1]"}),
       bad<nc::ValueError>("cat of nothing", [&] { nc::cat({}); }, {"cat", "at least one"}),
       bad<nc::ValueError>("stack of nothing", [&] { nc::stack({}); }, {"stack", "at least one"}),
@@ -437,8 +590,16 @@ TEST(Errors, ValueErrors) {
       bad<nc::ValueError>("argmin(undefined, dim)", [&] { nc::argmin(undefined, 0); }, {"argmin", "'x'"}),
       bad<nc::ValueError>("matmul(undefined, t)", [&] { nc::matmul(undefined, x); }, {"matmul", "'a'"}),
       bad<nc::ValueError>("matmul(t, undefined)", [&] { nc::matmul(x, undefined); }, {"matmul", "'b'"}),
-      bad<nc::ValueError>("cat with an undefined tensor", [&] { nc::cat({x, undefined}); }, {"cat", "'tensors'"}),
-      bad<nc::ValueError>("stack with an undefined tensor", [&] { nc::stack({x, undefined}); }, {"stack", "'tensors'"}),
+      bad<nc::ValueError>("cat with an undefined tensor",
+                          [&] {
+                            nc::cat({x, undefined});
+                          },
+                          {"cat", "'tensors'"}),
+      bad<nc::ValueError>("stack with an undefined tensor",
+                          [&] {
+                            nc::stack({x, undefined});
+                          },
+                          {"stack", "'tensors'"}),
       bad<nc::ValueError>("split(undefined)", [&] { nc::split(undefined, 1); }, {"split", "'x'"}),
       bad<nc::ValueError>("index_select(undefined, ...)", [&] { nc::index_select(undefined, 0, i64({0}, {1})); },
                           {"index_select", "'x'"}),
@@ -457,17 +618,21 @@ TEST(Errors, ValueErrors) {
       bad<nc::ValueError>("log_softmax(undefined)", [&] { nc::log_softmax(undefined, 0); }, {"log_softmax", "'x'"}),
       // Non-finite and out-of-range scalars.
       bad<nc::ValueError>("arange NaN step", [&] { nc::arange(0.0, 1.0, NAN); }, {"arange", "finite", "nan"}),
-      bad<nc::ValueError>("linspace infinite end",
-                          [&] { nc::linspace(0, INFINITY, 3); }, {"linspace", "finite", "inf"}),
+      bad<nc::ValueError>("linspace infinite end", [&] { nc::linspace(0, INFINITY, 3); },
+                          {"linspace", "finite", "inf"}),
       bad<nc::ValueError>("norm NaN p", [&] { nc::norm(x, NAN); }, {"norm", "p", "nan"}),
       bad<nc::ValueError>("slice negative step", [&] { x.slice(0, 0, 3, -1); }, {"slice", "step", "-1"}),
       bad<nc::ValueError>("pow of an int tensor to a negative int", [&] { nc::pow(nc::zeros({2}, DType::I32), -1); },
                           {"pow", "i32", "-1"}),
       bad<nc::ValueError>("masked_fill of an int tensor with 1.5",
-                          [&] { nc::masked_fill(nc::zeros({2}, DType::I32), flags({true, false}, {2}), 1.5); },
+                          [&] {
+                            nc::masked_fill(nc::zeros({2}, DType::I32), flags({true, false}, {2}), 1.5);
+                          },
                           {"masked_fill", "value 1.5", "i32"}),
       bad<nc::ValueError>("masked_fill of an int tensor with NaN",
-                          [&] { nc::masked_fill(nc::zeros({2}, DType::I64), flags({true, false}, {2}), NAN); },
+                          [&] {
+                            nc::masked_fill(nc::zeros({2}, DType::I64), flags({true, false}, {2}), NAN);
+                          },
                           {"masked_fill", "value nan", "i64"}),
   });
 
@@ -484,8 +649,7 @@ TEST(Errors, ValueErrors) {
   };
   std::vector<BadCall> table;
   for (const auto& [name, op] : unary_ops) {
-    table.push_back(
-        bad<nc::ValueError>(name + "(undefined)", [&, op = op] { op(undefined); }, {name + ":", "'x'"}));
+    table.push_back(bad<nc::ValueError>(name + "(undefined)", [&, op = op] { op(undefined); }, {name + ":", "'x'"}));
   }
   for (const auto& [name, op] : binary_ops) {
     table.push_back(
@@ -583,8 +747,7 @@ TEST(Errors, AutogradErrors) {
       bad<nc::ShapeError>("backward without grad for several elements", [] { nc::mul(leaf({2}), 2.0).backward(); },
                           {"backward", "grad", "[2]"}),
       bad<nc::ShapeError>("backward with a grad of another shape",
-                          [] { nc::mul(leaf({2}), 2.0).backward(nc::ones({3})); },
-                          {"backward", "grad", "[3]", "[2]"}),
+                          [] { nc::mul(leaf({2}), 2.0).backward(nc::ones({3})); }, {"backward", "grad", "[3]", "[2]"}),
       bad<nc::Error>("backward twice through a freed graph",
                      [] {
                        Tensor y = nc::sum(nc::mul(leaf({2}), leaf({2})));
@@ -643,28 +806,34 @@ TEST(Errors, NormErrors) {
                           [&] { nc::layer_norm(x23, {4}, undefined, undefined); },
                           {"layer_norm", "normalized_shape [4]", "[2, 3]"}),
       bad<nc::ShapeError>("layer_norm normalized_shape longer than x",
-                          [&] { nc::layer_norm(x23, {1, 2, 3}, undefined, undefined); },
+                          [&] {
+                            nc::layer_norm(x23, {1, 2, 3}, undefined, undefined);
+                          },
                           {"layer_norm", "normalized_shape [1, 2, 3]", "[2, 3]"}),
       bad<nc::ShapeError>("layer_norm weight shape", [&] { nc::layer_norm(x23, {3}, nc::ones({2}), undefined); },
                           {"layer_norm", "weight", "[3]", "f32 [2]"}),
       bad<nc::DTypeError>("layer_norm bias dtype",
                           [&] { nc::layer_norm(x23, {3}, undefined, nc::ones({3}, DType::F64)); },
                           {"layer_norm", "bias", "f64 [3]", "f32 [2, 3]"}),
-      bad<nc::ValueError>("rms_norm(undefined)", [&] { nc::rms_norm(undefined, {3}, undefined); },
-                          {"rms_norm", "'x'"}),
+      bad<nc::ValueError>("rms_norm(undefined)", [&] { nc::rms_norm(undefined, {3}, undefined); }, {"rms_norm", "'x'"}),
       bad<nc::DTypeError>("rms_norm of int", [&] { nc::rms_norm(ints, {3}, undefined); },
                           {"rms_norm", "x", "floating", "i64"}),
       bad<nc::ValueError>("rms_norm eps 0", [&] { nc::rms_norm(x23, {3}, undefined, 0); }, {"rms_norm", "eps", "0"}),
       bad<nc::ShapeError>("rms_norm normalized_shape off the trailing dims", [&] { nc::rms_norm(x23, {2}, undefined); },
                           {"rms_norm", "normalized_shape [2]", "[2, 3]"}),
-      bad<nc::ShapeError>("rms_norm weight shape", [&] { nc::rms_norm(x23, {3}, nc::ones({3, 1})); },
+      bad<nc::ShapeError>("rms_norm weight shape",
+                          [&] {
+                            nc::rms_norm(x23, {3}, nc::ones({3, 1}));
+                          },
                           {"rms_norm", "weight", "[3]", "f32 [3, 1]"}),
       bad<nc::DTypeError>("rms_norm weight dtype", [&] { nc::rms_norm(x23, {3}, nc::ones({3}, DType::F16)); },
                           {"rms_norm", "weight", "f16 [3]", "f32 [2, 3]"}),
       bad<nc::ValueError>("group_norm(undefined)", [&] { nc::group_norm(undefined, 1, undefined, undefined); },
                           {"group_norm", "'x'"}),
       bad<nc::DTypeError>("group_norm of int",
-                          [&] { nc::group_norm(nc::zeros({2, 4}, DType::I32), 2, undefined, undefined); },
+                          [&] {
+                            nc::group_norm(nc::zeros({2, 4}, DType::I32), 2, undefined, undefined);
+                          },
                           {"group_norm", "x", "floating", "i32"}),
       bad<nc::ShapeError>("group_norm of 1-D", [&] { nc::group_norm(nc::zeros({4}), 1, undefined, undefined); },
                           {"group_norm", "x", "[N, C, *]", "[4]"}),
@@ -672,7 +841,10 @@ TEST(Errors, NormErrors) {
                           {"group_norm", "num_groups", "0"}),
       bad<nc::ShapeError>("group_norm C not divisible", [&] { nc::group_norm(x243, 3, undefined, undefined); },
                           {"group_norm", "C = 4", "num_groups = 3", "[2, 4, 3]"}),
-      bad<nc::ValueError>("group_norm of one value per group", [&] { nc::group_norm(nc::ones({1, 4}), 4, undefined, undefined); },
+      bad<nc::ValueError>("group_norm of one value per group",
+                          [&] {
+                            nc::group_norm(nc::ones({1, 4}), 4, undefined, undefined);
+                          },
                           {"group_norm", "more than 1 value per group", "[1, 4]", "4 groups"}),
       bad<nc::ShapeError>("group_norm weight shape", [&] { nc::group_norm(x243, 2, nc::ones({3}), undefined); },
                           {"group_norm", "weight", "[4]", "f32 [3]"}),
@@ -721,7 +893,9 @@ TEST(Errors, NormErrors) {
                           [&] { nc::batch_norm(x243, nc::zeros({4}), undefined, undefined, undefined, false); },
                           {"batch_norm", "running_var", "training = false"}),
       bad<nc::ValueError>("batch_norm one value per channel in training",
-                          [&] { nc::batch_norm(nc::zeros({1, 4, 1}), undefined, undefined, undefined, undefined, true); },
+                          [&] {
+                            nc::batch_norm(nc::zeros({1, 4, 1}), undefined, undefined, undefined, undefined, true);
+                          },
                           {"batch_norm", "more than 1 value per channel", "[1, 4, 1]"}),
   });
 }
@@ -734,18 +908,35 @@ TEST(Errors, AttentionErrors) {
   };
   run_table({
       bad<nc::ValueError>("sdpa(undefined k)", [&] { sdpa(q, undefined, v); }, {"scaled_dot_product_attention", "'k'"}),
-      bad<nc::ShapeError>("sdpa 3-D q", [&] { sdpa(nc::zeros({2, 3, 4}), k, v); },
+      bad<nc::ShapeError>("sdpa 3-D q",
+                          [&] {
+                            sdpa(nc::zeros({2, 3, 4}), k, v);
+                          },
                           {"scaled_dot_product_attention", "q", "4-D", "[2, 3, 4]"}),
-      bad<nc::ShapeError>("sdpa heads of v", [&] { sdpa(q, k, nc::zeros({1, 3, 5, 6})); },
+      bad<nc::ShapeError>("sdpa heads of v",
+                          [&] {
+                            sdpa(q, k, nc::zeros({1, 3, 5, 6}));
+                          },
                           {"scaled_dot_product_attention", "k and v must have the same head count", "[1, 3, 5, 6]"}),
       bad<nc::ShapeError>("sdpa heads of k and v without enable_gqa",
-                          [&] { sdpa(q, nc::zeros({1, 1, 5, 4}), nc::zeros({1, 1, 5, 6})); },
+                          [&] {
+                            sdpa(q, nc::zeros({1, 1, 5, 4}), nc::zeros({1, 1, 5, 6}));
+                          },
                           {"scaled_dot_product_attention", "q's head count 2", "[1, 1, 5, 4]", "enable_gqa"}),
-      bad<nc::ShapeError>("sdpa head dim of k", [&] { sdpa(q, nc::zeros({1, 2, 5, 3}), v); },
+      bad<nc::ShapeError>("sdpa head dim of k",
+                          [&] {
+                            sdpa(q, nc::zeros({1, 2, 5, 3}), v);
+                          },
                           {"scaled_dot_product_attention", "head dim D", "[1, 2, 3, 4]", "[1, 2, 5, 3]"}),
-      bad<nc::ShapeError>("sdpa key count of v", [&] { sdpa(q, k, nc::zeros({1, 2, 4, 6})); },
+      bad<nc::ShapeError>("sdpa key count of v",
+                          [&] {
+                            sdpa(q, k, nc::zeros({1, 2, 4, 6}));
+                          },
                           {"scaled_dot_product_attention", "key count S", "[1, 2, 5, 4]", "[1, 2, 4, 6]"}),
-      bad<nc::ShapeError>("sdpa D = 0", [&] { sdpa(nc::zeros({1, 2, 3, 0}), nc::zeros({1, 2, 5, 0}), v); },
+      bad<nc::ShapeError>("sdpa D = 0",
+                          [&] {
+                            sdpa(nc::zeros({1, 2, 3, 0}), nc::zeros({1, 2, 5, 0}), v);
+                          },
                           {"scaled_dot_product_attention", "at least 1"}),
       bad<nc::DTypeError>("sdpa of int", [&] { sdpa(q.to(DType::I32), k, v); },
                           {"scaled_dot_product_attention", "q", "floating", "i32"}),
@@ -758,10 +949,12 @@ TEST(Errors, AttentionErrors) {
   run_table({
       bad<nc::DeviceError>("sdpa k on another device", [&] { sdpa(q, k.to(gpu), v); },
                            {"scaled_dot_product_attention", "cuda:0", "cpu"}),
-      bad<nc::ShapeError>("sdpa head dim over the CUDA limit",
-                          [&] { sdpa(nc::zeros({1, 1, 2, 256}, gpu), nc::zeros({1, 1, 2, 256}, gpu),
-                                     nc::zeros({1, 1, 2, 256}, gpu)); },
-                          {"scaled_dot_product_attention", "head dims up to 128", "D = 256"}),
+      bad<nc::ShapeError>(
+          "sdpa head dim over the CUDA limit",
+          [&] {
+            sdpa(nc::zeros({1, 1, 2, 256}, gpu), nc::zeros({1, 1, 2, 256}, gpu), nc::zeros({1, 1, 2, 256}, gpu));
+          },
+          {"scaled_dot_product_attention", "head dims up to 128", "D = 256"}),
   });
 }
 
@@ -782,11 +975,16 @@ TEST(Errors, FusedOpErrors) {
       bad<nc::DTypeError>("x int", [&] { fused(x.to(DType::I64), weight, undefined, undefined, undefined, bias, 2); },
                           {op, "x", "floating", "i64"}),
       bad<nc::ShapeError>("x 3-D",
-                          [&] { fused(nc::zeros({2, 4, 3}), weight, undefined, undefined, undefined, bias, 2); },
+                          [&] {
+                            fused(nc::zeros({2, 4, 3}), weight, undefined, undefined, undefined, bias, 2);
+                          },
                           {op, "x", "[B, IN]", "[2, 4, 3]"}),
       bad<nc::ValueError>("weight undefined", [&] { fused(x, undefined, undefined, undefined, undefined, bias, 2); },
                           {op, "'weight'"}),
-      bad<nc::ShapeError>("weight IN", [&] { fused(x, nc::zeros({4, 5}), undefined, undefined, undefined, bias, 2); },
+      bad<nc::ShapeError>("weight IN",
+                          [&] {
+                            fused(x, nc::zeros({4, 5}), undefined, undefined, undefined, bias, 2);
+                          },
                           {op, "weight", "[OUT, 3]", "[4, 5]"}),
       bad<nc::ShapeError>("weight 1-D", [&] { fused(x, nc::zeros({3}), undefined, undefined, undefined, bias, 2); },
                           {op, "weight", "[OUT, 3]", "f32 [3]"}),
@@ -805,7 +1003,9 @@ TEST(Errors, FusedOpErrors) {
       bad<nc::ValueError>("eps 0", [&] { fused(x, weight, undefined, undefined, undefined, bias, 2, 0.0); },
                           {op, "eps", "0"}),
       bad<nc::ValueError>("one value per group",
-                          [&] { fused(nc::ones({1, 3}), nc::ones({4, 3}), undefined, undefined, undefined, bias, 4); },
+                          [&] {
+                            fused(nc::ones({1, 3}), nc::ones({4, 3}), undefined, undefined, undefined, bias, 4);
+                          },
                           {op, "more than 1 value per group", "B = 1", "OUT = 4", "4 groups"}),
       bad<nc::ValueError>("NaN eps", [&] { fused(x, weight, undefined, undefined, undefined, bias, 2, NAN); },
                           {op, "eps", "nan"}),
@@ -814,7 +1014,10 @@ TEST(Errors, FusedOpErrors) {
       bad<nc::DTypeError>("gn_weight dtype",
                           [&] { fused(x, weight, undefined, nc::zeros({4}, DType::F64), undefined, bias, 2); },
                           {op, "gn_weight", "f64 [4]", "f32 [2, 3]"}),
-      bad<nc::ShapeError>("gn_bias shape", [&] { fused(x, weight, undefined, undefined, nc::zeros({1, 4}), bias, 2); },
+      bad<nc::ShapeError>("gn_bias shape",
+                          [&] {
+                            fused(x, weight, undefined, undefined, nc::zeros({1, 4}), bias, 2);
+                          },
                           {op, "gn_bias", "[4]", "[1, 4]"}),
       bad<nc::ValueError>("bias undefined", [&] { fused(x, weight, undefined, undefined, undefined, undefined, 2); },
                           {op, "'bias'"}),
@@ -842,11 +1045,20 @@ TEST(Errors, LossErrors) {
                           {"cross_entropy", "target", "i32 [2]"}),
       bad<nc::ShapeError>("cross_entropy 0-dim logits", [&] { nc::cross_entropy(nc::full({}, 1.0), i64_scalar(0)); },
                           {"cross_entropy", "logits", "f32 []"}),
-      bad<nc::ShapeError>("cross_entropy target shape", [&] { nc::cross_entropy(logits, i64({0, 1, 2}, {3})); },
+      bad<nc::ShapeError>("cross_entropy target shape",
+                          [&] {
+                            nc::cross_entropy(logits, i64({0, 1, 2}, {3}));
+                          },
                           {"cross_entropy", "target", "[3]", "[2, 3]", "[2]"}),
-      bad<nc::IndexError>("cross_entropy class too large", [&] { nc::cross_entropy(logits, i64({0, 3}, {2})); },
+      bad<nc::IndexError>("cross_entropy class too large",
+                          [&] {
+                            nc::cross_entropy(logits, i64({0, 3}, {2}));
+                          },
                           {"cross_entropy", "target value 3", "3 classes"}),
-      bad<nc::IndexError>("cross_entropy negative class", [&] { nc::cross_entropy(logits, i64({-1, 0}, {2})); },
+      bad<nc::IndexError>("cross_entropy negative class",
+                          [&] {
+                            nc::cross_entropy(logits, i64({-1, 0}, {2}));
+                          },
                           {"cross_entropy", "target value -1", "3 classes"}),
       bad<nc::ValueError>("cross_entropy label_smoothing 1.5",
                           [&] { nc::cross_entropy(logits, target, nc::Reduction::Mean, 1.5); },
@@ -861,31 +1073,43 @@ TEST(Errors, LossErrors) {
       bad<nc::DTypeError>("nll_loss float target", [&] { nc::nll_loss(logits, nc::zeros({2})); },
                           {"nll_loss", "target", "f32 [2]"}),
       bad<nc::ShapeError>("nll_loss per-position target shape",
-                          [&] { nc::nll_loss(nc::zeros({2, 3, 4, 5}), nc::zeros({2, 4, 6}, DType::I64)); },
+                          [&] {
+                            nc::nll_loss(nc::zeros({2, 3, 4, 5}), nc::zeros({2, 4, 6}, DType::I64));
+                          },
                           {"nll_loss", "target", "[2, 4, 6]", "[2, 4, 5]"}),
-      bad<nc::IndexError>("nll_loss class too large", [&] { nc::nll_loss(logits, i64({3, 0}, {2})); },
+      bad<nc::IndexError>("nll_loss class too large",
+                          [&] {
+                            nc::nll_loss(logits, i64({3, 0}, {2}));
+                          },
                           {"nll_loss", "target value 3", "3 classes"}),
-      bad<nc::ValueError>("mse_loss undefined target",
-                          [&] { nc::mse_loss(logits, undefined); }, {"mse_loss", "'target'"}),
+      bad<nc::ValueError>("mse_loss undefined target", [&] { nc::mse_loss(logits, undefined); },
+                          {"mse_loss", "'target'"}),
       bad<nc::ShapeError>("mse_loss shapes", [&] { nc::mse_loss(logits, nc::zeros({3})); },
                           {"mse_loss", "input", "[2, 3]", "target", "[3]"}),
       bad<nc::DTypeError>("mse_loss int input", [&] { nc::mse_loss(ints, logits); }, {"mse_loss", "input", "i64"}),
       bad<nc::DTypeError>("mse_loss int target", [&] { nc::mse_loss(logits, ints); }, {"mse_loss", "target", "i64"}),
       bad<nc::ValueError>("l1_loss undefined input", [&] { nc::l1_loss(undefined, logits); }, {"l1_loss", "'input'"}),
-      bad<nc::ShapeError>("l1_loss shapes", [&] { nc::l1_loss(logits, nc::zeros({2, 1})); },
+      bad<nc::ShapeError>("l1_loss shapes",
+                          [&] {
+                            nc::l1_loss(logits, nc::zeros({2, 1}));
+                          },
                           {"l1_loss", "input", "[2, 3]", "target", "[2, 1]"}),
       bad<nc::DTypeError>("l1_loss int target", [&] { nc::l1_loss(logits, ints); }, {"l1_loss", "target", "i64"}),
       bad<nc::ValueError>("binary_cross_entropy_with_logits undefined logits",
                           [&] { nc::binary_cross_entropy_with_logits(undefined, logits); },
                           {"binary_cross_entropy_with_logits", "'logits'"}),
       bad<nc::ShapeError>("binary_cross_entropy_with_logits shapes",
-                          [&] { nc::binary_cross_entropy_with_logits(logits, nc::zeros({3, 2})); },
+                          [&] {
+                            nc::binary_cross_entropy_with_logits(logits, nc::zeros({3, 2}));
+                          },
                           {"binary_cross_entropy_with_logits", "logits", "[2, 3]", "target", "[3, 2]"}),
       bad<nc::DTypeError>("binary_cross_entropy_with_logits int logits",
                           [&] { nc::binary_cross_entropy_with_logits(ints, logits); },
                           {"binary_cross_entropy_with_logits", "logits", "i64"}),
       bad<nc::DTypeError>("binary_cross_entropy_with_logits bool target",
-                          [&] { nc::binary_cross_entropy_with_logits(logits, nc::zeros({2, 3}, DType::Bool)); },
+                          [&] {
+                            nc::binary_cross_entropy_with_logits(logits, nc::zeros({2, 3}, DType::Bool));
+                          },
                           {"binary_cross_entropy_with_logits", "target", "bool"}),
   });
 }
@@ -911,18 +1135,23 @@ TEST(Errors, LayerErrors) {
       bad<nc::ValueError>("Dropout p above 1", [] { nn::Dropout(1.5); }, {"Dropout", "p", "1.5"}),
       bad<nc::ValueError>("Dropout NaN p", [] { nn::Dropout(NAN); }, {"Dropout", "p", "nan"}),
       bad<nc::ValueError>("dropout negative p", [&] { nc::dropout(x23, -0.1, true); }, {"dropout", "p", "-0.1"}),
-      bad<nc::ValueError>("dropout(undefined)",
-                          [&] { nc::dropout(undefined, 0.5, true); }, {"dropout", "x", "undefined"}),
+      bad<nc::ValueError>("dropout(undefined)", [&] { nc::dropout(undefined, 0.5, true); },
+                          {"dropout", "x", "undefined"}),
       bad<nc::DTypeError>("dropout of int, even in evaluation",
                           [&] { nc::dropout(nc::zeros({2}, DType::I32), 0.5, false); }, {"dropout", "x", "i32"}),
-      bad<nc::DTypeError>("Dropout of int",
-                          [&] { nn::Dropout(0.5)(nc::zeros({2}, DType::I32)); }, {"dropout", "x", "i32"}),
+      bad<nc::DTypeError>("Dropout of int", [&] { nn::Dropout(0.5)(nc::zeros({2}, DType::I32)); },
+                          {"dropout", "x", "i32"}),
       bad<nc::ValueError>("Flatten(undefined)", [&] { nn::Flatten()(undefined); }, {"Flatten", "input", "undefined"}),
       bad<nc::IndexError>("Flatten of 1-D from dim 1", [&] { nn::Flatten()(nc::zeros({3})); }, {"flatten", "dim 1"}),
-      bad<nc::IndexError>("Flatten start after end", [&] { nn::Flatten(2, 1)(nc::zeros({2, 3, 4})); },
+      bad<nc::IndexError>("Flatten start after end",
+                          [&] {
+                            nn::Flatten(2, 1)(nc::zeros({2, 3, 4}));
+                          },
                           {"flatten", "start_dim 2", "end_dim 1"}),
       bad<nc::ValueError>("Sequential of a null module",
-                          [] { nn::Sequential({std::make_shared<nn::ReLU>(), nullptr}); },
+                          [] {
+                            nn::Sequential({std::make_shared<nn::ReLU>(), nullptr});
+                          },
                           {"Sequential::push_back", "module 1", "null"}),
       bad<nc::ValueError>("Sequential::push_back(nullptr)", [] { nn::Sequential().push_back(nullptr); },
                           {"Sequential::push_back", "module 0", "null"}),
@@ -938,14 +1167,23 @@ TEST(Errors, LayerErrors) {
                           {"embedding", "index", "f32 [2]"}),
       bad<nc::DTypeError>("Embedding u8 index", [&] { nn::Embedding(3, 2)(nc::zeros({1}, DType::U8)); },
                           {"embedding", "index", "u8 [1]"}),
-      bad<nc::IndexError>("Embedding index too large", [&] { nn::Embedding(3, 2)(i64({0, 3}, {2})); },
+      bad<nc::IndexError>("Embedding index too large",
+                          [&] {
+                            nn::Embedding(3, 2)(i64({0, 3}, {2}));
+                          },
                           {"embedding", "index 3", "3 embeddings"}),
-      bad<nc::IndexError>("Embedding negative index", [&] { nn::Embedding(3, 2)(i64({-1, 0}, {2})); },
+      bad<nc::IndexError>("Embedding negative index",
+                          [&] {
+                            nn::Embedding(3, 2)(i64({-1, 0}, {2}));
+                          },
                           {"embedding", "index -1", "3 embeddings"}),
       bad<nc::IndexError>("Embedding i32 index too large",
                           [&] { nn::Embedding(3, 2)(nc::from_vector<int32_t>({5}, {1})); },
                           {"embedding", "index 5", "3 embeddings"}),
-      bad<nc::ValueError>("LayerNorm negative size", [] { nn::LayerNorm({2, -1}); },
+      bad<nc::ValueError>("LayerNorm negative size",
+                          [] {
+                            nn::LayerNorm({2, -1});
+                          },
                           {"LayerNorm", "normalized_shape", "[2, -1]"}),
       // LayerNorm, GroupNorm (past its channel check), L1Norm and FrobeniusNorm forward to the
       // functional op, which names itself.
@@ -964,7 +1202,10 @@ TEST(Errors, LayerErrors) {
                           {"GroupNorm", "num_channels = 4", "f32 [2, 3]"}),
       bad<nc::ShapeError>("GroupNorm 1-D input", [&] { nn::GroupNorm(2, 4)(nc::zeros({4})); },
                           {"GroupNorm", "num_channels = 4", "f32 [4]"}),
-      bad<nc::DTypeError>("GroupNorm input dtype", [&] { nn::GroupNorm(2, 4)(nc::zeros({2, 4}, DType::F64)); },
+      bad<nc::DTypeError>("GroupNorm input dtype",
+                          [&] {
+                            nn::GroupNorm(2, 4)(nc::zeros({2, 4}, DType::F64));
+                          },
                           {"group_norm", "weight", "f32 [4]", "f64 [2, 4]"}),
       bad<nc::IndexError>("L1Norm dim", [&] { nn::L1Norm(5)(x23); }, {"l1_norm", "dim 5", "2 dims"}),
       bad<nc::ValueError>("L1Norm negative eps", [] { nn::L1Norm(1, -1); }, {"L1Norm", "eps", "-1"}),
@@ -1027,10 +1268,14 @@ TEST(Errors, ModuleErrors) {
                           },
                           {"load_state_dict", "weight", "[2, 4]", "[2, 3]"}),
       bad<nc::ShapeError>("load_state_dict shape, not strict",
-                          [] { nn::Linear(3, 2).load_state_dict({{"bias", nc::zeros({3})}}, false); },
+                          [] {
+                            nn::Linear(3, 2).load_state_dict({{"bias", nc::zeros({3})}}, false);
+                          },
                           {"load_state_dict", "bias", "[3]", "[2]"}),
       bad<nc::ValueError>("load_state_dict missing key",
-                          [] { nn::Linear(3, 2).load_state_dict({{"weight", nc::zeros({2, 3})}}); },
+                          [] {
+                            nn::Linear(3, 2).load_state_dict({{"weight", nc::zeros({2, 3})}});
+                          },
                           {"load_state_dict", "missing keys", "\"bias\""}),
       bad<nc::ValueError>("load_state_dict unexpected key",
                           [] {
@@ -1039,7 +1284,9 @@ TEST(Errors, ModuleErrors) {
                           },
                           {"load_state_dict", "unexpected keys", "\"extra\""}),
       bad<nc::ValueError>("load_state_dict undefined entry",
-                          [&] { nn::Linear(3, 2).load_state_dict({{"weight", undefined}}); },
+                          [&] {
+                            nn::Linear(3, 2).load_state_dict({{"weight", undefined}});
+                          },
                           {"load_state_dict", "\"weight\"", "undefined"}),
       bad<nc::ValueError>("load_state_dict repeated key",
                           [] {
@@ -1069,7 +1316,10 @@ TEST(Errors, OptimizerErrors) {
                           {"SGD", "parameter 0", "floating", "i32"}),
       bad<nc::DTypeError>("Adam int parameter", [] { optim::Adam({nc::zeros({2}, DType::I64)}); },
                           {"Adam", "parameter 0", "floating", "i64"}),
-      bad<nc::ValueError>("SGD non-contiguous parameter", [] { optim::SGD({nc::zeros({2, 3}).t()}, {0.1}); },
+      bad<nc::ValueError>("SGD non-contiguous parameter",
+                          [] {
+                            optim::SGD({nc::zeros({2, 3}).t()}, {0.1});
+                          },
                           {"SGD", "parameter 0", "[3, 2]", "contiguous"}),
       bad<nc::ValueError>("SGD repeated parameter",
                           [] {
@@ -1079,28 +1329,85 @@ TEST(Errors, OptimizerErrors) {
                           {"SGD", "parameter 1", "parameter 0"}),
       bad<nc::ValueError>("SGD negative lr", [&] { sgd({-1}); }, {"SGD", "lr", "-1"}),
       bad<nc::ValueError>("SGD NaN lr", [&] { sgd({NAN}); }, {"SGD", "lr", "nan"}),
-      bad<nc::ValueError>("SGD negative momentum", [&] { sgd({0.1, -0.5}); }, {"SGD", "momentum", "-0.5"}),
-      bad<nc::ValueError>("SGD infinite momentum", [&] { sgd({0.1, INFINITY}); }, {"SGD", "momentum", "inf"}),
-      bad<nc::ValueError>("SGD dampening above 1", [&] { sgd({0.1, 0.9, 2}); }, {"SGD", "dampening", "2"}),
-      bad<nc::ValueError>("SGD NaN dampening", [&] { sgd({0.1, 0.9, NAN}); }, {"SGD", "dampening", "nan"}),
-      bad<nc::ValueError>("SGD negative weight_decay", [&] { sgd({0.1, 0, 0, -1}); }, {"SGD", "weight_decay", "-1"}),
-      bad<nc::ValueError>("SGD NaN weight_decay", [&] { sgd({0.1, 0, 0, NAN}); }, {"SGD", "weight_decay", "nan"}),
-      bad<nc::ValueError>("SGD nesterov without momentum", [&] { sgd({0.1, 0, 0, 0, true}); },
+      bad<nc::ValueError>("SGD negative momentum",
+                          [&] {
+                            sgd({0.1, -0.5});
+                          },
+                          {"SGD", "momentum", "-0.5"}),
+      bad<nc::ValueError>("SGD infinite momentum",
+                          [&] {
+                            sgd({0.1, INFINITY});
+                          },
+                          {"SGD", "momentum", "inf"}),
+      bad<nc::ValueError>("SGD dampening above 1",
+                          [&] {
+                            sgd({0.1, 0.9, 2});
+                          },
+                          {"SGD", "dampening", "2"}),
+      bad<nc::ValueError>("SGD NaN dampening",
+                          [&] {
+                            sgd({0.1, 0.9, NAN});
+                          },
+                          {"SGD", "dampening", "nan"}),
+      bad<nc::ValueError>("SGD negative weight_decay",
+                          [&] {
+                            sgd({0.1, 0, 0, -1});
+                          },
+                          {"SGD", "weight_decay", "-1"}),
+      bad<nc::ValueError>("SGD NaN weight_decay",
+                          [&] {
+                            sgd({0.1, 0, 0, NAN});
+                          },
+                          {"SGD", "weight_decay", "nan"}),
+      bad<nc::ValueError>("SGD nesterov without momentum",
+                          [&] {
+                            sgd({0.1, 0, 0, 0, true});
+                          },
                           {"SGD", "momentum", "nesterov", "0"}),
-      bad<nc::ValueError>("SGD nesterov with dampening", [&] { sgd({0.1, 0.9, 0.5, 0, true}); },
+      bad<nc::ValueError>("SGD nesterov with dampening",
+                          [&] {
+                            sgd({0.1, 0.9, 0.5, 0, true});
+                          },
                           {"SGD", "dampening", "nesterov", "0.5"}),
       bad<nc::ValueError>("set_lr negative", [] { optim::SGD({leaf({2})}, {0.1}).set_lr(-1); }, {"SGD", "lr", "-1"}),
       bad<nc::ValueError>("set_lr NaN", [] { optim::Adam({leaf({2})}).set_lr(NAN); }, {"Adam", "lr", "nan"}),
       bad<nc::ValueError>("SGD infinite lr", [] { optim::SGD({leaf({2})}, {INFINITY}); }, {"SGD", "lr", "inf"}),
       bad<nc::ValueError>("Adam negative lr", [&] { adam({-1}); }, {"Adam", "lr", "-1"}),
-      bad<nc::ValueError>("Adam beta1 1", [&] { adam({1e-3, 1.0}); }, {"Adam", "beta1", "1"}),
-      bad<nc::ValueError>("Adam negative beta2", [&] { adam({1e-3, 0.9, -0.1}); }, {"Adam", "beta2", "-0.1"}),
-      bad<nc::ValueError>("Adam NaN beta2", [&] { adam({1e-3, 0.9, NAN}); }, {"Adam", "beta2", "nan"}),
-      bad<nc::ValueError>("Adam eps 0", [&] { adam({1e-3, 0.9, 0.999, 0}); }, {"Adam", "eps", "0"}),
-      bad<nc::ValueError>("Adam infinite eps", [&] { adam({1e-3, 0.9, 0.999, INFINITY}); }, {"Adam", "eps", "inf"}),
-      bad<nc::ValueError>("Adam NaN weight_decay", [&] { adam({1e-3, 0.9, 0.999, 1e-8, NAN}); },
+      bad<nc::ValueError>("Adam beta1 1",
+                          [&] {
+                            adam({1e-3, 1.0});
+                          },
+                          {"Adam", "beta1", "1"}),
+      bad<nc::ValueError>("Adam negative beta2",
+                          [&] {
+                            adam({1e-3, 0.9, -0.1});
+                          },
+                          {"Adam", "beta2", "-0.1"}),
+      bad<nc::ValueError>("Adam NaN beta2",
+                          [&] {
+                            adam({1e-3, 0.9, NAN});
+                          },
+                          {"Adam", "beta2", "nan"}),
+      bad<nc::ValueError>("Adam eps 0",
+                          [&] {
+                            adam({1e-3, 0.9, 0.999, 0});
+                          },
+                          {"Adam", "eps", "0"}),
+      bad<nc::ValueError>("Adam infinite eps",
+                          [&] {
+                            adam({1e-3, 0.9, 0.999, INFINITY});
+                          },
+                          {"Adam", "eps", "inf"}),
+      bad<nc::ValueError>("Adam NaN weight_decay",
+                          [&] {
+                            adam({1e-3, 0.9, 0.999, 1e-8, NAN});
+                          },
                           {"Adam", "weight_decay", "nan"}),
-      bad<nc::ValueError>("AdamW beta1 1", [] { optim::AdamW({leaf({2})}, {1e-3, 1.0}); }, {"AdamW", "beta1", "1"}),
+      bad<nc::ValueError>("AdamW beta1 1",
+                          [] {
+                            optim::AdamW({leaf({2})}, {1e-3, 1.0});
+                          },
+                          {"AdamW", "beta1", "1"}),
       // load_state_dict: names, then values, checked before anything changes.
       bad<nc::ValueError>("SGD state entry twice",
                           [&] {
@@ -1242,7 +1549,9 @@ TEST(Errors, ScheduleAndClippingErrors) {
       bad<nc::ValueError>("clip_grad_norm NaN max_norm", [] { optim::clip_grad_norm({leaf({2})}, NAN); },
                           {"clip_grad_norm", "max_norm", "nan"}),
       bad<nc::ValueError>("clip_grad_norm undefined parameter",
-                          [&] { optim::clip_grad_norm({leaf({2}), undefined}, 1.0); },
+                          [&] {
+                            optim::clip_grad_norm({leaf({2}), undefined}, 1.0);
+                          },
                           {"clip_grad_norm", "parameter 1", "undefined"}),
       bad<nc::DTypeError>("clip_grad_norm int gradient",
                           [] {
@@ -1272,7 +1581,9 @@ TEST(Errors, DataErrors) {
                           [&] { data::TensorDataset(undefined, nc::zeros({4}, DType::I64)); },
                           {"TensorDataset", "inputs", "undefined"}),
       bad<nc::ValueError>("TensorDataset undefined targets",
-                          [&] { data::TensorDataset(nc::zeros({4, 2, 2}, DType::U8), undefined); },
+                          [&] {
+                            data::TensorDataset(nc::zeros({4, 2, 2}, DType::U8), undefined);
+                          },
                           {"TensorDataset", "targets", "undefined"}),
       bad<nc::ValueError>("TensorDataset 0-dim inputs",
                           [&] { data::TensorDataset(nc::zeros({}), nc::zeros({1}, DType::I64)); },
@@ -1294,7 +1605,8 @@ TEST(Errors, DataErrors) {
                           {"DataLoader", "null"}),
       bad<nc::ValueError>("DataLoader batch_size 0", [&] { loader(images(4), loader_options(0)); },
                           {"DataLoader", "batch_size", "0"}),
-      bad<nc::ValueError>("DataLoader negative workers", [&] { loader(images(4), with([](auto& o) { o.workers = -1; })); },
+      bad<nc::ValueError>("DataLoader negative workers",
+                          [&] { loader(images(4), with([](auto& o) { o.workers = -1; })); },
                           {"DataLoader", "workers", "-1"}),
       bad<nc::ValueError>("DataLoader empty transform",
                           [&] { loader(images(4), with([](auto& o) { o.transforms = {data::Transform()}; })); },
@@ -1305,10 +1617,12 @@ TEST(Errors, DataErrors) {
                           {"normalize", "stddev", "0"}),
       bad<nc::ValueError>("normalize infinite stddev", [&] { data::transforms::normalize({0}, {INFINITY}); },
                           {"normalize", "stddev", "inf"}),
-      bad<nc::ValueError>("normalize counts differ", [&] { data::transforms::normalize({0, 0}, {1}); },
+      bad<nc::ValueError>("normalize counts differ",
+                          [&] {
+                            data::transforms::normalize({0, 0}, {1});
+                          },
                           {"normalize", "2 and 1"}),
-      bad<nc::ValueError>("random_crop 0 wide", [&] { data::transforms::random_crop(2, 0); },
-                          {"random_crop", "2 x 0"}),
+      bad<nc::ValueError>("random_crop 0 wide", [&] { data::transforms::random_crop(2, 0); }, {"random_crop", "2 x 0"}),
       bad<nc::ValueError>("random_crop negative padding", [&] { data::transforms::random_crop(2, 2, -1); },
                           {"random_crop", "padding", "-1"}),
       bad<nc::ValueError>("random_horizontal_flip p 1.5", [&] { data::transforms::random_horizontal_flip(1.5); },
@@ -1320,11 +1634,12 @@ TEST(Errors, DataErrors) {
                             data::collate({{nc::zeros({2}), nc::zeros({})}, {nc::zeros({3}), nc::zeros({})}});
                           },
                           {"collate", "sample 1's input", "f32 [3]", "f32 [2]"}),
-      bad<nc::DTypeError>("collate of unlike dtypes",
-                          [&] {
-                            data::collate({{nc::zeros({2}), nc::zeros({})}, {nc::zeros({2}), nc::zeros({}, DType::I64)}});
-                          },
-                          {"collate", "sample 1's target", "i64 []", "f32 []"}),
+      bad<nc::DTypeError>(
+          "collate of unlike dtypes",
+          [&] {
+            data::collate({{nc::zeros({2}), nc::zeros({})}, {nc::zeros({2}), nc::zeros({}, DType::I64)}});
+          },
+          {"collate", "sample 1's target", "i64 []", "f32 []"}),
       bad<nc::ValueError>("collate of no samples", [&] { data::collate({}); }, {"collate", "no samples"}),
       bad<nc::ValueError>("DataLoader drop_last leaves nothing",
                           [&] {
@@ -1348,8 +1663,8 @@ TEST(Errors, DataErrors) {
                           {"DataLoader::next", "begin_epoch"}),
       bad<nc::IOError>("read_idx missing file", [&] { data::read_idx(dir.path("missing.idx")); },
                        {"read_idx", dir.path("missing.idx"), "cannot open"}),
-      bad<nc::IOError>("read_idx of a directory",
-                       [&] { data::read_idx(dir.path()); }, {"read_idx", "not a regular file"}),
+      bad<nc::IOError>("read_idx of a directory", [&] { data::read_idx(dir.path()); },
+                       {"read_idx", "not a regular file"}),
       bad<nc::IOError>("read_idx of text", [&] { data::read_idx(text); }, {"read_idx", text, "neither gzip nor IDX"}),
   });
 }
@@ -1379,10 +1694,14 @@ TEST(Errors, ModelErrors) {
                           [&] { models::Classifier(checkpoint).predict(Tensor()); },
                           {"Classifier::predict", "'image'", "undefined"}),
       bad<nc::ShapeError>("Classifier::predict image size",
-                          [&] { models::Classifier(checkpoint).predict(nc::zeros({27, 28})); },
+                          [&] {
+                            models::Classifier(checkpoint).predict(nc::zeros({27, 28}));
+                          },
                           {"Classifier::predict", "28x28", "f32 [27, 28]"}),
       bad<nc::IOError>("Classifier with option.std 0",
-                       [&] { models::Classifier(zero_std).predict(nc::zeros({28, 28})); },
+                       [&] {
+                         models::Classifier(zero_std).predict(nc::zeros({28, 28}));
+                       },
                        {"Classifier", "option.std", "0"}),
   });
 }
@@ -1398,29 +1717,48 @@ TEST(Errors, SafetensorsErrors) {
   const std::vector<uint8_t> long_header = {100, 0, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
   const std::vector<uint8_t> not_json = {8, 0, 0, 0, 0, 0, 0, 0, 'n', 'o', 't', ' ', 'j', 's', 'o', 'n'};
   run_table({
-      bad<nc::ValueError>("save undefined tensor", [&] { st::save(target, {{"a", undefined}}); },
+      bad<nc::ValueError>("save undefined tensor",
+                          [&] {
+                            st::save(target, {{"a", undefined}});
+                          },
                           {"safetensors::save", "tensor 0", "\"a\"", "undefined"}),
-      bad<nc::ValueError>("save reserved name", [&] { st::save(target, {{"__metadata__", nc::zeros({1})}}); },
+      bad<nc::ValueError>("save reserved name",
+                          [&] {
+                            st::save(target, {{"__metadata__", nc::zeros({1})}});
+                          },
                           {"safetensors::save", "reserved name", "__metadata__"}),
       bad<nc::ValueError>("save repeated name",
-                          [&] { st::save(target, {{"a", nc::zeros({1})}, {"a", nc::zeros({1})}}); },
+                          [&] {
+                            st::save(target, {{"a", nc::zeros({1})}, {"a", nc::zeros({1})}});
+                          },
                           {"safetensors::save", "duplicate", "\"a\""}),
-      bad<nc::ValueError>("save a name that is not UTF-8", [&] { st::save(target, {{"\xff\xfe", nc::zeros({1})}}); },
+      bad<nc::ValueError>("save a name that is not UTF-8",
+                          [&] {
+                            st::save(target, {{"\xff\xfe", nc::zeros({1})}});
+                          },
                           {"safetensors::save", "UTF-8"}),
       bad<nc::ValueError>("save metadata that is not UTF-8",
-                          [&] { st::save(target, {{"a", nc::zeros({1})}}, {{"k", "\xff"}}); },
+                          [&] {
+                            st::save(target, {{"a", nc::zeros({1})}}, {{"k", "\xff"}});
+                          },
                           {"safetensors::save", "UTF-8"}),
       bad<nc::IOError>("save into a missing directory",
-                       [&] { st::save(dir.path("missing/out.safetensors"), {{"a", nc::zeros({1})}}); },
+                       [&] {
+                         st::save(dir.path("missing/out.safetensors"), {{"a", nc::zeros({1})}});
+                       },
                        {"safetensors", dir.path("missing/out.safetensors"), "cannot create"}),
       bad<nc::IOError>("load missing file", [&] { st::load(dir.path("missing.safetensors")); },
                        {"safetensors", dir.path("missing.safetensors"), "cannot open"}),
       bad<nc::IOError>("load a directory", [&] { st::load(dir.path()); }, {"safetensors", "not a regular file"}),
-      bad<nc::IOError>("load a 3-byte file",
-                       [&] { st::load(short_file); }, {"safetensors", short_file, "shorter than 8 bytes"}),
-      bad<nc::ValueError>("load_bytes null data",
-                          [] { st::load_bytes(nullptr, 5); }, {"safetensors::load_bytes", "null", "5"}),
-      bad<nc::IOError>("load_bytes 3 bytes", [] { const uint8_t bytes[3] = {}; st::load_bytes(bytes, 3); },
+      bad<nc::IOError>("load a 3-byte file", [&] { st::load(short_file); },
+                       {"safetensors", short_file, "shorter than 8 bytes"}),
+      bad<nc::ValueError>("load_bytes null data", [] { st::load_bytes(nullptr, 5); },
+                          {"safetensors::load_bytes", "null", "5"}),
+      bad<nc::IOError>("load_bytes 3 bytes",
+                       [] {
+                         const uint8_t bytes[3] = {};
+                         st::load_bytes(bytes, 3);
+                       },
                        {"safetensors", "<memory>", "shorter than 8 bytes"}),
       bad<nc::IOError>("load_bytes header past the end",
                        [&] { st::load_bytes(long_header.data(), long_header.size()); },
@@ -1446,36 +1784,54 @@ TEST(Errors, CudaDeviceErrors) {
   const Tensor undefined;
   run_table({
       bad<nc::DeviceError>("add", [&] { nc::add(cpu2, gpu2); }, {"add", "'a'", "cpu", "'b'", "cuda:0"}),
-      bad<nc::DeviceError>("mul", [&] { gpu2 * cpu2; }, {"mul", "'a'", "cuda:0", "'b'", "cpu"}),
-      bad<nc::DeviceError>("where", [&] { nc::where(flags({true, false}, {2}), gpu2, gpu2); },
+      bad<nc::DeviceError>("mul", [&] { gpu2* cpu2; }, {"mul", "'a'", "cuda:0", "'b'", "cpu"}),
+      bad<nc::DeviceError>("where",
+                           [&] {
+                             nc::where(flags({true, false}, {2}), gpu2, gpu2);
+                           },
                            {"where", "'cond'", "cpu", "'a'", "cuda:0"}),
-      bad<nc::DeviceError>("matmul", [&] { nc::matmul(cpu23, nc::zeros({3, 2}, gpu)); },
+      bad<nc::DeviceError>("matmul",
+                           [&] {
+                             nc::matmul(cpu23, nc::zeros({3, 2}, gpu));
+                           },
                            {"matmul", "'a'", "cpu", "'b'", "cuda:0"}),
-      bad<nc::DeviceError>("cat", [&] { nc::cat({cpu2, gpu2}); }, {"cat", "cpu", "cuda:0"}),
+      bad<nc::DeviceError>("cat",
+                           [&] {
+                             nc::cat({cpu2, gpu2});
+                           },
+                           {"cat", "cpu", "cuda:0"}),
       bad<nc::DeviceError>("index_select", [&] { nc::index_select(gpu23, 0, i64({0}, {1})); },
                            {"index_select", "'x'", "cuda:0", "'index'", "cpu"}),
       bad<nc::DeviceError>("gather", [&] { nc::gather(gpu2, 0, i64({0}, {1})); }, {"gather", "'x'", "'index'"}),
       bad<nc::DeviceError>("scatter_add src", [&] { nc::scatter_add(cpu2, 0, i64({0}, {1}), nc::ones({1}, gpu)); },
                            {"scatter_add", "'x'", "'src'", "cuda:0"}),
-      bad<nc::DeviceError>("masked_fill mask", [&] { nc::masked_fill(gpu2, flags({true, false}, {2}), 1); },
+      bad<nc::DeviceError>("masked_fill mask",
+                           [&] {
+                             nc::masked_fill(gpu2, flags({true, false}, {2}), 1);
+                           },
                            {"masked_fill", "'x'", "'mask'"}),
       bad<nc::DeviceError>("layer_norm weight", [&] { nc::layer_norm(gpu23, {3}, nc::ones({3}), undefined); },
                            {"layer_norm", "'x'", "cuda:0", "'weight'", "cpu"}),
       bad<nc::DeviceError>("group_norm bias",
-                           [&] { nc::group_norm(gpu23.view({2, 3, 1}), 3, undefined, nc::zeros({3})); },
-                           {"group_norm", "'x'", "'bias'"}),
-      bad<nc::DeviceError>("gemm_group_norm_min_bias bias",
                            [&] {
-                             const Tensor weight = nc::zeros({4, 3}, gpu);
-                             nc::gemm_group_norm_min_bias(gpu23, weight, undefined, undefined, undefined,
-                                                          nc::zeros({1, 4, 1, 1}), 2);
+                             nc::group_norm(gpu23.view({2, 3, 1}), 3, undefined, nc::zeros({3}));
                            },
-                           {"gemm_group_norm_min_bias", "'x'", "'bias'", "cpu"}),
-      bad<nc::DeviceError>("cross_entropy target", [&] { nc::cross_entropy(gpu23, i64({0, 1}, {2})); },
+                           {"group_norm", "'x'", "'bias'"}),
+      bad<nc::DeviceError>(
+          "gemm_group_norm_min_bias bias",
+          [&] {
+            const Tensor weight = nc::zeros({4, 3}, gpu);
+            nc::gemm_group_norm_min_bias(gpu23, weight, undefined, undefined, undefined, nc::zeros({1, 4, 1, 1}), 2);
+          },
+          {"gemm_group_norm_min_bias", "'x'", "'bias'", "cpu"}),
+      bad<nc::DeviceError>("cross_entropy target",
+                           [&] {
+                             nc::cross_entropy(gpu23, i64({0, 1}, {2}));
+                           },
                            {"cross_entropy", "'logits'", "cuda:0", "'target'", "cpu"}),
       bad<nc::DeviceError>("mse_loss target", [&] { nc::mse_loss(cpu2, gpu2); }, {"mse_loss", "'input'", "'target'"}),
-      bad<nc::DeviceError>("Linear input",
-                           [&] { nn::Linear(3, 2)(gpu23); }, {"Linear", "input", "cuda:0", "weight", "cpu"}),
+      bad<nc::DeviceError>("Linear input", [&] { nn::Linear(3, 2)(gpu23); },
+                           {"Linear", "input", "cuda:0", "weight", "cpu"}),
       bad<nc::DeviceError>("Embedding index",
                            [&] { nn::Embedding(3, 2)(nc::zeros({2}, nc::TensorOptions(DType::I64, gpu))); },
                            {"embedding", "index", "cuda:0", "weight", "cpu"}),
@@ -1539,15 +1895,26 @@ TEST(Errors, SizesThatWouldOverflow) {
   run_table({
       bad<nc::ShapeError>("zeros of 2^62 elements", [] { nc::zeros({int64_t{1} << 62}); },
                           {"empty", "[4611686018427387904]", "too many elements"}),
-      bad<nc::ShapeError>("zeros with a 0 beside huge sizes", [&] { nc::zeros({kMax, 0, 2}); },
+      bad<nc::ShapeError>("zeros with a 0 beside huge sizes",
+                          [&] {
+                            nc::zeros({kMax, 0, 2});
+                          },
                           {"empty", "too many elements"}),
       bad<nc::ShapeError>("linspace of int64-max steps", [&] { nc::linspace(0, 1, kMax); }, {"too many elements"}),
-      bad<nc::ShapeError>("view whose sizes multiply past int64", [&] { nc::zeros({4}).view({kMax, 2}); },
+      bad<nc::ShapeError>("view whose sizes multiply past int64",
+                          [&] {
+                            nc::zeros({4}).view({kMax, 2});
+                          },
                           {"view", "invalid for a tensor of 4 elements"}),
       bad<nc::ShapeError>("expand past int64 elements",
-                          [] { nc::zeros({1, 1}).expand({int64_t{1} << 40, int64_t{1} << 40}); },
+                          [] {
+                            nc::zeros({1, 1}).expand({int64_t{1} << 40, int64_t{1} << 40});
+                          },
                           {"expand", "too many elements"}),
-      bad<nc::ShapeError>("split sizes summing past int64", [&] { nc::split(nc::zeros({3}), {kMax, kMax, 2}); },
+      bad<nc::ShapeError>("split sizes summing past int64",
+                          [&] {
+                            nc::split(nc::zeros({3}), {kMax, kMax, 2});
+                          },
                           {"split", "sum to more than", "3"}),
       bad<nc::ShapeError>("arange over the whole int64 range", [&] { nc::arange(kMin, kMax); },
                           {"arange", "too many elements"}),
@@ -1578,21 +1945,28 @@ TEST(Errors, EvaluateChecksLabelsAndScores) {
   auto model = models::make_classifier("mlp");
   const Tensor images = nc::zeros({3, 28, 28}, DType::U8);
   run_table({
-      bad<nc::IndexError>("label past the classes",
-                          [&] { models::evaluate(*model, nc::data::TensorDataset(images, i64({0, 12, 1}, {3})), nc::Device::cpu()); },
-                          {"evaluate", "label 12", "sample 1", "0 to 9"}),
-      bad<nc::IndexError>("negative label",
-                          [&] { models::evaluate(*model, nc::data::TensorDataset(images, i64({-1, 0, 1}, {3})), nc::Device::cpu()); },
-                          {"evaluate", "label -1", "sample 0"}),
-      bad<nc::ShapeError>("a model with 3 scores",
-                          [&] {
-                            nc::nn::Sequential three({std::make_shared<nc::nn::Flatten>(),
-                                                      std::make_shared<nc::nn::Linear>(784, 3)});
-                            models::evaluate(three, nc::data::TensorDataset(images, i64({0, 1, 2}, {3})), nc::Device::cpu());
-                          },
-                          {"evaluate", "[3, 3]", "expected 10 scores"}),
+      bad<nc::IndexError>(
+          "label past the classes",
+          [&] {
+            models::evaluate(*model, nc::data::TensorDataset(images, i64({0, 12, 1}, {3})), nc::Device::cpu());
+          },
+          {"evaluate", "label 12", "sample 1", "0 to 9"}),
+      bad<nc::IndexError>(
+          "negative label",
+          [&] {
+            models::evaluate(*model, nc::data::TensorDataset(images, i64({-1, 0, 1}, {3})), nc::Device::cpu());
+          },
+          {"evaluate", "label -1", "sample 0"}),
+      bad<nc::ShapeError>(
+          "a model with 3 scores",
+          [&] {
+            nc::nn::Sequential three({std::make_shared<nc::nn::Flatten>(), std::make_shared<nc::nn::Linear>(784, 3)});
+            models::evaluate(three, nc::data::TensorDataset(images, i64({0, 1, 2}, {3})), nc::Device::cpu());
+          },
+          {"evaluate", "[3, 3]", "expected 10 scores"}),
   });
-  const models::Evaluation e = models::evaluate(*model, nc::data::TensorDataset(images, i64({0, 9, 4}, {3})), nc::Device::cpu());
+  const models::Evaluation e =
+      models::evaluate(*model, nc::data::TensorDataset(images, i64({0, 9, 4}, {3})), nc::Device::cpu());
   int64_t counted = 0;
   for (const auto& row : e.confusion)
     for (int64_t c : row) counted += c;
@@ -1616,7 +1990,9 @@ TEST(Errors, ValuesThatDoNotFitAnIntegerDType) {
       bad<nc::ValueError>("fill_ 2^31 into i32", [] { nc::zeros({2}, DType::I32).fill_(int64_t{1} << 31); },
                           {"fill_", "value 2147483648", "i32"}),
       bad<nc::ValueError>("masked_fill 256 into u8",
-                          [] { nc::masked_fill(nc::zeros({2}, DType::U8), flags({true, false}, {2}), 256); },
+                          [] {
+                            nc::masked_fill(nc::zeros({2}, DType::U8), flags({true, false}, {2}), 256);
+                          },
                           {"masked_fill", "value 256", "u8"}),
       bad<nc::ValueError>("arange past u8", [] { nc::arange(250, 260, 1, nc::TensorOptions(DType::U8)); },
                           {"arange", "last value 259", "u8"}),
@@ -1636,70 +2012,137 @@ TEST(Errors, PoolErrors) {
   const Tensor x = nc::zeros({1, 1, 4, 4});
   run_table({
       bad<nc::ValueError>("max_pool2d(undefined)", [&] { nc::max_pool2d(undefined, 2); }, {"max_pool2d", "'x'"}),
-      bad<nc::DTypeError>("max_pool2d of int", [&] { nc::max_pool2d(nc::zeros({1, 1, 4, 4}, DType::I64), 2); },
+      bad<nc::DTypeError>("max_pool2d of int",
+                          [&] {
+                            nc::max_pool2d(nc::zeros({1, 1, 4, 4}, DType::I64), 2);
+                          },
                           {"max_pool2d", "x", "floating", "i64"}),
-      bad<nc::ShapeError>("max_pool2d of 2-D", [&] { nc::max_pool2d(nc::zeros({4, 4}), 2); },
+      bad<nc::ShapeError>("max_pool2d of 2-D",
+                          [&] {
+                            nc::max_pool2d(nc::zeros({4, 4}), 2);
+                          },
                           {"max_pool2d", "x", "[N, C, H, W] or [C, H, W]", "[4, 4]"}),
-      bad<nc::ShapeError>("max_pool2d of 5-D", [&] { nc::max_pool2d(nc::zeros({1, 1, 1, 4, 4}), 2); },
+      bad<nc::ShapeError>("max_pool2d of 5-D",
+                          [&] {
+                            nc::max_pool2d(nc::zeros({1, 1, 1, 4, 4}), 2);
+                          },
                           {"max_pool2d", "x", "[N, C, H, W] or [C, H, W]", "[1, 1, 1, 4, 4]"}),
-      bad<nc::ShapeError>("max_pool2d W of 0", [&] { nc::max_pool2d(nc::zeros({1, 1, 4, 0}), 2); },
+      bad<nc::ShapeError>("max_pool2d W of 0",
+                          [&] {
+                            nc::max_pool2d(nc::zeros({1, 1, 4, 0}), 2);
+                          },
                           {"max_pool2d", "H and W", "[1, 1, 4, 0]"}),
-      bad<nc::ShapeError>("max_pool2d C of 0", [&] { nc::max_pool2d(nc::zeros({1, 0, 4, 4}), 2); },
+      bad<nc::ShapeError>("max_pool2d C of 0",
+                          [&] {
+                            nc::max_pool2d(nc::zeros({1, 0, 4, 4}), 2);
+                          },
                           {"max_pool2d", "channel count C", "[1, 0, 4, 4]"}),
-      bad<nc::ShapeError>("avg_pool2d C of 0", [&] { nc::avg_pool2d(nc::zeros({0, 4, 4}), 2); },
+      bad<nc::ShapeError>("avg_pool2d C of 0",
+                          [&] {
+                            nc::avg_pool2d(nc::zeros({0, 4, 4}), 2);
+                          },
                           {"avg_pool2d", "channel count C", "[0, 4, 4]"}),
-      bad<nc::ValueError>("max_pool2d kernel_size 0", [&] { nc::max_pool2d(x, {0, 2}); },
+      bad<nc::ValueError>("max_pool2d kernel_size 0",
+                          [&] {
+                            nc::max_pool2d(x, {0, 2});
+                          },
                           {"max_pool2d", "kernel_size", ">= 1", "(0, 2)"}),
-      bad<nc::ValueError>("max_pool2d stride 0", [&] { nc::max_pool2d(x, 2, {0, 1}); },
+      bad<nc::ValueError>("max_pool2d stride 0",
+                          [&] {
+                            nc::max_pool2d(x, 2, {0, 1});
+                          },
                           {"max_pool2d", "stride", ">= 1", "(0, 1)"}),
       bad<nc::ValueError>("max_pool2d negative stride", [&] { nc::max_pool2d(x, 2, -1); },
                           {"max_pool2d", "stride", "(-1, -1)"}),
-      bad<nc::ValueError>("max_pool2d negative padding", [&] { nc::max_pool2d(x, 2, 1, {-1, 0}); },
+      bad<nc::ValueError>("max_pool2d negative padding",
+                          [&] {
+                            nc::max_pool2d(x, 2, 1, {-1, 0});
+                          },
                           {"max_pool2d", "padding", ">= 0", "(-1, 0)"}),
-      bad<nc::ValueError>("max_pool2d dilation 0", [&] { nc::max_pool2d(x, 2, 1, 0, {1, 0}); },
+      bad<nc::ValueError>("max_pool2d dilation 0",
+                          [&] {
+                            nc::max_pool2d(x, 2, 1, 0, {1, 0});
+                          },
                           {"max_pool2d", "dilation", ">= 1", "(1, 0)"}),
-      bad<nc::ValueError>("max_pool2d padding over half the kernel", [&] { nc::max_pool2d(x, 3, 1, {1, 2}); },
+      bad<nc::ValueError>("max_pool2d padding over half the kernel",
+                          [&] {
+                            nc::max_pool2d(x, 3, 1, {1, 2});
+                          },
                           {"max_pool2d", "padding (1, 2)", "half of kernel_size (3, 3)"}),
-      bad<nc::ValueError>("max_pool2d padding over half the kernel, dilated",
-                          [&] { nc::max_pool2d(x, 2, 1, 2, 3); }, {"max_pool2d", "padding (2, 2)", "(2, 2)"}),
-      bad<nc::ValueError>("max_pool2d dilated kernel past 2^59",
-                          [&] { nc::max_pool2d(x, 2, 1, 0, int64_t{1} << 60); },
+      bad<nc::ValueError>("max_pool2d padding over half the kernel, dilated", [&] { nc::max_pool2d(x, 2, 1, 2, 3); },
+                          {"max_pool2d", "padding (2, 2)", "(2, 2)"}),
+      bad<nc::ValueError>("max_pool2d dilated kernel past 2^59", [&] { nc::max_pool2d(x, 2, 1, 0, int64_t{1} << 60); },
                           {"max_pool2d", "kernel_size (2, 2)", "dilation", "2^59"}),
       bad<nc::ShapeError>("max_pool2d output below 1", [&] { nc::max_pool2d(x, 5); },
                           {"max_pool2d", "output", "0 x 0", "f32 [1, 1, 4, 4]", "kernel_size (5, 5)"}),
-      bad<nc::ShapeError>("max_pool2d output below 1, dilated", [&] { nc::max_pool2d(x, 2, 1, 0, {1, 4}); },
+      bad<nc::ShapeError>("max_pool2d output below 1, dilated",
+                          [&] {
+                            nc::max_pool2d(x, 2, 1, 0, {1, 4});
+                          },
                           {"max_pool2d", "output", "3 x 0", "dilation (1, 4)"}),
       bad<nc::ValueError>("avg_pool2d(undefined)", [&] { nc::avg_pool2d(undefined, 2); }, {"avg_pool2d", "'x'"}),
-      bad<nc::DTypeError>("avg_pool2d of bool", [&] { nc::avg_pool2d(nc::zeros({1, 4, 4}, DType::Bool), 2); },
+      bad<nc::DTypeError>("avg_pool2d of bool",
+                          [&] {
+                            nc::avg_pool2d(nc::zeros({1, 4, 4}, DType::Bool), 2);
+                          },
                           {"avg_pool2d", "x", "floating", "bool"}),
       bad<nc::ShapeError>("avg_pool2d of 1-D", [&] { nc::avg_pool2d(nc::zeros({4}), 2); },
                           {"avg_pool2d", "x", "[N, C, H, W] or [C, H, W]", "[4]"}),
-      bad<nc::ShapeError>("avg_pool2d H of 0", [&] { nc::avg_pool2d(nc::zeros({3, 0, 4}), 2); },
+      bad<nc::ShapeError>("avg_pool2d H of 0",
+                          [&] {
+                            nc::avg_pool2d(nc::zeros({3, 0, 4}), 2);
+                          },
                           {"avg_pool2d", "H and W", "[3, 0, 4]"}),
-      bad<nc::ValueError>("avg_pool2d kernel_size negative", [&] { nc::avg_pool2d(x, {2, -2}); },
+      bad<nc::ValueError>("avg_pool2d kernel_size negative",
+                          [&] {
+                            nc::avg_pool2d(x, {2, -2});
+                          },
                           {"avg_pool2d", "kernel_size", "(2, -2)"}),
-      bad<nc::ValueError>("avg_pool2d stride 0", [&] { nc::avg_pool2d(x, 2, {1, 0}); },
+      bad<nc::ValueError>("avg_pool2d stride 0",
+                          [&] {
+                            nc::avg_pool2d(x, 2, {1, 0});
+                          },
                           {"avg_pool2d", "stride", "(1, 0)"}),
       bad<nc::ValueError>("avg_pool2d negative padding", [&] { nc::avg_pool2d(x, 2, 1, -1); },
                           {"avg_pool2d", "padding", "(-1, -1)"}),
-      bad<nc::ValueError>("avg_pool2d padding over half the kernel", [&] { nc::avg_pool2d(x, 2, 1, {0, 2}); },
+      bad<nc::ValueError>("avg_pool2d padding over half the kernel",
+                          [&] {
+                            nc::avg_pool2d(x, 2, 1, {0, 2});
+                          },
                           {"avg_pool2d", "padding (0, 2)", "half of kernel_size (2, 2)"}),
-      bad<nc::ShapeError>("avg_pool2d output below 1", [&] { nc::avg_pool2d(x, {5, 1}); },
+      bad<nc::ShapeError>("avg_pool2d output below 1",
+                          [&] {
+                            nc::avg_pool2d(x, {5, 1});
+                          },
                           {"avg_pool2d", "output", "0 x 4", "f32 [1, 1, 4, 4]"}),
       bad<nc::ValueError>("adaptive_avg_pool2d(undefined)", [&] { nc::adaptive_avg_pool2d(undefined, 2); },
                           {"adaptive_avg_pool2d", "'x'"}),
       bad<nc::DTypeError>("adaptive_avg_pool2d of int",
-                          [&] { nc::adaptive_avg_pool2d(nc::zeros({1, 4, 4}, DType::I32), 2); },
+                          [&] {
+                            nc::adaptive_avg_pool2d(nc::zeros({1, 4, 4}, DType::I32), 2);
+                          },
                           {"adaptive_avg_pool2d", "x", "floating", "i32"}),
-      bad<nc::ShapeError>("adaptive_avg_pool2d of 2-D", [&] { nc::adaptive_avg_pool2d(nc::zeros({4, 4}), 2); },
+      bad<nc::ShapeError>("adaptive_avg_pool2d of 2-D",
+                          [&] {
+                            nc::adaptive_avg_pool2d(nc::zeros({4, 4}), 2);
+                          },
                           {"adaptive_avg_pool2d", "[N, C, H, W] or [C, H, W]", "[4, 4]"}),
-      bad<nc::ShapeError>("adaptive_avg_pool2d H of 0", [&] { nc::adaptive_avg_pool2d(nc::zeros({1, 1, 0, 4}), 2); },
+      bad<nc::ShapeError>("adaptive_avg_pool2d H of 0",
+                          [&] {
+                            nc::adaptive_avg_pool2d(nc::zeros({1, 1, 0, 4}), 2);
+                          },
                           {"adaptive_avg_pool2d", "H and W", "[1, 1, 0, 4]"}),
-      bad<nc::ValueError>("adaptive_avg_pool2d output_size 0", [&] { nc::adaptive_avg_pool2d(x, {0, 3}); },
+      bad<nc::ValueError>("adaptive_avg_pool2d output_size 0",
+                          [&] {
+                            nc::adaptive_avg_pool2d(x, {0, 3});
+                          },
                           {"adaptive_avg_pool2d", "output_size", ">= 1", "(0, 3)"}),
       bad<nc::ValueError>("MaxPool2d kernel_size 0", [] { nc::nn::MaxPool2d layer(0); },
                           {"MaxPool2d", "kernel_size", "(0, 0)"}),
-      bad<nc::ValueError>("MaxPool2d stride 0", [] { nc::nn::MaxPool2d layer(2, {2, 0}); },
+      bad<nc::ValueError>("MaxPool2d stride 0",
+                          [] {
+                            nc::nn::MaxPool2d layer(2, {2, 0});
+                          },
                           {"MaxPool2d", "stride", "(2, 0)"}),
       bad<nc::ValueError>("MaxPool2d padding over half the kernel", [] { nc::nn::MaxPool2d layer(3, 1, 2); },
                           {"MaxPool2d", "padding (2, 2)", "half of kernel_size (3, 3)"}),
@@ -1707,7 +2150,10 @@ TEST(Errors, PoolErrors) {
                           {"MaxPool2d", "dilation", "(0, 0)"}),
       bad<nc::ValueError>("MaxPool2d forward(undefined)", [&] { nc::nn::MaxPool2d(2).forward(undefined); },
                           {"MaxPool2d", "undefined"}),
-      bad<nc::ShapeError>("MaxPool2d forward of 2-D", [&] { nc::nn::MaxPool2d(2).forward(nc::zeros({4, 4})); },
+      bad<nc::ShapeError>("MaxPool2d forward of 2-D",
+                          [&] {
+                            nc::nn::MaxPool2d(2).forward(nc::zeros({4, 4}));
+                          },
                           {"max_pool2d", "[4, 4]"}),
       bad<nc::ValueError>("AvgPool2d negative padding", [] { nc::nn::AvgPool2d layer(2, nc::Size2(), -1); },
                           {"AvgPool2d", "padding", "(-1, -1)"}),
@@ -1715,7 +2161,10 @@ TEST(Errors, PoolErrors) {
                           {"AvgPool2d", "stride", "(-2, -2)"}),
       bad<nc::ValueError>("AvgPool2d forward(undefined)", [&] { nc::nn::AvgPool2d(2).forward(undefined); },
                           {"AvgPool2d", "undefined"}),
-      bad<nc::ValueError>("AdaptiveAvgPool2d output_size 0", [] { nc::nn::AdaptiveAvgPool2d layer({2, 0}); },
+      bad<nc::ValueError>("AdaptiveAvgPool2d output_size 0",
+                          [] {
+                            nc::nn::AdaptiveAvgPool2d layer({2, 0});
+                          },
                           {"AdaptiveAvgPool2d", "output_size", "(2, 0)"}),
       bad<nc::ValueError>("AdaptiveAvgPool2d forward(undefined)",
                           [&] { nc::nn::AdaptiveAvgPool2d(2).forward(undefined); }, {"AdaptiveAvgPool2d", "undefined"}),

@@ -179,9 +179,9 @@ TEST(FusedGemmGroupNormMinBias, Gradcheck) {
     return nc::gemm_group_norm_min_bias(v[0], v[1], v[2], v[3], v[4], v[5], 3);
   };
   std::string report;
-  EXPECT_TRUE(nc::gradcheck(with_all, {leaf({4, 5}, 1), leaf({6, 5}, 2), leaf({6}, 3), leaf({6}, 4), leaf({6}, 5),
-                                       leaf({1, 6, 1, 1}, 6)},
-                            {}, &report))
+  EXPECT_TRUE(nc::gradcheck(
+      with_all, {leaf({4, 5}, 1), leaf({6, 5}, 2), leaf({6}, 3), leaf({6}, 4), leaf({6}, 5), leaf({1, 6, 1, 1}, 6)}, {},
+      &report))
       << report;
   auto without_optional = [](const std::vector<Tensor>& v) {
     return nc::gemm_group_norm_min_bias(v[0], v[1], Tensor(), Tensor(), Tensor(), v[2], 2);
@@ -200,41 +200,57 @@ TEST(FusedGemmGroupNormMinBias, ErrorsNameOpArgumentAndShapes) {
   const Tensor x = nc::zeros({2, 3}), w = nc::zeros({4, 3}), p = nc::zeros({4}), bias = nc::zeros({1, 4, 1, 1});
   const Tensor none;
   auto call = [](const Tensor& x, const Tensor& w, const Tensor& lb, const Tensor& gw, const Tensor& gb,
-                 const Tensor& b, int64_t groups, double eps = 1e-5) {
-    nc::gemm_group_norm_min_bias(x, w, lb, gw, gb, b, groups, eps);
-  };
+                 const Tensor& b, int64_t groups,
+                 double eps = 1e-5) { nc::gemm_group_norm_min_bias(x, w, lb, gw, gb, b, groups, eps); };
   const std::vector<std::pair<std::string, std::function<void()>>> cases = {
       {"undefined x", throws<nc::Error>([&] { call(none, w, p, p, p, bias, 2); }, {"gemm_group_norm_min_bias", "x"})},
-      {"integer x", throws<nc::DTypeError>([&] { call(nc::zeros({2, 3}, DType::I64), w, p, p, p, bias, 2); },
-          {"gemm_group_norm_min_bias", "x", "i64"})},
+      {"integer x", throws<nc::DTypeError>(
+                        [&] {
+                          call(nc::zeros({2, 3}, DType::I64), w, p, p, p, bias, 2);
+                        },
+                        {"gemm_group_norm_min_bias", "x", "i64"})},
       {"1-D x", throws<nc::ShapeError>([&] { call(nc::zeros({3}), w, p, p, p, bias, 2); },
-          {"gemm_group_norm_min_bias", "x", "[3]"})},
-      {"undefined weight", throws<nc::Error>([&] { call(x, none, p, p, p, bias, 2); },
-          {"gemm_group_norm_min_bias", "weight"})},
-      {"weight inner size", throws<nc::ShapeError>([&] { call(x, nc::zeros({4, 5}), p, p, p, bias, 2); },
-          {"gemm_group_norm_min_bias", "weight", "[4, 5]", "[2, 3]"})},
-      {"weight dtype", throws<nc::DTypeError>([&] { call(x, nc::zeros({4, 3}, DType::F64), p, p, p, bias, 2); },
-          {"gemm_group_norm_min_bias", "weight", "f64", "f32"})},
-      {"zero groups", throws<nc::ValueError>([&] { call(x, w, p, p, p, bias, 0); },
-          {"gemm_group_norm_min_bias", "num_groups"})},
+                                       {"gemm_group_norm_min_bias", "x", "[3]"})},
+      {"undefined weight",
+       throws<nc::Error>([&] { call(x, none, p, p, p, bias, 2); }, {"gemm_group_norm_min_bias", "weight"})},
+      {"weight inner size", throws<nc::ShapeError>(
+                                [&] {
+                                  call(x, nc::zeros({4, 5}), p, p, p, bias, 2);
+                                },
+                                {"gemm_group_norm_min_bias", "weight", "[4, 5]", "[2, 3]"})},
+      {"weight dtype", throws<nc::DTypeError>(
+                           [&] {
+                             call(x, nc::zeros({4, 3}, DType::F64), p, p, p, bias, 2);
+                           },
+                           {"gemm_group_norm_min_bias", "weight", "f64", "f32"})},
+      {"zero groups",
+       throws<nc::ValueError>([&] { call(x, w, p, p, p, bias, 0); }, {"gemm_group_norm_min_bias", "num_groups"})},
       {"OUT not divisible", throws<nc::ShapeError>([&] { call(x, w, p, p, p, bias, 3); },
-          {"gemm_group_norm_min_bias", "OUT = 4", "num_groups = 3"})},
+                                                   {"gemm_group_norm_min_bias", "OUT = 4", "num_groups = 3"})},
       {"empty OUT", throws<nc::ShapeError>(
-          [&] { call(x, nc::zeros({0, 3}), none, none, none, nc::zeros({1, 0, 1, 1}), 1); },
-          {"gemm_group_norm_min_bias", "OUT", "[0, 3]"})},
+                        [&] {
+                          call(x, nc::zeros({0, 3}), none, none, none, nc::zeros({1, 0, 1, 1}), 1);
+                        },
+                        {"gemm_group_norm_min_bias", "OUT", "[0, 3]"})},
       {"eps", throws<nc::ValueError>([&] { call(x, w, p, p, p, bias, 2, 0.0); }, {"gemm_group_norm_min_bias", "eps"})},
       {"linear_bias shape", throws<nc::ShapeError>([&] { call(x, w, nc::zeros({3}), p, p, bias, 2); },
-          {"gemm_group_norm_min_bias", "linear_bias", "[4]", "[3]"})},
-      {"gn_weight shape", throws<nc::ShapeError>([&] { call(x, w, p, nc::zeros({4, 1}), p, bias, 2); },
-          {"gemm_group_norm_min_bias", "gn_weight", "[4]", "[4, 1]"})},
+                                                   {"gemm_group_norm_min_bias", "linear_bias", "[4]", "[3]"})},
+      {"gn_weight shape", throws<nc::ShapeError>(
+                              [&] {
+                                call(x, w, p, nc::zeros({4, 1}), p, bias, 2);
+                              },
+                              {"gemm_group_norm_min_bias", "gn_weight", "[4]", "[4, 1]"})},
       {"gn_bias dtype", throws<nc::DTypeError>([&] { call(x, w, p, p, nc::zeros({4}, DType::F16), bias, 2); },
-          {"gemm_group_norm_min_bias", "gn_bias", "f16"})},
-      {"undefined bias", throws<nc::Error>([&] { call(x, w, p, p, p, none, 2); },
-          {"gemm_group_norm_min_bias", "bias"})},
+                                               {"gemm_group_norm_min_bias", "gn_bias", "f16"})},
+      {"undefined bias",
+       throws<nc::Error>([&] { call(x, w, p, p, p, none, 2); }, {"gemm_group_norm_min_bias", "bias"})},
       {"bias not 4-D", throws<nc::ShapeError>([&] { call(x, w, p, p, p, p, 2); },
-          {"gemm_group_norm_min_bias", "bias", "[1, 4, 1, 1]", "[4]"})},
-      {"bias broadcastable but not exact", throws<nc::ShapeError>([&] { call(x, w, p, p, p, nc::zeros({1, 4, 1}), 2); },
-          {"gemm_group_norm_min_bias", "bias", "[1, 4, 1, 1]", "[1, 4, 1]"})},
+                                              {"gemm_group_norm_min_bias", "bias", "[1, 4, 1, 1]", "[4]"})},
+      {"bias broadcastable but not exact", throws<nc::ShapeError>(
+                                               [&] {
+                                                 call(x, w, p, p, p, nc::zeros({1, 4, 1}), 2);
+                                               },
+                                               {"gemm_group_norm_min_bias", "bias", "[1, 4, 1, 1]", "[1, 4, 1]"})},
   };
   for (const auto& [name, check] : cases) {
     SCOPED_TRACE(name);

@@ -23,9 +23,6 @@ using normcore_test::values;
 
 namespace {
 
-
-
-
 struct Outcome {
   Tensor y, grad_x, grad_weight, grad_bias;
 };
@@ -73,8 +70,7 @@ TEST(Linear, SixteenBitBiasJoinsTheProductBeforeRounding) {
   const Tensor b = random({10}, 10, 100.0).to(DType::BF16);
   for (DType dtype : {DType::BF16, DType::F16}) {
     const Tensor xd = x.to(dtype), wd = w.to(dtype), bd = b.to(dtype);
-    const Tensor expected =
-        nc::add(nc::matmul(xd.to(DType::F32), wd.to(DType::F32).t()), bd.to(DType::F32)).to(dtype);
+    const Tensor expected = nc::add(nc::matmul(xd.to(DType::F32), wd.to(DType::F32).t()), bd.to(DType::F32)).to(dtype);
     EXPECT_EQ(values(nc::linear(xd, wd, bd)), values(expected)) << nc::dtype_name(dtype);
   }
 }
@@ -116,8 +112,11 @@ TEST(Linear, AutocastRunsInBf16WithF32Gradients) {
 
 TEST(Linear, BadArguments) {
   const Tensor x = random({3, 4}, 22).to(DType::F32), w = random({5, 4}, 23).to(DType::F32);
-  throws<nc::ShapeError>([&] { nc::linear(x, random({5, 3}, 24).to(DType::F32)); },
-                         {"linear", "weight [out, in]", "[3, 4]", "[5, 3]"})();
+  throws<nc::ShapeError>(
+      [&] {
+        nc::linear(x, random({5, 3}, 24).to(DType::F32));
+      },
+      {"linear", "weight [out, in]", "[3, 4]", "[5, 3]"})();
   throws<nc::ShapeError>([&] { nc::linear(x, w, random({4}, 25).to(DType::F32)); },
                          {"linear", "bias must be [out] = [5]", "[4]"})();
   throws<nc::DTypeError>([&] { nc::linear(x, w, random({5}, 26)); }, {"linear", "bias", "f64"})();
@@ -161,8 +160,7 @@ struct MlpOutcome {
 
 // y and the gradients (of sum(y * probe)) of gelu_mlp (with recompute_gelu when recompute),
 // or of linear, gelu, linear, with fresh leaves on device in dtype. p holds x, w1, b1, w2, b2.
-MlpOutcome run_mlp(bool fused, const std::vector<Tensor>& p, nc::Device device, DType dtype,
-                   bool recompute = false) {
+MlpOutcome run_mlp(bool fused, const std::vector<Tensor>& p, nc::Device device, DType dtype, bool recompute = false) {
   std::vector<Tensor> v;
   for (const Tensor& t : p) v.push_back(t.to(device, dtype).detach().requires_grad_());
   const Tensor y = fused ? nc::gelu_mlp(v[0], v[1], v[2], v[3], v[4], recompute)

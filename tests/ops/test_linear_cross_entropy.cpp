@@ -22,13 +22,10 @@ using normcore_test::values;
 
 namespace {
 
-
 Tensor targets(const nc::Shape& shape, int64_t classes, uint64_t seed) {
   nc::Generator gen(seed);
   return nc::randint(0, classes, shape, nc::TensorOptions(DType::I64), &gen);
 }
-
-
 
 struct Outcome {
   Tensor loss, grad_x, grad_weight;
@@ -77,7 +74,8 @@ TEST(LinearCrossEntropy, MatchesCompositionOnCpu) {
       ASSERT_EQ(fused.grad_weight.shape(), w.shape());
       // The rows past `classes` get exactly zero; the others match.
       const int64_t padded = c.vocab - c.classes;
-      if (padded > 0) EXPECT_EQ(values(nc::max(nc::abs(fused.grad_weight.narrow(0, c.classes, padded)))), std::vector<double>{0.0});
+      if (padded > 0)
+        EXPECT_EQ(values(nc::max(nc::abs(fused.grad_weight.narrow(0, c.classes, padded)))), std::vector<double>{0.0});
       EXPECT_LT(relative_error(fused.grad_weight.narrow(0, 0, c.classes), composed.grad_weight.narrow(0, 0, c.classes)),
                 tol);
     }
@@ -90,7 +88,8 @@ TEST(LinearCrossEntropy, MatchesCompositionOnCpu) {
 TEST(LinearCrossEntropy, InPiecesMatchesTheWholeOnCpu) {
   const Tensor x = random({3, 11, 16}, 31), w = random({300, 16}, 32);
   Tensor t = targets({3, 11}, 257, 33);
-  t = nc::where(nc::lt(random({3, 11}, 34), nc::Scalar(-0.8)), nc::full({3, 11}, -100, nc::TensorOptions(DType::I64)), t);
+  t = nc::where(nc::lt(random({3, 11}, 34), nc::Scalar(-0.8)), nc::full({3, 11}, -100, nc::TensorOptions(DType::I64)),
+                t);
   for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
     SCOPED_TRACE(nc::dtype_name(dtype));
     const Outcome whole = run_loss(true, x, w, t, 257, nc::Device::cpu(), dtype);
@@ -147,8 +146,8 @@ TEST(LinearCrossEntropy, Gradcheck) {
   const Tensor t = targets({2, 3}, 5, 4);
   auto f = [&](const std::vector<Tensor>& v) { return nc::linear_cross_entropy(v[0], v[1], t, 5); };
   std::string report;
-  EXPECT_TRUE(nc::gradcheck(f, {random({2, 3, 4}, 5).requires_grad_(), random({7, 4}, 6).requires_grad_()}, {},
-                            &report))
+  EXPECT_TRUE(
+      nc::gradcheck(f, {random({2, 3, 4}, 5).requires_grad_(), random({7, 4}, 6).requires_grad_()}, {}, &report))
       << report;
   // Only the weight needs a gradient.
   const Tensor x = random({4, 3}, 7), t2 = targets({4}, 6, 8);
@@ -224,8 +223,11 @@ TEST(LinearCrossEntropy, NonFiniteLogitsGiveNan) {
 TEST(LinearCrossEntropy, ErrorsNameOpArgumentAndShapes) {
   const Tensor x = nc::zeros({2, 3}), w = nc::zeros({4, 3}), t = nc::zeros({2}, nc::TensorOptions(DType::I64));
   using nc::linear_cross_entropy;
-  throws<nc::ShapeError>([&] { linear_cross_entropy(x, nc::zeros({4, 2}), t); },
-                         {"linear_cross_entropy", "weight", "[4, 2]"})();
+  throws<nc::ShapeError>(
+      [&] {
+        linear_cross_entropy(x, nc::zeros({4, 2}), t);
+      },
+      {"linear_cross_entropy", "weight", "[4, 2]"})();
   throws<nc::ShapeError>([&] { linear_cross_entropy(x, w, nc::zeros({3}, nc::TensorOptions(DType::I64))); },
                          {"linear_cross_entropy", "target", "[2]", "[3]"})();
   throws<nc::DTypeError>([&] { linear_cross_entropy(x, w, nc::zeros({2})); }, {"linear_cross_entropy", "i64"})();
@@ -233,10 +235,16 @@ TEST(LinearCrossEntropy, ErrorsNameOpArgumentAndShapes) {
                          {"linear_cross_entropy", "one dtype", "f64"})();
   throws<nc::ValueError>([&] { linear_cross_entropy(x, w, t, 5); }, {"linear_cross_entropy", "classes", "5"})();
   throws<nc::ValueError>([&] { linear_cross_entropy(x, w, t, 0); }, {"linear_cross_entropy", "classes"})();
-  throws<nc::IndexError>([&] { linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 3}, {2}), 3); },
-                         {"linear_cross_entropy", "target value 3", "3 classes"})();
-  throws<nc::IndexError>([&] { linear_cross_entropy(x, w, nc::from_vector<int64_t>({-1, 0}, {2})); },
-                         {"linear_cross_entropy", "-1"})();
+  throws<nc::IndexError>(
+      [&] {
+        linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 3}, {2}), 3);
+      },
+      {"linear_cross_entropy", "target value 3", "3 classes"})();
+  throws<nc::IndexError>(
+      [&] {
+        linear_cross_entropy(x, w, nc::from_vector<int64_t>({-1, 0}, {2}));
+      },
+      {"linear_cross_entropy", "-1"})();
   throws<nc::ValueError>([&] { linear_cross_entropy(Tensor(), w, t); }, {"linear_cross_entropy", "x"})();
 }
 
@@ -270,8 +278,9 @@ TEST(LinearCrossEntropy, CudaMatchesCpu) {
         const Outcome cuda = run_loss(true, x, w, t, c.classes, nc::Device::cuda(), dtype, piece);
         EXPECT_LT(relative_error(cuda.loss, reference.loss), tol);
         EXPECT_LT(relative_error(cuda.grad_x, reference.grad_x), tol);
-        EXPECT_LT(
-            relative_error(cuda.grad_weight.narrow(0, 0, c.classes), reference.grad_weight.narrow(0, 0, c.classes)), tol);
+        EXPECT_LT(relative_error(cuda.grad_weight.narrow(0, 0, c.classes),
+                                 reference.grad_weight.narrow(0, 0, c.classes)),
+                  tol);
         if (c.vocab > c.classes)
           EXPECT_EQ(values(nc::max(nc::abs(cuda.grad_weight.narrow(0, c.classes, c.vocab - c.classes)))),
                     std::vector<double>{0.0});
@@ -287,7 +296,7 @@ TEST(LinearCrossEntropy, CudaMatchesCpu) {
         nc::linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 4}, {2}).to(nc::Device::cuda())).item<double>();
       },
       {"linear_cross_entropy", "target value 4", "4 classes"})();
-  EXPECT_NEAR(nc::linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 3}, {2}).to(nc::Device::cuda()))
-                  .item<double>(),
-              std::log(4.0), 1e-6);
+  EXPECT_NEAR(
+      nc::linear_cross_entropy(x, w, nc::from_vector<int64_t>({0, 3}, {2}).to(nc::Device::cuda())).item<double>(),
+      std::log(4.0), 1e-6);
 }

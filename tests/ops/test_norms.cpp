@@ -32,8 +32,8 @@ int64_t numel(const nc::Shape& shape) {
 
 // Group norm in double: x [batch, groups * group_channels, spatial]; layer norm is the
 // case groups = 1, spatial = 1 with channels = row_len.
-std::vector<double> reference_group_norm(const std::vector<double>& x, int64_t batch, int64_t groups,
-                                         int64_t channels, int64_t spatial, const std::vector<double>& weight,
+std::vector<double> reference_group_norm(const std::vector<double>& x, int64_t batch, int64_t groups, int64_t channels,
+                                         int64_t spatial, const std::vector<double>& weight,
                                          const std::vector<double>& bias, double eps) {
   std::vector<double> y(x.size());
   const int64_t group_len = channels / groups * spatial;
@@ -53,8 +53,8 @@ std::vector<double> reference_group_norm(const std::vector<double>& x, int64_t b
 }
 
 // RMS norm in double over rows of row_len: x / sqrt(mean(x^2) + eps) * weight.
-std::vector<double> reference_rms_norm(const std::vector<double>& x, int64_t row_len,
-                                       const std::vector<double>& weight, double eps) {
+std::vector<double> reference_rms_norm(const std::vector<double>& x, int64_t row_len, const std::vector<double>& weight,
+                                       double eps) {
   std::vector<double> y(x.size());
   for (size_t r = 0; r * row_len < x.size(); ++r) {
     double squares = 0;
@@ -107,8 +107,8 @@ struct LayerCase {
 
 TEST(NormLayerNorm, MatchesReference) {
   const std::vector<LayerCase> cases = {
-      {{4, 1}, {1}, true},      {{3, 7}, {7}, true},          {{2, 3, 65}, {65}, false},
-      {{2, 1000}, {1000}, true}, {{2, 5, 3}, {5, 3}, true},   {{7}, {7}, false},
+      {{4, 1}, {1}, true},       {{3, 7}, {7}, true},       {{2, 3, 65}, {65}, false},
+      {{2, 1000}, {1000}, true}, {{2, 5, 3}, {5, 3}, true}, {{7}, {7}, false},
   };
   for (const LayerCase& c : cases) {
     for (DType dtype : kFloatDTypes) {
@@ -130,8 +130,8 @@ TEST(NormLayerNorm, MatchesReference) {
 
 TEST(NormRMSNorm, MatchesReference) {
   const std::vector<LayerCase> cases = {
-      {{4, 1}, {1}, true}, {{3, 7}, {7}, true}, {{2, 3, 65}, {65}, false}, {{2, 1000}, {1000}, true},
-      {{2, 5, 3}, {5, 3}, true}, {{7}, {7}, false},
+      {{4, 1}, {1}, true},       {{3, 7}, {7}, true},       {{2, 3, 65}, {65}, false},
+      {{2, 1000}, {1000}, true}, {{2, 5, 3}, {5, 3}, true}, {{7}, {7}, false},
   };
   for (const LayerCase& c : cases) {
     for (DType dtype : kFloatDTypes) {
@@ -166,8 +166,8 @@ TEST(NormGroupNorm, MatchesReference) {
   };
   for (const GroupCase& c : cases) {
     for (DType dtype : kFloatDTypes) {
-      const std::string what = nc::shape_str(c.shape) + " groups " + std::to_string(c.groups) + " " +
-                               nc::dtype_name(dtype);
+      const std::string what =
+          nc::shape_str(c.shape) + " groups " + std::to_string(c.groups) + " " + nc::dtype_name(dtype);
       Tensor x = random(c.shape, 4, dtype);
       Tensor weight = c.affine ? random({c.shape[1]}, 5, dtype) : Tensor();
       Tensor bias = c.affine ? random({c.shape[1]}, 6, dtype) : Tensor();
@@ -184,7 +184,10 @@ TEST(NormGroupNorm, MatchesReference) {
 
 TEST(NormL1Norm, MatchesReferenceAlongEachDim) {
   const nc::Shape shape = {3, 4, 5};
-  struct DimCase { int64_t dim; int64_t outer, size, inner; };
+  struct DimCase {
+    int64_t dim;
+    int64_t outer, size, inner;
+  };
   const std::vector<DimCase> cases = {{0, 1, 3, 20}, {1, 3, 4, 5}, {-1, 12, 5, 1}, {2, 12, 5, 1}};
   for (const DimCase& c : cases) {
     for (DType dtype : kFloatDTypes) {
@@ -274,7 +277,8 @@ TEST(NormNonContiguous, MatchesContiguousInput) {
   Tensor packed = strided.contiguous();
   ASSERT_FALSE(strided.is_contiguous());
   Tensor weight = random({6}, 13).slice(0, 0, 6);
-  EXPECT_EQ(values(nc::layer_norm(strided, {6}, weight, Tensor())), values(nc::layer_norm(packed, {6}, weight, Tensor())));
+  EXPECT_EQ(values(nc::layer_norm(strided, {6}, weight, Tensor())),
+            values(nc::layer_norm(packed, {6}, weight, Tensor())));
   Tensor gw = random({12}, 14).slice(0, 0, 12, 2);
   ASSERT_FALSE(gw.is_contiguous());
   EXPECT_EQ(values(nc::group_norm(strided, 5, gw.slice(0, 0, 5), Tensor())),
@@ -293,26 +297,39 @@ struct GradCase {
 
 TEST(NormGradcheck, EveryOpWithAndWithoutParameters) {
   const std::vector<GradCase> cases = {
-      {"layer_norm", [](const std::vector<Tensor>& in) { return nc::layer_norm(in[0], {7}, Tensor(), Tensor()); },
+      {"layer_norm",
+       [](const std::vector<Tensor>& in) { return nc::layer_norm(in[0], {7}, Tensor(), Tensor()); },
        {leaf({3, 7}, 20)}},
       {"layer_norm affine",
-       [](const std::vector<Tensor>& in) { return nc::layer_norm(in[0], {3, 4}, in[1], in[2]); },
+       [](const std::vector<Tensor>& in) {
+         return nc::layer_norm(in[0], {3, 4}, in[1], in[2]);
+       },
        {leaf({2, 3, 4}, 21), leaf({3, 4}, 22), leaf({3, 4}, 23)}},
-      {"layer_norm weight only", [](const std::vector<Tensor>& in) { return nc::layer_norm(in[0], {5}, in[1], Tensor()); },
+      {"layer_norm weight only",
+       [](const std::vector<Tensor>& in) { return nc::layer_norm(in[0], {5}, in[1], Tensor()); },
        {leaf({4, 5}, 24), leaf({5}, 25)}},
-      {"layer_norm row_len 1", [](const std::vector<Tensor>& in) { return nc::layer_norm(in[0], {1}, in[1], in[2]); },
+      {"layer_norm row_len 1",
+       [](const std::vector<Tensor>& in) { return nc::layer_norm(in[0], {1}, in[1], in[2]); },
        {leaf({3, 1}, 26), leaf({1}, 27), leaf({1}, 28)}},
-      {"rms_norm", [](const std::vector<Tensor>& in) { return nc::rms_norm(in[0], {7}, Tensor()); },
+      {"rms_norm",
+       [](const std::vector<Tensor>& in) { return nc::rms_norm(in[0], {7}, Tensor()); },
        {leaf({3, 7}, 90)}},
-      {"rms_norm weight, 2 dims", [](const std::vector<Tensor>& in) { return nc::rms_norm(in[0], {3, 4}, in[1]); },
+      {"rms_norm weight, 2 dims",
+       [](const std::vector<Tensor>& in) {
+         return nc::rms_norm(in[0], {3, 4}, in[1]);
+       },
        {leaf({2, 3, 4}, 91), leaf({3, 4}, 92)}},
-      {"rms_norm row_len 1", [](const std::vector<Tensor>& in) { return nc::rms_norm(in[0], {1}, in[1]); },
+      {"rms_norm row_len 1",
+       [](const std::vector<Tensor>& in) { return nc::rms_norm(in[0], {1}, in[1]); },
        {leaf({3, 1}, 93), leaf({1}, 94)}},
-      {"group_norm", [](const std::vector<Tensor>& in) { return nc::group_norm(in[0], 2, Tensor(), Tensor()); },
+      {"group_norm",
+       [](const std::vector<Tensor>& in) { return nc::group_norm(in[0], 2, Tensor(), Tensor()); },
        {leaf({2, 4, 3}, 30)}},
-      {"group_norm affine 4-D", [](const std::vector<Tensor>& in) { return nc::group_norm(in[0], 3, in[1], in[2]); },
+      {"group_norm affine 4-D",
+       [](const std::vector<Tensor>& in) { return nc::group_norm(in[0], 3, in[1], in[2]); },
        {leaf({2, 6, 2, 3}, 31), leaf({6}, 32), leaf({6}, 33)}},
-      {"group_norm 2-D", [](const std::vector<Tensor>& in) { return nc::group_norm(in[0], 2, in[1], in[2]); },
+      {"group_norm 2-D",
+       [](const std::vector<Tensor>& in) { return nc::group_norm(in[0], 2, in[1], in[2]); },
        {leaf({3, 4}, 34), leaf({4}, 35), leaf({4}, 36)}},
       {"l1_norm dim 0", [](const std::vector<Tensor>& in) { return nc::l1_norm(in[0], 0); }, {leaf({3, 4, 2}, 40)}},
       {"l1_norm dim 1", [](const std::vector<Tensor>& in) { return nc::l1_norm(in[0], 1); }, {leaf({3, 4, 2}, 41)}},
@@ -365,26 +382,41 @@ TEST(NormErrors, NameOpArgumentAndShapes) {
   const std::vector<BadCall> cases = {
       bad<nc::ShapeError>("normalized_shape mismatch", [&] { nc::layer_norm(x, {4}, none, none); },
                           {"layer_norm", "normalized_shape", "[4]", "[2, 6, 3]"}),
-      bad<nc::ShapeError>("normalized_shape longer than x", [&] { nc::layer_norm(x, {1, 2, 6, 3}, none, none); },
+      bad<nc::ShapeError>("normalized_shape longer than x",
+                          [&] {
+                            nc::layer_norm(x, {1, 2, 6, 3}, none, none);
+                          },
                           {"layer_norm", "normalized_shape", "[1, 2, 6, 3]"}),
       bad<nc::ShapeError>("empty normalized_shape", [&] { nc::layer_norm(x, {}, none, none); },
                           {"layer_norm", "normalized_shape"}),
       bad<nc::ShapeError>("layer_norm weight shape", [&] { nc::layer_norm(x, {3}, nc::ones({4}), none); },
                           {"layer_norm", "weight", "[3]", "[4]"}),
-      bad<nc::ShapeError>("layer_norm bias shape", [&] { nc::layer_norm(x, {6, 3}, none, nc::zeros({3})); },
+      bad<nc::ShapeError>("layer_norm bias shape",
+                          [&] {
+                            nc::layer_norm(x, {6, 3}, none, nc::zeros({3}));
+                          },
                           {"layer_norm", "bias", "[6, 3]", "[3]"}),
       bad<nc::DTypeError>("layer_norm weight dtype", [&] { nc::layer_norm(x, {3}, nc::ones({3}, DType::F64), none); },
                           {"layer_norm", "weight", "f64"}),
-      bad<nc::DTypeError>("integer x", [&] { nc::layer_norm(nc::zeros({2, 3}, DType::I64), {3}, none, none); },
+      bad<nc::DTypeError>("integer x",
+                          [&] {
+                            nc::layer_norm(nc::zeros({2, 3}, DType::I64), {3}, none, none);
+                          },
                           {"layer_norm", "x", "i64"}),
       bad<nc::ValueError>("layer_norm eps", [&] { nc::layer_norm(x, {3}, none, none, 0.0); }, {"layer_norm", "eps"}),
       bad<nc::ShapeError>("rms_norm normalized_shape", [&] { nc::rms_norm(x, {6}, none); },
                           {"rms_norm", "normalized_shape", "[6]", "[2, 6, 3]"}),
-      bad<nc::ShapeError>("rms_norm weight shape", [&] { nc::rms_norm(x, {6, 3}, nc::ones({3})); },
+      bad<nc::ShapeError>("rms_norm weight shape",
+                          [&] {
+                            nc::rms_norm(x, {6, 3}, nc::ones({3}));
+                          },
                           {"rms_norm", "weight", "[6, 3]", "[3]"}),
       bad<nc::DTypeError>("rms_norm weight dtype", [&] { nc::rms_norm(x, {3}, nc::ones({3}, DType::BF16)); },
                           {"rms_norm", "weight", "bf16"}),
-      bad<nc::DTypeError>("rms_norm integer x", [&] { nc::rms_norm(nc::zeros({2, 3}, DType::I32), {3}, none); },
+      bad<nc::DTypeError>("rms_norm integer x",
+                          [&] {
+                            nc::rms_norm(nc::zeros({2, 3}, DType::I32), {3}, none);
+                          },
                           {"rms_norm", "x", "i32"}),
       bad<nc::ValueError>("rms_norm eps", [&] { nc::rms_norm(x, {3}, none, 0.0); }, {"rms_norm", "eps"}),
       bad<nc::ShapeError>("group_norm channels", [&] { nc::group_norm(x, 4, none, none); },
@@ -395,7 +427,10 @@ TEST(NormErrors, NameOpArgumentAndShapes) {
                           {"group_norm", "x", "[6]"}),
       bad<nc::ShapeError>("group_norm weight", [&] { nc::group_norm(x, 3, nc::ones({3}), none); },
                           {"group_norm", "weight", "[6]", "[3]"}),
-      bad<nc::ShapeError>("group_norm bias", [&] { nc::group_norm(x, 3, none, nc::ones({6, 1})); },
+      bad<nc::ShapeError>("group_norm bias",
+                          [&] {
+                            nc::group_norm(x, 3, none, nc::ones({6, 1}));
+                          },
                           {"group_norm", "bias", "[6]", "[6, 1]"}),
       bad<nc::ValueError>("group_norm eps", [&] { nc::group_norm(x, 3, none, none, -1.0); }, {"group_norm", "eps"}),
       bad<nc::IndexError>("l1_norm dim", [&] { nc::l1_norm(x, 3); }, {"l1_norm"}),

@@ -33,9 +33,9 @@ struct CudaCase {
   nc::Shape x_shape;
   nc::Shape param_shape;  // empty: the op takes no weight or bias
   NormOp op;
-  double offset = 0;      // added to x: a large mean (f64 and f32 only)
-  bool zero_rows = false; // zero the first half of x
-  bool has_bias = true;   // with param_shape: the op takes a bias beside its weight
+  double offset = 0;       // added to x: a large mean (f64 and f32 only)
+  bool zero_rows = false;  // zero the first half of x
+  bool has_bias = true;    // with param_shape: the op takes a bias beside its weight
 };
 
 Tensor random(const nc::Shape& shape, uint64_t seed, DType dtype) {

@@ -39,8 +39,8 @@ Tensor param_of(const std::vector<double>& values, DType dtype, nc::Device devic
   return vector_tensor(values, dtype, device).requires_grad_();
 }
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
-                  double atol, const std::string& what) {
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rtol, double atol,
+                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_LE(std::fabs(got[i] - want[i]), atol + rtol * std::fabs(want[i]))
@@ -109,51 +109,63 @@ struct TrajectoryCase {
 // AdamOptions / AdamWOptions{lr, beta1, beta2, eps, weight_decay}.
 std::vector<TrajectoryCase> trajectory_cases() {
   return {
-      {"sgd_plain", make<optim::SGD>(optim::SGDOptions{0.1}),
+      {"sgd_plain",
+       make<optim::SGD>(optim::SGDOptions{0.1}),
        {{0.95, -1.975, 0.35, 2.9875, -0.55},
         {1.05, -2.0500000000000003, 0.32499999999999996, 2.7874999999999996, -0.6000000000000001},
         {1.0250000000000001, -2.1750000000000003, 0.37499999999999994, 2.9374999999999996, -0.7000000000000001}}},
-      {"sgd_momentum", make<optim::SGD>(optim::SGDOptions{0.1, 0.9}),
+      {"sgd_momentum",
+       make<optim::SGD>(optim::SGDOptions{0.1, 0.9}),
        {{0.95, -1.975, 0.35, 2.9875, -0.55},
         {1.005, -2.0275000000000003, 0.18999999999999995, 2.7762499999999997, -0.42000000000000004},
         {1.0294999999999999, -2.1997500000000003, 0.09599999999999992, 2.7361249999999995, -0.403}}},
-      {"sgd_momentum_dampening", make<optim::SGD>(optim::SGDOptions{0.1, 0.9, 0.5}),
+      {"sgd_momentum_dampening",
+       make<optim::SGD>(optim::SGDOptions{0.1, 0.9, 0.5}),
        {{0.95, -1.975, 0.35, 2.9875, -0.55},
         {0.955, -1.99, 0.20249999999999996, 2.8762499999999998, -0.395},
         {0.947, -2.066, 0.09474999999999995, 2.8511249999999997, -0.3055}}},
-      {"sgd_nesterov", make<optim::SGD>(optim::SGDOptions{0.1, 0.9, 0.0, 0.0, true}),
+      {"sgd_nesterov",
+       make<optim::SGD>(optim::SGDOptions{0.1, 0.9, 0.0, 0.0, true}),
        {{0.905, -1.9525, 0.21499999999999997, 2.97625, -0.37},
         {1.0545, -2.07475, 0.04599999999999993, 2.586125, -0.303},
         {1.05155, -2.354775, 0.01139999999999991, 2.7000125, -0.3877}}},
-      {"sgd_weight_decay", make<optim::SGD>(optim::SGDOptions{0.1, 0.0, 0.0, 0.1}),
+      {"sgd_weight_decay",
+       make<optim::SGD>(optim::SGDOptions{0.1, 0.0, 0.0, 0.1}),
        {{0.94, -1.955, 0.345, 2.9575, -0.5425},
         {1.0306, -2.01045, 0.31655, 2.727925, -0.587075},
         {0.995294, -2.1153455, 0.3633845, 2.85064575, -0.68120425}}},
-      {"sgd_momentum_dampening_weight_decay", make<optim::SGD>(optim::SGDOptions{0.1, 0.9, 0.25, 0.1}),
+      {"sgd_momentum_dampening_weight_decay",
+       make<optim::SGD>(optim::SGDOptions{0.1, 0.9, 0.25, 0.1}),
        {{0.94, -1.955, 0.345, 2.9575, -0.5425},
         {0.95395, -1.9560875, 0.18416249999999995, 2.74706875, -0.3891812499999999},
         {0.9406003749999999, -2.03614559375, 0.07552753124999992, 2.649577609375, -0.3232755156249999}}},
-      {"sgd_nesterov_weight_decay", make<optim::SGD>(optim::SGDOptions{0.05, 0.5, 0.0, 0.2, true}),
+      {"sgd_nesterov_weight_decay",
+       make<optim::SGD>(optim::SGDOptions{0.05, 0.5, 0.0, 0.2, true}),
        {{0.9475, -1.95125, 0.38, 2.945625, -0.58875},
         {0.9995375, -1.97010625, 0.33555, 2.742378125, -0.59054375},
         {0.9715506875, -2.03473903125, 0.35394175, 2.776847140625, -0.64802621875}}},
-      {"adam_default_betas", make<optim::Adam>(optim::AdamOptions{0.1}),
+      {"adam_default_betas",
+       make<optim::Adam>(optim::AdamOptions{0.1}),
        {{0.900000002, -1.9000000039999998, 0.40000000066666663, 2.9000000079999992, -0.6500000005},
         {0.9366103542405654, -1.9494189864458513, 0.3216672665693313, 2.821553470208384, -0.6030531837013348},
         {0.9502794203389762, -2.0238283514729174, 0.28412185697584713, 2.811310008430643, -0.5983098382649118}}},
-      {"adam_weight_decay", make<optim::Adam>(optim::AdamOptions{0.1, 0.9, 0.999, 1e-8, 0.1}),
+      {"adam_weight_decay",
+       make<optim::Adam>(optim::AdamOptions{0.1, 0.9, 0.999, 1e-8, 0.1}),
        {{0.9000000016666666, -1.900000002222222, 0.4000000006451613, 2.9000000023529413, -0.6500000004819277},
         {0.9252635194456061, -1.9160584207825666, 0.3204464373003393, 2.814613568794322, -0.5996965324079688},
         {0.9247305742687093, -1.9758936178110516, 0.2796874614707647, 2.7857619468128485, -0.5900693904646547}}},
-      {"adamw_weight_decay", make<optim::AdamW>(optim::AdamWOptions{0.1, 0.9, 0.999, 1e-8, 0.1}),
+      {"adamw_weight_decay",
+       make<optim::AdamW>(optim::AdamWOptions{0.1, 0.9, 0.999, 1e-8, 0.1}),
        {{0.890000002, -1.8800000039999998, 0.39500000066666663, 2.870000007999999, -0.6425000004999999},
         {0.9177103542205653, -1.9106189864058514, 0.31271726656266463, 2.7628534701283836, -0.5891281836963347},
         {0.9222023167767704, -1.965922161568859, 0.2720446843035538, 2.724981473649359, -0.5784935564229484}}},
-      {"adam_low_betas_large_eps", make<optim::Adam>(optim::AdamOptions{0.05, 0.5, 0.9, 1e-3}),
+      {"adam_low_betas_large_eps",
+       make<optim::Adam>(optim::AdamOptions{0.05, 0.5, 0.9, 1e-3}),
        {{0.9500998003992016, -1.950199203187251, 0.45003331112591605, 2.9503968253968256, -0.7000249875062469},
         {0.9811960655738013, -1.986642494289548, 0.4182625097270957, 2.9031297481582747, -0.6883248706184848},
         {0.9866348491558214, -2.0370670298171922, 0.4182625097270957, 2.9122292055388863, -0.7050061332807442}}},
-      {"adamw_default_decay_beta1_0_3", make<optim::AdamW>(optim::AdamWOptions{0.1, 0.3}),
+      {"adamw_default_decay_beta1_0_3",
+       make<optim::AdamW>(optim::AdamWOptions{0.1, 0.3}),
        {{0.899000002, -1.8980000039999998, 0.3995000006666667, 2.897000007999999, -0.6492500004999999},
         {0.9807943151008154, -1.9889662457349075, 0.3490127428056846, 2.7835208834855667, -0.6433227060073423},
         {0.9803573934788095, -2.1093089762750115, 0.3712467221029212, 2.8249723400510796, -0.6954463411884495}}},
@@ -211,8 +223,8 @@ TEST(OptimState, StateDTypeIsF32For16BitParams) {
 }
 
 TEST(OptimState, SkipsParamsWithoutGrad) {
-  for (const MakeOptimizer& maker : {make<optim::SGD>(optim::SGDOptions{0.1, 0.9}),
-                                     make<optim::Adam>(optim::AdamOptions{0.1})}) {
+  for (const MakeOptimizer& maker :
+       {make<optim::SGD>(optim::SGDOptions{0.1, 0.9}), make<optim::Adam>(optim::AdamOptions{0.1})}) {
     Tensor p = param_of(kStart, DType::F32);
     Tensor q = param_of({1.0, 2.0}, DType::F32);
     std::unique_ptr<optim::Optimizer> opt = maker({p, q});
@@ -314,9 +326,8 @@ TEST(OptimState, StateDictNamesAndValues) {
   std::vector<std::string> names;
   for (const auto& entry : state) names.push_back(entry.first);
   EXPECT_EQ(names, (std::vector<std::string>{"param_groups.lr", "param_groups.beta1", "param_groups.beta2",
-                                             "param_groups.eps", "param_groups.weight_decay",
-                                             "param_groups.decoupled", "state.0.step", "state.0.exp_avg",
-                                             "state.0.exp_avg_sq"}));
+                                             "param_groups.eps", "param_groups.weight_decay", "param_groups.decoupled",
+                                             "state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq"}));
   for (size_t i = 0; i < 6; ++i) {
     EXPECT_EQ(state[i].second.dim(), 0) << names[i];
     EXPECT_EQ(state[i].second.dtype(), DType::F64) << names[i];
@@ -462,18 +473,18 @@ Tensor f64(double v) { return nc::full({}, v, DType::F64); }
 
 TEST(OptimState, BadStateDictsThrowAndChangeNothing) {
   const std::vector<BadStateCase> cases = {
-      {"missing_hyperparameter", [](optim::StateDict& s) { erase_entry(s, "param_groups.beta2"); },
-       "ValueError", "missing entry 'param_groups.beta2'"},
+      {"missing_hyperparameter", [](optim::StateDict& s) { erase_entry(s, "param_groups.beta2"); }, "ValueError",
+       "missing entry 'param_groups.beta2'"},
       {"unknown_hyperparameter", [](optim::StateDict& s) { set_entry(s, "param_groups.momentum", f64(0.9)); },
        "ValueError", "unknown hyperparameter 'param_groups.momentum'"},
       {"unknown_entry", [](optim::StateDict& s) { set_entry(s, "weights.0", f64(1)); }, "ValueError",
        "unknown entry 'weights.0'"},
       {"unknown_state", [](optim::StateDict& s) { set_entry(s, "state.0.momentum_buffer", nc::zeros({5})); },
        "ValueError", "unknown state 'state.0.momentum_buffer'"},
-      {"index_out_of_range", [](optim::StateDict& s) { set_entry(s, "state.2.exp_avg", nc::zeros({5})); },
-       "ValueError", "is for parameter 2 but the optimizer has 2"},
-      {"malformed_index", [](optim::StateDict& s) { set_entry(s, "state.x.exp_avg", nc::zeros({5})); },
-       "ValueError", "malformed entry 'state.x.exp_avg'"},
+      {"index_out_of_range", [](optim::StateDict& s) { set_entry(s, "state.2.exp_avg", nc::zeros({5})); }, "ValueError",
+       "is for parameter 2 but the optimizer has 2"},
+      {"malformed_index", [](optim::StateDict& s) { set_entry(s, "state.x.exp_avg", nc::zeros({5})); }, "ValueError",
+       "malformed entry 'state.x.exp_avg'"},
       {"missing_dot", [](optim::StateDict& s) { set_entry(s, "state.0", nc::zeros({5})); }, "ValueError",
        "malformed entry 'state.0'"},
       {"wrong_shape", [](optim::StateDict& s) { set_entry(s, "state.0.exp_avg", nc::zeros({4})); }, "ShapeError",
@@ -486,8 +497,9 @@ TEST(OptimState, BadStateDictsThrowAndChangeNothing) {
        "'state.0.step' must be an integer count"},
       {"negative_step", [](optim::StateDict& s) { set_entry(s, "state.0.step", nc::full({}, -1, DType::I64)); },
        "ValueError", "'state.0.step' must be >= 0"},
-      {"hyperparameter_not_scalar", [](optim::StateDict& s) { set_entry(s, "param_groups.eps", nc::zeros({2}, DType::F64)); },
-       "ShapeError", "'param_groups.eps' must hold one value"},
+      {"hyperparameter_not_scalar",
+       [](optim::StateDict& s) { set_entry(s, "param_groups.eps", nc::zeros({2}, DType::F64)); }, "ShapeError",
+       "'param_groups.eps' must hold one value"},
       {"hyperparameter_integer", [](optim::StateDict& s) { set_entry(s, "param_groups.eps", nc::full({}, 1)); },
        "DTypeError", "'param_groups.eps' must be floating"},
       {"bad_beta", [](optim::StateDict& s) { set_entry(s, "param_groups.beta1", f64(1.0)); }, "ValueError",
@@ -496,8 +508,8 @@ TEST(OptimState, BadStateDictsThrowAndChangeNothing) {
        "option lr must be >= 0"},
       {"adamw_state_into_adam", [](optim::StateDict& s) { set_entry(s, "param_groups.decoupled", f64(1)); },
        "ValueError", "decoupled = 1 (AdamW)"},
-      {"flag_not_bool", [](optim::StateDict& s) { set_entry(s, "param_groups.decoupled", f64(0.5)); },
-       "ValueError", "option decoupled must be 0 or 1"},
+      {"flag_not_bool", [](optim::StateDict& s) { set_entry(s, "param_groups.decoupled", f64(0.5)); }, "ValueError",
+       "option decoupled must be 0 or 1"},
       {"duplicate", [](optim::StateDict& s) { s.push_back(s.front()); }, "ValueError", "appears twice"},
       {"undefined", [](optim::StateDict& s) { set_entry(s, "state.0.exp_avg", Tensor()); }, "ValueError",
        "'state.0.exp_avg' is undefined"},
@@ -538,31 +550,80 @@ TEST(OptimOptions, InvalidOptionsThrow) {
   const std::vector<InvalidCase> cases = {
       {"sgd_negative_lr", [&] { optim::SGD({p}, {-0.1}); }, "ValueError", "SGD: option lr must be >= 0"},
       {"sgd_nan_lr", [&] { optim::SGD({p}, {std::nan("")}); }, "ValueError", "option lr"},
-      {"sgd_negative_momentum", [&] { optim::SGD({p}, {0.1, -0.5}); }, "ValueError", "option momentum"},
-      {"sgd_dampening_above_one", [&] { optim::SGD({p}, {0.1, 0.9, 1.5}); }, "ValueError", "option dampening"},
-      {"sgd_negative_weight_decay", [&] { optim::SGD({p}, {0.1, 0.0, 0.0, -1.0}); }, "ValueError",
-       "option weight_decay"},
-      {"sgd_nesterov_without_momentum", [&] { optim::SGD({p}, {0.1, 0.0, 0.0, 0.0, true}); }, "ValueError",
-       "option momentum must be > 0 with nesterov"},
-      {"sgd_nesterov_with_dampening", [&] { optim::SGD({p}, {0.1, 0.9, 0.1, 0.0, true}); }, "ValueError",
-       "option dampening must be 0 with nesterov"},
+      {"sgd_negative_momentum",
+       [&] {
+         optim::SGD({p}, {0.1, -0.5});
+       },
+       "ValueError", "option momentum"},
+      {"sgd_dampening_above_one",
+       [&] {
+         optim::SGD({p}, {0.1, 0.9, 1.5});
+       },
+       "ValueError", "option dampening"},
+      {"sgd_negative_weight_decay",
+       [&] {
+         optim::SGD({p}, {0.1, 0.0, 0.0, -1.0});
+       },
+       "ValueError", "option weight_decay"},
+      {"sgd_nesterov_without_momentum",
+       [&] {
+         optim::SGD({p}, {0.1, 0.0, 0.0, 0.0, true});
+       },
+       "ValueError", "option momentum must be > 0 with nesterov"},
+      {"sgd_nesterov_with_dampening",
+       [&] {
+         optim::SGD({p}, {0.1, 0.9, 0.1, 0.0, true});
+       },
+       "ValueError", "option dampening must be 0 with nesterov"},
       {"adam_negative_lr", [&] { optim::Adam({p}, {-1.0}); }, "ValueError", "Adam: option lr"},
-      {"adam_beta1_one", [&] { optim::Adam({p}, {1e-3, 1.0}); }, "ValueError", "option beta1 must be in [0, 1)"},
-      {"adam_negative_beta1", [&] { optim::Adam({p}, {1e-3, -0.1}); }, "ValueError", "option beta1"},
-      {"adam_beta2_one", [&] { optim::Adam({p}, {1e-3, 0.9, 1.0}); }, "ValueError", "option beta2"},
-      {"adam_zero_eps", [&] { optim::Adam({p}, {1e-3, 0.9, 0.999, 0.0}); }, "ValueError", "option eps must be > 0"},
-      {"adam_negative_weight_decay", [&] { optim::Adam({p}, {1e-3, 0.9, 0.999, 1e-8, -0.1}); }, "ValueError",
-       "option weight_decay"},
-      {"adamw_negative_weight_decay", [&] { optim::AdamW({p}, {1e-3, 0.9, 0.999, 1e-8, -0.1}); }, "ValueError",
-       "AdamW: option weight_decay"},
+      {"adam_beta1_one",
+       [&] {
+         optim::Adam({p}, {1e-3, 1.0});
+       },
+       "ValueError", "option beta1 must be in [0, 1)"},
+      {"adam_negative_beta1",
+       [&] {
+         optim::Adam({p}, {1e-3, -0.1});
+       },
+       "ValueError", "option beta1"},
+      {"adam_beta2_one",
+       [&] {
+         optim::Adam({p}, {1e-3, 0.9, 1.0});
+       },
+       "ValueError", "option beta2"},
+      {"adam_zero_eps",
+       [&] {
+         optim::Adam({p}, {1e-3, 0.9, 0.999, 0.0});
+       },
+       "ValueError", "option eps must be > 0"},
+      {"adam_negative_weight_decay",
+       [&] {
+         optim::Adam({p}, {1e-3, 0.9, 0.999, 1e-8, -0.1});
+       },
+       "ValueError", "option weight_decay"},
+      {"adamw_negative_weight_decay",
+       [&] {
+         optim::AdamW({p}, {1e-3, 0.9, 0.999, 1e-8, -0.1});
+       },
+       "ValueError", "AdamW: option weight_decay"},
       {"empty_params", [&] { optim::SGD({}, {0.1}); }, "ValueError", "empty parameter list"},
-      {"undefined_param", [&] { optim::Adam({p, Tensor()}); }, "ValueError", "parameter 1 is undefined"},
-      {"duplicate_param", [&] { optim::Adam({p, q, p}); }, "ValueError",
-       "parameter 2 is the same tensor as parameter 0"},
+      {"undefined_param",
+       [&] {
+         optim::Adam({p, Tensor()});
+       },
+       "ValueError", "parameter 1 is undefined"},
+      {"duplicate_param",
+       [&] {
+         optim::Adam({p, q, p});
+       },
+       "ValueError", "parameter 2 is the same tensor as parameter 0"},
       {"integer_param", [&] { optim::SGD({nc::zeros({3}, DType::I64)}, {0.1}); }, "DTypeError",
        "parameter 0 must be floating"},
-      {"non_contiguous_param", [&] { optim::SGD({nc::zeros({3, 2}).t()}, {0.1}); }, "ValueError",
-       "must be contiguous"},
+      {"non_contiguous_param",
+       [&] {
+         optim::SGD({nc::zeros({3, 2}).t()}, {0.1});
+       },
+       "ValueError", "must be contiguous"},
   };
   for (const InvalidCase& c : cases) expect_error(c.construct, c.kind, c.text, c.name);
 }
@@ -588,8 +649,7 @@ TEST(Schedule, CosineLRSequence) {
   optim::Adam adam({p}, {1.0});
   optim::CosineLR schedule(adam, 2, 6, 0.1);
   // Warm-up 0, 0.5; cosine from 1 at step 2 to 0.1 at step 6; then 0.1.
-  const std::vector<double> expected = {0.0, 0.5, 1.0, 0.8681980515339464, 0.55, 0.23180194846605365,
-                                        0.1, 0.1, 0.1};
+  const std::vector<double> expected = {0.0, 0.5, 1.0, 0.8681980515339464, 0.55, 0.23180194846605365, 0.1, 0.1, 0.1};
   for (size_t s = 0; s < expected.size(); ++s) {
     EXPECT_NEAR(adam.lr(), expected[s], 1e-15) << "step " << s;
     schedule.step();
@@ -671,12 +731,9 @@ TEST(ClipGradNorm, TotalNormAndScaling) {
   };
   const double inf = std::numeric_limits<double>::infinity();
   const std::vector<Case> cases = {
-      {"l2_clipped", 6.5, 2.0, 13.0, true},
-      {"l2_below_max", 20.0, 2.0, 13.0, false},
-      {"l2_at_max", 13.0, 2.0, 13.0, false},
-      {"l1_clipped", 1.0, 1.0, 19.0, true},
-      {"linf_clipped", 6.0, inf, 12.0, true},
-      {"l3", 100.0, 3.0, 12.207054953820636, false},
+      {"l2_clipped", 6.5, 2.0, 13.0, true},   {"l2_below_max", 20.0, 2.0, 13.0, false},
+      {"l2_at_max", 13.0, 2.0, 13.0, false},  {"l1_clipped", 1.0, 1.0, 19.0, true},
+      {"linf_clipped", 6.0, inf, 12.0, true}, {"l3", 100.0, 3.0, 12.207054953820636, false},
   };
   for (const Case& c : cases) {
     for (DType dtype : {DType::F32, DType::F64, DType::BF16}) {
@@ -705,8 +762,11 @@ TEST(ClipGradNorm, NoGradsAndErrors) {
   a.set_grad(vector_tensor({2.0}, DType::F32));
   expect_error([&] { optim::clip_grad_norm({a}, 1.0, 0.0); }, "ValueError", "clip_grad_norm: norm_type", "p = 0");
   expect_error([&] { optim::clip_grad_norm({a}, -1.0); }, "ValueError", "clip_grad_norm: max_norm", "max < 0");
-  expect_error([&] { optim::clip_grad_norm({a, Tensor()}, 1.0); }, "ValueError", "parameter 1 is undefined",
-               "undefined");
+  expect_error(
+      [&] {
+        optim::clip_grad_norm({a, Tensor()}, 1.0);
+      },
+      "ValueError", "parameter 1 is undefined", "undefined");
   EXPECT_EQ(a.grad().item<double>(), 2.0);
   // Deterministic: the same gradients give the same total, bit for bit.
   nc::Generator gen(3);
@@ -732,8 +792,9 @@ TEST(ClipGradNorm, AsyncGivesTheSameBits) {
           nc::Generator gen(9);
           Tensor grad_a = nc::randn({300}, DType::F32, &gen).to(device, dtype);
           const Tensor grad_b = nc::randn({7, 5}, DType::F32, &gen).to(device, dtype);
-          if (with_nan) grad_a = nc::where(nc::eq(nc::arange(300, DType::I64).to(device), 17),
-                                           nc::full({}, NAN, nc::TensorOptions(dtype, device)), grad_a);
+          if (with_nan)
+            grad_a = nc::where(nc::eq(nc::arange(300, DType::I64).to(device), 17),
+                               nc::full({}, NAN, nc::TensorOptions(dtype, device)), grad_a);
           auto make = [&](const Tensor& g) {
             Tensor p = nc::zeros(g.shape(), nc::TensorOptions(dtype, device)).requires_grad_();
             p.set_grad(g.clone());

@@ -105,7 +105,8 @@ void illegal_address(bool blocking) {
       nc::cuda::synchronize(0);
       expect(false, "CUDA work after the fault throws");
     } catch (const nc::CudaError& e) {
-      expect(contains(e.what(), "cudaErrorIllegalAddress"), std::string("later CUDA work throws CudaError: ") + e.what());
+      expect(contains(e.what(), "cudaErrorIllegalAddress"),
+             std::string("later CUDA work throws CudaError: ") + e.what());
     }
   }
   // The CPU is not affected.

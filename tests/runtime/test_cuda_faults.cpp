@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "base/op_scope.h"
-#include "runtime/cuda/check.h"
 #include "normcore/cuda.h"
 #include "normcore/losses.h"
 #include "normcore/nn.h"
@@ -20,6 +19,7 @@
 #include "normcore/optim.h"
 #include "normcore/random.h"
 #include "normcore/tensor.h"
+#include "runtime/cuda/check.h"
 
 namespace nc = normcore;
 using nc::Device;
@@ -64,8 +64,7 @@ TEST(CudaFaults, ErrorsNameTheOpInScope) {
   const std::string oom = check_message(cudaErrorMemoryAllocation, "relu", " backward");
   EXPECT_TRUE(contains(oom, "OutOfMemoryError: relu backward: CUDA error cudaErrorMemoryAllocation")) << oom;
   const std::string cublas_oom = check_message(CUBLAS_STATUS_ALLOC_FAILED, "matmul");
-  EXPECT_TRUE(contains(cublas_oom, "OutOfMemoryError: matmul: cuBLAS error CUBLAS_STATUS_ALLOC_FAILED"))
-      << cublas_oom;
+  EXPECT_TRUE(contains(cublas_oom, "OutOfMemoryError: matmul: cuBLAS error CUBLAS_STATUS_ALLOC_FAILED")) << cublas_oom;
 
   // Outside every scope the message starts with the failure itself.
   const std::string bare = check_message(cudaErrorMisalignedAddress);
@@ -213,8 +212,7 @@ TEST(CudaFaults, TrainingLoopHalvesItsBatchAfterOutOfMemoryAndCarriesOn) {
       }
     }
     std::printf("trained %lld steps at batch %lld after %d out-of-memory errors; loss %.4f -> %.4f\n",
-                static_cast<long long>(kSteps), static_cast<long long>(batch), failures, losses.front(),
-                losses.back());
+                static_cast<long long>(kSteps), static_cast<long long>(batch), failures, losses.front(), losses.back());
     EXPECT_GE(failures, 1);
     EXPECT_GE(nc::cuda::memory_stats(0).num_ooms, ooms_before + 1);
     EXPECT_LT(losses.back(), losses.front());

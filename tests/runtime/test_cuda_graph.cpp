@@ -179,8 +179,8 @@ TEST(CudaGraph, GraphedGptStepsMatchDirectSteps) {
     nc::Generator data(5);
     for (int i = 0; i < 6; ++i) {
       const Tensor tokens = nc::randint(0, 256, {4, 17}, DType::I64, &data).to(kCuda);
-      out.losses.push_back(step({tokens.narrow(1, 0, 16).contiguous(), tokens.narrow(1, 1, 16).contiguous()})
-                               .item<double>());
+      out.losses.push_back(
+          step({tokens.narrow(1, 0, 16).contiguous(), tokens.narrow(1, 1, 16).contiguous()}).item<double>());
     }
     for (const Tensor& p : model.parameters()) out.params.push_back(host(p));
     out.generator_offset = gen.offset();
@@ -277,8 +277,7 @@ TEST(CudaGraph, WorkACaptureCannotRecordThrowsCaptureError) {
     throws<nc::CaptureError>([&] { graph.capture(0, [&] { nc::sum(x).item<float>(); }); },
                              {inside, "reads device memory on the host"})();
     EXPECT_FALSE(graph.captured());
-    throws<nc::CaptureError>([&] { graph.capture(0, [&] { nc::ones({4}).to(kCuda); }); },
-                             {inside, "host memory"})();
+    throws<nc::CaptureError>([&] { graph.capture(0, [&] { nc::ones({4}).to(kCuda); }); }, {inside, "host memory"})();
     throws<nc::CaptureError>([&] { graph.capture(0, [&] { nc::rand({4}, nc::TensorOptions(DType::F32, kCuda)); }); },
                              {"rand", inside})();
     throws<nc::CaptureError>([&] { graph.capture(0, [&] { nc::cuda::synchronize(0); }); },

@@ -51,16 +51,24 @@ struct BadCall {
 std::vector<BadCall> bad_calls() {
   return {
       {"embedding, index too large",
-       [](nc::Device d) { return nc::embedding(nc::ones({10, 3}).to(d), i64({1, 10, 2}, d)); },
+       [](nc::Device d) {
+         return nc::embedding(nc::ones({10, 3}).to(d), i64({1, 10, 2}, d));
+       },
        "embedding: index 10 is out of range for 10 embeddings"},
       {"embedding, negative i32 index",
-       [](nc::Device d) { return nc::embedding(nc::ones({10, 3}).to(d), nc::from_vector<int32_t>({-2}, {1}, d)); },
+       [](nc::Device d) {
+         return nc::embedding(nc::ones({10, 3}).to(d), nc::from_vector<int32_t>({-2}, {1}, d));
+       },
        "embedding: index -2 is out of range for 10 embeddings"},
       {"cross_entropy, target too large",
-       [](nc::Device d) { return nc::cross_entropy(nc::zeros({3, 4}).to(d), i64({0, 7, 1}, d)); },
+       [](nc::Device d) {
+         return nc::cross_entropy(nc::zeros({3, 4}).to(d), i64({0, 7, 1}, d));
+       },
        "cross_entropy: target value 7 is out of range for 4 classes"},
       {"cross_entropy, negative target beside ignored rows",
-       [](nc::Device d) { return nc::cross_entropy(nc::zeros({3, 4}).to(d), i64({-100, -1, -100}, d)); },
+       [](nc::Device d) {
+         return nc::cross_entropy(nc::zeros({3, 4}).to(d), i64({-100, -1, -100}, d));
+       },
        "cross_entropy: target value -1 is out of range for 4 classes"},
       {"cross_entropy, ignore_index a class, another target too large",
        [](nc::Device d) {
@@ -68,11 +76,19 @@ std::vector<BadCall> bad_calls() {
        },
        "cross_entropy: target value 4 is out of range for 4 classes"},
       {"nll_loss, target too large",
-       [](nc::Device d) { return nc::nll_loss(nc::zeros({2, 3}).to(d), i64({3, 0}, d)); },
+       [](nc::Device d) {
+         return nc::nll_loss(nc::zeros({2, 3}).to(d), i64({3, 0}, d));
+       },
        "nll_loss: target value 3 is out of range for 3 classes"},
-      {"index_select", [](nc::Device d) { return nc::index_select(nc::ones({4, 2}).to(d), 0, i64({0, 4}, d)); },
+      {"index_select",
+       [](nc::Device d) {
+         return nc::index_select(nc::ones({4, 2}).to(d), 0, i64({0, 4}, d));
+       },
        "index_select: index 4 is out of range for dim 0 of size 4"},
-      {"gather", [](nc::Device d) { return nc::gather(nc::ones({2, 3}).to(d), 1, i64({5}, d).view({1, 1})); },
+      {"gather",
+       [](nc::Device d) {
+         return nc::gather(nc::ones({2, 3}).to(d), 1, i64({5}, d).view({1, 1}));
+       },
        "gather: index 5 is out of range for dim 1 of size 3"},
   };
 }
@@ -116,7 +132,8 @@ TEST(CudaIndexErrors, IndexKernelsSkipABadIndexAndReportItAtTheNextWait) {
   const auto& kernels = nc::cuda::index_kernels();
   Tensor selected = nc::empty({4, 3}, nc::TensorOptions(DType::F32, kCuda));
   kernels.index_select(selected, x, 1, bad);
-  throws<nc::IndexError>([] { nc::cuda::synchronize(0); }, {"index_select: index 7 is out of range for dim 1 of size 5"})();
+  throws<nc::IndexError>([] { nc::cuda::synchronize(0); },
+                         {"index_select: index 7 is out of range for dim 1 of size 5"})();
   EXPECT_NO_THROW(nc::cuda::synchronize(0));
   const std::vector<float> picked = host(selected);
   for (int row = 0; row < 4; ++row) {
@@ -139,7 +156,8 @@ TEST(CudaIndexErrors, IndexKernelsSkipABadIndexAndReportItAtTheNextWait) {
   kernels.check_range(i64({-100, 2, -100}, kCuda), 3, -100, {"cross_entropy", "target value", "classes"});
   EXPECT_NO_THROW(nc::cuda::synchronize(0));
   kernels.check_range(i64({-100, 3}, kCuda), 3, -100, {"cross_entropy", "target value", "classes"});
-  throws<nc::IndexError>([] { nc::cuda::synchronize(0); }, {"cross_entropy: target value 3 is out of range for 3 classes"})();
+  throws<nc::IndexError>([] { nc::cuda::synchronize(0); },
+                         {"cross_entropy: target value 3 is out of range for 3 classes"})();
 }
 #endif  // NORMCORE_HAS_CUDA
 

@@ -35,9 +35,7 @@ std::string read_bytes(const fs::path& path) {
   return s.str();
 }
 
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_bytes(const fs::path& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 // Where scripts/gpt2-vocab.sh puts GPT-2's encoder.json and vocab.bpe.
 fs::path gpt2_dir() {
@@ -56,10 +54,11 @@ const BpeTokenizer* gpt2() {
   return tokenizer.get();
 }
 
-#define NEED_GPT2()                                                                                \
-  if (gpt2() == nullptr)                                                                           \
-  GTEST_SKIP() << "GPT-2's vocabulary is not in " << gpt2_dir() << " (bash scripts/gpt2-vocab.sh " \
-                                                                   "fetches it)"
+#define NEED_GPT2()                                             \
+  if (gpt2() == nullptr)                                        \
+  GTEST_SKIP() << "GPT-2's vocabulary is not in " << gpt2_dir() \
+               << " (bash scripts/gpt2-vocab.sh "               \
+                  "fetches it)"
 
 struct Case {
   std::string name, text;
@@ -84,7 +83,8 @@ std::vector<Case> reference_cases() {
       const fs::path file = fs::path(nc::models::kFortunesDir) / c.at("fortune_file").get<std::string>();
       if (!fs::exists(file)) continue;
       one.text = nc::models::split_fortunes(read_bytes(file)).at(c.at("fortune_index").get<size_t>());
-      EXPECT_EQ(one.text.size(), c.at("bytes").get<size_t>()) << one.name << ": the corpus differs from the reference's";
+      EXPECT_EQ(one.text.size(), c.at("bytes").get<size_t>())
+          << one.name << ": the corpus differs from the reference's";
     } else {
       one.text = c.at("text").get<std::string>();
     }
@@ -117,14 +117,16 @@ TEST(Pretokenize, BytesThatAreNotUtf8) {
     std::vector<std::string> pieces;
   } rows[] = {
       {"\xff\xfe abc", {"\xff\xfe", " abc"}},
-      {"a\xc3", {"a", "\xc3"}},                       // a truncated sequence
-      {"x\xc0\xaf!", {"x", "\xc0\xaf!"}},             // an overlong '/', then punctuation
-      {"\xed\xa0\x80z", {"\xed\xa0\x80", "z"}},       // a surrogate
-      {"\xf4\x90\x80\x80", {"\xf4\x90\x80\x80"}},     // past U+10FFFF
+      {"a\xc3", {"a", "\xc3"}},                                          // a truncated sequence
+      {"x\xc0\xaf!", {"x", "\xc0\xaf!"}},                                // an overlong '/', then punctuation
+      {"\xed\xa0\x80z", {"\xed\xa0\x80", "z"}},                          // a surrogate
+      {"\xf4\x90\x80\x80", {"\xf4\x90\x80\x80"}},                        // past U+10FFFF
       {"caf\xc3\xa9 \xe9t\xe9", {"caf\xc3\xa9", " \xe9", "t", "\xe9"}},  // UTF-8, then Latin-1
       {" \x80's", {" \x80'", "s"}},
       {"x\xe2\x80\x83y", {"x", "\xe2\x80\x83", "y"}},  // U+2003 EM SPACE is white space
-      {"1\xc2\x85" "2", {"1", "\xc2\x85", "2"}},       // so is U+0085
+      {"1\xc2\x85"
+       "2",
+       {"1", "\xc2\x85", "2"}},  // so is U+0085
   };
   for (const auto& row : rows) {
     const std::vector<std::string_view> pieces = nc::text::pretokenize(row.text);
@@ -161,8 +163,7 @@ TEST(BpeTokenizer, RoundTripsRandomBytes) {
   const std::string special_bytes = " '\t\n\r\xc3\xa9\xe2\x80\x83sSl0<|>";
   for (int i = 0; i < 2000; ++i) {
     std::string s(gen() % 300, '\0');
-    for (char& b : s)
-      b = gen() % 2 ? static_cast<char>(gen() % 256) : special_bytes[gen() % special_bytes.size()];
+    for (char& b : s) b = gen() % 2 ? static_cast<char>(gen() % 256) : special_bytes[gen() % special_bytes.size()];
     if (i % 10 == 0) s += nc::text::kEndOfText;
     ASSERT_EQ(gpt2()->decode(gpt2()->encode(s)), s) << "random string " << i;
     ASSERT_EQ(gpt2()->decode(gpt2()->encode(s, true)), s) << "random string " << i << " with end of text";
@@ -198,7 +199,7 @@ TEST_F(BpeFiles, FormatsAgree) {
   write_bytes(dir_ / "hf/vocab.json", vocab.dump(2, ' ', false));
   write_bytes(dir_ / "hf/merges.txt", merges.substr(merges.find('\n') + 1));  // without "#version"
   Json pairs = Json::array();
-  for (std::istringstream lines(merges.substr(merges.find('\n') + 1)); ;) {
+  for (std::istringstream lines(merges.substr(merges.find('\n') + 1));;) {
     std::string first, second;
     if (!(lines >> first >> second)) break;
     pairs.push_back(pairs.size() % 2 ? Json(first + " " + second) : Json::array({first, second}));
@@ -207,15 +208,23 @@ TEST_F(BpeFiles, FormatsAgree) {
       {"version", "1.0"},
       {"added_tokens", Json::array({{{"id", 50256}, {"content", nc::text::kEndOfText}, {"special", true}}})},
       {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-                 {"end_of_word_suffix", ""}, {"vocab", vocab}, {"merges", pairs}}}};
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", ""},
+        {"end_of_word_suffix", ""},
+        {"vocab", vocab},
+        {"merges", pairs}}}};
   fs::create_directories(dir_ / "json");
   write_bytes(dir_ / "json/tokenizer.json", tokenizer.dump());
 
   const BpeTokenizer hf = BpeTokenizer::load((dir_ / "hf").string());
   const BpeTokenizer from_json = BpeTokenizer::load((dir_ / "json").string());
-  const BpeTokenizer explicit_paths = BpeTokenizer::load((dir_ / "hf/vocab.json").string(), (gpt2_dir() / "vocab.bpe").string());
+  const BpeTokenizer explicit_paths =
+      BpeTokenizer::load((dir_ / "hf/vocab.json").string(), (gpt2_dir() / "vocab.bpe").string());
   for (const BpeTokenizer* t : {&hf, &from_json, &explicit_paths}) {
     EXPECT_EQ(t->vocab_size(), 50257);
     EXPECT_EQ(t->merge_count(), 50000);
@@ -272,7 +281,8 @@ class SmallBpe : public normcore_test::TempDirTest {
 
 TEST_F(SmallBpe, MergesByRank) {
   // "b c" ranks before "a b": "abc" is a + bc; "abd" is ab + d. "a a" merges from the left.
-  const BpeTokenizer t = load(small_vocab({"bc", "ab", "aa", "Ġx", "Ġxy"}), "#version: 0.2\nb c\na b\na a\nĠ x\nĠx y\n");
+  const BpeTokenizer t =
+      load(small_vocab({"bc", "ab", "aa", "Ġx", "Ġxy"}), "#version: 0.2\nb c\na b\na a\nĠ x\nĠx y\n");
   EXPECT_EQ(t.vocab_size(), 261);
   EXPECT_EQ(t.merge_count(), 5);
   EXPECT_EQ(t.end_of_text(), -1);
@@ -305,7 +315,7 @@ TEST_F(SmallBpe, ReadersRefuseBadFiles) {
       {"malformed JSON", throws<nc::IOError>(loading(std::string("{\"a\": 0,\n\"b\" 1}"), "a b\n"),
                                              {"vocab.json", "not valid JSON at line 2"})},
       {"a number past a double", throws<nc::IOError>(loading(std::string("{\"a\": 1e999}"), ""),
-                                                      {"vocab.json", "not valid JSON", "number overflow"})},
+                                                     {"vocab.json", "not valid JSON", "number overflow"})},
       {"an array", throws<nc::IOError>(loading(std::string("[1, 2]"), ""), {"vocab.json", "not an object"})},
       {"an id that is a string", throws<nc::IOError>(loading(std::string("{\"a\": \"0\"}"), ""),
                                                      {"vocab.json", "id of token \"a\"", "not a whole number"})},
@@ -313,7 +323,8 @@ TEST_F(SmallBpe, ReadersRefuseBadFiles) {
                                         {"vocab.json", "has id 1099511627776", "outside [0, 1)"})},
       {"an id twice", throws<nc::IOError>(loading(std::string("{\"a\": 0, \"b\": 0}"), ""), {"id 0 is given to both"})},
       {"no token for a byte", throws<nc::IOError>(loading(missing_byte, ""), {"vocab.json", "no token for byte 65"})},
-      {"outside the alphabet", throws<nc::IOError>(loading(not_alphabet, ""), {"id 256", "outside GPT-2's byte alphabet"})},
+      {"outside the alphabet",
+       throws<nc::IOError>(loading(not_alphabet, ""), {"id 256", "outside GPT-2's byte alphabet"})},
       {"a merge of one token", throws<nc::IOError>(loading(small_vocab({"ab"}), "#version: 0.2\na b\nab\n"),
                                                    {"merges.txt line 3", "two tokens separated by a space", "\"ab\""})},
       {"a merge of three", throws<nc::IOError>(loading(small_vocab({"ab"}), "a b c\n"), {"merges.txt line 1"})},
@@ -321,12 +332,13 @@ TEST_F(SmallBpe, ReadersRefuseBadFiles) {
       {"a merge of an unknown token", throws<nc::IOError>(loading(small_vocab({"ab"}), "a b\nab q\n"),
                                                           {"merges.txt line 2", "\"abq\" is not in the vocabulary"})},
       {"a merge twice", throws<nc::IOError>(loading(small_vocab({"ab"}), "a b\na b\n"), {"line 2", "comes twice"})},
-      {"missing merges", throws<nc::IOError>([&] {
-                                               write_bytes(vocab, small_vocab({}).dump());
-                                               fs::remove(merges);
-                                               BpeTokenizer::load(dir_.string());
-                                             },
-                                             {"merges.txt", "no such file"})},
+      {"missing merges", throws<nc::IOError>(
+                             [&] {
+                               write_bytes(vocab, small_vocab({}).dump());
+                               fs::remove(merges);
+                               BpeTokenizer::load(dir_.string());
+                             },
+                             {"merges.txt", "no such file"})},
   };
   for (const auto& row : rows) {
     SCOPED_TRACE(row.name);
@@ -341,10 +353,12 @@ TEST_F(SmallBpe, TokenizerJsonOfAnotherKindIsRefused) {
   write_bytes(path, good.dump());
   EXPECT_EQ(BpeTokenizer::load(dir_.string()).encode("abab"), (std::vector<int32_t>{256, 256}));
   const auto refused = [&](const Json& changed, std::vector<std::string> fragments) {
-    return throws<nc::IOError>([path, changed] {
-      write_bytes(path, changed.dump());
-      BpeTokenizer::load_tokenizer_json(path);
-    }, std::move(fragments));
+    return throws<nc::IOError>(
+        [path, changed] {
+          write_bytes(path, changed.dump());
+          BpeTokenizer::load_tokenizer_json(path);
+        },
+        std::move(fragments));
   };
   Json prefix = good, wordpiece = good, pairs = good, added = good, no_model = good;
   prefix["pre_tokenizer"]["add_prefix_space"] = true;

@@ -46,9 +46,8 @@ TEST_F(Metrics, LinesReadBackAndAppendOnResume) {
     log.log(10, "eval", {{"loss", 2.75}, {"accuracy", NAN}});
     EXPECT_EQ(log.records().size(), 2u);
   }
-  EXPECT_EQ(read("m.jsonl"),
-            "{\"step\":10,\"phase\":\"train\",\"loss\":2.5,\"lr\":0.001}\n"
-            "{\"step\":10,\"phase\":\"eval\",\"loss\":2.75,\"accuracy\":null}\n");
+  EXPECT_EQ(read("m.jsonl"), "{\"step\":10,\"phase\":\"train\",\"loss\":2.5,\"lr\":0.001}\n"
+                             "{\"step\":10,\"phase\":\"eval\",\"loss\":2.75,\"accuracy\":null}\n");
   train::MetricsLog(path, /*append=*/true).log(20, "train", {{"loss", 2.0}});
   const std::vector<train::MetricsRecord> records = train::read_metrics(path);
   ASSERT_EQ(records.size(), 3u);

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "normcore/normcore.h"
 #include "normcore/models.h"
+#include "normcore/normcore.h"
 #include "normcore/train.h"
 #include "tests/test_support.h"
 
@@ -38,9 +38,7 @@ std::shared_ptr<nc::nn::Module> mlp(nc::Generator* gen) {
       std::make_shared<nc::nn::Dropout>(0.2, gen), std::make_shared<nc::nn::Linear>(16, 2, true, gen)});
 }
 
-nc::Tensor loss_of(const nc::Tensor& logits, const nc::Tensor& labels) {
-  return nc::cross_entropy(logits, labels);
-}
+nc::Tensor loss_of(const nc::Tensor& logits, const nc::Tensor& labels) { return nc::cross_entropy(logits, labels); }
 
 // Trains a fresh model (seed 11) on blobs with options; returns its state and what the hooks saw.
 struct Outcome {
@@ -64,8 +62,8 @@ Outcome train_blobs(train::TrainerOptions options, const std::string& precision 
   trainer.set_evaluate([&](nc::nn::Module& m) -> std::vector<std::pair<std::string, double>> {
     nc::autograd::NoGradGuard no_grad;
     m.eval();
-    const double loss = loss_of(m(test->inputs().to(options.device)), test->targets().to(options.device))
-                            .item<double>();
+    const double loss =
+        loss_of(m(test->inputs().to(options.device)), test->targets().to(options.device)).item<double>();
     m.train();
     return {{"loss", loss}};
   });
@@ -237,8 +235,10 @@ TEST_F(Trainer, OlderClassifierCheckpointsResume) {
   for (const auto& [k, v] : s.optimizer_state) tensors.emplace_back("optim." + k, v);
   for (const auto& [k, v] : s.scaler_state) tensors.emplace_back("optim.grad_scaler." + k, v);
   for (const auto& [k, v] : s.schedule_state) tensors.emplace_back("schedule." + k, v);
-  std::map<std::string, std::string> metadata{{"format", "normcore-classifier"}, {"model", "custom"},
-                                              {"epoch", std::to_string(s.epoch)}, {"option.seed", "11"},
+  std::map<std::string, std::string> metadata{{"format", "normcore-classifier"},
+                                              {"model", "custom"},
+                                              {"epoch", std::to_string(s.epoch)},
+                                              {"option.seed", "11"},
                                               {"option.rng.offset", std::to_string(s.rng_offset)}};
   const std::string old = path("old.safetensors");
   nc::safetensors::save(old, tensors, metadata);
@@ -284,7 +284,8 @@ TEST_F(Trainer, OlderGptCheckpointsLoadAndResume) {
   options.generator = &gen;
   auto model = c.model;
   train::Trainer trainer(
-      model, [&](nc::nn::Module&, const nc::Tensor& x, const nc::Tensor& y) { return nc::models::lm_loss(*model, x, y); },
+      model,
+      [&](nc::nn::Module&, const nc::Tensor& x, const nc::Tensor& y) { return nc::models::lm_loss(*model, x, y); },
       train::adamw_decay_matrices({0.003, 0.9, 0.95, 1e-8, 0.1}), options);
   trainer.set_schedule(train::cosine_schedule(5, 1e-4));
   std::vector<int64_t> steps;

@@ -10,8 +10,8 @@
 // gradients are reduced in a fixed order: deterministic for a given device. RMS norm is layer
 // norm's layout with no mean (a null pointer): mean 0, rstd = 1 / sqrt(mean(x * x) + eps)
 // (Welford's variance plus its squared mean), and no mean(w * dy) term backward.
-#include "kernels/cuda/norms/affine_rows.cuh"
 #include "kernels/cuda/norms/affine_groups.cuh"
+#include "kernels/cuda/norms/affine_rows.cuh"
 #include "kernels/cuda/norms/norms.cuh"
 
 namespace normcore {
@@ -89,8 +89,8 @@ void with_shared_group(const AffinePlan& plan, F&& f) {
 // grad_weight[c] = sum over samples of rstd * sum(dy * (x - mean)) over the plane, grad_bias[c]
 // = sum(dy), from per-plane sums, in sample order.
 template <class T, class A>
-void param_grads_from_planes(const Launcher& launch, const GroupLayout& l, const Sums<A, 2>* plane_sums,
-                             const A* rstd, T* grad_weight, T* grad_bias) {
+void param_grads_from_planes(const Launcher& launch, const GroupLayout& l, const Sums<A, 2>* plane_sums, const A* rstd,
+                             T* grad_weight, T* grad_bias) {
   if (!grad_weight && !grad_bias) return;
   const int64_t batch = l.batch, groups = l.groups, group_channels = l.group_channels, channels = l.channels();
   for_each_index(launch, channels, [=] __device__(int64_t c) {
@@ -178,7 +178,8 @@ void affine_forward(const char* op, const Tensor& x_t, const Tensor& weight_t, c
       const DeviceBuffer partials = launch.buffer(static_cast<size_t>(s.items) * sizeof(Welford<A>));
       run_pipeline<1, T, Welford<A>, RowInfo<A, 2>>(
           launch, s, x, static_cast<const T*>(nullptr), y, partials.as<Welford<A>>(), StatsReduce<A>{},
-          StatsFinish<A>{mean, rstd, eps_a}, AffineApplyPhase<T, A>{weight, bias, l.groups, l.group_channels, l.spatial});
+          StatsFinish<A>{mean, rstd, eps_a},
+          AffineApplyPhase<T, A>{weight, bias, l.groups, l.group_channels, l.spatial});
       return;
     }
     case AffinePath::Elementwise:
@@ -199,8 +200,8 @@ void column_param_grads(const Launcher& launch, const GroupLayout& l, const T* g
   const int64_t batch = l.batch, channels = l.channels();
   const int64_t column_tiles = ceil_div(channels, kColumnTile);
   const int64_t target_blocks = 4 * static_cast<int64_t>(launch.multiprocessors());
-  int64_t slices = std::max<int64_t>(1, std::min<int64_t>(ceil_div(target_blocks, column_tiles),
-                                                          ceil_div(batch, kColumnRows)));
+  int64_t slices =
+      std::max<int64_t>(1, std::min<int64_t>(ceil_div(target_blocks, column_tiles), ceil_div(batch, kColumnRows)));
   slices = std::min<int64_t>(slices, 65535);
   const int64_t rows_per_slice = std::max<int64_t>(1, ceil_div(batch, slices));
   slices = std::max<int64_t>(1, ceil_div(batch, rows_per_slice));
@@ -242,7 +243,8 @@ void plane_coefficients(const Launcher& launch, const GroupLayout& l, const T* g
   const int64_t channels = l.channels(), planes = batch * channels;
   const A inv_len = l.row_len() > 0 ? A(1) / static_cast<A>(l.row_len()) : A(0);
   // plane_sums[plane] = {sum(dy), sum(dy * (x - mean))} over the plane's spatial extent.
-  const DeviceBuffer plane_buffer = launch.buffer(static_cast<size_t>(std::max<int64_t>(planes, 1)) * sizeof(Sums<A, 2>));
+  const DeviceBuffer plane_buffer =
+      launch.buffer(static_cast<size_t>(std::max<int64_t>(planes, 1)) * sizeof(Sums<A, 2>));
   Sums<A, 2>* plane_sums = plane_buffer.as<Sums<A, 2>>();
   reduce_rows<Sums<A, 2>>(
       launch, planes, spatial,
@@ -298,8 +300,8 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
         const int64_t wanted = ceil_div(rows, threads / kTeam);
         if (!grad_weight && !grad_bias) {
           auto kernel = layer_norm_rows_backward<T, kTeam, V, kVecs, false>;
-          return launch(kernel, launch.resident_grid(kernel, threads, 0, wanted), threads, 0, rows, row_len, grad_y,
-                        x, weight, mean, rstd, grad_x, nullptr, nullptr);
+          return launch(kernel, launch.resident_grid(kernel, threads, 0, wanted), threads, 0, rows, row_len, grad_y, x,
+                        weight, mean, rstd, grad_x, nullptr, nullptr);
         }
         auto kernel = layer_norm_rows_backward<T, kTeam, V, kVecs, true>;
         const unsigned blocks = launch.resident_grid(kernel, threads, 0, wanted);
@@ -307,8 +309,7 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
         const DeviceBuffer partial_w = launch.buffer(partial_bytes), partial_b = launch.buffer(partial_bytes);
         launch(kernel, blocks, threads, 0, rows, row_len, grad_y, x, weight, mean, rstd, grad_x, partial_w.as<A>(),
                partial_b.as<A>());
-        sum_slices(launch, partial_w.as<const A>(), partial_b.as<const A>(), blocks, row_len, grad_weight,
-                   grad_bias);
+        sum_slices(launch, partial_w.as<const A>(), partial_b.as<const A>(), blocks, row_len, grad_weight, grad_bias);
       });
     case AffinePath::Columns: {
       // grad_x and the parameter gradients in one pass along columns.
@@ -326,8 +327,7 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
           launch(layer_norm_columns_backward<T, V>, g.grid, kThreads, 0, rows, row_len, g.rows_per_slice, grad_y, x,
                  weight, mean, rstd, coef.as<const A>(), grad_x, partial_w.as<A>(), partial_b.as<A>());
         }
-        sum_slices(launch, partial_w.as<const A>(), partial_b.as<const A>(), g.slices, row_len, grad_weight,
-                   grad_bias);
+        sum_slices(launch, partial_w.as<const A>(), partial_b.as<const A>(), g.slices, row_len, grad_weight, grad_bias);
       });
     }
     case AffinePath::Pipeline:
@@ -406,9 +406,9 @@ void affine_backward(const char* op, const Tensor& grad_y_t, const Tensor& x_t, 
       const A* c = coef.as<const A>();
       return with_index_type(x_t.numel(), [&](auto index_tag) {
         using Index = decltype(index_tag);
-        for_each_index<Index>(
-            launch, x_t.numel(),
-            AffineGradInput<Index, T, A>{ElementPlace<Index>(l), grad_y, x, weight, mean, rstd, c, grad_x});
+        for_each_index<Index>(launch, x_t.numel(),
+                              AffineGradInput<Index, T, A>{ElementPlace<Index>(l), grad_y, x, weight, mean, rstd, c,
+                                                           grad_x});
       });
     }
   }

@@ -269,8 +269,8 @@ __device__ __forceinline__ Vec<T, V> grad_x_vector(const Vec<T, V>& xv, const Ve
 template <class T, int V, int kBlock>
 __device__ __forceinline__ void normalize_group(const Ownership<kBlock>& own, const Vec<T, V>* tile, int64_t row,
                                                 int64_t row_len, compute_t<T> sum, int64_t groups,
-                                                int64_t group_channels, int64_t spatial, const T* weight,
-                                                const T* bias, compute_t<T> eps, T* y, compute_t<T>* mean_out,
+                                                int64_t group_channels, int64_t spatial, const T* weight, const T* bias,
+                                                compute_t<T> eps, T* y, compute_t<T>* mean_out,
                                                 compute_t<T>* rstd_out) {
   using A = compute_t<T>;
   const A inv_len = A(1) / static_cast<A>(row_len);
@@ -295,10 +295,11 @@ __device__ __forceinline__ void normalize_group(const Ownership<kBlock>& own, co
 // reduced, so a block always has a group in flight. Either way a thread's copies overwrite
 // only vectors it has itself finished with.
 template <class T, int V, int kBlock>
-__global__ void __launch_bounds__(kBlock) group_norm_shared_forward(
-    int64_t rows, int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial, int buffers,
-    const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias, compute_t<T> eps,
-    T* __restrict__ y, compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
+__global__ void __launch_bounds__(kBlock)
+    group_norm_shared_forward(int64_t rows, int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial,
+                              int buffers, const T* __restrict__ x, const T* __restrict__ weight,
+                              const T* __restrict__ bias, compute_t<T> eps, T* __restrict__ y,
+                              compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
   using A = compute_t<T>;
   extern __shared__ __align__(16) unsigned char group_tile[];
   auto* tiles = reinterpret_cast<Vec<T, V>*>(group_tile);
@@ -346,11 +347,11 @@ __global__ void __launch_bounds__(kBlock) group_norm_shared_forward(
 // and stored in plane_sums (the parameter gradients' terms); the group's coefficients from
 // them; then grad_x = rstd * (w * dy - mean(w * dy) - xhat * mean(w * dy * xhat)).
 template <class T, int V, int kBlock>
-__global__ void __launch_bounds__(kBlock) group_norm_shared_backward(
-    int64_t rows, int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial,
-    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
-    const compute_t<T>* __restrict__ mean, const compute_t<T>* __restrict__ rstd, T* __restrict__ grad_x,
-    Sums<compute_t<T>, 2>* __restrict__ plane_sums) {
+__global__ void __launch_bounds__(kBlock)
+    group_norm_shared_backward(int64_t rows, int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial,
+                               const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
+                               const compute_t<T>* __restrict__ mean, const compute_t<T>* __restrict__ rstd,
+                               T* __restrict__ grad_x, Sums<compute_t<T>, 2>* __restrict__ plane_sums) {
   using A = compute_t<T>;
   extern __shared__ __align__(16) unsigned char group_tile[];
   const int64_t vecs = row_len / V, plane_vecs = spatial / V;
@@ -407,10 +408,11 @@ struct ClusterSlice {
 };
 
 template <class T, int V, int kBlock>
-__global__ void __launch_bounds__(kBlock) group_norm_cluster_forward(
-    int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial, const T* __restrict__ x,
-    const T* __restrict__ weight, const T* __restrict__ bias, compute_t<T> eps, T* __restrict__ y,
-    compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
+__global__ void __launch_bounds__(kBlock)
+    group_norm_cluster_forward(int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial,
+                               const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
+                               compute_t<T> eps, T* __restrict__ y, compute_t<T>* __restrict__ mean_out,
+                               compute_t<T>* __restrict__ rstd_out) {
 #if NC_CLUSTER_KERNELS
   using A = compute_t<T>;
   extern __shared__ __align__(16) unsigned char group_tile[];
@@ -468,11 +470,12 @@ __global__ void __launch_bounds__(kBlock) group_norm_cluster_forward(
 // coefficients then come from every block's partials in rank order; grad_x as in the
 // shared-memory kernel.
 template <class T, int V, int kBlock>
-__global__ void __launch_bounds__(kBlock) group_norm_cluster_backward(
-    int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial, int64_t slice_vecs,
-    const T* __restrict__ grad_y, const T* __restrict__ x, const T* __restrict__ weight,
-    const compute_t<T>* __restrict__ mean, const compute_t<T>* __restrict__ rstd, T* __restrict__ grad_x,
-    Sums<compute_t<T>, 2>* __restrict__ plane_sums) {
+__global__ void __launch_bounds__(kBlock)
+    group_norm_cluster_backward(int64_t row_len, int64_t groups, int64_t group_channels, int64_t spatial,
+                                int64_t slice_vecs, const T* __restrict__ grad_y, const T* __restrict__ x,
+                                const T* __restrict__ weight, const compute_t<T>* __restrict__ mean,
+                                const compute_t<T>* __restrict__ rstd, T* __restrict__ grad_x,
+                                Sums<compute_t<T>, 2>* __restrict__ plane_sums) {
 #if NC_CLUSTER_KERNELS
   using A = compute_t<T>;
   extern __shared__ __align__(16) unsigned char group_tile[];

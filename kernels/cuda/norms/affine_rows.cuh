@@ -67,9 +67,10 @@ struct RowSlice {
 };
 
 template <class T, int kTeam, int V, int kVecs>
-__global__ void __launch_bounds__(team_block<kTeam>()) layer_norm_rows_forward(
-    int64_t rows, int64_t row_len, const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias,
-    compute_t<T> eps, T* __restrict__ y, compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
+__global__ void __launch_bounds__(team_block<kTeam>())
+    layer_norm_rows_forward(int64_t rows, int64_t row_len, const T* __restrict__ x, const T* __restrict__ weight,
+                            const T* __restrict__ bias, compute_t<T> eps, T* __restrict__ y,
+                            compute_t<T>* __restrict__ mean_out, compute_t<T>* __restrict__ rstd_out) {
   using A = compute_t<T>;
   constexpr int kTeams = team_block<kTeam>() / kTeam;
   const int lane = threadIdx.x % kTeam;
@@ -154,10 +155,10 @@ constexpr int rows_backward_min_blocks() {
 
 template <class T, int kTeam, int V, int kVecs, bool kParams>
 __global__ void __launch_bounds__(team_block<kTeam>(), rows_backward_min_blocks<T, kTeam, kVecs>())
-    layer_norm_rows_backward(
-    int64_t rows, int64_t row_len, const T* __restrict__ grad_y, const T* __restrict__ x,
-    const T* __restrict__ weight, const compute_t<T>* __restrict__ mean_in, const compute_t<T>* __restrict__ rstd_in,
-    T* __restrict__ grad_x, compute_t<T>* __restrict__ partial_w, compute_t<T>* __restrict__ partial_b) {
+    layer_norm_rows_backward(int64_t rows, int64_t row_len, const T* __restrict__ grad_y, const T* __restrict__ x,
+                             const T* __restrict__ weight, const compute_t<T>* __restrict__ mean_in,
+                             const compute_t<T>* __restrict__ rstd_in, T* __restrict__ grad_x,
+                             compute_t<T>* __restrict__ partial_w, compute_t<T>* __restrict__ partial_b) {
   using A = compute_t<T>;
   constexpr int kTeams = team_block<kTeam>() / kTeam;
   const int lane = threadIdx.x % kTeam;
@@ -314,7 +315,8 @@ __global__ void layer_norm_columns_backward(int64_t rows, int64_t row_len, int64
                                             const T* __restrict__ weight, const compute_t<T>* __restrict__ mean,
                                             const compute_t<T>* __restrict__ rstd,
                                             const compute_t<T>* __restrict__ coef, T* __restrict__ grad_x,
-                                            compute_t<T>* __restrict__ partial_w, compute_t<T>* __restrict__ partial_b) {
+                                            compute_t<T>* __restrict__ partial_w,
+                                            compute_t<T>* __restrict__ partial_b) {
   using A = compute_t<T>;
   const int64_t vecs = row_len / V;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -358,7 +360,8 @@ struct ColumnGrid {
 
 inline ColumnGrid column_grid_for(int64_t rows, int64_t vecs, int multiprocessors) {
   const int64_t target_threads = 2048 * static_cast<int64_t>(multiprocessors);
-  int64_t slices = std::min<int64_t>({std::max<int64_t>(1, (target_threads + vecs - 1) / vecs), std::max<int64_t>(rows, 1), 65535});
+  int64_t slices =
+      std::min<int64_t>({std::max<int64_t>(1, (target_threads + vecs - 1) / vecs), std::max<int64_t>(rows, 1), 65535});
   const int64_t rows_per_slice = std::max<int64_t>(1, (rows + slices - 1) / slices);
   slices = std::max<int64_t>(1, (rows + rows_per_slice - 1) / rows_per_slice);
   return {dim3(static_cast<unsigned>((vecs + kThreads - 1) / kThreads), static_cast<unsigned>(slices)), slices,
@@ -374,8 +377,8 @@ constexpr int kColumnRows = kThreads / kColumnTile;
 
 template <class T, class A>
 __global__ void column_grads_kernel(const T* grad_y, const T* x, const A* mean, const A* rstd, int64_t batch,
-                                    int64_t channels, int64_t groups, int64_t group_channels,
-                                    int64_t rows_per_slice, A* partial_weight, A* partial_bias) {
+                                    int64_t channels, int64_t groups, int64_t group_channels, int64_t rows_per_slice,
+                                    A* partial_weight, A* partial_bias) {
   __shared__ A tile_w[kColumnRows][kColumnTile + 1];
   __shared__ A tile_b[kColumnRows][kColumnTile + 1];
   const int tx = threadIdx.x % kColumnTile, ty = threadIdx.x / kColumnTile;
@@ -414,8 +417,8 @@ __global__ void column_grads_kernel(const T* grad_y, const T* x, const A* mean, 
 // summing 264 slices in a chain, each output took 34 us on the H100 (ncu); with only the
 // column tiles (24 blocks for 768 columns), 22-32 us: too few loads in flight.
 template <class Out, class A>
-__global__ void sum_slice_groups_kernel(const A* __restrict__ partial_w, const A* __restrict__ partial_b,
-                                        int64_t count, int64_t channels, int64_t per_group, bool want_w, bool want_b,
+__global__ void sum_slice_groups_kernel(const A* __restrict__ partial_w, const A* __restrict__ partial_b, int64_t count,
+                                        int64_t channels, int64_t per_group, bool want_w, bool want_b,
                                         Out* __restrict__ out_w, Out* __restrict__ out_b) {
   __shared__ A tile_w[kColumnRows][kColumnTile + 1];
   __shared__ A tile_b[kColumnRows][kColumnTile + 1];

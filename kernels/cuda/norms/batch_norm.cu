@@ -91,8 +91,12 @@ struct PlaneGrid {
 
 template <class Index>
 PlaneGrid<Index> plane_grid(const BatchLayout& l, int vector, const PlaneSplit& split) {
-  return {IntDivider<Index>(static_cast<Index>(l.spatial / vector)), static_cast<Index>(l.count() / vector),
-          static_cast<Index>(split.per_block), split.splits, l.spatial, l.channels * l.spatial};
+  return {IntDivider<Index>(static_cast<Index>(l.spatial / vector)),
+          static_cast<Index>(l.count() / vector),
+          static_cast<Index>(split.per_block),
+          split.splits,
+          l.spatial,
+          l.channels * l.spatial};
 }
 
 // Planes element pass: the tensor's vectors in memory order; vector e lies in plane
@@ -292,9 +296,9 @@ __device__ __forceinline__ void plane_reduce_step(const PlaneGrid<Index>& g, int
 
 // Block (channel, split) reduces its range of the channel to partials[blockIdx.x].
 template <class Index, class T, int V, class Reduce>
-__global__ void __launch_bounds__(kThreads) plane_reduce_kernel(PlaneGrid<Index> g, const T* __restrict__ x,
-                                                                const T* __restrict__ dy, Reduce reduce,
-                                                                typename Reduce::Acc* __restrict__ partials) {
+__global__ void __launch_bounds__(kThreads)
+    plane_reduce_kernel(PlaneGrid<Index> g, const T* __restrict__ x, const T* __restrict__ dy, Reduce reduce,
+                        typename Reduce::Acc* __restrict__ partials) {
   using R = typename Reduce::Acc;
   const int64_t channel = blockIdx.x / g.splits;
   const Index begin = static_cast<Index>(blockIdx.x - channel * g.splits) * g.per_block;
@@ -335,9 +339,9 @@ __device__ __forceinline__ void plane_apply_step(const PlaneSweep<Index>& g, Ind
 
 // A grid-stride sweep over the tensor's vectors, kUnroll of them in flight per thread.
 template <class Index, class T, int V, class Apply>
-__global__ void __launch_bounds__(kThreads) plane_apply_kernel(PlaneSweep<Index> g, const T* __restrict__ x,
-                                                               const T* __restrict__ dy, Apply apply,
-                                                               T* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    plane_apply_kernel(PlaneSweep<Index> g, const T* __restrict__ x, const T* __restrict__ dy, Apply apply,
+                       T* __restrict__ out) {
   const Index stride = static_cast<Index>(gridDim.x) * kThreads;
   Index e = static_cast<Index>(blockIdx.x) * kThreads + threadIdx.x;
   for (; e + (kUnroll - 1) * stride < g.vecs; e += kUnroll * stride) {
@@ -376,9 +380,9 @@ __device__ __forceinline__ void column_reduce_step(const ColumnGrid& g, int64_t 
 // slice, the block's rows of threads combine in a fixed tree, and row 0 writes
 // partials[slice * columns + column].
 template <class T, int V, class Reduce>
-__global__ void __launch_bounds__(kThreads) column_reduce_kernel(ColumnGrid g, const T* __restrict__ x,
-                                                                 const T* __restrict__ dy, Reduce reduce,
-                                                                 typename Reduce::Acc* __restrict__ partials) {
+__global__ void __launch_bounds__(kThreads)
+    column_reduce_kernel(ColumnGrid g, const T* __restrict__ x, const T* __restrict__ dy, Reduce reduce,
+                         typename Reduce::Acc* __restrict__ partials) {
   using R = typename Reduce::Acc;
   using Context = decltype(reduce.context(0));
   __shared__ R tile[kThreads][V];
@@ -440,9 +444,9 @@ __device__ __forceinline__ void column_apply_step(const ColumnGrid& g, int64_t r
 }
 
 template <class T, int V, class Apply>
-__global__ void __launch_bounds__(kThreads) column_apply_kernel(ColumnGrid g, const T* __restrict__ x,
-                                                                const T* __restrict__ dy, Apply apply,
-                                                                T* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    column_apply_kernel(ColumnGrid g, const T* __restrict__ x, const T* __restrict__ dy, Apply apply,
+                        T* __restrict__ out) {
   using Context = decltype(apply.context(0));
   const int64_t j = g.column_vec();
   if (j >= g.column_vecs) return;
@@ -475,8 +479,8 @@ __global__ void channel_finish_kernel(int64_t channels, PartialLayout layout, co
 // Reduces each channel's elements with `reduce` and hands the result to finish(channel, r);
 // an empty plan hands every channel the identity.
 template <class T, class Reduce, class Finish>
-void reduce_channels(const Launcher& launch, const BatchNormPlan& plan, const BatchLayout& l, const T* x,
-                     const T* dy, Reduce reduce, Finish finish) {
+void reduce_channels(const Launcher& launch, const BatchNormPlan& plan, const BatchLayout& l, const T* x, const T* dy,
+                     Reduce reduce, Finish finish) {
   using R = typename Reduce::Acc;
   PartialLayout layout{0, 1, 0};
   std::optional<DeviceBuffer> partial_buffer;  // sized once the layout is known
@@ -487,12 +491,12 @@ void reduce_channels(const Launcher& launch, const BatchNormPlan& plan, const Ba
         with_index_type(l.count() / V, [&](auto index_tag) {
           using Index = decltype(index_tag);
           auto kernel = plane_reduce_kernel<Index, T, V, Reduce>;
-          const PlaneSplit split = plan_plane_split(l.count() / V, l.channels,
-                                                    launch.resident_grid(kernel, kThreads, 0, int64_t{1} << 30));
+          const PlaneSplit split =
+              plan_plane_split(l.count() / V, l.channels, launch.resident_grid(kernel, kThreads, 0, int64_t{1} << 30));
           layout = {split.splits, split.splits, 0};
           partial_buffer.emplace(static_cast<size_t>(l.channels * split.splits) * sizeof(R), launch.device());
-          launch(kernel, static_cast<unsigned>(l.channels * split.splits), kThreads, 0,
-                 plane_grid<Index>(l, V, split), x, dy, reduce, partial_buffer->as<R>());
+          launch(kernel, static_cast<unsigned>(l.channels * split.splits), kThreads, 0, plane_grid<Index>(l, V, split),
+                 x, dy, reduce, partial_buffer->as<R>());
         });
       });
       break;
@@ -506,8 +510,7 @@ void reduce_channels(const Launcher& launch, const BatchNormPlan& plan, const Ba
                partial_buffer->as<R>());
       });
       break;
-    case BatchNormPath::Empty:
-      break;
+    case BatchNormPath::Empty: break;
   }
   launch(channel_finish_kernel<R, Finish>, static_cast<unsigned>(ceil_div(l.channels, kThreads / 32)), kThreads, 0,
          l.channels, layout, partial_buffer ? partial_buffer->as<const R>() : static_cast<const R*>(nullptr), finish);
@@ -534,8 +537,7 @@ void apply_channels(const Launcher& launch, const BatchNormPlan& plan, const Bat
         const dim3 grid(static_cast<unsigned>(plan.column_tiles), static_cast<unsigned>(plan.slices));
         launch(column_apply_kernel<T, V, Apply>, grid, kThreads, 0, column_grid(l, plan), x, dy, apply, out);
       });
-    case BatchNormPath::Empty:
-      return;
+    case BatchNormPath::Empty: return;
   }
 }
 
@@ -562,8 +564,8 @@ void batch_norm_forward_typed(const Tensor& x_t, const Tensor& weight_t, const T
     const A inv_count = static_cast<A>(count > 0 ? 1 / count : 0.0);
     const A inv_count_less_one = static_cast<A>(count > 1 ? 1 / (count - 1) : 0.0);
     reduce_channels(launch, plan, l, x, static_cast<const T*>(nullptr), StatsReduce<A>{},
-                    StatsFinish<T, A>{mean, rstd, running_mean, running_var, eps_a, static_cast<A>(momentum),
-                                      inv_count, inv_count_less_one});
+                    StatsFinish<T, A>{mean, rstd, running_mean, running_var, eps_a, static_cast<A>(momentum), inv_count,
+                                      inv_count_less_one});
   } else {
     const T* saved_mean = running_mean;
     const T* saved_var = running_var;
@@ -576,9 +578,9 @@ void batch_norm_forward_typed(const Tensor& x_t, const Tensor& weight_t, const T
 }
 
 template <class T>
-void batch_norm_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& weight_t,
-                               const Tensor& mean_t, const Tensor& rstd_t, const BatchLayout& l, bool training,
-                               const Tensor& grad_x_t, const Tensor& grad_weight_t, const Tensor& grad_bias_t) {
+void batch_norm_backward_typed(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& weight_t, const Tensor& mean_t,
+                               const Tensor& rstd_t, const BatchLayout& l, bool training, const Tensor& grad_x_t,
+                               const Tensor& grad_weight_t, const Tensor& grad_bias_t) {
   using A = compute_t<T>;
   const Launcher launch("batch_norm backward", x_t);
   if (l.channels == 0) return;
@@ -614,8 +616,8 @@ void CudaNorms::batch_norm_forward(const Tensor& x, const Tensor& weight, const 
                                    const kernels::BatchNormMode& mode, const Tensor& y, const Tensor& mean,
                                    const Tensor& rstd) const {
   visit_float(x.dtype(), "batch_norm", [&](auto tag) {
-    batch_norm_forward_typed<typename decltype(tag)::type>(x, weight, bias, running_mean, running_var, l,
-                                                           mode.training, mode.momentum, mode.eps, y, mean, rstd);
+    batch_norm_forward_typed<typename decltype(tag)::type>(x, weight, bias, running_mean, running_var, l, mode.training,
+                                                           mode.momentum, mode.eps, y, mean, rstd);
   });
 }
 

@@ -22,8 +22,8 @@ void frobenius_forward(const Tensor& x_t, double eps, const Tensor& y_t, const T
       const PipelineShape s = plan_pipeline(1, numel, numel, sizeof(T), 1);
       const DeviceBuffer partials = launch.buffer(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>));
       run_pipeline<1, T, Sums<A, 1>, RowInfo<A, 1>>(launch, s, x, static_cast<const T*>(nullptr), y,
-                                                   partials.as<Sums<A, 1>>(), NormReduce<A, NormSum::Square>{},
-                                                   NormFinish<A, false>{norm, A(0), eps_a}, NormScale<A>{});
+                                                    partials.as<Sums<A, 1>>(), NormReduce<A, NormSum::Square>{},
+                                                    NormFinish<A, false>{norm, A(0), eps_a}, NormScale<A>{});
       return;
     }
     default:
@@ -34,8 +34,9 @@ void frobenius_forward(const Tensor& x_t, double eps, const Tensor& y_t, const T
             return Sums<A, 1>{{v * v}};
           },
           [=] __device__(int64_t, const Sums<A, 1>& s) { *norm = sqrt(s.v[0]); });
-      for_each_index(launch, numel,
-                     [=] __device__(int64_t e) { y[e] = convert<T>(load<T, A>(x, e) * (A(1) / clamped(*norm, eps_a))); });
+      for_each_index(launch, numel, [=] __device__(int64_t e) {
+        y[e] = convert<T>(load<T, A>(x, e) * (A(1) / clamped(*norm, eps_a)));
+      });
       return;
   }
 }
@@ -56,9 +57,9 @@ void frobenius_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tensor&
       const PipelineShape s = plan_pipeline(1, numel, numel, sizeof(T), 2);
       const DeviceBuffer partials = launch.buffer(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>));
       run_pipeline<2, T, Sums<A, 1>, RowInfo<A, 2>>(launch, s, x, grad_y, grad_x, partials.as<Sums<A, 1>>(),
-                                                   NormReduce<A, NormSum::Product>{},
-                                                   NormGradFinish<A, false>{norm, A(1), eps_a},
-                                                   NormGradApply<A, false>{});
+                                                    NormReduce<A, NormSum::Product>{},
+                                                    NormGradFinish<A, false>{norm, A(1), eps_a},
+                                                    NormGradApply<A, false>{});
       return;
     }
     default: {

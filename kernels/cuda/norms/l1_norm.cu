@@ -85,11 +85,9 @@ struct L1GradInput {
 constexpr int kL1RowThreads = 1024;
 
 template <class T>
-__global__ void __launch_bounds__(kL1RowThreads, 1) l1_rows_forward_kernel(int64_t rows, int64_t size,
-                                                                            const T* __restrict__ x,
-                                                                            T* __restrict__ y,
-                                                                            compute_t<T>* __restrict__ norm,
-                                                                            compute_t<T> eps) {
+__global__ void __launch_bounds__(kL1RowThreads, 1)
+    l1_rows_forward_kernel(int64_t rows, int64_t size, const T* __restrict__ x, T* __restrict__ y,
+                           compute_t<T>* __restrict__ norm, compute_t<T> eps) {
   using A = compute_t<T>;
   constexpr int V = 16 / sizeof(T);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -97,7 +95,7 @@ __global__ void __launch_bounds__(kL1RowThreads, 1) l1_rows_forward_kernel(int64
     Sums<A, 1> acc{{A(0)}};
     visit_chunk<1, kL1RowThreads>(
         g0, g1, x, static_cast<const T*>(nullptr), true, [&](int64_t, A v, A) { acc.v[0] += abs(v); },
-        [&](int64_t, const A (&v)[V], const A (&)[V]) {
+        [&](int64_t, const A(&v)[V], const A(&)[V]) {
 #pragma unroll
           for (int j = 0; j < V; ++j) acc.v[0] += abs(v[j]);
         });
@@ -122,8 +120,8 @@ void l1_forward(const Tensor& x_t, int64_t outer, int64_t size, int64_t inner, d
   switch (plan_l1_forward(size, inner, sizeof(T))) {
     case NormPath::Columns:
       if (outer * inner == 0) return;
-      launch(l1_columns_forward_kernel<T, A>, static_cast<unsigned>(ceil_div(outer * inner, kThreads)), kThreads, 0,
-             x, outer, size, inner, eps_a, y, norm);
+      launch(l1_columns_forward_kernel<T, A>, static_cast<unsigned>(ceil_div(outer * inner, kThreads)), kThreads, 0, x,
+             outer, size, inner, eps_a, y, norm);
       return;
     case NormPath::RowsTwice:
       launch(l1_rows_forward_kernel<T>,
@@ -134,8 +132,8 @@ void l1_forward(const Tensor& x_t, int64_t outer, int64_t size, int64_t inner, d
       const PipelineShape s = plan_pipeline(outer, size, size, sizeof(T), 1);
       const DeviceBuffer partials = launch.buffer(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>));
       run_pipeline<1, T, Sums<A, 1>, RowInfo<A, 1>>(launch, s, x, static_cast<const T*>(nullptr), y,
-                                                   partials.as<Sums<A, 1>>(), NormReduce<A, NormSum::Abs>{},
-                                                   NormFinish<A, true>{norm, inv_size, eps_a}, NormScale<A>{});
+                                                    partials.as<Sums<A, 1>>(), NormReduce<A, NormSum::Abs>{},
+                                                    NormFinish<A, true>{norm, inv_size, eps_a}, NormScale<A>{});
       return;
     }
     case NormPath::Elementwise:
@@ -171,9 +169,9 @@ void l1_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& norm_t
       const PipelineShape s = plan_pipeline(outer, size, size, sizeof(T), 2);
       const DeviceBuffer partials = launch.buffer(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>));
       run_pipeline<2, T, Sums<A, 1>, RowInfo<A, 2>>(launch, s, x, grad_y, grad_x, partials.as<Sums<A, 1>>(),
-                                                   NormReduce<A, NormSum::Product>{},
-                                                   NormGradFinish<A, true>{norm, static_cast<A>(size), eps_a},
-                                                   NormGradApply<A, true>{});
+                                                    NormReduce<A, NormSum::Product>{},
+                                                    NormGradFinish<A, true>{norm, static_cast<A>(size), eps_a},
+                                                    NormGradApply<A, true>{});
       return;
     }
     case NormPath::RowsTwice:  // a forward path only
@@ -206,13 +204,12 @@ void l1_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& norm_t
 
 void CudaNorms::l1_norm_forward(const Tensor& x, const kernels::DimLayout& l, double eps, const Tensor& y,
                                 const Tensor& norm) const {
-  visit_float(x.dtype(), "l1_norm", [&](auto tag) {
-    l1_forward<typename decltype(tag)::type>(x, l.outer, l.size, l.inner, eps, y, norm);
-  });
+  visit_float(x.dtype(), "l1_norm",
+              [&](auto tag) { l1_forward<typename decltype(tag)::type>(x, l.outer, l.size, l.inner, eps, y, norm); });
 }
 
-void CudaNorms::l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm,
-                                 const kernels::DimLayout& l, double eps, const Tensor& grad_x) const {
+void CudaNorms::l1_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& norm, const kernels::DimLayout& l,
+                                 double eps, const Tensor& grad_x) const {
   visit_float(x.dtype(), "l1_norm backward", [&](auto tag) {
     l1_backward<typename decltype(tag)::type>(grad_y, x, norm, l.outer, l.size, l.inner, eps, grad_x);
   });

@@ -26,8 +26,8 @@ class CudaNorms final : public kernels::NormKernels {
                            const Tensor& grad_weight, const Tensor& grad_bias) const override;
   void rms_norm_forward(const Tensor& x, const Tensor& weight, int64_t rows, int64_t row_len, double eps,
                         const Tensor& y, const Tensor& rstd) const override;
-  void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                         int64_t rows, int64_t row_len, const Tensor& grad_x, const Tensor& grad_weight) const override;
+  void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& rstd, int64_t rows,
+                         int64_t row_len, const Tensor& grad_x, const Tensor& grad_weight) const override;
   void group_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const kernels::GroupLayout& l,
                           double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) const override;
   void group_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -56,8 +56,7 @@ template <class Index>
 struct ElementPlace {
   IntDivider<Index> spatial, group_channels, channels;
   ElementPlace(const GroupLayout& l)
-      : spatial(static_cast<Index>(l.spatial)),
-        group_channels(static_cast<Index>(l.group_channels)),
+      : spatial(static_cast<Index>(l.spatial)), group_channels(static_cast<Index>(l.group_channels)),
         channels(static_cast<Index>(l.channels())) {}
   // e = ((n * channels + c) * spatial + s): plane = n * channels + c, row = plane / gc.
   __device__ __forceinline__ void locate(Index e, Index& row, Index& channel) const {

@@ -84,7 +84,8 @@ AffinePlan plan_affine_forward(const GroupLayout& l, int element_bytes, bool dat
     }
     return {AffinePath::Columns, 0, column_vector(l.row_len(), element_bytes, aligned)};
   }
-  if (const AffinePlan c = cluster_groups(l, element_bytes, data_aligned, 1, device); c.path == AffinePath::ClusterGroups) {
+  if (const AffinePlan c = cluster_groups(l, element_bytes, data_aligned, 1, device);
+      c.path == AffinePath::ClusterGroups) {
     return c;
   }
   if (const int vector = shared_group_vector(l, element_bytes, data_aligned, 1, device)) {
@@ -103,7 +104,8 @@ AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool da
     }
     return {AffinePath::Columns, 0, column_vector(l.row_len(), element_bytes, aligned)};
   }
-  if (const AffinePlan c = cluster_groups(l, element_bytes, data_aligned, 2, device); c.path == AffinePath::ClusterGroups) {
+  if (const AffinePlan c = cluster_groups(l, element_bytes, data_aligned, 2, device);
+      c.path == AffinePath::ClusterGroups) {
     return c;
   }
   if (const int vector = shared_group_vector(l, element_bytes, data_aligned, 2, device)) {

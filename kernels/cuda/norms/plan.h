@@ -12,8 +12,8 @@
 namespace normcore {
 namespace cuda {
 
-using kernels::GroupLayout;  // kernels/norms.h
 using kernels::group_layout;
+using kernels::GroupLayout;  // kernels/norms.h
 using kernels::layer_layout;
 
 // Rows (or L1 rows, Frobenius tensors) of at least this many elements, and group rows whose
@@ -55,8 +55,8 @@ enum class AffinePath {
 
 struct AffinePlan {
   AffinePath path;
-  int team = 0;    // Rows: threads per row; SharedGroups: per block
-  int vector = 0;  // Columns, SharedGroups, ClusterGroups: elements per load; Rows: vectors per thread
+  int team = 0;     // Rows: threads per row; SharedGroups: per block
+  int vector = 0;   // Columns, SharedGroups, ClusterGroups: elements per load; Rows: vectors per thread
   int cluster = 0;  // ClusterGroups: blocks per group (2 to the device's cluster_blocks)
 };
 
@@ -82,9 +82,9 @@ AffinePlan plan_affine_backward(const GroupLayout& l, int element_bytes, bool da
 // ---------------------------------------------------------------- batch norm
 using kernels::BatchLayout;  // kernels/norms.h
 
-constexpr int64_t kBatchNormMinPlane = 32;    // shorter planes take the column layout
-constexpr int64_t kColumnMinSliceRows = 16;   // so that a slice's partials are a fraction of its data
-constexpr int kBatchNormUnroll = 4;           // vectors (Planes) or rows (Columns) in flight per thread
+constexpr int64_t kBatchNormMinPlane = 32;   // shorter planes take the column layout
+constexpr int64_t kColumnMinSliceRows = 16;  // so that a slice's partials are a fraction of its data
+constexpr int kBatchNormUnroll = 4;          // vectors (Planes) or rows (Columns) in flight per thread
 enum class BatchNormPath {
   Empty,
   Planes,   // planes of kBatchNormMinPlane or more: per-channel block reductions, then a sweep
@@ -105,9 +105,9 @@ BatchNormPlan plan_batch_norm(const BatchLayout& l, int max_vector, const Device
 
 // ---------------------------------------------------------------- L1 and Frobenius
 enum class NormPath {
-  Columns,    // L1 along a dim that is not the last: a thread per column
-  RowsTwice,  // L1 forward, rows up to kL1RowBytes: a block per row, read again from L2
-  Pipeline,   // long rows, or a whole tensor: the pipelined pass
+  Columns,      // L1 along a dim that is not the last: a thread per column
+  RowsTwice,    // L1 forward, rows up to kL1RowBytes: a block per row, read again from L2
+  Pipeline,     // long rows, or a whole tensor: the pipelined pass
   Elementwise,  // the rest: chunked sums, then an element-wise pass
 };
 

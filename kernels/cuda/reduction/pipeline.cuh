@@ -154,10 +154,9 @@ __device__ __forceinline__ void apply_chunk(int64_t g0, int64_t g1, const T* __r
 //   apply.context(row, begin, RowInfo) -> ACtx;  apply(ctx, i, v0, v1) -> A
 // where i is the element's index within its row.
 template <int kInputs, class T, class R, class Info, class Reduce, class Finish, class Apply>
-__global__ void __launch_bounds__(kThreads) pipeline_kernel(PipelineShape s, const T* __restrict__ in0,
-                                                          const T* __restrict__ in1, T* __restrict__ out,
-                                                          R* partials, Info* infos, unsigned long long* counters,
-                                                          Reduce reduce, Finish finish, Apply apply) {
+__global__ void __launch_bounds__(kThreads)
+    pipeline_kernel(PipelineShape s, const T* __restrict__ in0, const T* __restrict__ in1, T* __restrict__ out,
+                    R* partials, Info* infos, unsigned long long* counters, Reduce reduce, Finish finish, Apply apply) {
   using A = compute_t<T>;
   // counters: [0] the next item, [1 + row] S items done, [1 + rows + row] row ready.
   unsigned long long* next = counters;
@@ -185,8 +184,9 @@ __global__ void __launch_bounds__(kThreads) pipeline_kernel(PipelineShape s, con
       R acc = R::identity();
       constexpr int V = 16 / sizeof(T);
       visit_chunk<kInputs>(
-          base + begin, base + end, in0, in1, s.reuse, [&](int64_t g, A v0, A v1) { acc.add(reduce(ctx, g - base, v0, v1)); },
-          [&](int64_t g, const A (&x0)[V], const A (&x1)[V]) {
+          base + begin, base + end, in0, in1, s.reuse,
+          [&](int64_t g, A v0, A v1) { acc.add(reduce(ctx, g - base, v0, v1)); },
+          [&](int64_t g, const A(&x0)[V], const A(&x1)[V]) {
             decltype(reduce(ctx, 0, A(0), A(0))) c[V];
 #pragma unroll
             for (int j = 0; j < V; ++j) c[j] = reduce(ctx, g - base + j, x0[j], x1[j]);
@@ -202,7 +202,8 @@ __global__ void __launch_bounds__(kThreads) pipeline_kernel(PipelineShape s, con
       if (last_slot) {
         __threadfence();
         R total = R::identity();
-        for (int64_t c = threadIdx.x; c < s.chunks; c += kThreads) total = combine(total, load_cg(&partials[row * s.chunks + c]));
+        for (int64_t c = threadIdx.x; c < s.chunks; c += kThreads)
+          total = combine(total, load_cg(&partials[row * s.chunks + c]));
         total = team_reduce<kThreads>(total, Merge{});
         if (threadIdx.x == 0) {
           infos[row] = finish(row, total);

@@ -72,8 +72,8 @@ inline PipelineShape plan_pipeline(int64_t rows, int64_t row_len, int64_t span, 
   s.chunks = std::max<int64_t>(1, row_len / s.span * s.pieces);
   s.items = rows * s.chunks;
   const int64_t chunk_bytes = s.chunk_len * element_bytes * inputs;
-  s.lag = s.reuse ? std::min(s.items, std::max(s.chunks, kPipelineL2Bytes / std::max<int64_t>(chunk_bytes, 1)))
-                  : s.items;
+  s.lag =
+      s.reuse ? std::min(s.items, std::max(s.chunks, kPipelineL2Bytes / std::max<int64_t>(chunk_bytes, 1))) : s.items;
   return s;
 }
 
