@@ -2,8 +2,8 @@
 #ifndef NORMCORE_HAS_CUDA
 
 #include "core/internal.h"
-#include "kernels/capture.h"
 #include "normcore/cuda.h"
+#include "runtime/cuda/capture.h"
 
 namespace normcore {
 namespace cuda {

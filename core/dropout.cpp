@@ -3,11 +3,11 @@
 // the bool mask, and its backward is one pass of the same scaling over the gradient.
 #include "autograd/graph.h"
 #include "core/internal.h"
-#include "kernels/capture.h"
 #include "kernels/generate.h"
 #include "normcore/nn.h"
 #include "normcore/ops.h"
 #include "normcore/random.h"
+#include "runtime/cuda/capture.h"
 
 namespace normcore {
 

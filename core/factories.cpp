@@ -3,10 +3,10 @@
 #include <limits>
 
 #include "core/internal.h"
-#include "kernels/capture.h"
 #include "kernels/elementwise.h"
 #include "kernels/generate.h"
 #include "normcore/random.h"
+#include "runtime/cuda/capture.h"
 
 namespace normcore {
 

@@ -26,7 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "distributed/nccl.h"
-#include "kernels/capture.h"
+#include "runtime/cuda/capture.h"
 #include "runtime/cuda/runtime.h"
 #endif
 

@@ -27,7 +27,7 @@ class GenerateKernels {
   // (seed, offset + i) and threshold = f32(p), out[i] = x[i] * scale or x[i] * 0. x and out
   // contiguous of one floating dtype, keep contiguous bool, all of one shape. offset_base
   // (CUDA only, else nullptr): a device word added to offset when the kernel runs, for
-  // kernels replayed by a CUDA graph (kernels/capture.h).
+  // kernels replayed by a CUDA graph (runtime/cuda/capture.h).
   virtual void dropout(const Tensor& x, const Tensor& out, const Tensor& keep, uint64_t seed, uint64_t offset,
                        const uint64_t* offset_base, float threshold, double scale) const = 0;
   // out[i] = x[i] * scale where keep[i], x[i] * 0 elsewhere (dropout's backward); the

@@ -19,6 +19,12 @@ struct AdamTensors {
   Tensor param, grad, exp_avg, exp_avg_sq, step;
 };
 
+// SGD's hyperparameters (first_step: the momentum buffer is new and takes g as it is).
+struct SgdHyper {
+  double momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+};
+
 struct AdamHyper {
   double beta1, beta2, eps, weight_decay;
   bool decoupled;
@@ -35,8 +41,7 @@ class OptimKernels {
   //   g = nesterov ? g + momentum * momentum_buf : momentum_buf;
   // param = param - lr * g. momentum_buf is undefined and unused when momentum == 0.
   virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
-                        double momentum, double dampening, double weight_decay, bool nesterov, bool first_step,
-                        const Tensor& skip) const = 0;
+                        const SgdHyper& hyper, const Tensor& skip) const = 0;
   // For every entry (all on this backend's device; CUDA: one launch per dtype and 32
   // entries, then one for the counts): step += 1, then with that step (PyTorch's Adam,
   // and AdamW when decoupled):

@@ -10,10 +10,10 @@
 #include <set>
 
 #include "base/op_scope.h"
-#include "kernels/capture.h"
 #include "kernels/optim.h"
 #include "normcore/autograd.h"
 #include "normcore/ops.h"
+#include "runtime/cuda/capture.h"
 
 namespace normcore {
 namespace optim {
@@ -316,9 +316,9 @@ void SGD::step() {
     if (first_step) state_[i]["momentum_buffer"] = new_buffers[i];
     Tensor buf = use_momentum ? state_[i]["momentum_buffer"] : Tensor();
     p.bump_version();  // the update writes the parameter in place
-    kernels::optim(p.device())
-        .sgd_step(p, grads[i], buf, lr_on(p.device()), options_.momentum, options_.dampening, options_.weight_decay,
-                  options_.nesterov, first_step, skip_on(p.device()));
+    const kernels::SgdHyper hyper{options_.momentum, options_.dampening, options_.weight_decay, options_.nesterov,
+                                  first_step};
+    kernels::optim(p.device()).sgd_step(p, grads[i], buf, lr_on(p.device()), hyper, skip_on(p.device()));
   }
 }
 

@@ -16,15 +16,14 @@ namespace {
 
 class CpuOptim final : public kernels::OptimKernels {
  public:
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, bool first_step,
-                const Tensor& skip) const override {
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
+                const kernels::SgdHyper& h, const Tensor& skip) const override {
     if (skip.defined() && *data_as<const double>(skip) != 0.0) return;
     const double lr_value = *data_as<const double>(lr);
     visit_float(param.dtype(), "sgd_step", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;
-      const auto s = SgdParams<C>::make(lr_value, momentum, dampening, weight_decay, nesterov, first_step);
+      const auto s = SgdParams<C>::make(lr_value, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.first_step);
       T* p = data_as<T>(param);
       const T* g = data_as<const T>(grad);
       C* buf = s.use_momentum ? data_as<C>(momentum_buf) : nullptr;

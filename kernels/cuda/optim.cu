@@ -30,13 +30,8 @@ constexpr int pack_width() {
 // Thread t of the grid-stride loop takes elements [t*Width, t*Width + Width) of each vector;
 // the last n % Width elements go one per thread.
 // SGD's hyperparameters but the learning rate.
-struct SgdHyper {
-  double momentum, dampening, weight_decay;
-  bool nesterov, first_step;
-};
-
 template <class T, class C, int Width>
-__global__ void sgd_kernel(T* param, const T* grad, C* buf, int64_t n, const double* lr, SgdHyper h,
+__global__ void sgd_kernel(T* param, const T* grad, C* buf, int64_t n, const double* lr, kernels::SgdHyper h,
                            const double* skip) {
   if (skip != nullptr && *skip != 0.0) return;
   const SgdParams<C> s = SgdParams<C>::make(*lr, h.momentum, h.dampening, h.weight_decay, h.nesterov, h.first_step);
@@ -230,12 +225,10 @@ unsigned blocks_for(const Launcher& launch, int64_t work) {
 
 class CudaOptim final : public kernels::OptimKernels {
  public:
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, bool first_step,
-                const Tensor& skip) const override {
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
+                const kernels::SgdHyper& h, const Tensor& skip) const override {
     const int64_t n = param.numel();
     if (n == 0) return;
-    const SgdHyper h{momentum, dampening, weight_decay, nesterov, first_step};
     const double* lr_ptr = data_as<const double>(lr);
     const double* skip_ptr = skip.defined() ? data_as<const double>(skip) : nullptr;
     visit_float(param.dtype(), "sgd_step", [&](auto tag) {
@@ -244,7 +237,7 @@ class CudaOptim final : public kernels::OptimKernels {
       constexpr int kWidth = pack_width<T, C>();
       T* p = data_as<T>(param);
       const T* g = data_as<const T>(grad);
-      C* buf = momentum != 0.0 ? data_as<C>(momentum_buf) : nullptr;
+      C* buf = h.momentum != 0.0 ? data_as<C>(momentum_buf) : nullptr;
       const bool aligned = is_aligned(p, sizeof(T) * kWidth) && is_aligned(g, sizeof(T) * kWidth) &&
                            (buf == nullptr || is_aligned(buf, sizeof(C) * kWidth));
       const Launcher launch("sgd_step", param);

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "base/op_scope.h"
-#include "kernels/capture.h"
 #include "normcore/cuda.h"
 #include "normcore/error.h"
+#include "runtime/cuda/capture.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/index_errors.h"
 #include "runtime/cuda/runtime.h"

@@ -12,9 +12,9 @@
 #include <mutex>
 #include <vector>
 
-#include "kernels/capture.h"
 #include "normcore/cuda.h"
 #include "normcore/error.h"
+#include "runtime/cuda/capture.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/runtime.h"
 

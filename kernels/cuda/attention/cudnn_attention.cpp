@@ -26,7 +26,7 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/capture.h"
+#include "runtime/cuda/capture.h"
 #include "kernels/cuda/cudnn_graph.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/runtime.h"
