@@ -252,4 +252,44 @@ Tensor packed_self_attention(const Tensor& qkv_arg, bool is_causal, std::optiona
   return out;
 }
 
+Tensor cached_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, const Tensor& k_cache,
+                        const Tensor& v_cache, const Tensor& positions, std::optional<double> scale) {
+  const OpScope op("cached_attention");
+  const Tensor q = autocast::to_lower(q_arg), k = autocast::to_lower(k_arg), v = autocast::to_lower(v_arg);
+  check_operand(op, "q", q, q);
+  check_operand(op, "k", k, q);
+  check_operand(op, "v", v, q);
+  check_operand(op, "k_cache", k_cache, q);
+  check_operand(op, "v_cache", v_cache, q);
+  check_heads(op, q, k, v, /*enable_gqa=*/true);
+  NC_CHECK(q.size(2) == 1 && k.size(2) == 1 && v.size(2) == 1, ShapeError, op,
+           ": q, k and v hold one position each ([B, H, 1, D]), got q ", describe(q), ", k ", describe(k), " and v ",
+           describe(v));
+  kernels::AttentionShape shape{q.size(0), q.size(1), 1, k_cache.size(2), q.size(3), v.size(3)};
+  shape.kv_heads = k.size(1);
+  const Shape k_expected{shape.batch, shape.kv_heads, shape.S, shape.D};
+  const Shape v_expected{shape.batch, shape.kv_heads, shape.S, shape.Dv};
+  NC_CHECK(k.size(3) == shape.D && k_cache.shape() == k_expected && v_cache.shape() == v_expected, ShapeError, op,
+           ": the caches must be k_cache ", shape_str(k_expected), " and v_cache ", shape_str(v_expected), " for q ",
+           describe(q), ", k ", describe(k), " and v ", describe(v), ", got k_cache ", describe(k_cache),
+           " and v_cache ", describe(v_cache));
+  NC_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), ValueError, op,
+           ": the caches are written in place and must be contiguous, got k_cache ", describe(k_cache), " and v_cache ",
+           describe(v_cache));
+  check_defined(op, "positions", positions);
+  NC_CHECK(positions.dtype() == DType::I64 && positions.dim() == 1 && positions.size(0) == shape.batch, ShapeError, op,
+           ": positions must be i64 [", shape.batch, "] (one per batch row), got ", describe(positions));
+  check_same_device(op, "q", q, "positions", positions);
+  NC_CHECK(!autograd::needs_grad(q, k, v), ValueError, op,
+           ": decoding has no gradient; run it with gradients off (autograd::NoGradGuard), got q ", describe(q));
+  NC_CHECK(shape.S >= 1, ShapeError, op, ": the caches hold no position, got k_cache ", describe(k_cache));
+  const double s = checked_scale(op, shape, "q", q, "v", v, scale);
+  const Tensor qs = unit_last_stride(q), ks = unit_last_stride(k), vs = unit_last_stride(v);
+  Tensor out = new_tensor({shape.batch, shape.heads, 1, shape.Dv}, q.dtype(), q.device());
+  k_cache.bump_version();
+  v_cache.bump_version();
+  kernels::attention(q.device()).cached_attention(qs, ks, vs, k_cache, v_cache, positions.contiguous(), shape, s, out);
+  return out;
+}
+
 }  // namespace normcore

@@ -49,6 +49,18 @@ class AttentionKernels {
                                   const Tensor& out, const Tensor& lse, const AttentionShape& shape, bool causal,
                                   double scale, const Tensor& grad_q, const Tensor& grad_k,
                                   const Tensor& grad_v) const = 0;
+  // One step of incremental decoding (cached_attention): q [B, H, 1, D], k [B, Hkv, 1, D],
+  // v [B, Hkv, 1, Dv] with any strides but the last dim's; k_cache [B, Hkv, S, D], v_cache
+  // [B, Hkv, S, Dv] contiguous; positions [B] i64 contiguous; out [B, H, 1, Dv] contiguous
+  // (shape.L == 1). For row b with p = positions[b] in [0, S): k and v are written into the
+  // caches at position p, and q attends to cache positions 0..p (position p read from k and v
+  // themselves, so q heads sharing a kv head do not wait on the write). A p outside [0, S)
+  // writes nothing and gives out = 0 for the row: on the CPU an IndexError, on CUDA recorded
+  // in the device's index-error record (runtime/cuda/index_errors.h), raised at the host's
+  // next wait.
+  virtual void cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                                const Tensor& v_cache, const Tensor& positions, const AttentionShape& shape,
+                                double scale, const Tensor& out) const = 0;
 
  protected:
   ~AttentionKernels() = default;

@@ -32,6 +32,19 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // 128 on CUDA.
 Tensor packed_self_attention(const Tensor& qkv, bool is_causal = false, std::optional<double> scale = std::nullopt);
 
+// One step of incremental decoding over a KV cache whose fill lives on the device, so that a
+// CUDA graph of the step replays at every position (FlashAttention's attention with a KV
+// cache): for each batch row b with p = positions[b], writes k[b] and v[b] into k_cache and
+// v_cache at position p, then q[b] attends to the cache's positions 0..p. q [B, H, 1, D],
+// k [B, Hkv, 1, D], v [B, Hkv, 1, Dv] (Hkv a divisor of H, as with enable_gqa), any strides
+// but the last dim's; k_cache [B, Hkv, S, D] and v_cache [B, Hkv, S, Dv] contiguous, of q's
+// dtype; positions i64 [B] on q's device -> [B, H, 1, Dv], scale 1 / sqrt(D) by default. The
+// positions are read by the kernel, not the host: one outside [0, S) writes nothing and gives
+// zeros for its row, and is an IndexError, at once on the CPU and at the next wait for the
+// device on a GPU. Inference only: an Error when q, k or v would need a gradient.
+Tensor cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& positions, std::optional<double> scale = std::nullopt);
+
 }  // namespace normcore
 
 #pragma GCC visibility pop

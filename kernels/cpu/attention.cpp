@@ -131,6 +131,41 @@ void backward(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, co
   }
 }
 
+// cached_attention: every position checked first (nothing is written for a bad one), then
+// each row's k and v stored at its position and the query attending to cache positions 0..p
+// as forward() does.
+template <class T>
+void cached(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const Tensor& k_cache_t, const Tensor& v_cache_t,
+            const Tensor& positions_t, const kernels::AttentionShape& s, double scale, const Tensor& out_t) {
+  const int64_t* positions = data_as<const int64_t>(positions_t);
+  for (int64_t b = 0; b < s.batch; ++b)
+    NC_CHECK(positions[b] >= 0 && positions[b] < s.S, IndexError, "cached_attention: position ", positions[b],
+             " of batch row ", b, " is out of range for a KV cache of ", s.S, " positions");
+  const Heads<const T> q(q_t), k(k_t), v(v_t);
+  const Heads<T> k_cache(k_cache_t), v_cache(v_cache_t), out(out_t);
+  const Heads<const T> keys(k_cache_t), values(v_cache_t);
+  const int64_t group = s.heads / s.kv_heads;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.kv_heads; ++h) {
+      std::copy(k.row(b, h, 0), k.row(b, h, 0) + s.D, k_cache.row(b, h, positions[b]));
+      std::copy(v.row(b, h, 0), v.row(b, h, 0) + s.Dv, v_cache.row(b, h, positions[b]));
+    }
+  }
+  std::vector<double> probs(static_cast<size_t>(s.S)), acc(static_cast<size_t>(s.Dv));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t visible = positions[b] + 1;
+    for (int64_t h = 0; h < s.heads; ++h) {
+      row_probabilities(q.row(b, h, 0), keys, b, h / group, visible, s, scale, probs);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < visible; ++j) {
+        const T* vj = values.row(b, h / group, j);
+        for (int64_t d = 0; d < s.Dv; ++d) acc[d] += probs[j] * convert<double>(vj[d]);
+      }
+      for (int64_t d = 0; d < s.Dv; ++d) out.row(b, h, 0)[d] = convert<T>(acc[d]);
+    }
+  }
+}
+
 class CpuAttention final : public kernels::AttentionKernels {
  public:
   int64_t max_head_dim() const override { return std::numeric_limits<int64_t>::max(); }
@@ -147,6 +182,14 @@ class CpuAttention final : public kernels::AttentionKernels {
                           const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override {
     visit_float(q.dtype(), "scaled_dot_product_attention backward", [&](auto tag) {
       backward<typename decltype(tag)::type>(grad_out, q, k, v, shape, causal, scale, grad_q, grad_k, grad_v);
+    });
+  }
+
+  void cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& positions, const kernels::AttentionShape& shape, double scale,
+                        const Tensor& out) const override {
+    visit_float(q.dtype(), "cached_attention", [&](auto tag) {
+      cached<typename decltype(tag)::type>(q, k, v, k_cache, v_cache, positions, shape, scale, out);
     });
   }
 };

@@ -11,6 +11,7 @@
 // backward's fast form, without cuda::set_deterministic(true), sums grad_q with atomics).
 #include "kernels/attention.h"
 #include "kernels/cuda/attention/cudnn_attention.h"
+#include "kernels/cuda/attention/decode.h"
 #include "kernels/cuda/attention/flash_simt.cuh"
 #include "kernels/cuda/loops.cuh"
 #if NORMCORE_HOPPER_KERNELS
@@ -245,6 +246,12 @@ class CudaAttention final : public kernels::AttentionKernels {
         simt_run<T>(launch, flash::simt_query_rows_kernel<T, false>, p.L, p);
       }
     });
+  }
+
+  void cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                        const Tensor& v_cache, const Tensor& positions, const kernels::AttentionShape& shape,
+                        double scale, const Tensor& out) const override {
+    cuda::cached_attention(q, k, v, k_cache, v_cache, positions, shape, scale, out);
   }
 };
 
