@@ -116,6 +116,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache) {
   return output(y);
 }
 
+Tensor CausalSelfAttention::forward(const Tensor& x, KVCache& cache, const Tensor& positions) {
+  const char* op = "CausalSelfAttention";
+  check_sequence(op, x, embed_dim);
+  NC_CHECK(!is_training(), Error, op, ": decoding with a KV cache runs in eval mode (call eval() first)");
+  NC_CHECK(x.size(1) == 1, ShapeError, op, ": a decoding step at device positions takes one token, got ", describe(x));
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> qkv_views = project(x);
+  return output(cached_attention(qkv_views[0], qkv_views[1], qkv_views[2], cache.k, cache.v, positions));
+}
+
 // ---------------------------------------------------------------- MLP
 MLP::MLP(int64_t embed_dim, bool bias, double dropout, Generator* gen)
     : dropout(checked_dropout("MLP", dropout)), gen_(gen) {
@@ -179,6 +189,11 @@ std::pair<Tensor, Tensor> TransformerBlock::forward_normed(const Tensor& x, cons
 
 Tensor TransformerBlock::forward(const Tensor& x, KVCache& cache) {
   const Tensor h = add(x, attn->forward((*norm1)(x), cache));
+  return add(h, (*mlp)((*norm2)(h)));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, KVCache& cache, const Tensor& positions) {
+  const Tensor h = add(x, attn->forward((*norm1)(x), cache, positions));
   return add(h, (*mlp)((*norm2)(h)));
 }
 

@@ -1,11 +1,9 @@
-// The GPT language model (normcore/gpt.h): the module, its loss, its checkpoints and
-// text generation with the KV cache. Generation samples on the host from the last
-// position's logits (256 values a step), so a seed gives the same bytes on every run.
+// The GPT language model (normcore/gpt.h): the module, its loss and its checkpoints
+// (generation with the KV cache: generate.cpp).
 #include "normcore/gpt.h"
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <initializer_list>
 #include <tuple>
 #include <type_traits>
@@ -15,7 +13,6 @@
 #include "normcore/losses.h"
 #include "normcore/ops.h"
 #include "normcore/safetensors.h"
-#include "normcore/text.h"
 #include "normcore/train.h"
 
 namespace normcore {
@@ -164,7 +161,10 @@ Tensor GPT::run(const Tensor& tokens, int64_t start, GPTCache* cache, bool head)
     for (size_t i = 0; i < blocks.size(); ++i) x = cache ? blocks[i]->forward(x, cache->layers[i]) : (*blocks[i])(x);
     x = (*norm_f)(x);
   }
-  if (!head) return x;
+  return head ? logits_of(x) : x;
+}
+
+Tensor GPT::logits_of(const Tensor& x) {
   const Tensor logits = matmul(x, tok_emb->weight.t());
   // The padded rows' logits are left out: never sampled, never in a softmax.
   return config.padded_vocab_size() == config.vocab_size ? logits : logits.narrow(2, 0, config.vocab_size);
@@ -188,6 +188,37 @@ Tensor GPT::forward(const Tensor& tokens, GPTCache& cache) {
   NC_CHECK(cache.layers.size() == blocks.size(), ValueError, "GPT: the cache has ", cache.layers.size(),
            " layers, the model ", blocks.size(), " (make it with make_cache)");
   return run(tokens, cache.length(), &cache);
+}
+
+Tensor GPT::prefill(const Tensor& tokens, GPTCache& cache) {
+  NC_CHECK(cache.layers.size() == blocks.size(), ValueError, "GPT: the cache has ", cache.layers.size(),
+           " layers, the model ", blocks.size(), " (make it with make_cache)");
+  const Tensor x = run(tokens, cache.length(), &cache, /*head=*/false);
+  return logits_of(x.narrow(1, x.size(1) - 1, 1));
+}
+
+Tensor GPT::decode(const Tensor& tokens, const Tensor& positions, GPTCache& cache) {
+  const char* op = "GPT::decode";
+  NC_CHECK(cache.layers.size() == blocks.size(), ValueError, op, ": the cache has ", cache.layers.size(),
+           " layers, the model ", blocks.size(), " (make it with make_cache)");
+  NC_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.size(1) == 1, ShapeError, op,
+           ": tokens must be [B, 1] (one token a row), got ", describe(tokens));
+  NC_CHECK(positions.defined() && positions.dtype() == DType::I64 && positions.dim() == 1 &&
+               positions.size(0) == tokens.size(0),
+           ShapeError, op, ": positions must be i64 [", tokens.size(0), "] (one a row), got ", describe(positions));
+  const int64_t batch = tokens.size(0);
+  // Both lookups and cached_attention check the positions on the device.
+  Tensor x = add((*tok_emb)(tokens), (*pos_emb)(positions.view({batch, 1})));
+  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, cache.layers[i], positions);
+  return logits_of((*norm_f)(x));
+}
+
+void GPTCache::set_length(int64_t length) {
+  for (nn::KVCache& layer : layers) {
+    NC_CHECK(length >= 0 && length <= layer.max_len(), ValueError, "GPTCache::set_length: ", length,
+             " positions do not fit a cache of ", layer.max_len());
+    layer.length = length;
+  }
 }
 
 GPTCache GPT::make_cache(int64_t batch) const {
@@ -299,159 +330,6 @@ GPTCheckpoint load_gpt_checkpoint(const std::string& path, Device device, Genera
   out.schedule_state = std::move(state.schedule_state);
   out.metadata = std::move(state.metadata);
   return out;
-}
-
-// ---------------------------------------------------------------- generation
-namespace {
-
-// The next token from the last position's logits: the most likely (temperature 0), or a
-// draw from softmax(logits / temperature) over the top_k most likely and then the top_p
-// nucleus, with u uniform on [0, 1).
-int64_t choose(const std::vector<float>& logits, const GenerateOptions& options, double u) {
-  const auto most_likely = std::max_element(logits.begin(), logits.end());
-  if (options.temperature <= 0) return most_likely - logits.begin();
-  float cutoff = -INFINITY;
-  if (options.top_k > 0 && options.top_k < static_cast<int64_t>(logits.size())) {
-    std::vector<float> sorted = logits;
-    std::nth_element(sorted.begin(), sorted.begin() + (options.top_k - 1), sorted.end(), std::greater<float>());
-    cutoff = sorted[options.top_k - 1];
-  }
-  std::vector<double> weights(logits.size(), 0.0);
-  double total = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] < cutoff) continue;
-    weights[i] = std::exp((static_cast<double>(logits[i]) - *most_likely) / options.temperature);
-    total += weights[i];
-  }
-  if (options.top_p < 1) {
-    // The most likely first (ties by index, so the cut is the same every time); keep them
-    // until their weight reaches top_p of the total, drop the rest.
-    std::vector<int64_t> order;
-    for (size_t i = 0; i < weights.size(); ++i)
-      if (weights[i] > 0) order.push_back(static_cast<int64_t>(i));
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
-    double kept = 0;
-    size_t n = 0;
-    while (n < order.size() && (n == 0 || kept < options.top_p * total)) kept += weights[order[n++]];
-    for (size_t j = n; j < order.size(); ++j) weights[order[j]] = 0;
-    total = kept;
-  }
-  double target = u * total;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (weights[i] == 0) continue;
-    target -= weights[i];
-    if (target < 0) return static_cast<int64_t>(i);
-  }
-  return most_likely - logits.begin();  // rounding left u * total past the last weight
-}
-
-// Logits of the last position of [1, T, V] as floats on the host.
-std::vector<float> last_logits(const Tensor& logits) {
-  return logits.select(0, 0).select(0, logits.size(1) - 1).to(Device::cpu(), DType::F32).to_vector<float>();
-}
-
-}  // namespace
-
-std::vector<int64_t> generate_tokens(GPT& model, const std::vector<int64_t>& prompt, int64_t tokens,
-                                     const GenerateOptions& options, const std::function<void(int64_t)>& on_token) {
-  const char* op = "generate_tokens";
-  NC_CHECK(tokens >= 0, ValueError, op, ": tokens must be >= 0, got ", tokens);
-  NC_CHECK(std::isfinite(options.temperature) && options.temperature >= 0, ValueError, op,
-           ": temperature must be finite and >= 0, got ", options.temperature);
-  NC_CHECK(options.top_k >= 0, ValueError, op, ": top_k must be >= 0, got ", options.top_k);
-  NC_CHECK(options.top_p > 0 && options.top_p <= 1, ValueError, op, ": top_p must be in (0, 1], got ", options.top_p);
-  NC_CHECK(!prompt.empty(), ValueError, op, ": the prompt is empty (at least one token is needed)");
-  for (size_t i = 0; i < prompt.size(); ++i)
-    NC_CHECK(prompt[i] >= 0 && prompt[i] < model.config.vocab_size, IndexError, op, ": prompt token ", i, " is ",
-             prompt[i], ", outside the model's vocabulary of ", model.config.vocab_size);
-  const int64_t context = model.config.context;
-  const Device device = model.tok_emb->weight.device();
-  std::vector<int64_t> history(prompt);
-
-  const bool was_training = model.is_training();
-  model.eval();
-  autograd::InferenceModeGuard inference;
-  Generator gen(options.seed);
-  GPTCache cache = model.make_cache(1);
-  // A fresh prefill of the last `context` tokens of history.
-  auto prefill = [&]() {
-    cache.clear();
-    const int64_t n = std::min<int64_t>(context, static_cast<int64_t>(history.size()));
-    const std::vector<int64_t> window(history.end() - n, history.end());
-    return model.forward(from_vector(window, {1, n}, device), cache);
-  };
-  Tensor logits = prefill();
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < tokens; ++i) {
-    const double u = options.temperature > 0 ? rand({1}, DType::F64, &gen).item<double>() : 0.0;
-    const int64_t next = choose(last_logits(logits), options, u);
-    history.push_back(next);
-    out.push_back(next);
-    if (on_token) on_token(next);
-    if (i + 1 == tokens) break;
-    if (cache.length() < context)
-      logits = model.forward(from_vector(std::vector<int64_t>{next}, {1, 1}, device), cache);
-    else logits = prefill();
-  }
-  model.train(was_training);
-  return out;
-}
-
-std::string generate_text(GPT& model, const std::string& prompt, int64_t tokens, const GenerateOptions& options,
-                          const std::function<void(const std::string&)>& on_text) {
-  NC_CHECK(model.config.vocab_size <= 256, ValueError, "generate_text: the model's vocabulary has ",
-           model.config.vocab_size, " tokens; text generation writes bytes (at most 256)");
-  NC_CHECK(tokens >= 0, ValueError, "generate_text: tokens must be >= 0, got ", tokens);
-  std::vector<int64_t> bytes;
-  for (unsigned char c : prompt.empty() ? std::string("%\n") : prompt) bytes.push_back(c);
-  std::string text;
-  generate_tokens(model, bytes, tokens, options, [&](int64_t next) {
-    const std::string piece(1, static_cast<char>(next));
-    text += piece;
-    if (on_text) on_text(piece);
-  });
-  return text;
-}
-
-TextGenerator::TextGenerator(const std::string& path, Device device, const std::string& tokenizer_dir) {
-  if (!std::filesystem::is_directory(path)) {
-    NC_CHECK(tokenizer_dir.empty(), ValueError, "TextGenerator: ", path,
-             " is a byte-level checkpoint, which takes "
-             "no tokenizer (got tokenizer folder ",
-             tokenizer_dir, ")");
-    model_ = load_gpt_checkpoint(path, device).model;
-  } else {
-    model_ = load_hf_gpt2(path, device);
-    tokenizer_ = std::make_shared<const text::BpeTokenizer>(
-        text::BpeTokenizer::load(tokenizer_dir.empty() ? path : tokenizer_dir));
-    NC_CHECK(tokenizer_->vocab_size() <= model_->config.vocab_size, ValueError, "TextGenerator: the tokenizer of ",
-             tokenizer_dir.empty() ? path : tokenizer_dir, " has ", tokenizer_->vocab_size(),
-             " tokens, more than the model's vocabulary of ", model_->config.vocab_size);
-    max_token_bytes_ = 1;
-    for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id)
-      max_token_bytes_ = std::max<int64_t>(max_token_bytes_, static_cast<int64_t>(tokenizer_->decode({id}).size()));
-  }
-  model_->eval();
-}
-
-std::string TextGenerator::generate(const std::string& prompt, int64_t tokens, const GenerateOptions& options,
-                                    const std::function<void(const std::string&)>& on_text) {
-  if (!tokenizer_) return generate_text(*model_, prompt, tokens, options, on_text);
-  std::vector<int64_t> ids;
-  for (int32_t id : tokenizer_->encode(prompt)) ids.push_back(id);
-  if (ids.empty()) {
-    NC_CHECK(tokenizer_->end_of_text() >= 0, ValueError,
-             "TextGenerator::generate: the prompt is empty and the "
-             "tokenizer has no <|endoftext|> to start a new document with");
-    ids.push_back(tokenizer_->end_of_text());
-  }
-  std::string text;
-  generate_tokens(*model_, ids, tokens, options, [&](int64_t id) {
-    const std::string piece = tokenizer_->decode({static_cast<int32_t>(id)});
-    text += piece;
-    if (on_text) on_text(piece);
-  });
-  return text;
 }
 
 }  // namespace models

@@ -63,6 +63,9 @@ struct GPTCache {
   int64_t length() const { return layers.empty() ? 0 : layers.front().length; }
   // Forgets every position; the tensors are kept for reuse.
   void clear();
+  // Says that the first length positions are filled (after GPT::decode steps, which do not
+  // count them: their positions live on the device).
+  void set_length(int64_t length);
 };
 
 // tokens [B, T] (i64 or i32, values in [0, vocab_size)) -> logits [B, T, vocab_size] (a
@@ -84,6 +87,17 @@ class GPT : public nn::Module {
   // on an empty cache, then one per call (nn::CausalSelfAttention::forward(x, cache)).
   // Gives what forward() gives for those positions of the whole sequence.
   Tensor forward(const Tensor& tokens, GPTCache& cache);
+  // forward(tokens, cache)'s logits of the last position alone, [B, 1, vocab_size]: a prompt's
+  // prefill, with the head run on one position instead of T.
+  Tensor prefill(const Tensor& tokens, GPTCache& cache);
+  // One decoding step whose positions live on the device, so that a CUDA graph of it replays
+  // at every position (generate_tokens does so): tokens [B, 1] at positions [B] (i64 on the
+  // model's device, each below the context) -> logits [B, 1, vocab_size]. Each row's key and
+  // value go into the cache at its position, and it attends to the cache's positions up to
+  // it (nn::CausalSelfAttention::forward(x, cache, positions)); a position past the context
+  // is an IndexError at the next wait for the device. cache.length() is not advanced (the
+  // caller knows how many steps ran: GPTCache::set_length). Eval mode.
+  Tensor decode(const Tensor& tokens, const Tensor& positions, GPTCache& cache);
   // The final norm's output [B, T, embed] for tokens [B, T]: what the head turns into the
   // logits (forward(tokens) is hidden_states(tokens) @ tok_emb->weight^T, its first
   // vocab_size columns).
@@ -102,6 +116,8 @@ class GPT : public nn::Module {
   // Embeddings of tokens at positions start.. -> blocks (with cache when given) -> the final
   // norm, and with head the logits.
   Tensor run(const Tensor& tokens, int64_t start, GPTCache* cache, bool head = true);
+  // x [B, T, embed] -> logits [B, T, vocab_size] (tok_emb's weight as the head).
+  Tensor logits_of(const Tensor& x);
   // Whether every norm is a fusable LayerNorm (TransformerBlock::can_fuse_norms and norm_f).
   bool fuses_norms() const;
   Generator* gen_;
@@ -205,6 +221,9 @@ struct GenerateOptions {
   // top_k) add up to at least top_p, in (0, 1]; 1 keeps them all (nucleus sampling). Last,
   // so that {temperature, top_k, seed} still initializes the others.
   double top_p = 1.0;
+  // On a GPU, each decoding step as one CUDA graph replay (captured on the second step);
+  // false runs every step's kernels one by one. The tokens are the same either way.
+  bool cuda_graph = true;
 };
 
 // Continues prompt by `tokens` bytes, one KV-cache step per byte, handing each byte to

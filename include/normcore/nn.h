@@ -421,6 +421,11 @@ class CausalSelfAttention : public Module {
   // (a prefill), then one at a time; a multi-token step on a non-empty cache, or more
   // positions than max_len, is an Error. Gives what forward() gives for those positions.
   Tensor forward(const Tensor& x, KVCache& cache);
+  // One decoding step whose positions live on the device (cached_attention), so that a CUDA
+  // graph replays it at every position: x [B, 1, C] holds position positions[b] (i64 [B] on
+  // x's device) of row b, whose key and value go into the cache there, attending to the
+  // cache's positions up to it. cache.length is the caller's to keep. Eval mode only.
+  Tensor forward(const Tensor& x, KVCache& cache, const Tensor& positions);
   // An empty cache for batch sequences of up to max_len positions, zeros of the weights'
   // dtype on their device.
   KVCache make_cache(int64_t batch, int64_t max_len) const;
@@ -470,6 +475,8 @@ class TransformerBlock : public Module {
   Tensor forward(const Tensor& x) override;
   // With the attention's KV cache (CausalSelfAttention::forward(x, cache)'s rules).
   Tensor forward(const Tensor& x, KVCache& cache);
+  // A decoding step at device positions (CausalSelfAttention::forward(x, cache, positions)).
+  Tensor forward(const Tensor& x, KVCache& cache, const Tensor& positions);
   // For a stack of blocks: given x and normed = norm1(x), returns {block(x), next(block(x))}
   // with both residual adds and the LayerNorms after them (norm2, then next) as add_layer_norm
   // passes. Needs can_fuse_norms() and a LayerNorm `next` over the last dim with a weight.

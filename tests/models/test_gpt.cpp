@@ -238,6 +238,65 @@ TEST(GPT, KVCacheDecodingMatchesFullForward) {
   }
 }
 
+TEST(GPT, DecodingAtDevicePositionsMatchesTheFullForward) {
+  for (const nc::Device& device : devices()) {
+    SCOPED_TRACE(device.str());
+    nc::Generator gen(12);
+    models::GPT model(tiny_config(), &gen);
+    model.to(device);
+    model.eval();
+    nc::autograd::NoGradGuard no_grad;
+    const nc::TensorOptions i64(nc::DType::I64, device);
+    const nc::Tensor tokens = nc::randint(0, 256, {2, 8}, i64, &gen);
+    const nc::Tensor full = model(tokens);
+    models::GPTCache cache = model.make_cache(2);
+    // The prefill's head on its last position only.
+    const nc::Tensor last = model.prefill(tokens.narrow(1, 0, 3), cache);
+    ASSERT_EQ(last.shape(), (nc::Shape{2, 1, 256}));
+    EXPECT_LT(max_abs_diff(last, full.narrow(1, 2, 1)), 1e-5);
+    EXPECT_EQ(cache.length(), 3);
+    for (int64_t t = 3; t < 8; ++t) {
+      const nc::Tensor positions = nc::full({2}, t, i64);
+      const nc::Tensor logits = model.decode(tokens.narrow(1, t, 1), positions, cache);
+      EXPECT_LT(max_abs_diff(logits, full.narrow(1, t, 1)), 1e-5) << "position " << t;
+    }
+    EXPECT_EQ(cache.length(), 3);  // decode leaves the count to its caller
+    cache.set_length(8);
+    EXPECT_EQ(cache.length(), 8);
+    EXPECT_THROW(cache.set_length(9), nc::ValueError);
+    EXPECT_THROW(model.decode(tokens.narrow(1, 0, 2), nc::full({2}, 0, i64), cache), nc::ShapeError);
+    EXPECT_THROW(model.decode(tokens.narrow(1, 0, 1), nc::full({1}, 0, i64), cache), nc::ShapeError);
+    // A position past the context: an IndexError (on a GPU at the next wait).
+    EXPECT_THROW(
+        {
+          model.decode(tokens.narrow(1, 0, 1), nc::full({2}, 8, i64), cache);
+          nc::cuda::synchronize();
+        },
+        nc::IndexError);
+  }
+}
+
+TEST(GPT, GraphedDecodingGivesTheTokensOfTheDirectOne) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  nc::Generator gen(4);
+  models::GPTConfig config = tiny_config();
+  config.context = 64;
+  models::GPT model(config, &gen);
+  model.to(nc::Device::cuda());
+  const std::vector<int64_t> prompt{5, 6, 7};
+  for (const models::GenerateOptions& options :
+       {models::GenerateOptions{0.0, 0, 0}, models::GenerateOptions{0.9, 40, 17, 0.95}}) {
+    models::GenerateOptions direct = options, graphed = options;
+    direct.cuda_graph = false;
+    graphed.cuda_graph = true;
+    // 70 tokens: 61 decoding steps, then prefills once the cache is full.
+    const std::vector<int64_t> a = models::generate_tokens(model, prompt, 70, direct);
+    const std::vector<int64_t> b = models::generate_tokens(model, prompt, 70, graphed);
+    EXPECT_EQ(a, b) << "temperature " << options.temperature;
+    EXPECT_EQ(a.size(), 70u);
+  }
+}
+
 TEST(GPT, KVCacheRefusesWhatItCannotDo) {
   models::GPT model(tiny_config());
   nc::nn::CausalSelfAttention& attn = *model.blocks[0]->attn;
