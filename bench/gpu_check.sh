@@ -11,7 +11,8 @@
 # cnnbench (bench/conv and one CNN epoch beside PyTorch eager and torch.compile),
 # kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch), infer
 # (a classifier's batch forward and one-image latency beside PyTorch), resnetinfer (ResNet-50
-# inference beside torchvision eager and torch.compile), customop (the
+# inference beside torchvision eager and torch.compile), decode (GPT-2 124M prefill and batch-1
+# decoding beside transformers eager and torch.compile), customop (the
 # custom-op example with its CUDA kernels, staged from BUILD_DIR/custom-op),
 # norms (the normalization benchmark), normsfresh (the same with each case in a fresh process,
 # median and range of NORMS_RUNS runs, the GPU's clock, temperature and power logged), transformer (bench/attention and the transformer-shape
@@ -178,6 +179,15 @@ for section in "${sections[@]}"; do
       echo "== benchmark: ResNet-50 inference, normcore then PyTorch"
       "$run/resnet_infer" --model resnet50 --batch 1,64 --reps 50 | grep -v '^{'
       python3 bench/resnet_infer_torch.py --model resnet50 --batch 1,64 --reps 50 2>&1 | grep -v '^{' | grep -v Warning
+      ;;
+    decode)
+      # GPT-2 124M serving one sequence (random weights): the prefill of 1,024 tokens and 256
+      # greedy tokens after an 8-token prompt, f32 and bf16; normcore graphed and direct, then
+      # transformers eager and with a static cache under torch.compile (minutes: it compiles).
+      echo "== benchmark: GPT-2 124M prefill and batch-1 decoding, normcore then transformers"
+      "$run/gpt2_decode" --tokens 256 --prompt-tokens 1024 --reps 5 | grep -v '^{'
+      python3 bench/gpt2_decode_torch.py --tokens 256 --prompt-tokens 1024 --reps 5 ${DECODE_TORCH_ARGS:-} 2>&1 |
+        grep -v '^{' | grep -v Warning
       ;;
     norms)
       echo "== benchmark: the normalization kernels"

@@ -14,7 +14,7 @@ cp -L "$build"/libnormcore.so* gpu-run/
 cp "$build"/tests/normcore_tests "$build"/tests/normcore_cuda_faults "$build"/tests/normcore_c_api_test gpu-run/
 cp "$build"/normcore gpu-run/
 for program in "$build"/examples/kernelbench_* "$build"/bench/norms "$build"/bench/gemm_gn_min "$build"/bench/mlp_epoch \
-  "$build"/bench/conv "$build"/bench/attention "$build"/bench/infer "$build"/bench/resnet_infer "$build"/bench/safetensors_load \
+  "$build"/bench/conv "$build"/bench/attention "$build"/bench/infer "$build"/bench/resnet_infer "$build"/bench/gpt2_decode "$build"/bench/safetensors_load \
   "$build"/custom-op/custom_op; do
   [ -f "$program" ] && [ -x "$program" ] && cp "$program" gpu-run/
 done
