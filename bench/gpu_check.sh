@@ -183,11 +183,20 @@ for section in "${sections[@]}"; do
     decode)
       # GPT-2 124M serving one sequence (random weights): the prefill of 1,024 tokens and 256
       # greedy tokens after an 8-token prompt, f32 and bf16; normcore graphed and direct, then
-      # transformers eager and with a static cache under torch.compile (minutes: it compiles).
+      # transformers eager and with a static cache under torch.compile (minutes: it compiles);
+      # then on two CPU cores. DECODE_GPU=0 or DECODE_CPU=0 leaves a part out.
       echo "== benchmark: GPT-2 124M prefill and batch-1 decoding, normcore then transformers"
-      "$run/gpt2_decode" --tokens 256 --prompt-tokens 1024 --reps 5 | grep -v '^{'
-      python3 bench/gpt2_decode_torch.py --tokens 256 --prompt-tokens 1024 --reps 5 ${DECODE_TORCH_ARGS:-} 2>&1 |
-        grep -v '^{' | grep -v Warning
+      [ "${DECODE_GPU:-1}" = 1 ] && "$run/gpt2_decode" --tokens 256 --prompt-tokens 1024 --reps 5 | grep -v '^{'
+      [ "${DECODE_GPU:-1}" = 1 ] && python3 bench/gpt2_decode_torch.py --tokens 256 --prompt-tokens 1024 --reps 5 \
+        ${DECODE_TORCH_ARGS:-} 2>&1 | grep -v '^{' | grep -v Warning
+      if [ "${DECODE_CPU:-1}" = 1 ]; then
+        # The same on two CPU cores (taskset) and two threads each, f32: 64 tokens after the
+        # 8-token prompt, a prefill of 256.
+        echo "-- on two CPU cores: normcore, then transformers eager"
+        taskset -c 0,1 "$run/gpt2_decode" --device cpu --threads 2 --tokens 64 --prompt-tokens 256 --reps 3 | grep -v '^{'
+        taskset -c 0,1 python3 bench/gpt2_decode_torch.py --device cpu --threads 2 --tokens 64 --prompt-tokens 256 \
+          --reps 3 2>&1 | grep -v '^{' | grep -v Warning
+      fi
       ;;
     norms)
       echo "== benchmark: the normalization kernels"
