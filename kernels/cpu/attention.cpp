@@ -1,17 +1,22 @@
-// CPU reference of the attention kernels (contracts in kernels/attention.h): per (batch,
-// q head, query row), with the k and v head of that q head, the row of scores in double, its
-// max m and sum l of exp(score - m), the probabilities exp(score - m) / l and the weighted
-// sum of v. Backward recomputes each row's
+// CPU attention kernels (contracts in kernels/attention.h). The f32, f16 and bf16 forward
+// runs blocks of query rows as f32 matrix products (forward_blocked). The f64 forward, every
+// backward and cached_attention are the reference: per (batch, q head, query row), with the
+// k and v head of that q head, the row of scores in double, its max m and sum l of
+// exp(score - m), the probabilities exp(score - m) / l and the weighted sum of v. Backward
+// recomputes each row's
 // probabilities the same way (not from the saved log-sum-exp m + log l, whose rounding is
 // |m| times the precision: large for a saturated softmax) and takes delta as
 // sum_j p_j dp_j, so that dp_j - delta cancels in consistently rounded terms; it sums over
 // rows and keys in a fixed order on one thread.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/parallel.h"
 
 namespace normcore {
 namespace cpu {
@@ -83,6 +88,69 @@ void forward(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kern
       }
     }
   }
+}
+
+// f32, f16 and bf16: per (batch, q head) on the thread pool, the scores of kRows query rows
+// at a time as one f32 matrix product with the keys the last of them sees, each row's
+// softmax in f32 (its max subtracted, its sum and log-sum-exp in double), and the weighted
+// sum of v as a second product. Each (batch, head) is one task's alone, so the bits do not
+// depend on the thread count.
+template <class T>
+void forward_blocked(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kernels::AttentionShape& s,
+                     bool causal, double scale, const Tensor& out_t, const Tensor& lse_t) {
+  constexpr int64_t kRows = 64;
+  const Heads<const T> q(q_t), k(k_t), v(v_t);
+  const Heads<T> out(out_t);
+  double* lse = data_as<double>(lse_t);
+  const int64_t group = s.heads / s.kv_heads;
+  const float scale_f = static_cast<float>(scale);
+  parallel_for(s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(static_cast<size_t>(kRows * s.D)), kf(static_cast<size_t>(s.S * s.D)),
+        vf(static_cast<size_t>(s.S * s.Dv)), scores(static_cast<size_t>(kRows * s.S)),
+        of(static_cast<size_t>(kRows * s.Dv));
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / s.heads, h = bh % s.heads, kh = h / group;
+      for (int64_t j = 0; j < s.S; ++j) {
+        for (int64_t d = 0; d < s.D; ++d) kf[j * s.D + d] = convert<float>(k.row(b, kh, j)[d]);
+        for (int64_t d = 0; d < s.Dv; ++d) vf[j * s.Dv + d] = convert<float>(v.row(b, kh, j)[d]);
+      }
+      for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
+        const int64_t rows = std::min(kRows, s.L - i0);
+        const int64_t keys = visible_keys(i0 + rows - 1, s, causal);  // what the block's last row sees
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t d = 0; d < s.D; ++d) qf[r * s.D + d] = convert<float>(q.row(b, h, i0 + r)[d]);
+        if (keys > 0) {
+          // scores [rows, keys] = q [rows, D] @ k^T [D, keys] (element (d, j) of k^T at kf[j * D + d]).
+          gemm(rows, keys, s.D, GemmOperand<float>{qf.data(), s.D, 1}, GemmOperand<float>{kf.data(), 1, s.D},
+               scores.data(), keys, false);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          float* row = scores.data() + r * keys;
+          const int64_t visible = visible_keys(i0 + r, s, causal);
+          float max = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < visible; ++j) max = std::max(max, row[j] * scale_f);
+          double sum = 0;
+          for (int64_t j = 0; j < visible; ++j) {
+            row[j] = std::exp(row[j] * scale_f - max);
+            sum += row[j];
+          }
+          const float inverse = static_cast<float>(1 / sum);
+          for (int64_t j = 0; j < visible; ++j) row[j] *= inverse;
+          for (int64_t j = visible; j < keys; ++j) row[j] = 0;
+          lse[(b * s.heads + h) * s.L + i0 + r] =
+              visible > 0 ? max + std::log(sum) : -std::numeric_limits<double>::infinity();
+        }
+        if (keys > 0) {
+          gemm(rows, s.Dv, keys, GemmOperand<float>{scores.data(), keys, 1}, GemmOperand<float>{vf.data(), s.Dv, 1},
+               of.data(), s.Dv, false);
+        } else {
+          std::fill(of.begin(), of.end(), 0.0f);
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t d = 0; d < s.Dv; ++d) out.row(b, h, i0 + r)[d] = convert<T>(of[r * s.Dv + d]);
+      }
+    }
+  });
 }
 
 template <class T>
@@ -172,8 +240,11 @@ class CpuAttention final : public kernels::AttentionKernels {
 
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionShape& shape,
                          bool causal, double scale, const Tensor& out, const Tensor& lse) const override {
-    visit_float(q.dtype(), "scaled_dot_product_attention",
-                [&](auto tag) { forward<typename decltype(tag)::type>(q, k, v, shape, causal, scale, out, lse); });
+    visit_float(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, double>) forward<T>(q, k, v, shape, causal, scale, out, lse);
+      else forward_blocked<T>(q, k, v, shape, causal, scale, out, lse);
+    });
   }
 
   // out and lse are not read: the rows are recomputed (see the top of the file).
