@@ -262,10 +262,11 @@ TEST(LinearCrossEntropy, CudaMatchesCpu) {
     nc::Shape x;
     int64_t vocab, classes;
   };
-  // Rows of one vector width and not (the scalar kernel), a padded vocabulary, the large
-  // block, GPT-2's padded vocabulary of 50304.
-  for (const Case& c : {Case{{6, 5}, 7, 7}, Case{{3, 5, 16}, 256, 256}, Case{{37, 64}, 1031, 1000},
-                        Case{{40, 32}, 5120, 5003}, Case{{24, 32}, 16448, 16400}, Case{{2, 6, 32}, 50304, 50257}}) {
+  // Rows of one vector width and not (the scalar kernel, with the small block and the large
+  // one), a padded vocabulary, the large block, GPT-2's padded vocabulary of 50304.
+  for (const Case& c :
+       {Case{{6, 5}, 7, 7}, Case{{3, 5, 16}, 256, 256}, Case{{37, 64}, 1031, 1000}, Case{{40, 32}, 5120, 5003},
+        Case{{20, 16}, 4099, 4090}, Case{{24, 32}, 16448, 16400}, Case{{2, 6, 32}, 50304, 50257}}) {
     SCOPED_TRACE(nc::shape_str(c.x) + " vocab " + std::to_string(c.vocab));
     const Tensor x = random(c.x, 20), w = random({c.vocab, c.x.back()}, 21, 0.2);
     const Tensor t = targets(nc::Shape(c.x.begin(), c.x.end() - 1), c.classes, 22);
