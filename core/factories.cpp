@@ -1,4 +1,6 @@
-// Tensor factories (empty, zeros, full, arange, linspace, eye) and the seeded random ones.
+// Tensor factories (empty, zeros, full, arange, linspace, eye), the seeded random ones and
+// sample_logits, which draws from the generator as they do.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -167,6 +169,28 @@ Tensor rand(const Shape& shape, TensorOptions options, Generator* gen) {
   Generator& g = gen ? *gen : default_generator();
   uint64_t offset = reserve_counters(op, g, out);
   if (out.numel()) kernels::generate(out.device()).random_uniform(out, g.seed(), offset);
+  return out;
+}
+
+Tensor sample_logits(const Tensor& logits, double temperature, int64_t top_k, double top_p, Generator* gen) {
+  const OpScope op("sample_logits");
+  check_defined(op, "logits", logits);
+  NC_CHECK(logits.dim() == 2 && logits.size(1) >= 1, ShapeError, op,
+           ": logits must be [rows, classes] with at least one class, got ", describe(logits));
+  NC_CHECK(is_floating(logits.dtype()), DTypeError, op, ": logits must be floating, got ", describe(logits));
+  NC_CHECK(std::isfinite(temperature) && temperature > 0, ValueError, op,
+           ": temperature must be finite and > 0 (0, greedy, is argmax), got ", temperature);
+  NC_CHECK(top_k >= 0, ValueError, op, ": top_k must be >= 0, got ", top_k);
+  NC_CHECK(top_p > 0 && top_p <= 1, ValueError, op, ": top_p must be in (0, 1], got ", top_p);
+  const Tensor x = logits.contiguous();
+  Tensor out = new_tensor({x.size(0)}, DType::I64, x.device());
+  if (x.size(0) == 0) return out;
+  Generator& g = gen ? *gen : default_generator();
+  const uint64_t n = static_cast<uint64_t>(x.size(0));
+  const cuda::RandomOffset offset =
+      x.device().is_cuda() ? cuda::random_offset(g, n, x.device().index) : cuda::RandomOffset{g.advance(n), nullptr};
+  kernels::generate(x.device())
+      .sample_logits(x, g.seed(), offset.offset, offset.base, temperature, std::min(top_k, x.size(1)), top_p, out);
   return out;
 }
 

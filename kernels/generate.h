@@ -33,6 +33,18 @@ class GenerateKernels {
   // out[i] = x[i] * scale where keep[i], x[i] * 0 elsewhere (dropout's backward); the
   // layouts as for dropout.
   virtual void masked_scale(const Tensor& x, const Tensor& keep, double scale, const Tensor& out) const = 0;
+  // sample_logits (normcore/ops.h): logits [rows, V] contiguous floating, out [rows] i64;
+  // temperature > 0, top_k in [0, V], top_p in (0, 1]. Row r's draw u is rand's f64 uniform
+  // of counter offset + r (offset_base as dropout's). Per row, with
+  // m its max and w_j = exp((x_j - m) / temperature) in double: the kept classes are those
+  // whose logit is at least the top_k-th largest (all when top_k is 0 or V; ties kept), then
+  // the fewest of the largest logits whose w reach top_p of the kept total; out is the first
+  // class j in index order whose running sum of kept w passes u times their total (the
+  // row's first maximum when rounding leaves none). The CPU keeps ties at the top_p cut in
+  // index order; CUDA keeps them all, and sums in another order: rows whose draw falls
+  // within rounding of a boundary may choose differently between the two.
+  virtual void sample_logits(const Tensor& logits, uint64_t seed, uint64_t offset, const uint64_t* offset_base,
+                             double temperature, int64_t top_k, double top_p, const Tensor& out) const = 0;
 
  protected:
   ~GenerateKernels() = default;

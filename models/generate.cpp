@@ -1,9 +1,9 @@
 // Text generation with a GPT's KV cache (normcore/gpt.h): generate_tokens, generate_text and
 // TextGenerator. A prompt runs as one prefill whose head covers its last position only;
 // each later token is one decoding step at a position held on the device (GPT::decode), on a
-// GPU one CUDA graph replay. Greedy choices are made on the device (argmax); sampling draws
-// on the host from the last position's logits, so a seed gives the same tokens on every run
-// of a device.
+// GPU one CUDA graph replay. The choice (argmax, or sample_logits with the call's seed) is
+// made on the model's device, so a seed gives the same tokens on every run of a device and
+// the host reads one id a token.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +12,7 @@
 #include "normcore/cuda.h"
 #include "normcore/gpt.h"
 #include "normcore/ops.h"
+#include "normcore/random.h"
 #include "normcore/text.h"
 
 namespace normcore {
@@ -20,112 +21,41 @@ namespace models {
 // ---------------------------------------------------------------- generation
 namespace {
 
-// The next token from the last position's logits: the most likely (temperature 0), or a
-// draw from softmax(logits / temperature) over the top_k most likely and then the top_p
-// nucleus, with u uniform on [0, 1).
-int64_t choose(const std::vector<float>& logits, const GenerateOptions& options, double u) {
-  const auto most_likely = std::max_element(logits.begin(), logits.end());
-  if (options.temperature <= 0) return most_likely - logits.begin();
-  float cutoff = -INFINITY;
-  if (options.top_k > 0 && options.top_k < static_cast<int64_t>(logits.size())) {
-    std::vector<float> sorted = logits;
-    std::nth_element(sorted.begin(), sorted.begin() + (options.top_k - 1), sorted.end(), std::greater<float>());
-    cutoff = sorted[options.top_k - 1];
-  }
-  std::vector<double> weights(logits.size(), 0.0);
-  double total = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] < cutoff) continue;
-    weights[i] = std::exp((static_cast<double>(logits[i]) - *most_likely) / options.temperature);
-    total += weights[i];
-  }
-  if (options.top_p < 1) {
-    // The most likely first (ties by index, so the cut is the same every time); keep them
-    // until their weight reaches top_p of the total, drop the rest.
-    std::vector<int64_t> order;
-    for (size_t i = 0; i < weights.size(); ++i)
-      if (weights[i] > 0) order.push_back(static_cast<int64_t>(i));
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
-    double kept = 0;
-    size_t n = 0;
-    while (n < order.size() && (n == 0 || kept < options.top_p * total)) kept += weights[order[n++]];
-    for (size_t j = n; j < order.size(); ++j) weights[order[j]] = 0;
-    total = kept;
-  }
-  double target = u * total;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (weights[i] == 0) continue;
-    target -= weights[i];
-    if (target < 0) return static_cast<int64_t>(i);
-  }
-  return most_likely - logits.begin();  // rounding left u * total past the last weight
+// The next token of each row of logits [rows, 1, V] on their device: the most likely
+// (temperature 0) or a draw (sample_logits), i64 [rows].
+Tensor choose(const Tensor& logits, const GenerateOptions& options, Generator& gen) {
+  const Tensor rows = logits.reshape({logits.size(0), logits.size(2)});
+  if (options.temperature <= 0) return argmax(rows, 1);
+  return sample_logits(rows, options.temperature, options.top_k, options.top_p, &gen);
 }
-
-// Logits of the last position of [1, T, V] as floats on the host.
-std::vector<float> last_logits(const Tensor& logits) {
-  return logits.select(0, 0).select(0, logits.size(1) - 1).to(Device::cpu(), DType::F32).to_vector<float>();
-}
-
-}  // namespace
-
-namespace {
 
 // The decoding steps of one generate_tokens call: tokens [1, 1] and positions [1] live on
-// the model's device, and each step reads them there, so that on a GPU the step (the model,
-// greedy choice included, and the position's advance) is one CUDA graph replay captured on
-// the second step. A greedy step writes its token into `tokens` on the device and the host
-// reads that one id; a sampling step leaves the logits for the host to draw from and the
-// host writes the drawn id.
+// the model's device, and each step reads them there and writes its choice into tokens, so
+// that on a GPU the whole step (the model, the choice, the position's advance) is one CUDA
+// graph replay, captured on the second step; the host reads the one chosen id.
 class Decoder {
  public:
-  Decoder(GPT& model, GPTCache& cache, const GenerateOptions& options)
-      : model_(model), cache_(cache), greedy_(options.temperature <= 0) {
+  Decoder(GPT& model, GPTCache& cache, const GenerateOptions& options, Generator& gen)
+      : model_(model), cache_(cache), options_(options), gen_(gen) {
     const Device device = model.tok_emb->weight.device();
     tokens_ = zeros({1, 1}, TensorOptions(DType::I64, device));
     positions_ = zeros({1}, TensorOptions(DType::I64, device));
     graphed_ = options.cuda_graph && device.is_cuda();
   }
 
-  // Continues after `token` at position cache.length(); returns the greedy choice (greedy) or
-  // the logits [vocab_size] (sampling), with the cache one position longer.
-  int64_t greedy_step(int64_t token) {
-    prepare(token);
-    run();
-    cache_.set_length(cache_.length() + 1);
-    return tokens_.item<int64_t>();
-  }
-  const Tensor& sampling_step(int64_t token) {
-    prepare(token);
-    run();
-    cache_.set_length(cache_.length() + 1);
-    return logits_;
-  }
-
- private:
-  // The step's inputs on the device: the position whenever the host's count may differ from
-  // the device's (the first step, after a prefill), the token when the host chose it.
-  void prepare(int64_t token) {
+  // The token after `token`, which goes at position cache.length(); the cache grows by one.
+  int64_t next(int64_t token) {
     const int64_t position = cache_.length();
     if (position != device_position_) {
       positions_.copy_(from_vector(std::vector<int64_t>{position}, {1}, Device::cpu()));
       device_position_ = position;
     }
-    if (!greedy_ || !chosen_on_device_) tokens_.copy_(from_vector(std::vector<int64_t>{token}, {1, 1}, Device::cpu()));
-  }
-
-  void step() {
-    const Tensor logits = model_.decode(tokens_, positions_, cache_);
-    if (greedy_) tokens_.copy_(argmax(logits.view({1, logits.size(2)})).view({1, 1}));
-    else logits_ = logits.view({logits.size(2)});
-    positions_.copy_(add(positions_, 1));
-  }
-
-  void run() {
+    if (token != device_token_) tokens_.copy_(from_vector(std::vector<int64_t>{token}, {1, 1}, Device::cpu()));
     if (graph_.captured()) {
       graph_.replay();
     } else if (graphed_ && steps_ > 0) {
       // The first step ran directly (plans and workspaces made outside the capture); the
-      // capture itself runs the step once, as a direct call would.
+      // capture runs nothing, so the step is replayed right after it.
       graph_.capture(positions_.device().index, [&] { step(); });
       graph_.replay();
     } else {
@@ -133,18 +63,27 @@ class Decoder {
     }
     ++steps_;
     ++device_position_;
-    chosen_on_device_ = greedy_;
+    cache_.set_length(position + 1);
+    device_token_ = tokens_.item<int64_t>();
+    return device_token_;
+  }
+
+ private:
+  void step() {
+    tokens_.copy_(choose(model_.decode(tokens_, positions_, cache_), options_, gen_).view({1, 1}));
+    positions_.copy_(add(positions_, 1));
   }
 
   GPT& model_;
   GPTCache& cache_;
-  const bool greedy_;
+  const GenerateOptions options_;
+  Generator& gen_;
   bool graphed_ = false;
-  Tensor tokens_, positions_, logits_;
+  Tensor tokens_, positions_;
   cuda::Graph graph_;
   int64_t steps_ = 0;
-  int64_t device_position_ = -1;   // what positions_ holds (-1: not set yet)
-  bool chosen_on_device_ = false;  // tokens_ holds the last greedy choice
+  int64_t device_position_ = -1;  // what positions_ holds (-1: not set yet)
+  int64_t device_token_ = -1;     // what tokens_ holds
 };
 
 }  // namespace
@@ -170,36 +109,22 @@ std::vector<int64_t> generate_tokens(GPT& model, const std::vector<int64_t>& pro
   autograd::InferenceModeGuard inference;
   Generator gen(options.seed);
   GPTCache cache = model.make_cache(1);
-  // A fresh prefill of the last `context` tokens of history.
+  // A fresh prefill of the last `context` tokens of history, and its choice.
   auto prefill = [&]() {
     cache.clear();
     const int64_t n = std::min<int64_t>(context, static_cast<int64_t>(history.size()));
     const std::vector<int64_t> window(history.end() - n, history.end());
-    return model.prefill(from_vector(window, {1, n}, device), cache);
+    return choose(model.prefill(from_vector(window, {1, n}, device), cache), options, gen).item<int64_t>();
   };
-  // The greedy choice of a prefill's logits, on the device as the decoding steps make it.
-  auto most_likely = [](const Tensor& logits) { return argmax(logits.view({logits.size(2)})).item<int64_t>(); };
-  Decoder decoder(model, cache, options);
-  Tensor logits = prefill();
-  int64_t greedy_next = options.temperature <= 0 ? most_likely(logits) : 0;
+  Decoder decoder(model, cache, options, gen);
+  int64_t next = prefill();
   std::vector<int64_t> out;
   for (int64_t i = 0; i < tokens; ++i) {
-    int64_t next = greedy_next;
-    if (options.temperature > 0) {
-      const double u = rand({1}, DType::F64, &gen).item<double>();
-      next = choose(last_logits(logits), options, u);
-    }
     history.push_back(next);
     out.push_back(next);
     if (on_token) on_token(next);
     if (i + 1 == tokens) break;
-    if (cache.length() < context) {
-      if (options.temperature <= 0) greedy_next = decoder.greedy_step(next);
-      else logits = decoder.sampling_step(next).view({1, 1, -1});
-    } else {
-      logits = prefill();
-      if (options.temperature <= 0) greedy_next = most_likely(logits);
-    }
+    next = cache.length() < context ? decoder.next(next) : prefill();
   }
   model.train(was_training);
   return out;

@@ -41,6 +41,16 @@ Tensor rand(const Shape& shape, TensorOptions options = {}, Generator* gen = nul
 Tensor randn(const Shape& shape, TensorOptions options = {}, Generator* gen = nullptr);
 // Uniform integers on [low, high) (default dtype i64).
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options = {}, Generator* gen = nullptr);
+// One class a row of logits [rows, V] (floating, on any device), drawn as text generation
+// does: from softmax(logits / temperature) over the classes whose logit is at least the
+// top_k-th largest (all of them when top_k is 0 or at least V), and among those over the
+// fewest most likely whose probabilities reach top_p -> i64 [rows]. Row r's draw is the f64
+// uniform rand would give counter r of gen (the default generator when null), which
+// advances by rows; inside a CUDA graph capture each replay draws anew, as dropout does.
+// temperature finite and > 0, top_k >= 0, top_p in (0, 1]. Where the CPU and a GPU may
+// choose differently (ties at the top_p cut, rounding at a boundary): kernels/generate.h.
+Tensor sample_logits(const Tensor& logits, double temperature, int64_t top_k = 0, double top_p = 1.0,
+                     Generator* gen = nullptr);
 
 }  // namespace normcore
 

@@ -1,6 +1,12 @@
 // CPU sequences and random numbers (contracts in kernels/generate.h). Random element i comes
 // from philox::generate(seed, offset + i) and the transforms in base/philox.h, as on CUDA.
 #include "kernels/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
 #include "base/philox.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/parallel.h"
@@ -29,6 +35,45 @@ void generate_each(const Tensor& out, F f) {
   parallel_for(out.numel(), kRandomGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) p[i] = f(i);
   });
+}
+
+// One row of sample_logits (kernels/generate.h): the draw u over the kept classes' weights,
+// in double, summed in index order.
+int64_t sample_row(const std::vector<float>& logits, double u, double temperature, int64_t top_k, double top_p) {
+  const auto most_likely = std::max_element(logits.begin(), logits.end());
+  float cutoff = -INFINITY;
+  if (top_k > 0 && top_k < static_cast<int64_t>(logits.size())) {
+    std::vector<float> sorted = logits;
+    std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<float>());
+    cutoff = sorted[top_k - 1];
+  }
+  std::vector<double> weights(logits.size(), 0.0);
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] < cutoff) continue;
+    weights[i] = std::exp((static_cast<double>(logits[i]) - *most_likely) / temperature);
+    total += weights[i];
+  }
+  if (top_p < 1) {
+    // The most likely first (ties by index, so the cut is the same every time); keep them
+    // until their weight reaches top_p of the total, drop the rest.
+    std::vector<int64_t> order;
+    for (size_t i = 0; i < weights.size(); ++i)
+      if (weights[i] > 0) order.push_back(static_cast<int64_t>(i));
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
+    double kept = 0;
+    size_t n = 0;
+    while (n < order.size() && (n == 0 || kept < top_p * total)) kept += weights[order[n++]];
+    for (size_t j = n; j < order.size(); ++j) weights[order[j]] = 0;
+    total = kept;
+  }
+  double target = u * total;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] == 0) continue;
+    target -= weights[i];
+    if (target < 0) return static_cast<int64_t>(i);
+  }
+  return most_likely - logits.begin();  // rounding left u * total past the last weight
 }
 
 class CpuGenerate final : public kernels::GenerateKernels {
@@ -103,6 +148,22 @@ class CpuGenerate final : public kernels::GenerateKernels {
           result[i] = dropout_apply<T, C>(in[i], mask[i], s);
         }
       });
+    });
+  }
+
+  void sample_logits(const Tensor& logits, uint64_t seed, uint64_t offset, const uint64_t* /*offset_base*/,
+                     double temperature, int64_t top_k, double top_p, const Tensor& out) const override {
+    const int64_t rows = out.numel(), classes = rows ? logits.numel() / rows : 0;
+    int64_t* chosen = data_as<int64_t>(out);
+    visit_float(logits.dtype(), "sample_logits", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = data_as<const T>(logits);
+      std::vector<float> row(static_cast<size_t>(classes));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < classes; ++j) row[j] = convert<float>(x[r * classes + j]);
+        const philox::Words w = philox::generate(seed, offset + static_cast<uint64_t>(r));
+        chosen[r] = sample_row(row, philox::uniform_double(w.w[0], w.w[1]), temperature, top_k, top_p);
+      }
     });
   }
 

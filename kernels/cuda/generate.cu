@@ -5,6 +5,7 @@
 // step by step (no fused multiply-add) to give the CPU's values bit for bit.
 #include "base/philox.h"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/sample.h"
 #include "kernels/generate.h"
 #include "kernels/scalar/dropout.h"
 
@@ -166,6 +167,11 @@ class CudaGenerate final : public kernels::GenerateKernels {
                             offset_base,         threshold,       convert<C>(convert<T>(scale))};
       for_each_index(Launcher("dropout", out), out.numel(), op);
     });
+  }
+
+  void sample_logits(const Tensor& logits, uint64_t seed, uint64_t offset, const uint64_t* offset_base,
+                     double temperature, int64_t top_k, double top_p, const Tensor& out) const override {
+    cuda::sample_logits(logits, seed, offset, offset_base, temperature, top_k, top_p, out);
   }
 
   void masked_scale(const Tensor& x, const Tensor& keep, double scale, const Tensor& out) const override {
