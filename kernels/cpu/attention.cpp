@@ -1,6 +1,6 @@
-// CPU attention kernels (contracts in kernels/attention.h). The f32, f16 and bf16 forward
-// runs blocks of query rows as f32 matrix products (forward_blocked). The f64 forward, every
-// backward and cached_attention are the reference: per (batch, q head, query row), with the
+// CPU attention kernels (contracts in kernels/attention.h). f32, f16 and bf16 run blocks of
+// query rows as f32 matrix products (forward_blocked, backward_blocked). The f64 kernels and
+// cached_attention are the reference: per (batch, q head, query row), with the
 // k and v head of that q head, the row of scores in double, its max m and sum l of
 // exp(score - m), the probabilities exp(score - m) / l and the weighted sum of v. Backward
 // recomputes each row's
@@ -90,56 +90,64 @@ void forward(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kern
   }
 }
 
-// f32, f16 and bf16: per (batch, q head) on the thread pool, the scores of kRows query rows
-// at a time as one f32 matrix product with the keys the last of them sees, each row's
-// softmax in f32 (its max subtracted, its sum and log-sum-exp in double), and the weighted
-// sum of v as a second product. Each (batch, head) is one task's alone, so the bits do not
-// depend on the thread count.
+// ---- the blocked f32 kernels (f32, f16 and bf16 tensors) ----
+// Per (batch, q head) on the thread pool, kBlockRows query rows at a time: their scores
+// with the keys the last of them sees as one f32 matrix product, each row's softmax in f32
+// (its max subtracted, its sum and log-sum-exp in double), the other products likewise.
+// Each (batch, q head) is one task's alone, so the bits do not depend on the thread count.
+constexpr int64_t kBlockRows = 64;
+
+// rows rows of head h of t from row first, as f32 [rows, dim] contiguous.
+template <class T>
+void load_rows(const Heads<const T>& t, int64_t b, int64_t h, int64_t first, int64_t rows, int64_t dim, float* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < dim; ++d) out[r * dim + d] = convert<float>(t.row(b, h, first + r)[d]);
+}
+
+// scores [rows, keys] = a [rows, D] @ b^T (b [keys, D] row-major).
+void product_transposed(const float* a, const float* b, int64_t rows, int64_t keys, int64_t D, float* scores) {
+  gemm(rows, keys, D, GemmOperand<float>{a, D, 1}, GemmOperand<float>{b, 1, D}, scores, keys, false);
+}
+
+// A row of unscaled scores becomes softmax(scale * scores) over its first visible keys, 0
+// past them up to keys; returns the log-sum-exp (-inf when nothing is visible).
+double softmax_row(float* row, int64_t visible, int64_t keys, float scale) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < visible; ++j) max = std::max(max, row[j] * scale);
+  double sum = 0;
+  for (int64_t j = 0; j < visible; ++j) {
+    row[j] = std::exp(row[j] * scale - max);
+    sum += row[j];
+  }
+  const float inverse = static_cast<float>(1 / sum);
+  for (int64_t j = 0; j < visible; ++j) row[j] *= inverse;
+  for (int64_t j = visible; j < keys; ++j) row[j] = 0;
+  return visible > 0 ? max + std::log(sum) : -std::numeric_limits<double>::infinity();
+}
+
 template <class T>
 void forward_blocked(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, const kernels::AttentionShape& s,
                      bool causal, double scale, const Tensor& out_t, const Tensor& lse_t) {
-  constexpr int64_t kRows = 64;
   const Heads<const T> q(q_t), k(k_t), v(v_t);
   const Heads<T> out(out_t);
   double* lse = data_as<double>(lse_t);
   const int64_t group = s.heads / s.kv_heads;
-  const float scale_f = static_cast<float>(scale);
   parallel_for(s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(static_cast<size_t>(kRows * s.D)), kf(static_cast<size_t>(s.S * s.D)),
-        vf(static_cast<size_t>(s.S * s.Dv)), scores(static_cast<size_t>(kRows * s.S)),
-        of(static_cast<size_t>(kRows * s.Dv));
+    std::vector<float> qf(static_cast<size_t>(kBlockRows * s.D)), kf(static_cast<size_t>(s.S * s.D)),
+        vf(static_cast<size_t>(s.S * s.Dv)), scores(static_cast<size_t>(kBlockRows * s.S)),
+        of(static_cast<size_t>(kBlockRows * s.Dv));
     for (int64_t bh = begin; bh < end; ++bh) {
-      const int64_t b = bh / s.heads, h = bh % s.heads, kh = h / group;
-      for (int64_t j = 0; j < s.S; ++j) {
-        for (int64_t d = 0; d < s.D; ++d) kf[j * s.D + d] = convert<float>(k.row(b, kh, j)[d]);
-        for (int64_t d = 0; d < s.Dv; ++d) vf[j * s.Dv + d] = convert<float>(v.row(b, kh, j)[d]);
-      }
-      for (int64_t i0 = 0; i0 < s.L; i0 += kRows) {
-        const int64_t rows = std::min(kRows, s.L - i0);
+      const int64_t b = bh / s.heads, h = bh % s.heads;
+      load_rows(k, b, h / group, 0, s.S, s.D, kf.data());
+      load_rows(v, b, h / group, 0, s.S, s.Dv, vf.data());
+      for (int64_t i0 = 0; i0 < s.L; i0 += kBlockRows) {
+        const int64_t rows = std::min(kBlockRows, s.L - i0);
         const int64_t keys = visible_keys(i0 + rows - 1, s, causal);  // what the block's last row sees
+        load_rows(q, b, h, i0, rows, s.D, qf.data());
+        if (keys > 0) product_transposed(qf.data(), kf.data(), rows, keys, s.D, scores.data());
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t d = 0; d < s.D; ++d) qf[r * s.D + d] = convert<float>(q.row(b, h, i0 + r)[d]);
-        if (keys > 0) {
-          // scores [rows, keys] = q [rows, D] @ k^T [D, keys] (element (d, j) of k^T at kf[j * D + d]).
-          gemm(rows, keys, s.D, GemmOperand<float>{qf.data(), s.D, 1}, GemmOperand<float>{kf.data(), 1, s.D},
-               scores.data(), keys, false);
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-          float* row = scores.data() + r * keys;
-          const int64_t visible = visible_keys(i0 + r, s, causal);
-          float max = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < visible; ++j) max = std::max(max, row[j] * scale_f);
-          double sum = 0;
-          for (int64_t j = 0; j < visible; ++j) {
-            row[j] = std::exp(row[j] * scale_f - max);
-            sum += row[j];
-          }
-          const float inverse = static_cast<float>(1 / sum);
-          for (int64_t j = 0; j < visible; ++j) row[j] *= inverse;
-          for (int64_t j = visible; j < keys; ++j) row[j] = 0;
           lse[(b * s.heads + h) * s.L + i0 + r] =
-              visible > 0 ? max + std::log(sum) : -std::numeric_limits<double>::infinity();
-        }
+              softmax_row(scores.data() + r * keys, visible_keys(i0 + r, s, causal), keys, static_cast<float>(scale));
         if (keys > 0) {
           gemm(rows, s.Dv, keys, GemmOperand<float>{scores.data(), keys, 1}, GemmOperand<float>{vf.data(), s.Dv, 1},
                of.data(), s.Dv, false);
@@ -148,6 +156,66 @@ void forward_blocked(const Tensor& q_t, const Tensor& k_t, const Tensor& v_t, co
         }
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t d = 0; d < s.Dv; ++d) out.row(b, h, i0 + r)[d] = convert<T>(of[r * s.Dv + d]);
+      }
+    }
+  });
+}
+
+// The backward of the same blocks: P again from the scores, dP = dO v^T, delta_i =
+// sum_j P_ij dP_ij (in double), dS = scale * P * (dP - delta); grad_q = dS k for the block,
+// and grad_k += dS^T q, grad_v += P^T dO summed over the blocks in order (f32), written once.
+template <class T>
+void backward_blocked(const Tensor& grad_out_t, const Tensor& q_t, const Tensor& k_t, const Tensor& v_t,
+                      const kernels::AttentionShape& s, bool causal, double scale, const Tensor& grad_q_t,
+                      const Tensor& grad_k_t, const Tensor& grad_v_t) {
+  const Heads<const T> q(q_t), k(k_t), v(v_t), grad_out(grad_out_t);
+  const Heads<T> grad_q(grad_q_t), grad_k(grad_k_t), grad_v(grad_v_t);
+  const int64_t group = s.heads / s.kv_heads;
+  const float scale_f = static_cast<float>(scale);
+  parallel_for(s.batch * s.heads, 1, [&](int64_t begin, int64_t end) {
+    const auto buffer = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n)); };
+    std::vector<float> qf = buffer(kBlockRows * s.D), dof = buffer(kBlockRows * s.Dv), kf = buffer(s.S * s.D),
+                       vf = buffer(s.S * s.Dv), p = buffer(kBlockRows * s.S), dp = buffer(kBlockRows * s.S),
+                       gq = buffer(kBlockRows * s.D), gk = buffer(s.S * s.D), gv = buffer(s.S * s.Dv);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / s.heads, h = bh % s.heads;
+      load_rows(k, b, h / group, 0, s.S, s.D, kf.data());
+      load_rows(v, b, h / group, 0, s.S, s.Dv, vf.data());
+      std::fill(gk.begin(), gk.end(), 0.0f);
+      std::fill(gv.begin(), gv.end(), 0.0f);
+      for (int64_t i0 = 0; i0 < s.L; i0 += kBlockRows) {
+        const int64_t rows = std::min(kBlockRows, s.L - i0);
+        const int64_t keys = visible_keys(i0 + rows - 1, s, causal);
+        load_rows(q, b, h, i0, rows, s.D, qf.data());
+        load_rows(grad_out, b, h, i0, rows, s.Dv, dof.data());
+        if (keys == 0) {
+          std::fill(gq.begin(), gq.end(), 0.0f);
+        } else {
+          product_transposed(qf.data(), kf.data(), rows, keys, s.D, p.data());
+          product_transposed(dof.data(), vf.data(), rows, keys, s.Dv, dp.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            float* pr = p.data() + r * keys;
+            float* dpr = dp.data() + r * keys;
+            softmax_row(pr, visible_keys(i0 + r, s, causal), keys, scale_f);
+            double delta = 0;
+            for (int64_t j = 0; j < keys; ++j) delta += static_cast<double>(pr[j]) * dpr[j];
+            const float delta_f = static_cast<float>(delta);
+            for (int64_t j = 0; j < keys; ++j) dpr[j] = scale_f * pr[j] * (dpr[j] - delta_f);  // dS
+          }
+          // grad_q = dS k; grad_k += dS^T q; grad_v += P^T dO.
+          gemm(rows, s.D, keys, GemmOperand<float>{dp.data(), keys, 1}, GemmOperand<float>{kf.data(), s.D, 1},
+               gq.data(), s.D, false);
+          gemm(keys, s.D, rows, GemmOperand<float>{dp.data(), 1, keys}, GemmOperand<float>{qf.data(), s.D, 1},
+               gk.data(), s.D, true);
+          gemm(keys, s.Dv, rows, GemmOperand<float>{p.data(), 1, keys}, GemmOperand<float>{dof.data(), s.Dv, 1},
+               gv.data(), s.Dv, true);
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t d = 0; d < s.D; ++d) grad_q.row(b, h, i0 + r)[d] = convert<T>(gq[r * s.D + d]);
+      }
+      for (int64_t j = 0; j < s.S; ++j) {
+        for (int64_t d = 0; d < s.D; ++d) grad_k.row(b, h, j)[d] = convert<T>(gk[j * s.D + d]);
+        for (int64_t d = 0; d < s.Dv; ++d) grad_v.row(b, h, j)[d] = convert<T>(gv[j * s.Dv + d]);
       }
     }
   });
@@ -252,7 +320,10 @@ class CpuAttention final : public kernels::AttentionKernels {
                           const Tensor&, const kernels::AttentionShape& shape, bool causal, double scale,
                           const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override {
     visit_float(q.dtype(), "scaled_dot_product_attention backward", [&](auto tag) {
-      backward<typename decltype(tag)::type>(grad_out, q, k, v, shape, causal, scale, grad_q, grad_k, grad_v);
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, double>)
+        backward<T>(grad_out, q, k, v, shape, causal, scale, grad_q, grad_k, grad_v);
+      else backward_blocked<T>(grad_out, q, k, v, shape, causal, scale, grad_q, grad_k, grad_v);
     });
   }
 
