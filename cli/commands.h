@@ -16,5 +16,6 @@ int generate(const Args& args);     // generate.cpp
 int conformance(const Args& args);  // tools.cpp
 int tokenize(const Args& args);     // tools.cpp
 int launch(const Args& args);       // tools.cpp
+int onnx_test(const Args& args);    // onnx_test.cpp (when built with ONNX)
 
 }  // namespace cli

@@ -8,6 +8,7 @@
 //   normcore generate --checkpoint F --prompt TEXT   continue a text, streaming it
 //   normcore conformance DIR [--device cpu|cuda|all]   run every case in DIR; exit 0 when all pass
 //   normcore tokenize --tokenizer DIR [FILE...]   GPT-2 token ids of text, printed or as a shard
+//   normcore onnx-test FOLDER...                   ONNX backend tests (a build with ONNX)
 #include <iomanip>
 #include <iostream>
 #include <string>
@@ -182,6 +183,10 @@ const std::vector<OptionSpec> kTokenizeOptions = {
 const std::vector<OptionSpec> kConformanceOptions = {
     {"device", "all", "cpu, cuda[:N], or all (the CPU, then cuda:0 when there is one)"},
 };
+const std::vector<OptionSpec> kOnnxTestOptions = {
+    {"device", "cpu", "cpu, cuda[:N], or all (the CPU, then cuda:0 when there is one)"},
+    {"min-passed", "-1", "succeed when at least this many pass (-1: when all do)"},
+};
 
 void usage(std::ostream& os) {
   os << "usage: normcore <command> [options]\n\n"
@@ -193,7 +198,11 @@ void usage(std::ostream& os) {
         "  generate  continue a prompt with a GPT checkpoint\n"
         "  conformance  run the reference cases in a folder against every device\n"
         "  tokenize  GPT-2 token ids of text (stdin or files), printed or written as a token shard\n"
-        "  launch    run a command as the local ranks of a data-parallel job\n\n"
+        "  launch    run a command as the local ranks of a data-parallel job\n"
+#if NORMCORE_HAS_ONNX
+        "  onnx-test run ONNX backend test folders (model.onnx, test_data_set_*) and say which pass\n"
+#endif
+        "\n"
         "'normcore <command> --help' lists a command's options.\n";
 }
 
@@ -203,6 +212,7 @@ void command_usage(std::ostream& os, const std::string& command, const std::vect
          : command == "conformance" ? " DIR"
          : command == "tokenize"    ? " [FILE...]"
          : command == "launch"      ? " -- COMMAND..."
+         : command == "onnx-test"   ? " FOLDER..."
                                     : "")
      << "\n\noptions:\n";
   for (const OptionSpec& s : specs)
@@ -226,7 +236,10 @@ int main(int argc, char** argv) {
                                          : command == "conformance" ? &kConformanceOptions
                                          : command == "launch"      ? &kLaunchOptions
                                          : command == "tokenize"    ? &kTokenizeOptions
-                                                                    : nullptr;
+#if NORMCORE_HAS_ONNX
+                                         : command == "onnx-test" ? &kOnnxTestOptions
+#endif
+                                                                  : nullptr;
   if (!specs) {
     std::cerr << "normcore: unknown command '" << command << "'\n\n";
     usage(std::cerr);
@@ -246,6 +259,9 @@ int main(int argc, char** argv) {
     if (command == "generate") return generate(args);
     if (command == "launch") return launch(args);
     if (command == "tokenize") return tokenize(args);
+#if NORMCORE_HAS_ONNX
+    if (command == "onnx-test") return onnx_test(args);
+#endif
     return predict(args);
   } catch (const nc::ValueError& e) {
     std::cerr << "normcore " << command << ": " << e.what() << "\n";

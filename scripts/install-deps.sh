@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ ccache pkg-config libeigen3-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libssl-dev libpng-dev
-          clang-format dataset-fashion-mnist fortunes "$@")
+          clang-format dataset-fashion-mnist fortunes libonnx-dev libprotobuf-dev libonnx-testdata "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,174 @@
+// onnx::Model (onnx/model.h): parse, check the whole graph against op_table() before anything
+// runs, then run the nodes in the file's order (ONNX requires a topological one; a node whose
+// input nothing before it defines is refused at load, which also refuses cycles).
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "onnx/proto.h"
+
+namespace normcore {
+namespace onnx {
+
+struct Model::Impl {
+  std::string name;
+  ::onnx::GraphProto graph;
+  int64_t opset = 0;
+  std::vector<ValueInfo> inputs, outputs;
+  std::unordered_map<std::string, Tensor> initializers;  // CPU tensors
+};
+
+namespace {
+
+std::string node_name(const ::onnx::NodeProto& node, int index) {
+  return detail::cat_str("node ", node.name().empty() ? "#" + std::to_string(index) : "'" + node.name() + "'", " (",
+                         node.op_type(), ")");
+}
+
+ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) {
+  ValueInfo info;
+  info.name = v.name();
+  const auto& type = v.type();
+  NC_CHECK(type.has_tensor_type(), ValueError, where, ": value '", v.name(), "' is not a tensor");
+  info.dtype = dtype_of(type.tensor_type().elem_type(), where + ": value '" + v.name() + "'");
+  for (const auto& d : type.tensor_type().shape().dim()) info.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  return info;
+}
+
+}  // namespace
+
+Model Model::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  NC_CHECK(in, IOError, path, ": cannot open");
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return parse(bytes.str(), path);
+}
+
+Model Model::parse(const std::string& bytes, const std::string& name) {
+  auto impl = std::make_shared<Impl>();
+  impl->name = name;
+  ::onnx::ModelProto proto;
+  NC_CHECK(proto.ParseFromString(bytes), IOError, name, ": not an ONNX model (the protobuf does not parse)");
+  for (const auto& op : proto.opset_import()) {
+    if (op.domain().empty() || op.domain() == "ai.onnx") impl->opset = op.version();
+  }
+  NC_CHECK(impl->opset >= 1 && impl->opset <= 17, ValueError, name, ": opset ", impl->opset,
+           " of the default domain; normcore runs opsets 1 to 17");
+  impl->graph = proto.graph();
+  const ::onnx::GraphProto& g = impl->graph;
+  std::set<std::string> defined;
+  for (const auto& t : g.initializer()) {
+    const std::string where = name + ": initializer '" + t.name() + "'";
+    impl->initializers[t.name()] = from_proto(t, where);
+    defined.insert(t.name());
+  }
+  for (const auto& v : g.input()) {
+    if (impl->initializers.count(v.name())) continue;
+    impl->inputs.push_back(value_info(v, name + ": input"));
+    defined.insert(v.name());
+  }
+  const auto& table = op_table();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const ::onnx::NodeProto& node = g.node(i);
+    const std::string where = name + ": " + node_name(node, i);
+    NC_CHECK(node.domain().empty() || node.domain() == "ai.onnx", ValueError, where, ": domain '", node.domain(),
+             "' is not run (only ONNX's default domain)");
+    const auto op = table.find(node.op_type());
+    NC_CHECK(op != table.end(), ValueError, where, ": op ", node.op_type(), " is not supported");
+    for (const auto& a : node.attribute()) {
+      const auto& allowed = op->second.attributes;
+      NC_CHECK(std::find(allowed.begin(), allowed.end(), a.name()) != allowed.end(), ValueError, where, ": attribute '",
+               a.name(), "' of ", node.op_type(), " is not supported");
+    }
+    for (const std::string& input : node.input()) {
+      NC_CHECK(input.empty() || defined.count(input), IOError, where, ": input '", input,
+               "' is defined by no graph input, initializer or earlier node (the graph is not in order, or has a "
+               "cycle)");
+    }
+    for (const std::string& output : node.output()) defined.insert(output);
+  }
+  for (const auto& v : g.output()) {
+    NC_CHECK(defined.count(v.name()), IOError, name, ": graph output '", v.name(), "' is defined by no node");
+    impl->outputs.push_back(value_info(v, name + ": output"));
+  }
+  Model model;
+  model.impl_ = std::move(impl);
+  return model;
+}
+
+const std::vector<ValueInfo>& Model::inputs() const { return impl_->inputs; }
+const std::vector<ValueInfo>& Model::outputs() const { return impl_->outputs; }
+int64_t Model::opset() const { return impl_->opset; }
+
+std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
+  const Impl& m = *impl_;
+  NC_CHECK(inputs.size() == m.inputs.size(), ValueError, m.name, ": the graph takes ", m.inputs.size(), " inputs, got ",
+           inputs.size());
+  const Device device = inputs.empty() ? Device::cpu() : inputs.front().device();
+  std::unordered_map<std::string, Tensor> values;
+  for (const auto& [name, t] : m.initializers) values[name] = t.to(device);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ValueInfo& info = m.inputs[i];
+    NC_CHECK(inputs[i].defined(), ValueError, m.name, ": input '", info.name, "' is an undefined tensor");
+    NC_CHECK(inputs[i].dtype() == info.dtype, DTypeError, m.name, ": input '", info.name, "' must be ",
+             dtype_name(info.dtype), ", got ", describe(inputs[i]));
+    bool fits = info.dims.empty() || inputs[i].dim() == static_cast<int64_t>(info.dims.size());
+    for (size_t d = 0; fits && d < info.dims.size(); ++d)
+      fits = info.dims[d] < 0 || info.dims[d] == inputs[i].size(static_cast<int64_t>(d));
+    NC_CHECK(fits, ShapeError, m.name, ": input '", info.name, "' does not fit the graph's dims, got ",
+             describe(inputs[i]));
+    values[info.name] = inputs[i].to(device);
+  }
+  const auto& table = op_table();
+  for (int i = 0; i < m.graph.node_size(); ++i) {
+    const ::onnx::NodeProto& node = m.graph.node(i);
+    NodeRun run{node, m.opset, {}, m.name + ": " + node_name(node, i)};
+    for (const std::string& input : node.input()) run.inputs.push_back(input.empty() ? Tensor() : values.at(input));
+    std::vector<Tensor> outs = table.at(node.op_type()).run(run);
+    for (int o = 0; o < node.output_size(); ++o) {
+      if (node.output(o).empty()) continue;
+      NC_CHECK(o < static_cast<int>(outs.size()) && outs[o].defined(), ValueError, run.where, ": output ", o,
+               " is not computed");
+      values[node.output(o)] = outs[o];
+    }
+  }
+  std::vector<Tensor> out;
+  for (const ValueInfo& info : m.outputs) out.push_back(values.at(info.name));
+  return out;
+}
+
+// ---------------------------------------------------------------- NodeRun
+const ::onnx::AttributeProto* NodeRun::attribute(const std::string& name) const {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+int64_t NodeRun::int_attribute(const std::string& name, int64_t fallback) const {
+  const auto* a = attribute(name);
+  return a ? a->i() : fallback;
+}
+
+float NodeRun::float_attribute(const std::string& name, float fallback) const {
+  const auto* a = attribute(name);
+  return a ? a->f() : fallback;
+}
+
+std::vector<int64_t> NodeRun::ints_attribute(const std::string& name) const {
+  const auto* a = attribute(name);
+  return a ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : std::vector<int64_t>{};
+}
+
+const Tensor& NodeRun::input(size_t i) const {
+  NC_CHECK(has_input(i), ValueError, where, ": input ", i, " is missing");
+  return inputs[i];
+}
+
+std::vector<int64_t> NodeRun::int_values(size_t i) const {
+  return input(i).to(Device::cpu(), DType::I64).contiguous().to_vector<int64_t>();
+}
+
+}  // namespace onnx
+}  // namespace normcore

@@ -1,0 +1,59 @@
+// ONNX models on normcore's ops: onnx::Model reads a .onnx file (the protobuf classes of
+// Debian's libonnx-dev), checks the graph before anything runs (opset, every node's op and
+// attributes against the supported set, inputs defined before use, initializers' sizes
+// against their bytes) and runs it on CPU or CUDA tensors. Built as the normcore_onnx
+// library when the packages are present; not installed yet (the header is not public API).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "normcore/tensor.h"
+
+namespace normcore {
+namespace onnx {
+
+// An input or output of the graph: its name, dtype and dims (-1 where the file leaves a dim
+// unnamed or symbolic).
+struct ValueInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> dims;
+};
+
+class Model {
+ public:
+  // Reads and checks path: IOError naming the file for what cannot be read or parsed, or
+  // for a graph that refers to a value nothing defines; ValueError naming the node, the op
+  // and the attribute for what normcore does not run (ops, attributes, dtypes, opsets past
+  // 17).
+  static Model load(const std::string& path);
+  // The same from the file's bytes; name stands for the file in messages.
+  static Model parse(const std::string& bytes, const std::string& name);
+
+  // The graph's inputs that are not initializers, and its outputs.
+  const std::vector<ValueInfo>& inputs() const;
+  const std::vector<ValueInfo>& outputs() const;
+  int64_t opset() const;
+
+  // Runs the graph on inputs (in inputs()' order, any device; the graph's constants go to
+  // the first input's device, the CPU without inputs) and returns the outputs in outputs()'
+  // order. ShapeError or DTypeError naming the input for one that does not fit.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// A TensorProto file (an ONNX backend test's input_N.pb, output_N.pb) as a CPU tensor.
+// IOError naming the file for bytes that are not one, or whose data does not match its dims.
+Tensor read_tensor_file(const std::string& path);
+
+// The ops run() supports, for messages and docs.
+const std::vector<std::string>& supported_ops();
+
+}  // namespace onnx
+}  // namespace normcore

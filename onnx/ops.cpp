@@ -1,0 +1,547 @@
+// The ONNX ops onnx::Model runs (op_table), each on normcore's ops with ONNX's semantics at
+// opsets up to 17: NumPy broadcasting, negative axes counted from the end, attribute
+// defaults, axes as an attribute or (newer opsets) an input. Shape-valued inputs are read
+// on the host.
+#include <algorithm>
+#include <numeric>
+
+#include "onnx/proto.h"
+
+namespace normcore {
+namespace onnx {
+
+namespace {
+
+using Outputs = std::vector<Tensor>;
+
+int64_t axis_of(int64_t axis, int64_t rank, const NodeRun& n) {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  NC_CHECK(a >= 0 && a < std::max<int64_t>(rank, 1), ValueError, n.where, ": axis ", axis, " is out of range for rank ",
+           rank);
+  return a;
+}
+
+OpSpec unary(Tensor (*f)(const Tensor&)) {
+  return {[f](const NodeRun& n) { return Outputs{f(n.input(0))}; }, {}};
+}
+
+OpSpec binary(Tensor (*f)(const Tensor&, const Tensor&)) {
+  return {[f](const NodeRun& n) { return Outputs{f(n.input(0), n.input(1))}; }, {}};
+}
+
+// Min, Max, Sum, Mean: any number of inputs, broadcast.
+OpSpec variadic(Tensor (*f)(const Tensor&, const Tensor&), bool mean = false) {
+  return {[f, mean](const NodeRun& n) {
+            Tensor out = n.input(0);
+            for (size_t i = 1; i < n.inputs.size(); ++i) out = f(out, n.input(i));
+            if (mean) out = div(out, static_cast<double>(n.inputs.size()));
+            return Outputs{out};
+          },
+          {}};
+}
+
+// Reduce*: axes from the attribute (or, for ReduceSum from opset 13, the second input);
+// none means all unless noop_with_empty_axes.
+OpSpec reduce(Tensor (*f)(const Tensor&, const std::vector<int64_t>&, bool), bool axes_input_from_13) {
+  return {[f, axes_input_from_13](const NodeRun& n) {
+            const Tensor& x = n.input(0);
+            std::vector<int64_t> axes = axes_input_from_13 && n.opset >= 13
+                                            ? (n.has_input(1) ? n.int_values(1) : std::vector<int64_t>{})
+                                            : n.ints_attribute("axes");
+            const bool keep = n.int_attribute("keepdims", 1) != 0;
+            if (axes.empty()) {
+              if (n.int_attribute("noop_with_empty_axes", 0)) return Outputs{x};
+              axes.resize(static_cast<size_t>(x.dim()));
+              std::iota(axes.begin(), axes.end(), 0);
+            }
+            for (int64_t& a : axes) a = axis_of(a, x.dim(), n);
+            return Outputs{f(x, axes, keep)};
+          },
+          {"axes", "keepdims", "noop_with_empty_axes"}};
+}
+
+// Max or min over several axes, one at a time.
+Tensor reduce_extreme(const Tensor& x, const std::vector<int64_t>& axes, bool keep, bool maximum) {
+  std::vector<int64_t> sorted = axes;
+  std::sort(sorted.rbegin(), sorted.rend());
+  Tensor out = x;
+  for (int64_t a : sorted) out = (maximum ? max(out, a, /*keepdim=*/true) : min(out, a, /*keepdim=*/true)).first;
+  if (!keep)
+    for (int64_t a : sorted) out = out.squeeze(a);
+  return out;
+}
+Tensor reduce_max(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
+  return reduce_extreme(x, axes, keep, true);
+}
+Tensor reduce_min(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
+  return reduce_extreme(x, axes, keep, false);
+}
+
+// Softmax and LogSoftmax: from opset 13 along axis (default -1); before, over the dims from
+// axis (default 1) on, flattened.
+OpSpec softmax_op(Tensor (*f)(const Tensor&, int64_t)) {
+  return {[f](const NodeRun& n) {
+            const Tensor& x = n.input(0);
+            if (n.opset >= 13) return Outputs{f(x, axis_of(n.int_attribute("axis", -1), x.dim(), n))};
+            const int64_t axis = axis_of(n.int_attribute("axis", 1), x.dim(), n);
+            int64_t outer = 1;
+            for (int64_t d = 0; d < axis; ++d) outer *= x.size(d);
+            return Outputs{f(x.reshape({outer, x.numel() / std::max<int64_t>(outer, 1)}), 1).reshape(x.shape())};
+          },
+          {"axis"}};
+}
+
+Tensor gemm(const NodeRun& n) {
+  Tensor a = n.input(0), b = n.input(1);
+  if (n.int_attribute("transA", 0)) a = a.t();
+  if (n.int_attribute("transB", 0)) b = b.t();
+  Tensor y = mul(matmul(a, b), static_cast<double>(n.float_attribute("alpha", 1.0f)));
+  if (n.has_input(2)) y = add(y, mul(n.input(2), static_cast<double>(n.float_attribute("beta", 1.0f))));
+  return y;
+}
+
+Tensor reshape(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  std::vector<int64_t> shape = n.int_values(1);
+  const bool allow_zero = n.int_attribute("allowzero", 0) != 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allow_zero) {
+      NC_CHECK(static_cast<int64_t>(i) < x.dim(), ShapeError, n.where, ": shape entry ", i, " is 0 (copy) past ",
+               describe(x), "'s dims");
+      shape[i] = x.size(static_cast<int64_t>(i));
+    }
+  }
+  return x.reshape(shape);
+}
+
+Tensor transpose(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  std::vector<int64_t> perm = n.ints_attribute("perm");
+  if (perm.empty()) {
+    for (int64_t d = x.dim() - 1; d >= 0; --d) perm.push_back(d);
+  }
+  return x.permute(perm).contiguous();
+}
+
+std::vector<int64_t> axes_of(const NodeRun& n) {
+  return n.opset >= 13 ? (n.has_input(1) ? n.int_values(1) : std::vector<int64_t>{}) : n.ints_attribute("axes");
+}
+
+Tensor unsqueeze(const NodeRun& n) {
+  Tensor x = n.input(0);
+  std::vector<int64_t> axes = axes_of(n);
+  const int64_t rank = x.dim() + static_cast<int64_t>(axes.size());
+  for (int64_t& a : axes) a = axis_of(a, rank, n);
+  std::sort(axes.begin(), axes.end());
+  for (int64_t a : axes) x = x.unsqueeze(a);
+  return x;
+}
+
+Tensor squeeze(const NodeRun& n) {
+  Tensor x = n.input(0);
+  std::vector<int64_t> axes = axes_of(n);
+  if (axes.empty()) return x.squeeze();
+  for (int64_t& a : axes) a = axis_of(a, x.dim(), n);
+  std::sort(axes.rbegin(), axes.rend());
+  for (int64_t a : axes) {
+    NC_CHECK(x.size(a) == 1, ShapeError, n.where, ": axis ", a, " of ", describe(x), " is not 1");
+    x = x.squeeze(a);
+  }
+  return x;
+}
+
+Tensor flatten(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const int64_t axis = n.int_attribute("axis", 1);
+  const int64_t a = axis < 0 ? axis + x.dim() : axis;
+  NC_CHECK(a >= 0 && a <= x.dim(), ValueError, n.where, ": axis ", axis, " is out of range for ", describe(x));
+  int64_t outer = 1;
+  for (int64_t d = 0; d < a; ++d) outer *= x.size(d);
+  return x.reshape({outer, outer ? x.numel() / outer : 0});
+}
+
+Tensor shape(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const int64_t rank = x.dim();
+  int64_t start = n.int_attribute("start", 0), end = n.int_attribute("end", rank);
+  start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+  end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
+  std::vector<int64_t> dims;
+  for (int64_t d = start; d < end; ++d) dims.push_back(x.size(d));
+  return from_vector(dims, {static_cast<int64_t>(dims.size())}).to(x.device());
+}
+
+Tensor constant(const NodeRun& n) {
+  if (const auto* a = n.attribute("value")) return from_proto(a->t(), n.where + ": value");
+  if (const auto* a = n.attribute("value_float")) return full({}, static_cast<double>(a->f()), DType::F32);
+  if (const auto* a = n.attribute("value_int")) return full({}, a->i(), DType::I64);
+  if (const auto* a = n.attribute("value_floats")) {
+    const std::vector<float> v(a->floats().begin(), a->floats().end());
+    return from_vector(v, {static_cast<int64_t>(v.size())});
+  }
+  if (const auto* a = n.attribute("value_ints")) {
+    const std::vector<int64_t> v(a->ints().begin(), a->ints().end());
+    return from_vector(v, {static_cast<int64_t>(v.size())});
+  }
+  throw ValueError(n.where + ": Constant has none of value, value_float(s), value_int(s)");
+}
+
+Tensor cast(const NodeRun& n) {
+  return n.input(0).to(dtype_of(static_cast<int>(n.int_attribute("to", 0)), n.where + ": attribute 'to'"));
+}
+
+Tensor clip(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  std::optional<Scalar> lo, hi;
+  if (n.opset >= 11) {
+    if (n.has_input(1)) lo = n.input(1).to(Device::cpu(), DType::F64).item<double>();
+    if (n.has_input(2)) hi = n.input(2).to(Device::cpu(), DType::F64).item<double>();
+  } else {
+    if (n.attribute("min")) lo = static_cast<double>(n.float_attribute("min", 0));
+    if (n.attribute("max")) hi = static_cast<double>(n.float_attribute("max", 0));
+  }
+  if (!lo && !hi) return x;
+  return clamp(x, lo, hi);
+}
+
+Tensor leaky_relu(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  return where(ge(x, 0), x, mul(x, static_cast<double>(n.float_attribute("alpha", 0.01f))));
+}
+
+Tensor concat(const NodeRun& n) {
+  std::vector<Tensor> parts;
+  for (const Tensor& t : n.inputs)
+    if (t.defined()) parts.push_back(t);
+  NC_CHECK(!parts.empty(), ValueError, n.where, ": no inputs");
+  return cat(parts, axis_of(n.int_attribute("axis", 0), parts.front().dim(), n));
+}
+
+Tensor gather_op(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const int64_t axis = axis_of(n.int_attribute("axis", 0), x.dim(), n);
+  Tensor index = n.input(1).to(DType::I64);
+  index = where(lt(index, 0), add(index, x.size(axis)), index);  // negative indices count from the end
+  Tensor picked = index_select(x, axis, index.reshape({index.numel()}));
+  Shape shape(x.shape().begin(), x.shape().begin() + axis);
+  for (int64_t d : index.shape()) shape.push_back(d);
+  shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());
+  return picked.reshape(shape);
+}
+
+// Pads of a 2-D conv or pool: [top, left, bottom, right], symmetric only.
+Size2 pads_2d(const NodeRun& n) {
+  const std::string auto_pad = n.attribute("auto_pad") ? n.attribute("auto_pad")->s() : "NOTSET";
+  NC_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID", ValueError, n.where, ": auto_pad ", auto_pad,
+           " is not supported (NOTSET and VALID are)");
+  const std::vector<int64_t> pads = n.ints_attribute("pads");
+  if (pads.empty() || auto_pad == "VALID") return Size2(0);
+  NC_CHECK(pads.size() == 4 && pads[0] == pads[2] && pads[1] == pads[3], ValueError, n.where,
+           ": attribute 'pads' must be symmetric for 2-D [t, l, b, r]");
+  return Size2(pads[0], pads[1]);
+}
+
+Size2 pair_attribute(const NodeRun& n, const char* name, int64_t fallback) {
+  const std::vector<int64_t> v = n.ints_attribute(name);
+  if (v.empty()) return Size2(fallback);
+  NC_CHECK(v.size() == 2, ValueError, n.where, ": attribute '", name, "' must have 2 values (2-D), got ", v.size());
+  return Size2(v[0], v[1]);
+}
+
+void check_2d(const NodeRun& n, const Tensor& x) {
+  NC_CHECK(x.dim() == 4, ShapeError, n.where, ": 2-D (NCHW) inputs are supported, got ", describe(x));
+}
+
+Tensor conv(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  check_2d(n, x);
+  return conv2d(x, n.input(1), n.has_input(2) ? n.input(2) : Tensor(), pair_attribute(n, "strides", 1), pads_2d(n),
+                pair_attribute(n, "dilations", 1), n.int_attribute("group", 1));
+}
+
+Tensor max_pool(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  check_2d(n, x);
+  NC_CHECK(n.node.output_size() < 2 || n.node.output(1).empty(), ValueError, n.where,
+           ": the Indices output is not supported");
+  NC_CHECK(n.int_attribute("storage_order", 0) == 0, ValueError, n.where, ": storage_order 1 is not supported");
+  return max_pool2d(x, pair_attribute(n, "kernel_shape", 1), pair_attribute(n, "strides", 1), pads_2d(n),
+                    pair_attribute(n, "dilations", 1), n.int_attribute("ceil_mode", 0) != 0);
+}
+
+Tensor average_pool(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  check_2d(n, x);
+  return avg_pool2d(x, pair_attribute(n, "kernel_shape", 1), pair_attribute(n, "strides", 1), pads_2d(n),
+                    n.int_attribute("ceil_mode", 0) != 0, n.int_attribute("count_include_pad", 0) != 0);
+}
+
+Tensor batch_normalization(const NodeRun& n) {
+  NC_CHECK(n.int_attribute("training_mode", 0) == 0, ValueError, n.where, ": training_mode is not supported");
+  return batch_norm(n.input(0), n.input(3), n.input(4), n.input(1), n.input(2), /*training=*/false, 0.1,
+                    n.float_attribute("epsilon", 1e-5f));
+}
+
+// Integers divide with truncation, as ONNX's Div does.
+Tensor div_op(const Tensor& a, const Tensor& b) {
+  const Tensor q = div(a, b);
+  return is_floating(a.dtype()) ? q : q.to(a.dtype());
+}
+
+// The single scalar of a 0-d or one-element input, on the host.
+double scalar_input(const NodeRun& n, size_t i) {
+  const Tensor& t = n.input(i);
+  NC_CHECK(t.numel() == 1, ShapeError, n.where, ": input ", i, " must hold one value, got ", describe(t));
+  return t.to(Device::cpu(), DType::F64).reshape({}).item<double>();
+}
+
+Tensor range(const NodeRun& n) {
+  const DType dtype = n.input(0).dtype();
+  return arange(scalar_input(n, 0), scalar_input(n, 1), scalar_input(n, 2), TensorOptions(dtype, n.input(0).device()));
+}
+
+Tensor constant_of_shape(const NodeRun& n) {
+  const std::vector<int64_t> dims = n.int_values(0);
+  const Tensor value =
+      n.attribute("value") ? from_proto(n.attribute("value")->t(), n.where + ": value") : zeros({1}, DType::F32);
+  NC_CHECK(value.numel() == 1, ShapeError, n.where, ": value must hold one element, got ", describe(value));
+  return value.reshape({}).expand(Shape(dims.begin(), dims.end())).contiguous().to(n.input(0).device());
+}
+
+// Expand: the shape broadcast with the input's, both ways (NumPy's rule).
+Tensor expand_op(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  std::vector<int64_t> dims = n.int_values(1);
+  const int64_t rank = std::max<int64_t>(x.dim(), static_cast<int64_t>(dims.size()));
+  Shape out(static_cast<size_t>(rank), 1);
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t xi = i - (rank - x.dim()), di = i - (rank - static_cast<int64_t>(dims.size()));
+    const int64_t a = xi >= 0 ? x.size(xi) : 1, b = di >= 0 ? dims[di] : 1;
+    NC_CHECK(a == b || a == 1 || b == 1, ShapeError, n.where, ": shape ", shape_str(Shape(dims.begin(), dims.end())),
+             " does not broadcast with ", describe(x));
+    out[i] = a == 1 ? b : a;
+  }
+  return x
+      .reshape([&] {
+        Shape padded(static_cast<size_t>(rank - x.dim()), 1);
+        padded.insert(padded.end(), x.shape().begin(), x.shape().end());
+        return padded;
+      }())
+      .expand(out)
+      .contiguous();
+}
+
+// Slice with steps of 1 (other steps are refused).
+Tensor slice(const NodeRun& n) {
+  Tensor x = n.input(0);
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (n.opset >= 10) {
+    starts = n.int_values(1);
+    ends = n.int_values(2);
+    if (n.has_input(3)) axes = n.int_values(3);
+    if (n.has_input(4)) steps = n.int_values(4);
+  } else {
+    starts = n.ints_attribute("starts");
+    ends = n.ints_attribute("ends");
+    axes = n.ints_attribute("axes");
+  }
+  NC_CHECK(starts.size() == ends.size(), ValueError, n.where, ": starts and ends differ in length");
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t axis = axis_of(axes.empty() ? static_cast<int64_t>(i) : axes[i], x.dim(), n);
+    NC_CHECK(steps.empty() || steps[i] == 1, ValueError, n.where, ": steps other than 1 are not supported, got ",
+             steps[i]);
+    const int64_t size = x.size(axis);
+    auto clamp_index = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + size : v, 0, size); };
+    const int64_t begin = clamp_index(starts[i]), end = clamp_index(ends[i]);
+    x = x.narrow(axis, begin, std::max<int64_t>(0, end - begin));
+  }
+  return x.contiguous();
+}
+
+Outputs split(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const int64_t axis = axis_of(n.int_attribute("axis", 0), x.dim(), n);
+  std::vector<int64_t> sizes =
+      n.opset >= 13 ? (n.has_input(1) ? n.int_values(1) : std::vector<int64_t>{}) : n.ints_attribute("split");
+  const int64_t parts = n.node.output_size();
+  if (sizes.empty()) {
+    NC_CHECK(parts > 0 && x.size(axis) % parts == 0, ShapeError, n.where, ": ", describe(x), " does not split into ",
+             parts, " equal parts along axis ", axis);
+    sizes.assign(static_cast<size_t>(parts), x.size(axis) / parts);
+  }
+  Outputs out;
+  int64_t start = 0;
+  for (int64_t size : sizes) {
+    NC_CHECK(size >= 0 && start + size <= x.size(axis), ShapeError, n.where, ": split sizes pass axis ", axis, " of ",
+             describe(x));
+    out.push_back(x.narrow(axis, start, size).contiguous());
+    start += size;
+  }
+  return out;
+}
+
+// LayerNormalization over the dims from axis on; its Mean and InvStdDev outputs when asked.
+Outputs layer_normalization(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const int64_t axis = axis_of(n.int_attribute("axis", -1), x.dim(), n);
+  NC_CHECK(n.int_attribute("stash_type", 1) == 1, ValueError, n.where, ": stash_type other than float");
+  const double eps = n.float_attribute("epsilon", 1e-5f);
+  const std::vector<int64_t> normalized(x.shape().begin() + axis, x.shape().end());
+  Outputs out{layer_norm(x, normalized, n.input(1), n.has_input(2) ? n.input(2) : Tensor(), eps)};
+  if (n.node.output_size() > 1) {
+    std::vector<int64_t> dims;
+    for (int64_t d = axis; d < x.dim(); ++d) dims.push_back(d);
+    const Tensor xf = x.to(DType::F32);
+    out.push_back(mean(xf, dims, /*keepdim=*/true));
+    out.push_back(rsqrt(add(var(xf, dims, /*unbiased=*/false, /*keepdim=*/true), eps)));
+  }
+  return out;
+}
+
+Tensor arg_op(const NodeRun& n, bool maximum) {
+  const Tensor& x = n.input(0);
+  NC_CHECK(n.int_attribute("select_last_index", 0) == 0, ValueError, n.where, ": select_last_index 1 is not supported");
+  const int64_t axis = axis_of(n.int_attribute("axis", 0), x.dim(), n);
+  const bool keep = n.int_attribute("keepdims", 1) != 0;
+  return maximum ? argmax(x, axis, keep) : argmin(x, axis, keep);
+}
+
+Tensor where_op(const NodeRun& n) { return where(n.input(0).to(DType::Bool), n.input(1), n.input(2)); }
+Tensor reciprocal(const Tensor& x) { return div(full({}, 1.0, TensorOptions(x.dtype(), x.device())), x); }
+Tensor identity(const Tensor& x) { return x; }
+Tensor relu_op(const Tensor& x) { return relu(x); }
+Tensor pow_op(const Tensor& a, const Tensor& b) { return pow(a, b.to(a.dtype())); }
+Tensor sum_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) { return sum(x, axes, keep); }
+Tensor prod_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) { return prod(x, axes, keep); }
+Tensor sum_square_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
+  return sum(mul(x, x), axes, keep);
+}
+Tensor log_sum_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) { return log(sum(x, axes, keep)); }
+Tensor log_sum_exp_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
+  const Tensor m = reduce_max(x, axes, /*keep=*/true);
+  const Tensor out = add(log(sum(exp(sub(x, m)), axes, true)), m);
+  if (keep) return out;
+  std::vector<int64_t> sorted = axes;
+  std::sort(sorted.rbegin(), sorted.rend());
+  Tensor squeezed = out;
+  for (int64_t a : sorted) squeezed = squeezed.squeeze(a);
+  return squeezed;
+}
+Tensor mean_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) { return mean(x, axes, keep); }
+
+}  // namespace
+
+const std::map<std::string, OpSpec>& op_table() {
+  static const std::map<std::string, OpSpec> table = [] {
+    std::map<std::string, OpSpec> t;
+    t["Add"] = binary(add);
+    t["Sub"] = binary(sub);
+    t["Mul"] = binary(mul);
+    t["Div"] = binary(div_op);
+    t["Pow"] = binary(pow_op);
+    t["Equal"] = binary(eq);
+    t["Less"] = binary(lt);
+    t["LessOrEqual"] = binary(le);
+    t["Greater"] = binary(gt);
+    t["GreaterOrEqual"] = binary(ge);
+    t["MatMul"] = binary(matmul);
+    t["Max"] = variadic(maximum);
+    t["Min"] = variadic(minimum);
+    t["Sum"] = variadic(add);
+    t["Mean"] = variadic(add, /*mean=*/true);
+    t["Neg"] = unary(neg);
+    t["Abs"] = unary(abs);
+    t["Sqrt"] = unary(sqrt);
+    t["Exp"] = unary(exp);
+    t["Log"] = unary(log);
+    t["Sin"] = unary(sin);
+    t["Cos"] = unary(cos);
+    t["Tanh"] = unary(tanh);
+    t["Sigmoid"] = unary(sigmoid);
+    t["Relu"] = unary(relu_op);
+    t["Reciprocal"] = unary(reciprocal);
+    t["Identity"] = unary(identity);
+    t["Softmax"] = softmax_op(softmax);
+    t["LogSoftmax"] = softmax_op(log_softmax);
+    t["ReduceSum"] = reduce(sum_axes, /*axes_input_from_13=*/true);
+    t["ReduceMean"] = reduce(mean_axes, false);
+    t["ReduceMax"] = reduce(reduce_max, false);
+    t["ReduceMin"] = reduce(reduce_min, false);
+    t["ReduceProd"] = reduce(prod_axes, false);
+    t["ReduceSumSquare"] = reduce(sum_square_axes, false);
+    t["ReduceLogSum"] = reduce(log_sum_axes, false);
+    t["ReduceLogSumExp"] = reduce(log_sum_exp_axes, false);
+    const auto one = [](Tensor (*f)(const NodeRun&), std::vector<std::string> attributes = {}) {
+      return OpSpec{[f](const NodeRun& n) { return Outputs{f(n)}; }, std::move(attributes)};
+    };
+    t["Gemm"] = one(gemm, {"alpha", "beta", "transA", "transB"});
+    t["Reshape"] = one(reshape, {"allowzero"});
+    t["Transpose"] = one(transpose, {"perm"});
+    t["Unsqueeze"] = one(unsqueeze, {"axes"});
+    t["Squeeze"] = one(squeeze, {"axes"});
+    t["Flatten"] = one(flatten, {"axis"});
+    t["Shape"] = one(shape, {"start", "end"});
+    t["Constant"] = one(constant, {"value", "value_float", "value_floats", "value_int", "value_ints"});
+    t["Cast"] = one(cast, {"to"});
+    t["Clip"] = one(clip, {"min", "max"});
+    t["LeakyRelu"] = one(leaky_relu, {"alpha"});
+    t["Concat"] = one(concat, {"axis"});
+    t["Gather"] = one(gather_op, {"axis"});
+    t["Where"] = one(where_op);
+    t["Range"] = one(range);
+    t["ConstantOfShape"] = one(constant_of_shape, {"value"});
+    t["Expand"] = one(expand_op);
+    t["Slice"] = one(slice, {"starts", "ends", "axes"});
+    t["Split"] = OpSpec{split, {"axis", "split"}};
+    t["LayerNormalization"] = OpSpec{layer_normalization, {"axis", "epsilon", "stash_type"}};
+    t["ArgMax"] = one([](const NodeRun& n) { return arg_op(n, true); }, {"axis", "keepdims", "select_last_index"});
+    t["ArgMin"] = one([](const NodeRun& n) { return arg_op(n, false); }, {"axis", "keepdims", "select_last_index"});
+    t["Size"] = one(
+        [](const NodeRun& n) { return full({}, n.input(0).numel(), TensorOptions(DType::I64, n.input(0).device())); });
+    t["Elu"] = one(
+        [](const NodeRun& n) {
+          const Tensor& x = n.input(0);
+          return where(gt(x, 0), x, mul(sub(exp(x), 1), static_cast<double>(n.float_attribute("alpha", 1.0f))));
+        },
+        {"alpha"});
+    t["HardSigmoid"] = one(
+        [](const NodeRun& n) {
+          const Tensor y = add(mul(n.input(0), static_cast<double>(n.float_attribute("alpha", 0.2f))),
+                               static_cast<double>(n.float_attribute("beta", 0.5f)));
+          return clamp(y, Scalar(0.0), Scalar(1.0));
+        },
+        {"alpha", "beta"});
+    t["Conv"] = one(conv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+    t["MaxPool"] =
+        one(max_pool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
+    t["AveragePool"] =
+        one(average_pool, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
+    t["GlobalAveragePool"] = one([](const NodeRun& n) {
+      check_2d(n, n.input(0));
+      return adaptive_avg_pool2d(n.input(0), 1);
+    });
+    t["BatchNormalization"] = one(batch_normalization, {"epsilon", "momentum", "training_mode", "spatial"});
+    // Inference: the input itself (and a mask of ones when asked for).
+    t["Dropout"] = OpSpec{[](const NodeRun& n) {
+                            const Tensor& x = n.input(0);
+                            NC_CHECK(!n.has_input(2) || scalar_input(n, 2) == 0, ValueError, n.where,
+                                     ": training_mode is not supported (inference only)");
+                            return Outputs{x, ones(x.shape(), TensorOptions(DType::Bool, x.device()))};
+                          },
+                          {"ratio", "seed"}};
+    return t;
+  }();
+  return table;
+}
+
+const std::vector<std::string>& supported_ops() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& [name, spec] : op_table()) out.push_back(name);
+    return out;
+  }();
+  return names;
+}
+
+}  // namespace onnx
+}  // namespace normcore

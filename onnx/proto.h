@@ -1,0 +1,51 @@
+// The importer's inner parts (onnx/model.h is the outer one): ONNX's protobuf classes, the
+// conversions of their tensors and types, and the table of ops run() supports.
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "normcore/normcore.h"
+#include "onnx/model.h"
+
+namespace normcore {
+namespace onnx {
+
+// An ONNX element type as a DType (DTypeError naming where for one normcore lacks), and back.
+DType dtype_of(int elem_type, const std::string& where);
+int elem_type_of(DType dtype);
+// A TensorProto as a CPU tensor (IOError naming where when its data does not fit its dims).
+Tensor from_proto(const ::onnx::TensorProto& t, const std::string& where);
+
+// One node being run: its proto, the model's opset, its inputs (undefined for an omitted
+// optional one) and the text messages name it by ("node 'n3' (Conv)").
+struct NodeRun {
+  const ::onnx::NodeProto& node;
+  int64_t opset;
+  std::vector<Tensor> inputs;
+  std::string where;
+
+  const ::onnx::AttributeProto* attribute(const std::string& name) const;
+  int64_t int_attribute(const std::string& name, int64_t fallback) const;
+  float float_attribute(const std::string& name, float fallback) const;
+  std::vector<int64_t> ints_attribute(const std::string& name) const;
+  // Input i, which must be there (ValueError naming it otherwise).
+  const Tensor& input(size_t i) const;
+  bool has_input(size_t i) const { return i < inputs.size() && inputs[i].defined(); }
+  // An int64 input's values on the host (a shape, axes, pads).
+  std::vector<int64_t> int_values(size_t i) const;
+};
+
+struct OpSpec {
+  std::function<std::vector<Tensor>(const NodeRun&)> run;
+  std::vector<std::string> attributes;  // those it reads; any other is refused at load
+};
+// Op type -> how it runs (ops.cpp).
+const std::map<std::string, OpSpec>& op_table();
+
+}  // namespace onnx
+}  // namespace normcore
