@@ -406,6 +406,81 @@ Tensor arg_op(const NodeRun& n, bool maximum) {
   return maximum ? argmax(x, axis, keep) : argmin(x, axis, keep);
 }
 
+// GatherElements: normcore's gather, negative indices counted from the end.
+Tensor gather_elements(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const int64_t axis = axis_of(n.int_attribute("axis", 0), x.dim(), n);
+  Tensor index = n.input(1).to(DType::I64);
+  index = where(lt(index, 0), add(index, x.size(axis)), index);
+  return gather(x, axis, index);
+}
+
+// Trilu: the upper (upper = 1) or lower triangle of the last two dims from diagonal k.
+Tensor trilu(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  NC_CHECK(x.dim() >= 2, ShapeError, n.where, ": input must have at least 2 dims, got ", describe(x));
+  const int64_t k = n.has_input(1) ? static_cast<int64_t>(scalar_input(n, 1)) : 0;
+  const int64_t rows = x.size(-2), cols = x.size(-1);
+  const Tensor i = arange(rows, TensorOptions(DType::I64, x.device())).reshape({rows, 1});
+  const Tensor j = arange(cols, TensorOptions(DType::I64, x.device())).reshape({1, cols});
+  const Tensor diagonal = sub(j, i);  // j - i
+  const Tensor keep = n.int_attribute("upper", 1) ? ge(diagonal, k) : le(diagonal, k);
+  return where(keep, x, zeros({}, TensorOptions(x.dtype(), x.device())));
+}
+
+Tensor instance_normalization(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  NC_CHECK(x.dim() >= 3, ShapeError, n.where, ": input must be [N, C, ...], got ", describe(x));
+  return group_norm(x, x.size(1), n.input(1), n.input(2), n.float_attribute("epsilon", 1e-5f));
+}
+
+// DepthToSpace (DCR or CRD) and SpaceToDepth over [N, C, H, W].
+Tensor depth_to_space(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  check_2d(n, x);
+  const int64_t b = n.int_attribute("blocksize", 1), N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  NC_CHECK(b >= 1 && C % (b * b) == 0, ShapeError, n.where, ": channels of ", describe(x), " are not a multiple of ",
+           b * b);
+  const std::string mode = n.attribute("mode") ? n.attribute("mode")->s() : "DCR";
+  NC_CHECK(mode == "DCR" || mode == "CRD", ValueError, n.where, ": mode ", mode, " is not DCR or CRD");
+  const Tensor t = mode == "DCR" ? x.reshape({N, b, b, C / (b * b), H, W}).permute({0, 3, 4, 1, 5, 2})
+                                 : x.reshape({N, C / (b * b), b, b, H, W}).permute({0, 1, 4, 2, 5, 3});
+  return t.reshape({N, C / (b * b), H * b, W * b});
+}
+
+Tensor space_to_depth(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  check_2d(n, x);
+  const int64_t b = n.int_attribute("blocksize", 1), N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  NC_CHECK(b >= 1 && H % b == 0 && W % b == 0, ShapeError, n.where, ": height and width of ", describe(x),
+           " are not multiples of ", b);
+  return x.reshape({N, C, H / b, b, W / b, b}).permute({0, 3, 5, 1, 2, 4}).reshape({N, C * b * b, H / b, W / b});
+}
+
+Tensor tile(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const std::vector<int64_t> repeats = n.int_values(1);
+  NC_CHECK(static_cast<int64_t>(repeats.size()) == x.dim(), ShapeError, n.where, ": repeats has ", repeats.size(),
+           " values for ", describe(x));
+  // [d0, d1, ...] -> [1, d0, 1, d1, ...] expanded to [r0, d0, r1, d1, ...], then merged.
+  Shape spread, expanded, out;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    spread.insert(spread.end(), {1, x.size(d)});
+    expanded.insert(expanded.end(), {repeats[d], x.size(d)});
+    out.push_back(repeats[d] * x.size(d));
+  }
+  return x.reshape(spread).expand(expanded).contiguous().reshape(out);
+}
+
+// 1 at the first maximum along dim, 0 elsewhere.
+Tensor hardmax(const Tensor& x, int64_t dim) {
+  const Tensor hot = one_hot(argmax(x, dim), x.size(dim)).to(x.dtype());  // the class dim last
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < x.dim() - 1; ++d) order.push_back(d);
+  order.insert(order.begin() + dim, x.dim() - 1);
+  return hot.permute(order).contiguous();
+}
+
 Tensor where_op(const NodeRun& n) { return where(n.input(0).to(DType::Bool), n.input(1), n.input(2)); }
 Tensor reciprocal(const Tensor& x) { return div(full({}, 1.0, TensorOptions(x.dtype(), x.device())), x); }
 Tensor identity(const Tensor& x) { return x; }
@@ -463,6 +538,7 @@ const std::map<std::string, OpSpec>& op_table() {
     t["Identity"] = unary(identity);
     t["Softmax"] = softmax_op(softmax);
     t["LogSoftmax"] = softmax_op(log_softmax);
+    t["Hardmax"] = softmax_op(hardmax);
     t["ReduceSum"] = reduce(sum_axes, /*axes_input_from_13=*/true);
     t["ReduceMean"] = reduce(mean_axes, false);
     t["ReduceMax"] = reduce(reduce_max, false);
@@ -488,6 +564,42 @@ const std::map<std::string, OpSpec>& op_table() {
     t["Concat"] = one(concat, {"axis"});
     t["Gather"] = one(gather_op, {"axis"});
     t["Where"] = one(where_op);
+    t["GatherElements"] = one(gather_elements, {"axis"});
+    t["Trilu"] = one(trilu, {"upper"});
+    t["InstanceNormalization"] = one(instance_normalization, {"epsilon"});
+    t["DepthToSpace"] = one(depth_to_space, {"blocksize", "mode"});
+    t["SpaceToDepth"] = one(space_to_depth, {"blocksize"});
+    t["Tile"] = one(tile);
+    t["Sign"] = unary(sign);
+    // Logical ops on bool tensors.
+    t["Not"] = one([](const NodeRun& n) { return eq(n.input(0), Scalar(false)); });
+    t["And"] = one([](const NodeRun& n) { return where(n.input(0), n.input(1), n.input(0)); });
+    t["Or"] = one([](const NodeRun& n) { return where(n.input(0), n.input(0), n.input(1)); });
+    t["Xor"] = one([](const NodeRun& n) { return ne(n.input(0), n.input(1)); });
+    t["Softplus"] = one([](const NodeRun& n) { return log(add(exp(n.input(0)), 1.0)); });
+    t["Softsign"] = one([](const NodeRun& n) { return div(n.input(0), add(abs(n.input(0)), 1.0)); });
+    t["PRelu"] = one([](const NodeRun& n) {
+      const Tensor& x = n.input(0);
+      return where(lt(x, 0), mul(x, n.input(1)), x);
+    });
+    t["ThresholdedRelu"] = one(
+        [](const NodeRun& n) {
+          const Tensor& x = n.input(0);
+          return where(gt(x, static_cast<double>(n.float_attribute("alpha", 1.0f))), x, zeros_like(x));
+        },
+        {"alpha"});
+    t["Selu"] = one(
+        [](const NodeRun& n) {
+          const Tensor& x = n.input(0);
+          const double alpha = n.float_attribute("alpha", 1.67326319217681884765625f);
+          const double gamma = n.float_attribute("gamma", 1.05070102214813232421875f);
+          return mul(where(gt(x, 0), x, mul(sub(exp(x), 1.0), alpha)), gamma);
+        },
+        {"alpha", "gamma"});
+    t["HardSwish"] = one([](const NodeRun& n) {
+      const Tensor& x = n.input(0);
+      return mul(x, clamp(add(mul(x, 1.0 / 6.0), 0.5), Scalar(0.0), Scalar(1.0)));
+    });
     t["Range"] = one(range);
     t["ConstantOfShape"] = one(constant_of_shape, {"value"});
     t["Expand"] = one(expand_op);
