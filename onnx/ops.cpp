@@ -21,6 +21,18 @@ int64_t axis_of(int64_t axis, int64_t rank, const NodeRun& n) {
   return a;
 }
 
+// Axes from the attribute before opset 13, from the second input from then on.
+std::vector<int64_t> axes_of(const NodeRun& n) {
+  return n.opset >= 13 ? (n.has_input(1) ? n.int_values(1) : std::vector<int64_t>{}) : n.ints_attribute("axes");
+}
+
+// The single scalar of a 0-d or one-element input, on the host.
+double scalar_input(const NodeRun& n, size_t i) {
+  const Tensor& t = n.input(i);
+  NC_CHECK(t.numel() == 1, ShapeError, n.where, ": input ", i, " must hold one value, got ", describe(t));
+  return t.to(Device::cpu(), DType::F64).reshape({}).item<double>();
+}
+
 OpSpec unary(Tensor (*f)(const Tensor&)) {
   return {[f](const NodeRun& n) { return Outputs{f(n.input(0))}; }, {}};
 }
@@ -45,9 +57,7 @@ OpSpec variadic(Tensor (*f)(const Tensor&, const Tensor&), bool mean = false) {
 OpSpec reduce(Tensor (*f)(const Tensor&, const std::vector<int64_t>&, bool), bool axes_input_from_13) {
   return {[f, axes_input_from_13](const NodeRun& n) {
             const Tensor& x = n.input(0);
-            std::vector<int64_t> axes = axes_input_from_13 && n.opset >= 13
-                                            ? (n.has_input(1) ? n.int_values(1) : std::vector<int64_t>{})
-                                            : n.ints_attribute("axes");
+            std::vector<int64_t> axes = axes_input_from_13 ? axes_of(n) : n.ints_attribute("axes");
             const bool keep = n.int_attribute("keepdims", 1) != 0;
             if (axes.empty()) {
               if (n.int_attribute("noop_with_empty_axes", 0)) return Outputs{x};
@@ -60,15 +70,20 @@ OpSpec reduce(Tensor (*f)(const Tensor&, const std::vector<int64_t>&, bool), boo
           {"axes", "keepdims", "noop_with_empty_axes"}};
 }
 
+// out without the (size-1) axes a reduction kept.
+Tensor squeeze_axes(Tensor out, std::vector<int64_t> axes) {
+  std::sort(axes.rbegin(), axes.rend());
+  for (int64_t a : axes) out = out.squeeze(a);
+  return out;
+}
+
 // Max or min over several axes, one at a time.
 Tensor reduce_extreme(const Tensor& x, const std::vector<int64_t>& axes, bool keep, bool maximum) {
   std::vector<int64_t> sorted = axes;
   std::sort(sorted.rbegin(), sorted.rend());
   Tensor out = x;
   for (int64_t a : sorted) out = (maximum ? max(out, a, /*keepdim=*/true) : min(out, a, /*keepdim=*/true)).first;
-  if (!keep)
-    for (int64_t a : sorted) out = out.squeeze(a);
-  return out;
+  return keep ? out : squeeze_axes(out, axes);
 }
 Tensor reduce_max(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
   return reduce_extreme(x, axes, keep, true);
@@ -121,10 +136,6 @@ Tensor transpose(const NodeRun& n) {
     for (int64_t d = x.dim() - 1; d >= 0; --d) perm.push_back(d);
   }
   return x.permute(perm).contiguous();
-}
-
-std::vector<int64_t> axes_of(const NodeRun& n) {
-  return n.opset >= 13 ? (n.has_input(1) ? n.int_values(1) : std::vector<int64_t>{}) : n.ints_attribute("axes");
 }
 
 Tensor unsqueeze(const NodeRun& n) {
@@ -194,8 +205,8 @@ Tensor clip(const NodeRun& n) {
   const Tensor& x = n.input(0);
   std::optional<Scalar> lo, hi;
   if (n.opset >= 11) {
-    if (n.has_input(1)) lo = n.input(1).to(Device::cpu(), DType::F64).item<double>();
-    if (n.has_input(2)) hi = n.input(2).to(Device::cpu(), DType::F64).item<double>();
+    if (n.has_input(1)) lo = scalar_input(n, 1);
+    if (n.has_input(2)) hi = scalar_input(n, 2);
   } else {
     if (n.attribute("min")) lo = static_cast<double>(n.float_attribute("min", 0));
     if (n.attribute("max")) hi = static_cast<double>(n.float_attribute("max", 0));
@@ -286,13 +297,6 @@ Tensor batch_normalization(const NodeRun& n) {
 Tensor div_op(const Tensor& a, const Tensor& b) {
   const Tensor q = div(a, b);
   return is_floating(a.dtype()) ? q : q.to(a.dtype());
-}
-
-// The single scalar of a 0-d or one-element input, on the host.
-double scalar_input(const NodeRun& n, size_t i) {
-  const Tensor& t = n.input(i);
-  NC_CHECK(t.numel() == 1, ShapeError, n.where, ": input ", i, " must hold one value, got ", describe(t));
-  return t.to(Device::cpu(), DType::F64).reshape({}).item<double>();
 }
 
 Tensor range(const NodeRun& n) {
@@ -495,12 +499,7 @@ Tensor log_sum_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep
 Tensor log_sum_exp_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
   const Tensor m = reduce_max(x, axes, /*keep=*/true);
   const Tensor out = add(log(sum(exp(sub(x, m)), axes, true)), m);
-  if (keep) return out;
-  std::vector<int64_t> sorted = axes;
-  std::sort(sorted.rbegin(), sorted.rend());
-  Tensor squeezed = out;
-  for (int64_t a : sorted) squeezed = squeezed.squeeze(a);
-  return squeezed;
+  return keep ? out : squeeze_axes(out, axes);
 }
 Tensor mean_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) { return mean(x, axes, keep); }
 
