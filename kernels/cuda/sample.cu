@@ -13,6 +13,7 @@
 
 #include "base/philox.h"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/reduction/combine.cuh"
 #include "kernels/cuda/sample.h"
 
 namespace normcore {
@@ -28,28 +29,6 @@ __device__ __forceinline__ uint32_t order_key(float x) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
-// Block-wide reductions in a fixed order (warps by shuffles, then the warps' results in
-// order), every thread getting the result; scratch holds kSampleWarps values.
-__device__ double block_sum(double v, double* scratch) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  double total = 0;
-  for (int w = 0; w < kSampleWarps; ++w) total += scratch[w];
-  return total;
-}
-
-__device__ long long block_min(long long v, long long* scratch) {
-  for (int o = 16; o > 0; o /= 2) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  long long m = scratch[0];
-  for (int w = 1; w < kSampleWarps; ++w) m = min(m, scratch[w]);
-  return m;
-}
-
 // The larger value, the smaller index on a tie.
 struct Best {
   float value;
@@ -58,17 +37,11 @@ struct Best {
 __device__ __forceinline__ Best better(Best a, Best b) {
   return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
 }
-__device__ Best block_best(Best v, Best* scratch) {
-  for (int o = 16; o > 0; o /= 2) {
-    const Best other{__shfl_xor_sync(0xffffffffu, v.value, o), __shfl_xor_sync(0xffffffffu, v.index, o)};
-    v = better(v, other);
-  }
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  Best b = scratch[0];
-  for (int w = 1; w < kSampleWarps; ++w) b = better(b, scratch[w]);
-  return b;
+struct Better {
+  __device__ __forceinline__ Best operator()(Best a, Best b) const { return better(a, b); }
+};
+__device__ __forceinline__ Best shfl_xor(Best v, int mask) {
+  return {cuda::shfl_xor<float>(v.value, mask), cuda::shfl_xor<long long>(v.index, mask)};
 }
 
 template <class T>
@@ -78,8 +51,6 @@ __global__ void __launch_bounds__(kSampleThreads)
                   int64_t* __restrict__ out) {
   __shared__ unsigned int counts[256];
   __shared__ double sums[kSampleWarps];
-  __shared__ long long mins[kSampleWarps];
-  __shared__ Best bests[kSampleWarps];
   __shared__ unsigned int digit;
   __shared__ long long left;
   const T* x = logits + static_cast<int64_t>(blockIdx.x) * classes;
@@ -87,7 +58,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 
   Best best{-std::numeric_limits<float>::infinity(), std::numeric_limits<long long>::max()};
   for (int64_t j = threadIdx.x; j < classes; j += kSampleThreads) best = better(best, Best{value(j), j});
-  best = block_best(best, bests);
+  best = team_reduce<kSampleThreads>(best, Better{});
   const double max = best.value;
 
   uint32_t cutoff = 0;  // classes whose key is at least this are kept
@@ -124,7 +95,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   const auto mass = [&](uint32_t from) {
     double s = 0;
     for (int64_t j = threadIdx.x; j < classes; j += kSampleThreads) s += weight(j, from);
-    return block_sum(s, sums);
+    return team_reduce<kSampleThreads>(s, Plus{});
   };
   double total = mass(cutoff);
   uint32_t from = cutoff;
@@ -167,7 +138,7 @@ __global__ void __launch_bounds__(kSampleThreads)
       chunk += sums[k];
     }
     const bool passes = w > 0 && before + running > target;
-    chosen = block_min(passes ? j : std::numeric_limits<long long>::max(), mins);
+    chosen = team_reduce<kSampleThreads>(passes ? j : std::numeric_limits<long long>::max(), Min{});
     before += chunk;
   }
   const long long fallback = best.index == std::numeric_limits<long long>::max() ? 0 : best.index;  // all NaN: 0

@@ -10,6 +10,7 @@
 // a few microseconds at GPT-2's sizes; the launch is what the step pays.
 #include "kernels/cuda/attention/decode.h"
 #include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/reduction/combine.cuh"
 #include "runtime/cuda/index_errors.h"
 #include "runtime/cuda/runtime.h"
 
@@ -42,37 +43,12 @@ struct CachedParams {
   IndexErrorSlot bad_position;
 };
 
-template <class C>
-__device__ C warp_max(C v) {
-  for (int o = 16; o > 0; o /= 2) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-template <class C>
-__device__ C warp_sum(C v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// The block's max or sum of v (every thread gets it); scratch holds kDecodeWarps values.
-template <class C, bool Max>
-__device__ C block_reduce(C v, C* scratch) {
-  v = Max ? warp_max(v) : warp_sum(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch is free (an earlier reduction has been read)
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < kDecodeWarps ? scratch[lane] : (Max ? -INFINITY : C(0));
-  return Max ? warp_max(v) : warp_sum(v);
-}
-
 template <class T, class C>
 __global__ void __launch_bounds__(kDecodeThreads) cached_attention_kernel(CachedParams<T> p) {
   extern __shared__ unsigned char shared_bytes[];
   C* q_row = reinterpret_cast<C*>(shared_bytes);  // [D]
   C* probs = q_row + p.D;                         // [kChunk]
   C* partial = probs + kChunk;                    // [kDecodeWarps][Dv]
-  C* scratch = partial + kDecodeWarps * p.Dv;           // [kDecodeWarps]
   const int b = blockIdx.x / p.heads, h = blockIdx.x % p.heads, kv = h / p.group;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t position = p.positions[b];
@@ -112,7 +88,7 @@ __global__ void __launch_bounds__(kDecodeThreads) cached_attention_kernel(Cached
       probs[j] = score;
       chunk_max = max(chunk_max, score);
     }
-    chunk_max = block_reduce<C, true>(chunk_max, scratch);
+    chunk_max = team_reduce<kDecodeThreads>(chunk_max, Max{});
     const C new_max = max(running_max, chunk_max);
     const C rescale = exp(running_max - new_max);  // 0 on the first chunk (running_max = -inf)
     C chunk_sum = 0;
@@ -121,7 +97,7 @@ __global__ void __launch_bounds__(kDecodeThreads) cached_attention_kernel(Cached
       probs[j] = e;
       chunk_sum += e;
     }
-    chunk_sum = block_reduce<C, false>(chunk_sum, scratch);  // its barriers publish probs
+    chunk_sum = team_reduce<kDecodeThreads>(chunk_sum, Plus{});  // its barriers publish probs
     running_sum = running_sum * rescale + chunk_sum;
     running_max = new_max;
     for (int c = 0; c < kLaneColumns; ++c) acc[c] *= rescale;
@@ -187,7 +163,7 @@ void cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
                             static_cast<int>(shape.Dv),
                             scale,
                             bad};
-    const size_t smem = sizeof(C) * static_cast<size_t>(shape.D + kChunk + kDecodeWarps * shape.Dv + kDecodeWarps);
+    const size_t smem = sizeof(C) * static_cast<size_t>(shape.D + kChunk + kDecodeWarps * shape.Dv);
     launch.allow_shared_memory(cached_attention_kernel<T, C>, smem);
     launch(cached_attention_kernel<T, C>, static_cast<unsigned>(blocks), kDecodeThreads, smem, p);
   });

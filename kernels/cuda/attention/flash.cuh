@@ -74,13 +74,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kWarp = 32;
 
-struct Max {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const {
-    return a > b ? a : b;
-  }
-};
-
 // ---------------------------------------------------------------- PTX wrappers
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

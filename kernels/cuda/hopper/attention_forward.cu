@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
 #pragma unroll
       for (int c = 0; c < BN / 8; ++c) m[c % 4] = fmaxf(m[c % 4], fmaxf(s[4 * c + 2 * half], s[4 * c + 2 * half + 1]));
       float tile_max = fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3]));
-      tile_max = warp_reduce<4>(tile_max, flash::Max{});
+      tile_max = warp_reduce<4>(tile_max, cuda::Max{});
       const float base = tile_max == -INFINITY ? 0.0f : tile_max * scale_log2;
       alpha[half] = flash::exp2_approx(fmaf(row_max[half], scale_log2, -base));
       row_max[half] = tile_max;

@@ -150,6 +150,20 @@ struct Plus {
   }
 };
 
+// The larger and the smaller of two values (as a > b ? a : b: a NaN in `a` loses).
+struct Max {
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a > b ? a : b;
+  }
+};
+struct Min {
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a < b ? a : b;
+  }
+};
+
 // The combine of an accumulator (Welford, Sums) as a functor, for the reductions above.
 struct Merge {
   template <class R>
