@@ -2,10 +2,13 @@
 // on the GPU: the forward of a batch of 224 x 224 color images at each batch size (1: the
 // latency an application sees; 64: throughput), in TF32 (f32 weights and images, TF32
 // tensor cores) and in bf16 and f16 (weights and images converted), each run eagerly and
-// as a CUDA graph replay (cuda::Graph). CUDA-event medians of --reps after warm-up. One
+// as a CUDA graph replay (cuda::Graph), as the module and in its inference form
+// (models::fuse_resnet: BatchNorm folded, epilogues fused) in NCHW and NHWC. CUDA-event
+// medians of --reps after warm-up. One
 // table line and one JSON line per row; bench/resnet_infer_torch.py times torchvision's
 // model in the same precisions, eager and under torch.compile.
 //   resnet_infer [--model resnet50] [--batch 1,64] [--reps N]
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,7 +46,7 @@ int main(int argc, char** argv) {
   const nc::Device gpu = nc::Device::cuda(0);
   nc::cuda::set_allow_tf32(true);
   nc::autograd::InferenceModeGuard inference;
-  std::printf("%-10s %-5s %6s %-6s %10s %12s\n", "model", "dtype", "batch", "mode", "ms", "images/s");
+  std::printf("%-10s %-5s %6s %-10s %-6s %10s %12s\n", "model", "dtype", "batch", "form", "mode", "ms", "images/s");
   const struct {
     const char* name;
     nc::DType dtype;
@@ -54,6 +57,11 @@ int main(int argc, char** argv) {
     model->to(gpu);
     model->to(precision.dtype);
     model->eval();
+    // The module as built, and its inference form (fuse_resnet) in both layouts.
+    const std::pair<const char*, std::shared_ptr<nc::nn::Module>> forms[] = {
+        {"module", model},
+        {"fused-nchw", nc::models::fuse_resnet(*model, nc::ConvLayout::NCHW)},
+        {"fused-nhwc", nc::models::fuse_resnet(*model, nc::ConvLayout::NHWC)}};
     std::stringstream list(batches);
     for (std::string item; std::getline(list, item, ',');) {
       const int64_t batch = std::atoll(item.c_str());
@@ -62,21 +70,36 @@ int main(int argc, char** argv) {
         return 2;
       }
       const nc::Tensor images = nc::randn({batch, 3, 224, 224}, {}, &gen).to(gpu).to(precision.dtype);
-      nc::Tensor logits;
-      const auto forward = [&] { logits = (*model)(images); };
-      const double eager = bench::median_ms(forward, reps);
-      nc::cuda::Graph graph;
-      graph.capture(0, forward);
-      const double graphed = bench::median_ms([&] { graph.replay(); }, reps);
-      for (const auto& [mode, ms] : {std::pair<const char*, double>{"eager", eager}, {"graph", graphed}}) {
-        const double rate = static_cast<double>(batch) / (ms * 1e-3);
-        std::printf("%-10s %-5s %6lld %-6s %10.3f %12.0f\n", model_name.c_str(), precision.name,
-                    static_cast<long long>(batch), mode, ms, rate);
-        std::printf("{\"impl\": \"normcore\", \"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %lld, \"mode\": \"%s\", "
-                    "\"ms\": %.4f, \"images_per_s\": %.0f}\n",
-                    model_name.c_str(), precision.name, static_cast<long long>(batch), mode, ms, rate);
+      nc::Tensor reference;
+      for (const auto& [form, net] : forms) {
+        nc::Tensor logits;
+        const auto forward = [&, net = net] { logits = (*net)(images); };
+        const double eager = bench::median_ms(forward, reps);
+        nc::cuda::Graph graph;
+        graph.capture(0, forward);
+        const double graphed = bench::median_ms([&] { graph.replay(); }, reps);
+        // The fused forms' logits against the module's (a check that the timed work is the same).
+        // Random weights without trained statistics may overflow 16-bit logits: then the
+        // count of non-finite ones is printed instead.
+        const nc::Tensor got = logits.to(nc::Device::cpu(), nc::DType::F64);
+        if (!reference.defined()) reference = got;
+        int64_t overflow = 0;
+        for (double v : got.to_vector<double>()) overflow += std::isfinite(v) ? 0 : 1;
+        const double difference = nc::max(nc::abs(nc::sub(got, reference))).item<double>() /
+                                  (1 + nc::max(nc::abs(reference)).item<double>());
+        char check[96];
+        if (overflow > 0) std::snprintf(check, sizeof(check), "%lld logits not finite", static_cast<long long>(overflow));
+        else std::snprintf(check, sizeof(check), "logits vs module %.1e", difference);
+        for (const auto& [mode, ms] : {std::pair<const char*, double>{"eager", eager}, {"graph", graphed}}) {
+          const double rate = static_cast<double>(batch) / (ms * 1e-3);
+          std::printf("%-10s %-5s %6lld %-10s %-6s %10.3f %12.0f   %s\n", model_name.c_str(), precision.name,
+                      static_cast<long long>(batch), form, mode, ms, rate, check);
+          std::printf("{\"impl\": \"normcore\", \"model\": \"%s\", \"dtype\": \"%s\", \"batch\": %lld, "
+                      "\"form\": \"%s\", \"mode\": \"%s\", \"ms\": %.4f, \"images_per_s\": %.0f}\n",
+                      model_name.c_str(), precision.name, static_cast<long long>(batch), form, mode, ms, rate);
+        }
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
     }
   }
   return 0;

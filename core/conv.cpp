@@ -1,7 +1,8 @@
 // conv2d (normcore/conv.h): checks every argument, runs the forward kernel of x's device
 // (kernels/conv.h: im2col + GEMM on the CPU, cuDNN on CUDA) and records one node whose
 // backward runs the data and weight kernels for the inputs that need them; the bias
-// gradient is grad_y summed over N, H and W.
+// gradient is grad_y summed over N, H and W. conv2d_fused, for inference, runs the same
+// forward kernel with its epilogue (residual, ReLU) and in either layout, and records nothing.
 #include "normcore/conv.h"
 
 #include <atomic>
@@ -64,19 +65,23 @@ void cuda::set_cudnn_benchmark(bool benchmark) { g_cudnn_benchmark.store(benchma
 
 bool cuda::cudnn_benchmark() { return g_cudnn_benchmark.load(); }
 
-Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, Size2 stride, Size2 padding,
-              Size2 dilation, int64_t groups) {
-  const OpScope op("conv2d");
-  const Tensor x_in = autocast::to_lower(x_arg), weight = autocast::to_lower(weight_arg);
-  const Tensor bias = autocast::to_lower(bias_arg);
+namespace {
+
+// Checks the arguments of a convolution (x batched or not, in layout) and returns its
+// geometry, the batch dim added to an unbatched x in *x4.
+kernels::Conv2dGeometry checked_geometry(const char* op, const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                                         Size2 stride, Size2 padding, Size2 dilation, int64_t groups, ConvLayout layout,
+                                         Tensor* x4) {
+  const bool nhwc = layout == ConvLayout::NHWC;
   check_defined(op, "x", x_in);
   check_defined(op, "weight", weight);
   NC_CHECK(is_floating(x_in.dtype()), DTypeError, op, ": x must be a floating tensor, got ", describe(x_in),
            " (convert with .to(DType::F32))");
-  NC_CHECK(x_in.dim() == 3 || x_in.dim() == 4, ShapeError, op, ": x must be [N, C, H, W] or [C, H, W], got ",
-           describe(x_in));
-  NC_CHECK(weight.dim() == 4, ShapeError, op, ": weight must be [out_channels, in_channels / groups, kh, kw], got ",
-           describe(weight));
+  NC_CHECK(x_in.dim() == 3 || x_in.dim() == 4, ShapeError, op, ": x must be ",
+           nhwc ? "[N, H, W, C] or [H, W, C]" : "[N, C, H, W] or [C, H, W]", ", got ", describe(x_in));
+  NC_CHECK(weight.dim() == 4, ShapeError, op, ": weight must be ",
+           nhwc ? "[out_channels, kh, kw, in_channels / groups]" : "[out_channels, in_channels / groups, kh, kw]",
+           ", got ", describe(weight));
   NC_CHECK(weight.dtype() == x_in.dtype(), DTypeError, op, ": weight is ", describe(weight), " but x is ",
            describe(x_in), " (they must share a dtype)");
   check_same_device(op, "x", x_in, "weight", weight);
@@ -85,18 +90,21 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   check_pair(op, "dilation", dilation, 1);
   NC_CHECK(groups >= 1, ValueError, op, ": groups must be >= 1, got ", groups);
 
-  const bool batched = x_in.dim() == 4;
-  const Tensor x = batched ? x_in : x_in.unsqueeze(0);
+  const Tensor x = x_in.dim() == 4 ? x_in : x_in.unsqueeze(0);
+  *x4 = x;
   kernels::Conv2dGeometry g{};
-  g.n = x.size(0), g.c = x.size(1), g.h = x.size(2), g.w = x.size(3);
-  g.o = weight.size(0), g.kh = weight.size(2), g.kw = weight.size(3);
+  g.channels_last = nhwc;
+  g.n = x.size(0);
+  g.c = x.size(nhwc ? 3 : 1), g.h = x.size(nhwc ? 1 : 2), g.w = x.size(nhwc ? 2 : 3);
+  g.o = weight.size(0), g.kh = weight.size(nhwc ? 1 : 2), g.kw = weight.size(nhwc ? 2 : 3);
+  const int64_t weight_channels = weight.size(nhwc ? 3 : 1);
   g.stride_h = stride.h, g.stride_w = stride.w, g.pad_h = padding.h, g.pad_w = padding.w;
   g.dilation_h = dilation.h, g.dilation_w = dilation.w, g.groups = groups;
   NC_CHECK(g.c % groups == 0 && g.o % groups == 0, ShapeError, op, ": in_channels (", g.c, ", from x ", describe(x_in),
            ") and out_channels (", g.o, ", from weight ", describe(weight), ") must be divisible by groups = ", groups);
-  NC_CHECK(weight.size(1) * groups == g.c, ShapeError, op, ": weight ", describe(weight),
-           " must have in_channels / groups = ", g.c / groups, " in dim 1 (x is ", describe(x_in), ", groups ", groups,
-           ")");
+  NC_CHECK(weight_channels * groups == g.c, ShapeError, op, ": weight ", describe(weight),
+           " must have in_channels / groups = ", g.c / groups, " in dim ", nhwc ? 3 : 1, " (x is ", describe(x_in),
+           ", groups ", groups, ")");
   NC_CHECK(g.o >= 1 && g.kh >= 1 && g.kw >= 1, ShapeError, op, ": weight must have non-zero sizes, got ",
            describe(weight));
   NC_CHECK(g.c >= 1, ShapeError, op, ": x must have at least one channel, got ", describe(x_in));
@@ -109,6 +117,20 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   }
   g.out_h = output_extent(op, "height", g.h, g.kh, g.stride_h, g.pad_h, g.dilation_h, x_in, weight);
   g.out_w = output_extent(op, "width", g.w, g.kw, g.stride_w, g.pad_w, g.dilation_w, x_in, weight);
+  return g;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, Size2 stride, Size2 padding,
+              Size2 dilation, int64_t groups) {
+  const OpScope op("conv2d");
+  const Tensor x_in = autocast::to_lower(x_arg), weight = autocast::to_lower(weight_arg);
+  const Tensor bias = autocast::to_lower(bias_arg);
+  Tensor x;
+  const kernels::Conv2dGeometry g =
+      checked_geometry(op, x_in, weight, bias, stride, padding, dilation, groups, ConvLayout::NCHW, &x);
+  const bool batched = x_in.dim() == 4;
 
   Tensor xc, wc, bc;
   {
@@ -119,7 +141,7 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   }
   const Device device = x.device();
   Tensor y = new_tensor({g.n, g.o, g.out_h, g.out_w}, x.dtype(), device);
-  if (g.n > 0) kernels::conv(device).conv2d_forward(g, xc, wc, bc, y);
+  if (g.n > 0) kernels::conv(device).conv2d_forward(g, xc, wc, kernels::ConvEpilogue{bc, Tensor(), false}, y);
   if (!batched) y = y.squeeze(0);
   if (!autograd::needs_grad(x_in, weight, bias)) return y;
 
@@ -153,6 +175,43 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
                      return std::vector<Tensor>{grad_x, grad_w, grad_b};
                    });
   return y;
+}
+
+Tensor conv2d_fused(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, const Tensor& residual_arg,
+                    bool relu, Size2 stride, Size2 padding, Size2 dilation, int64_t groups, ConvLayout layout) {
+  const OpScope op("conv2d_fused");
+  const Tensor x_in = autocast::to_lower(x_arg), weight = autocast::to_lower(weight_arg);
+  const Tensor bias = autocast::to_lower(bias_arg), residual = autocast::to_lower(residual_arg);
+  Tensor x;
+  kernels::Conv2dGeometry g = checked_geometry(op, x_in, weight, bias, stride, padding, dilation, groups, layout, &x);
+  const bool batched = x_in.dim() == 4;
+  const Shape y_shape =
+      layout == ConvLayout::NHWC ? Shape{g.n, g.out_h, g.out_w, g.o} : Shape{g.n, g.o, g.out_h, g.out_w};
+  Tensor r;
+  if (residual.defined()) {
+    r = batched ? residual : residual.unsqueeze(0);
+    NC_CHECK(r.shape() == y_shape, ShapeError, op, ": residual must have the output's shape ", shape_str(y_shape),
+             ", got ", describe(residual), " (x ", describe(x_in), ", weight ", describe(weight), ")");
+    NC_CHECK(r.dtype() == x_in.dtype(), DTypeError, op, ": residual is ", describe(residual), " but x is ",
+             describe(x_in), " (they must share a dtype)");
+    check_same_device(op, "x", x_in, "residual", residual);
+  }
+  NC_CHECK(!autograd::needs_grad(x_in, weight, bias, residual), ValueError, op,
+           ": has no backward (it is for inference); train with conv2d, add and relu, or run it ",
+           "under NoGradGuard or InferenceModeGuard");
+  const Device device = x.device();
+  // The CPU kernels take NCHW: NHWC operands are converted there and the result back.
+  const bool convert = g.channels_last && device.is_cpu();
+  const auto nchw = [&](const Tensor& t) { return t.defined() ? t.permute({0, 3, 1, 2}).contiguous() : t; };
+  const Tensor xc = convert ? nchw(x) : x.contiguous();
+  const Tensor wc = convert ? nchw(weight) : weight.contiguous();
+  const Tensor rc = convert ? nchw(r) : (r.defined() ? r.contiguous() : r);
+  const Tensor bc = bias.defined() ? bias.contiguous() : bias;
+  if (convert) g.channels_last = false;
+  Tensor y = new_tensor(convert ? Shape{g.n, g.o, g.out_h, g.out_w} : y_shape, x.dtype(), device);
+  if (g.n > 0) kernels::conv(device).conv2d_forward(g, xc, wc, kernels::ConvEpilogue{bc, rc, relu}, y);
+  if (convert) y = y.permute({0, 2, 3, 1}).contiguous();
+  return batched ? y : y.squeeze(0);
 }
 
 }  // namespace normcore

@@ -1,6 +1,6 @@
 // 2-D convolution kernels (normcore/conv.h; core/conv.cpp checks the arguments and records
-// the backward). Every tensor contiguous NCHW and of one floating dtype; outputs are written
-// (=). The CPU runs im2col and Eigen's GEMM (the reference); CUDA runs cuDNN, with its
+// the backward). Every tensor contiguous, NCHW (or NHWC where the geometry says so) and of
+// one floating dtype; outputs are written (=). The CPU runs im2col and Eigen's GEMM (the reference); CUDA runs cuDNN, with its
 // algorithms picked once per geometry and cached. The bias gradient is a plain sum (core).
 #pragma once
 
@@ -13,13 +13,24 @@ namespace normcore {
 namespace kernels {
 
 // One convolution's geometry: x [n, c, h, w], weight [o, c / groups, kh, kw],
-// y [n, o, out_h, out_w].
+// y [n, o, out_h, out_w]; with channels_last the same tensors are laid out as x [n, h, w, c],
+// weight [o, kh, kw, c / groups] and y [n, out_h, out_w, o] (NHWC, the forward direction on
+// CUDA only).
 struct Conv2dGeometry {
   int64_t n, c, h, w;
   int64_t o, kh, kw;
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
   int64_t groups;
   int64_t out_h, out_w;
+  bool channels_last = false;
+};
+
+// What the forward direction adds to the convolution before writing y:
+// y = relu?(conv(x, weight) + bias + residual), in f32 for f16/bf16 on the CPU.
+struct ConvEpilogue {
+  Tensor bias;      // [o], or undefined
+  Tensor residual;  // y's shape and layout, or undefined
+  bool relu = false;
 };
 
 enum class ConvDirection { Forward, BackwardData, BackwardFilter };
@@ -36,8 +47,8 @@ std::string last_conv_algorithm(ConvDirection d);
 
 class ConvKernels {
  public:
-  // y = conv(x, weight) + bias (bias [o] or undefined).
-  virtual void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const Tensor& bias,
+  // y = the epilogue applied to conv(x, weight).
+  virtual void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const ConvEpilogue& e,
                               const Tensor& y) const = 0;
   // grad_x = the gradient of sum(grad_y * conv(x, weight)) for x.
   virtual void conv2d_backward_data(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& weight,

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "normcore/autocast.h"
+#include "normcore/autograd.h"
 #include "normcore/conv.h"
 #include "normcore/nn.h"
 #include "normcore/ops.h"
@@ -54,6 +55,36 @@ Tensor Conv2d::forward(const Tensor& x) {
   NC_CHECK(x.device() == weight.device(), DeviceError, op, ": input is on ", x.device(), " but weight is on ",
            weight.device(), " (move the module with to(device))");
   return conv2d(x, weight, bias, stride, padding, dilation, groups);
+}
+
+ConvWeights fold_batch_norm(const Conv2d& conv, const BatchNorm& bn, ConvLayout layout) {
+  NC_CHECK(bn.running_mean.defined() && bn.running_var.defined(), ValueError, "fold_batch_norm: the BatchNorm (",
+           bn.num_features,
+           " features) has no running statistics (track_running_stats = false), so it normalizes with each batch's "
+           "own and cannot fold into a convolution");
+  NC_CHECK(bn.num_features == conv.out_channels, ShapeError, "fold_batch_norm: the BatchNorm has ", bn.num_features,
+           " features but the convolution ", conv.out_channels, " output channels (weight ", describe(conv.weight),
+           ")");
+  autograd::NoGradGuard no_grad;
+  const auto host = [](const Tensor& t) { return t.to(Device::cpu(), DType::F64).contiguous().to_vector<double>(); };
+  const int64_t out = conv.out_channels;
+  const std::vector<double> mean = host(bn.running_mean), var = host(bn.running_var);
+  const std::vector<double> gamma = bn.weight.defined() ? host(bn.weight) : std::vector<double>(out, 1.0);
+  const std::vector<double> beta = bn.bias.defined() ? host(bn.bias) : std::vector<double>(out, 0.0);
+  const std::vector<double> bias = conv.bias.defined() ? host(conv.bias) : std::vector<double>(out, 0.0);
+  std::vector<double> weight = host(conv.weight);
+  const int64_t per_channel = conv.weight.numel() / out;
+  std::vector<double> folded_bias(out);
+  for (int64_t o = 0; o < out; ++o) {
+    const double s = gamma[o] / std::sqrt(var[o] + bn.eps);
+    for (int64_t i = 0; i < per_channel; ++i) weight[o * per_channel + i] *= s;
+    folded_bias[o] = (bias[o] - mean[o]) * s + beta[o];
+  }
+  Tensor w = from_vector(weight, conv.weight.shape(), Device::cpu());
+  if (layout == ConvLayout::NHWC) w = w.permute({0, 2, 3, 1}).contiguous();
+  const Device device = conv.weight.device();
+  const DType dtype = conv.weight.dtype();
+  return {w.to(device, dtype), from_vector(folded_bias, {out}, Device::cpu()).to(device, dtype)};
 }
 
 }  // namespace nn

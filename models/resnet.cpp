@@ -1,6 +1,8 @@
 // torchvision's ResNets (normcore/models.h: resnet, load_resnet): the same modules under the
 // same names, so a torchvision state_dict saved as safetensors loads as it is. ResNet v1.5:
-// a bottleneck block strides in its 3x3 convolution, as torchvision's does.
+// a bottleneck block strides in its 3x3 convolution, as torchvision's does. fuse_resnet makes
+// the inference form: each BatchNorm folded into its convolution, and the bias, the
+// residual and the ReLU in the convolution's epilogue (conv2d_fused), in NCHW or NHWC.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -98,6 +100,89 @@ class ResNet : public nn::Module {
   std::shared_ptr<nn::Linear> fc;
 };
 
+// ---- the inference form: every BatchNorm folded into its convolution ----
+
+// One folded convolution: its weights (as buffers, so that to() moves them) and geometry.
+struct FoldedConv {
+  Tensor weight, bias;
+  Size2 stride, padding;
+};
+
+FoldedConv fold(nn::Module& owner, const std::string& name, const nn::Conv2d& conv, const nn::BatchNorm& bn,
+                ConvLayout layout) {
+  nn::ConvWeights w = nn::fold_batch_norm(conv, bn, layout);
+  return {owner.register_buffer(name + "_weight", w.weight), owner.register_buffer(name + "_bias", w.bias), conv.stride,
+          conv.padding};
+}
+
+Tensor run(const FoldedConv& c, const Tensor& x, const Tensor& residual, bool relu, ConvLayout layout) {
+  return conv2d_fused(x, c.weight, c.bias, residual, relu, c.stride, c.padding, 1, 1, layout);
+}
+
+class FusedBlock : public nn::Module {
+ public:
+  FusedBlock(const Block& b, ConvLayout layout) : layout_(layout) {
+    conv1_ = fold(*this, "conv1", *b.conv1, *b.bn1, layout);
+    conv2_ = fold(*this, "conv2", *b.conv2, *b.bn2, layout);
+    if (b.conv3) conv3_ = fold(*this, "conv3", *b.conv3, *b.bn3, layout);
+    if (b.downsample) {
+      const auto& d = b.downsample->children();
+      downsample_ = fold(*this, "downsample", dynamic_cast<const nn::Conv2d&>(*d.at(0)),
+                         dynamic_cast<const nn::BatchNorm&>(*d.at(1)), layout);
+      has_downsample_ = true;
+    }
+    bottleneck_ = static_cast<bool>(b.conv3);
+  }
+
+  Tensor forward(const Tensor& x) override {
+    const Tensor identity = has_downsample_ ? run(downsample_, x, Tensor(), false, layout_) : x;
+    Tensor y = run(conv1_, x, Tensor(), true, layout_);
+    if (!bottleneck_) return run(conv2_, y, identity, true, layout_);
+    y = run(conv2_, y, Tensor(), true, layout_);
+    return run(conv3_, y, identity, true, layout_);
+  }
+
+ private:
+  ConvLayout layout_;
+  FoldedConv conv1_, conv2_, conv3_, downsample_;
+  bool bottleneck_ = false, has_downsample_ = false;
+};
+
+class FusedResNet : public nn::Module {
+ public:
+  FusedResNet(const ResNet& r, ConvLayout layout) : layout_(layout) {
+    stem_ = fold(*this, "conv1", *r.conv1, *r.bn1, ConvLayout::NCHW);
+    maxpool_ = r.maxpool;
+    auto blocks = std::make_shared<nn::Sequential>();
+    for (const auto& layer : r.layers)
+      for (const auto& block : layer->children())
+        blocks->push_back(std::make_shared<FusedBlock>(dynamic_cast<const Block&>(*block), layout));
+    blocks_ = register_module("blocks", blocks);
+    fc_weight_ = register_buffer("fc_weight", r.fc->weight.detach());
+    fc_bias_ = register_buffer("fc_bias", r.fc->bias.detach());
+    train(false);
+  }
+
+  Tensor forward(const Tensor& x) override {
+    NC_CHECK(x.defined() && x.dim() == 4 && x.size(1) == 3, ShapeError, "ResNet: input must be [N, 3, H, W], got ",
+             x.defined() ? describe(x) : std::string("undefined"));
+    autograd::NoGradGuard no_grad;
+    // The stem's 3 input channels stay NCHW; the blocks run in layout.
+    Tensor y = (*maxpool_)(run(stem_, x, Tensor(), true, ConvLayout::NCHW));
+    const bool nhwc = layout_ == ConvLayout::NHWC;
+    if (nhwc) y = y.permute({0, 2, 3, 1}).contiguous();
+    y = (*blocks_)(y);
+    return linear(mean(y, nhwc ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{2, 3}), fc_weight_, fc_bias_);
+  }
+
+ private:
+  ConvLayout layout_;
+  FoldedConv stem_;
+  std::shared_ptr<nn::MaxPool2d> maxpool_;
+  std::shared_ptr<nn::Sequential> blocks_;
+  Tensor fc_weight_, fc_bias_;
+};
+
 }  // namespace
 
 std::shared_ptr<nn::Module> resnet(const std::string& name, int64_t num_classes, Generator* gen) {
@@ -107,6 +192,15 @@ std::shared_ptr<nn::Module> resnet(const std::string& name, int64_t num_classes,
   if (name == "resnet50") return std::make_shared<ResNet>(std::vector<int64_t>{3, 4, 6, 3}, true, num_classes, gen);
   if (name == "resnet101") return std::make_shared<ResNet>(std::vector<int64_t>{3, 4, 23, 3}, true, num_classes, gen);
   throw ValueError("resnet: unknown model '" + name + "' (resnet18, resnet34, resnet50 or resnet101)");
+}
+
+std::shared_ptr<nn::Module> fuse_resnet(const nn::Module& model, ConvLayout layout) {
+  const auto* r = dynamic_cast<const ResNet*>(&model);
+  NC_CHECK(r != nullptr, ValueError, "fuse_resnet: the model is not one of models::resnet's");
+  NC_CHECK(!model.is_training(), ValueError,
+           "fuse_resnet: the model is in training mode; its BatchNorms fold with their running statistics, which "
+           "evaluation mode uses (call eval() first)");
+  return std::make_shared<FusedResNet>(*r, layout);
 }
 
 std::shared_ptr<nn::Module> load_resnet(const std::string& name, const std::string& path, Device device) {
@@ -129,12 +223,14 @@ std::shared_ptr<nn::Module> load_resnet(const std::string& name, const std::stri
 
 ImageClassifier::ImageClassifier(const std::string& name, const std::string& weights, Device device,
                                  const std::string& labels, int64_t resize, int64_t crop)
-    : model_(load_resnet(name, weights, device)), device_(device), resize_(resize), crop_(crop) {
+    : device_(device), resize_(resize), crop_(crop) {
   NC_CHECK(crop >= 1 && resize >= crop, ValueError, "ImageClassifier: expects 1 <= crop <= resize, got crop ", crop,
            " and resize ", resize);
+  const std::shared_ptr<nn::Module> model = load_resnet(name, weights, device);
   int64_t classes = 0;
-  for (const auto& [key, tensor] : model_->named_parameters())
+  for (const auto& [key, tensor] : model->named_parameters())
     if (key == "fc.weight") classes = tensor.size(0);
+  model_ = fuse_resnet(*model, device.is_cpu() ? ConvLayout::NCHW : ConvLayout::NHWC);
   if (labels.empty()) {
     for (int64_t i = 0; i < classes; ++i) names_.push_back(std::to_string(i));
     return;

@@ -25,6 +25,21 @@ namespace normcore {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Size2 stride = 1, Size2 padding = 0,
               Size2 dilation = 1, int64_t groups = 1);
 
+// How a convolution's tensors are laid out: NCHW (x [N, C, H, W], weight [O, C / groups, kh,
+// kw]) or NHWC, channels last (x [N, H, W, C], weight [O, kh, kw, C / groups], output
+// [N, Ho, Wo, O]): cuDNN's tensor-core convolutions read NHWC without transposing it.
+enum class ConvLayout { NCHW, NHWC };
+
+// For inference: relu?(conv2d(x, weight, bias) + residual), the bias, the residual (the
+// output's shape, or undefined) and the ReLU applied in one pass over the convolution's output
+// on CUDA (three passes fewer than conv2d, add and relu). A BatchNorm in eval mode after a
+// convolution folds into its weight and bias (nn::fold_batch_norm). Records no backward: an
+// input that requires grad with grad mode on is a ValueError. NHWC runs on CUDA as it is and
+// on the CPU through NCHW copies.
+Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual, bool relu,
+                    Size2 stride = 1, Size2 padding = 0, Size2 dilation = 1, int64_t groups = 1,
+                    ConvLayout layout = ConvLayout::NCHW);
+
 }  // namespace normcore
 
 #pragma GCC visibility pop

@@ -44,6 +44,13 @@ std::shared_ptr<nn::Module> make_classifier(const std::string& name, Generator* 
 // load_state_dict. The initialization is that of normcore's layers, not torchvision's.
 // ValueError naming the known models for an unknown name.
 std::shared_ptr<nn::Module> resnet(const std::string& name, int64_t num_classes = 1000, Generator* gen = nullptr);
+// The inference form of a ResNet from resnet() in evaluation mode: each BatchNorm folded into
+// the convolution before it (nn::fold_batch_norm) and each block's additions and ReLUs in its
+// convolutions' epilogues (conv2d_fused), the blocks' activations in layout (NHWC is the
+// faster on CUDA tensor cores; the input and the output are as resnet()'s). A copy of the
+// weights, on the model's device and dtype; forward only (no gradients). ValueError for
+// another model or one in training mode.
+std::shared_ptr<nn::Module> fuse_resnet(const nn::Module& model, ConvLayout layout = ConvLayout::NHWC);
 // The ResNet name from a safetensors file of its state_dict (the classes from fc.weight), on
 // device in eval mode. IOError for an unreadable file or one without fc.weight; ValueError or
 // ShapeError naming the file and every missing, unexpected or mis-shaped tensor.

@@ -312,6 +312,20 @@ class Conv2d : public Module {
   Tensor bias;    // [out_channels]; undefined when built without bias
 };
 
+// The weight and bias of one convolution.
+struct ConvWeights {
+  Tensor weight;
+  Tensor bias;
+};
+class BatchNorm;
+// conv followed by bn in evaluation mode (its running statistics) as one convolution: the
+// weight of output channel o scaled by s = gamma[o] / sqrt(running_var[o] + eps), the bias
+// (conv's, or 0) becoming (bias - running_mean) * s + beta, computed in f64 and returned in
+// conv's dtype and device; with layout NHWC the weight comes as [O, kh, kw, C / groups]. For
+// conv2d_fused at inference. A BatchNorm without running statistics (it normalizes with
+// each batch's own) or of another width is an Error naming both layers' shapes.
+ConvWeights fold_batch_norm(const Conv2d& conv, const BatchNorm& bn, ConvLayout layout = ConvLayout::NCHW);
+
 // max_pool2d with fixed hyper-parameters; no parameters.
 class MaxPool2d : public Module {
  public:

@@ -157,11 +157,13 @@ int64_t sample_grain(const Conv2dGeometry& g) {
 }
 
 template <class T>
-void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
+void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const kernels::ConvEpilogue& e,
+             const Tensor& y) {
   using C = compute_t<T>;
   const GroupDims d(g);
   Widened<T, C> xs(x), ws(weight);
-  std::unique_ptr<Widened<T, C>> bs(bias.defined() ? new Widened<T, C>(bias) : nullptr);
+  std::unique_ptr<Widened<T, C>> bs(e.bias.defined() ? new Widened<T, C>(e.bias) : nullptr);
+  std::unique_ptr<Widened<T, C>> rs(e.residual.defined() ? new Widened<T, C>(e.residual) : nullptr);
   Narrowed<T, C> ys(y);
   parallel_for(g.n, sample_grain(g), [&](int64_t begin, int64_t end) {
     std::vector<C> cols(static_cast<size_t>(d.k * d.hw));
@@ -176,6 +178,13 @@ void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, con
             const C b = bs->data()[grp * d.og + o];
             for (int64_t i = 0; i < d.hw; ++i) out[o * d.hw + i] += b;
           }
+        }
+        if (rs) {
+          const C* r = rs->data() + (n * g.o + grp * d.og) * d.hw;
+          for (int64_t i = 0; i < d.og * d.hw; ++i) out[i] += r[i];
+        }
+        if (e.relu) {
+          for (int64_t i = 0; i < d.og * d.hw; ++i) out[i] = out[i] < C(0) ? C(0) : out[i];  // NaN stays
         }
       }
     }
@@ -241,9 +250,10 @@ void backward_weight(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor
 
 class CpuConv final : public kernels::ConvKernels {
  public:
-  void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const Tensor& bias,
+  void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const kernels::ConvEpilogue& e,
                       const Tensor& y) const override {
-    visit_float(x.dtype(), "conv2d", [&](auto tag) { forward<typename decltype(tag)::type>(g, x, weight, bias, y); });
+    NC_CHECK(!g.channels_last, DeviceError, "conv2d: the CPU kernels take NCHW tensors (the op converts NHWC ones)");
+    visit_float(x.dtype(), "conv2d", [&](auto tag) { forward<typename decltype(tag)::type>(g, x, weight, e, y); });
   }
   void conv2d_backward_data(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& weight,
                             const Tensor& grad_x) const override {

@@ -22,8 +22,8 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cuda/conv_epilogue.h"
 #include "kernels/cuda/cudnn_graph.h"
-#include "kernels/elementwise.h"
 #include "normcore/cuda.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/runtime.h"
@@ -59,19 +59,34 @@ struct PlanKey {
   DType dtype;
   bool tf32;
   int64_t alignment;
-  int64_t v[16];
+  int64_t v[17];
   bool operator<(const PlanKey& o) const {
     return std::tie(device, dtype, tf32, alignment) < std::tie(o.device, o.dtype, o.tf32, o.alignment) ||
            (std::tie(device, dtype, tf32, alignment) == std::tie(o.device, o.dtype, o.tf32, o.alignment) &&
-            std::lexicographical_compare(v, v + 16, o.v, o.v + 16));
+            std::lexicographical_compare(v, v + 17, o.v, o.v + 17));
   }
 };
 
 PlanKey plan_key(const Conv2dGeometry& g, int device, DType dtype, int64_t alignment) {
   PlanKey k{device, dtype, dtype == DType::F32 && allow_tf32(), alignment, {}};
-  const int64_t values[16] = {g.n,        g.c,     g.h,     g.w,          g.o,          g.kh,     g.kw,    g.stride_h,
-                              g.stride_w, g.pad_h, g.pad_w, g.dilation_h, g.dilation_w, g.groups, g.out_h, g.out_w};
-  std::copy(values, values + 16, k.v);
+  const int64_t values[17] = {g.n,
+                              g.c,
+                              g.h,
+                              g.w,
+                              g.o,
+                              g.kh,
+                              g.kw,
+                              g.stride_h,
+                              g.stride_w,
+                              g.pad_h,
+                              g.pad_w,
+                              g.dilation_h,
+                              g.dilation_w,
+                              g.groups,
+                              g.out_h,
+                              g.out_w,
+                              g.channels_last ? 1 : 0};
+  std::copy(values, values + 17, k.v);
   return k;
 }
 
@@ -120,13 +135,13 @@ Plan& plan_for(const Conv2dGeometry& g, int device, DType dtype, int64_t alignme
   NC_CUDA_CHECK(cudnnCreateTensorDescriptor(&plan->y));
   NC_CUDA_CHECK(cudnnCreateFilterDescriptor(&plan->w));
   NC_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
-  NC_CUDA_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, t, to_int(g.n, "N"), to_int(g.c, "C"),
-                                           to_int(g.h, "H"), to_int(g.w, "W")));
-  NC_CUDA_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, t, to_int(g.n, "N"), to_int(g.o, "O"),
+  const cudnnTensorFormat_t format = g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  NC_CUDA_CHECK(cudnnSetTensor4dDescriptor(plan->x, format, t, to_int(g.n, "N"), to_int(g.c, "C"), to_int(g.h, "H"),
+                                           to_int(g.w, "W")));
+  NC_CUDA_CHECK(cudnnSetTensor4dDescriptor(plan->y, format, t, to_int(g.n, "N"), to_int(g.o, "O"),
                                            to_int(g.out_h, "output height"), to_int(g.out_w, "output width")));
-  NC_CUDA_CHECK(cudnnSetFilter4dDescriptor(plan->w, t, CUDNN_TENSOR_NCHW, to_int(g.o, "O"),
-                                           to_int(g.c / g.groups, "C / groups"), to_int(g.kh, "kh"),
-                                           to_int(g.kw, "kw")));
+  NC_CUDA_CHECK(cudnnSetFilter4dDescriptor(plan->w, t, format, to_int(g.o, "O"), to_int(g.c / g.groups, "C / groups"),
+                                           to_int(g.kh, "kh"), to_int(g.kw, "kw")));
   const cudnnDataType_t compute = dtype == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   NC_CUDA_CHECK(cudnnSetConvolution2dDescriptor(plan->conv, to_int(g.pad_h, "padding"), to_int(g.pad_w, "padding"),
                                                 to_int(g.stride_h, "stride"), to_int(g.stride_w, "stride"),
@@ -378,12 +393,10 @@ void convolve(ConvDirection d, const Conv2dGeometry& g, const Tensor& a, const T
 
 class CudaConv final : public kernels::ConvKernels {
  public:
-  void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const Tensor& bias,
+  void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const kernels::ConvEpilogue& e,
                       const Tensor& y) const override {
     convolve(ConvDirection::Forward, g, x, weight, y);
-    if (bias.defined()) {
-      kernels::elementwise(y.device()).binary(BinaryOp::Add, y, y, bias.view({1, g.o, 1, 1}).expand(y.shape()));
-    }
+    conv_epilogue(y, g.o, g.channels_last ? 1 : g.out_h * g.out_w, e.bias, e.residual, e.relu);
   }
   void conv2d_backward_data(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& weight,
                             const Tensor& grad_x) const override {
@@ -405,7 +418,7 @@ class CudaConv final : public kernels::ConvKernels {
 
 class CudaConv final : public kernels::ConvKernels {
  public:
-  void conv2d_forward(const Conv2dGeometry&, const Tensor&, const Tensor&, const Tensor&,
+  void conv2d_forward(const Conv2dGeometry&, const Tensor&, const Tensor&, const kernels::ConvEpilogue&,
                       const Tensor&) const override {
     throw_no_cudnn();
   }

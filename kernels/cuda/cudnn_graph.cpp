@@ -46,9 +46,12 @@ bool graph_dtype(DType dtype, cudnnDataType_t* out) {
   }
 }
 
+// A [n, c, h, w] tensor laid out NCHW, or NHWC with channels_last.
 cudnnBackendDescriptor_t tensor(GraphBuilder& b, int64_t id, const int64_t (&dims)[4], cudnnDataType_t type,
-                                int64_t alignment) {
-  const int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+                                int64_t alignment, bool channels_last) {
+  const int64_t nchw[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+  const int64_t nhwc[4] = {dims[1] * dims[2] * dims[3], 1, dims[3] * dims[1], dims[1]};
+  const int64_t* strides = channels_last ? nhwc : nchw;
   cudnnBackendDescriptor_t t = b.make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   b.set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
   b.set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
@@ -67,9 +70,9 @@ cudnnBackendDescriptor_t operation_graph(GraphBuilder& b, cudnnHandle_t handle, 
   const int64_t x_dims[4] = {g.n, g.c, g.h, g.w};
   const int64_t w_dims[4] = {g.o, g.c / g.groups, g.kh, g.kw};
   const int64_t y_dims[4] = {g.n, g.o, g.out_h, g.out_w};
-  cudnnBackendDescriptor_t x = tensor(b, kX, x_dims, type, alignment);
-  cudnnBackendDescriptor_t w = tensor(b, kW, w_dims, type, alignment);
-  cudnnBackendDescriptor_t y = tensor(b, kY, y_dims, type, alignment);
+  cudnnBackendDescriptor_t x = tensor(b, kX, x_dims, type, alignment, g.channels_last);
+  cudnnBackendDescriptor_t w = tensor(b, kW, w_dims, type, alignment, g.channels_last);
+  cudnnBackendDescriptor_t y = tensor(b, kY, y_dims, type, alignment, g.channels_last);
 
   const cudnnDataType_t compute = dtype == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;

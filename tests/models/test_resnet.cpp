@@ -90,6 +90,12 @@ TEST(ResNetReference, MatchesTorchvision) {
       const Tensor want = reference.at("logits").to(DType::F64);
       const double error = nc::norm(nc::sub(logits, want)).item<double>() / nc::norm(want).item<double>();
       EXPECT_LT(error, 1e-4) << "relative logits error";
+      for (nc::ConvLayout layout : {nc::ConvLayout::NCHW, nc::ConvLayout::NHWC}) {
+        const auto fused = nc::models::fuse_resnet(*model, layout);
+        const Tensor fused_logits = (*fused)(reference.at("images").to(device)).to(nc::Device::cpu(), DType::F64);
+        EXPECT_LT(nc::norm(nc::sub(fused_logits, want)).item<double>() / nc::norm(want).item<double>(), 1e-4)
+            << "relative logits error of fuse_resnet, " << (layout == nc::ConvLayout::NHWC ? "NHWC" : "NCHW");
+      }
       ++checked;
     }
   }
