@@ -10,7 +10,8 @@
 # eval and predict), cnn (cnn-gn and cnn-bn trained with the defaults, eval, predict),
 # cnnbench (bench/conv and one CNN epoch beside PyTorch eager and torch.compile),
 # kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch), infer
-# (a classifier's batch forward and one-image latency beside PyTorch), resnetinfer (ResNet-50
+# (a classifier's batch forward and one-image latency beside PyTorch), onnx (ONNX's node tests on
+# the CPU and cuda:0), resnetinfer (ResNet-50
 # inference beside torchvision eager and torch.compile), decode (GPT-2 124M prefill and batch-1
 # decoding beside transformers eager and torch.compile), customop (the
 # custom-op example with its CUDA kernels, staged from BUILD_DIR/custom-op),
@@ -462,6 +463,18 @@ PY
       NORMCORE_HF_GPT2_DIR="$out/hf" "$run/normcore_tests" --gtest_filter='HfGpt2*' > "$out/hf-tests.log" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]|Failure|error" "$out/hf-tests.log" | head -20
       python3 bench/hf_gpt2_reference.py check "$out/hf"
+      ;;
+    onnx)
+      # ONNX's node tests (Debian's libonnx-testdata, staged by gpu_stage.sh) through the
+      # importer on the CPU and on cuda:0: PASS or FAIL with the reason per test and device.
+      echo "== ONNX node tests, onnx-test --device all"
+      mkdir -p "$out/onnx"
+      tar -xJf "$run/onnx-node-tests.tar.xz" -C "$out/onnx"
+      "$run/normcore" onnx-test "$out/onnx/node" --device all > "$out/onnx-tests.log" 2>&1
+      echo "exit $?"; tail -1 "$out/onnx-tests.log"
+      grep -c "^PASS .* cuda" "$out/onnx-tests.log" | sed 's/^/passed on cuda: /'
+      grep -c "^PASS .* cpu" "$out/onnx-tests.log" | sed 's/^/passed on cpu: /'
+      rm -rf "$out/onnx"
       ;;
     resnet)
       # torchvision's ResNets (random weights and batch statistics) in normcore: eval-mode

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies what bench/gpu_check.sh runs from a CUDA build (default build-gpu) into gpu-run/,
 # the one folder to carry to a GPU machine: the shared library, the test programs, the
-# normcore program, the benchmark-model programs, the benchmarks, the fortunes corpus and the
+# normcore program (with the ONNX libraries it links, and ONNX's node tests), the benchmark-model programs, the benchmarks, the fortunes corpus and the
 # peers of the gpt2 section (../shared); with WITH_DATA=1 also Fashion-MNIST; with
 # BASELINE=DIR, a CUDA build of another tree (its library and those of bench/norms,
 # bench/gemm_gn_min and bench/mlp_epoch it has, compressed) for gpu_check.sh's compare section.
@@ -21,6 +21,15 @@ done
 # The data set (30 MB) only for the train, cnn, cnnbench and mlp sections: what travels is limited in size.
 if [ "${WITH_DATA:-0}" = 1 ] && [ -d /usr/share/datasets/fashion-mnist ]; then
   cp -r /usr/share/datasets/fashion-mnist gpu-run/
+fi
+# The libraries of the ONNX importer that the normcore program links (Debian's libonnx and
+# libprotobuf, which the GPU machine lacks), and ONNX's node tests (27 MB, 2 MB as xz) for the
+# onnx section.
+if [ -x "$build"/normcore ]; then
+  ldd "$build"/normcore | awk '/libonnx|libprotobuf/ {print $3}' | while read -r lib; do cp -L "$lib" gpu-run/; done
+fi
+if [ -d /usr/include/onnx/backend/test/data/node ]; then
+  tar -cJf gpu-run/onnx-node-tests.tar.xz -C /usr/include/onnx/backend/test/data node
 fi
 # The fortunes corpus (3 MB) for the sections that run train-lm.
 [ -d /usr/share/games/fortunes ] && cp -r /usr/share/games/fortunes gpu-run/

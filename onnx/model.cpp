@@ -131,7 +131,7 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
       if (node.output(o).empty()) continue;
       NC_CHECK(o < static_cast<int>(outs.size()) && outs[o].defined(), ValueError, run.where, ": output ", o,
                " is not computed");
-      values[node.output(o)] = outs[o];
+      values[node.output(o)] = outs[o].to(device);  // constants and shapes made on the host
     }
   }
   std::vector<Tensor> out;
