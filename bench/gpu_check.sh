@@ -11,7 +11,8 @@
 # cnnbench (bench/conv and one CNN epoch beside PyTorch eager and torch.compile),
 # kernelbench (the five benchmark models), mlp (the MLP epoch benchmark beside PyTorch), infer
 # (a classifier's batch forward and one-image latency beside PyTorch), onnx (ONNX's node tests on
-# the CPU and cuda:0), resnetinfer (ResNet-50
+# the CPU and cuda:0), onnxexport (PyTorch exports against onnxruntime, and their speed),
+# resnetinfer (ResNet-50
 # inference beside torchvision eager and torch.compile), decode (GPT-2 124M prefill and batch-1
 # decoding beside transformers eager and torch.compile), customop (the
 # custom-op example with its CUDA kernels, staged from BUILD_DIR/custom-op),
@@ -467,6 +468,9 @@ PY
     onnx)
       # ONNX's node tests (Debian's libonnx-testdata, staged by gpu_stage.sh) through the
       # importer on the CPU and on cuda:0: PASS or FAIL with the reason per test and device.
+      echo "== the importer's own tests (CPU and cuda:0)"
+      "$run/normcore_onnx_tests" > "$out/onnx-unit.log" 2>&1
+      echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$out/onnx-unit.log"
       echo "== ONNX node tests, onnx-test --device all"
       mkdir -p "$out/onnx"
       tar -xJf "$run/onnx-node-tests.tar.xz" -C "$out/onnx"
@@ -474,6 +478,34 @@ PY
       echo "exit $?"; tail -1 "$out/onnx-tests.log"
       grep -c "^PASS .* cuda" "$out/onnx-tests.log" | sed 's/^/passed on cuda: /'
       grep -c "^PASS .* cpu" "$out/onnx-tests.log" | sed 's/^/passed on cpu: /'
+      rm -rf "$out/onnx"
+      ;;
+    onnxexport)
+      # Models exported by torch.onnx.export (bench/onnx_exports.py: an MLP, a CNN, torchvision's
+      # ResNet-18 and -50, a GPT-2 124M) run by normcore against onnxruntime's outputs on the CPU
+      # and cuda:0; then the speed cases (ResNet-50 batch 1 and 64, the GPT at 1 x 128 tokens)
+      # in onnxruntime and in normcore's onnx-run, on the GPU and on 1 and 2 CPU threads.
+      echo "== ONNX exports of PyTorch models, normcore against onnxruntime"
+      python3 bench/onnx_exports.py "$out/onnx" --time 2>&1 | grep -v -i warn
+      # Logits of random-weight models reach hundreds: 1e-3 absolute is f32 summation noise there.
+      "$run/normcore" onnx-test "$out/onnx/checks" --device all --atol 1e-3 | cut -c1-300
+      mkdir -p "$out/onnx-keep"  # the small exports, flat (what comes back is at most three levels deep)
+      for m in mlp cnn; do
+        cp "$out/onnx/checks/$m/model.onnx" "$out/onnx-keep/$m.onnx"
+        cp "$out/onnx/checks/$m/test_data_set_0/input_0.pb" "$out/onnx-keep/$m.input_0.pb"
+        cp "$out/onnx/checks/$m/test_data_set_0/output_0.pb" "$out/onnx-keep/$m.output_0.pb"
+      done
+      for case in resnet50_b1 resnet50_b64 gpt; do
+        for tf32 in off on; do
+          echo "normcore $case on cuda, tf32 $tf32: $("$run/normcore" onnx-run "$out/onnx/speed/$case/model.onnx" \
+            --random --device cuda --repeat 50 --tf32=$tf32 | tail -1)"
+        done
+        [ $case = resnet50_b64 ] && continue
+        for threads in 1 2; do
+          echo "normcore $case on $threads CPU threads: $(NORMCORE_NUM_THREADS=$threads "$run/normcore" onnx-run \
+            "$out/onnx/speed/$case/model.onnx" --random --device cpu --repeat 5 | tail -1)"
+        done
+      done
       rm -rf "$out/onnx"
       ;;
     resnet)

@@ -12,6 +12,7 @@ build=${1:-build-gpu}
 mkdir -p gpu-run
 cp -L "$build"/libnormcore.so* gpu-run/
 cp "$build"/tests/normcore_tests "$build"/tests/normcore_cuda_faults "$build"/tests/normcore_c_api_test gpu-run/
+[ -x "$build"/tests/normcore_onnx_tests ] && cp "$build"/tests/normcore_onnx_tests gpu-run/
 cp "$build"/normcore gpu-run/
 for program in "$build"/examples/kernelbench_* "$build"/bench/norms "$build"/bench/gemm_gn_min "$build"/bench/mlp_epoch \
   "$build"/bench/conv "$build"/bench/attention "$build"/bench/infer "$build"/bench/resnet_infer "$build"/bench/gpt2_decode "$build"/bench/safetensors_load \
@@ -57,7 +58,7 @@ ninja -C "$build" -t commands normcore_objects | grep '/nvcc ' |
 # suite, bench/conv: 40-60 MB each, mostly device code) travel compressed; gpu_check.sh
 # unpacks them.
 xz -T0 -f gpu-run/libnormcore.so
-for program in normcore_tests conv attention; do
+for program in normcore_tests normcore_onnx_tests conv attention; do
   [ -f gpu-run/$program ] && xz -T0 -f gpu-run/$program
 done
 du -sh gpu-run

@@ -17,5 +17,6 @@ int conformance(const Args& args);  // tools.cpp
 int tokenize(const Args& args);     // tools.cpp
 int launch(const Args& args);       // tools.cpp
 int onnx_test(const Args& args);    // onnx_test.cpp (when built with ONNX)
+int onnx_run(const Args& args);     // onnx_run.cpp (when built with ONNX)
 
 }  // namespace cli

@@ -9,6 +9,7 @@
 //   normcore conformance DIR [--device cpu|cuda|all]   run every case in DIR; exit 0 when all pass
 //   normcore tokenize --tokenizer DIR [FILE...]   GPT-2 token ids of text, printed or as a shard
 //   normcore onnx-test FOLDER...                   ONNX backend tests (a build with ONNX)
+//   normcore onnx-run MODEL.onnx [INPUT...]        an ONNX model on input files
 #include <iomanip>
 #include <iostream>
 #include <string>
@@ -183,9 +184,18 @@ const std::vector<OptionSpec> kTokenizeOptions = {
 const std::vector<OptionSpec> kConformanceOptions = {
     {"device", "all", "cpu, cuda[:N], or all (the CPU, then cuda:0 when there is one)"},
 };
+const std::vector<OptionSpec> kOnnxRunOptions = {
+    {"device", "cpu", "cpu, cuda[:N] or auto"},
+    {"random", nullptr, "run on random inputs of the graph's dims instead of files"},
+    {"out", "", "write the outputs, by name, to this safetensors file"},
+    {"repeat", "0", "then run this many more times and print the median time"},
+    {"tf32", nullptr, "TF32 tensor cores for f32 matrix products and convolutions on CUDA"},
+};
 const std::vector<OptionSpec> kOnnxTestOptions = {
     {"device", "cpu", "cpu, cuda[:N], or all (the CPU, then cuda:0 when there is one)"},
     {"min-passed", "-1", "succeed when at least this many pass (-1: when all do)"},
+    {"atol", "1e-7", "a float output passes within atol + rtol |expected| of each expected value"},
+    {"rtol", "1e-3", "(ONNX's backend-test tolerances are the defaults)"},
 };
 
 void usage(std::ostream& os) {
@@ -200,6 +210,7 @@ void usage(std::ostream& os) {
         "  tokenize  GPT-2 token ids of text (stdin or files), printed or written as a token shard\n"
         "  launch    run a command as the local ranks of a data-parallel job\n"
 #if NORMCORE_HAS_ONNX
+        "  onnx-run  list an ONNX model's inputs and outputs, or run it on input files\n"
         "  onnx-test run ONNX backend test folders (model.onnx, test_data_set_*) and say which pass\n"
 #endif
         "\n"
@@ -213,6 +224,7 @@ void command_usage(std::ostream& os, const std::string& command, const std::vect
          : command == "tokenize"    ? " [FILE...]"
          : command == "launch"      ? " -- COMMAND..."
          : command == "onnx-test"   ? " FOLDER..."
+         : command == "onnx-run"    ? " MODEL.onnx [INPUT.pb... | INPUTS.safetensors]"
                                     : "")
      << "\n\noptions:\n";
   for (const OptionSpec& s : specs)
@@ -238,8 +250,9 @@ int main(int argc, char** argv) {
                                          : command == "tokenize"    ? &kTokenizeOptions
 #if NORMCORE_HAS_ONNX
                                          : command == "onnx-test" ? &kOnnxTestOptions
+                                         : command == "onnx-run"  ? &kOnnxRunOptions
 #endif
-                                                                  : nullptr;
+                                                                 : nullptr;
   if (!specs) {
     std::cerr << "normcore: unknown command '" << command << "'\n\n";
     usage(std::cerr);
@@ -261,6 +274,7 @@ int main(int argc, char** argv) {
     if (command == "tokenize") return tokenize(args);
 #if NORMCORE_HAS_ONNX
     if (command == "onnx-test") return onnx_test(args);
+    if (command == "onnx-run") return onnx_run(args);
 #endif
     return predict(args);
   } catch (const nc::ValueError& e) {
@@ -268,6 +282,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const nc::Error& e) {
     std::cerr << "normcore " << command << ": " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {  // a defect of normcore's, reported rather than aborting
+    std::cerr << "normcore " << command << ": internal error: " << e.what() << "\n";
     return 1;
   }
 }

@@ -1,11 +1,12 @@
 // normcore onnx-test: runs ONNX backend test folders (model.onnx and test_data_set_*/
 // input_N.pb, output_N.pb) and says which pass: outputs of the expected dtype and shape, and
-// floats within ONNX's backend tolerance (|got - want| <= 1e-7 + 1e-3 |want|), the rest
-// exactly. A test whose model uses an op or attribute normcore does not run fails, naming it.
+// floats within ONNX's backend tolerance (|got - want| <= atol + rtol |want|, 1e-7 and 1e-3
+// unless --atol and --rtol say otherwise), the rest exactly. A test whose model uses an op or attribute normcore does not run fails, naming it.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "normcore/normcore.h"
@@ -39,8 +40,14 @@ std::vector<nc::Tensor> numbered(const fs::path& folder, const std::string& pref
   }
 }
 
-// Empty when got matches want, else why not.
-std::string mismatch(const nc::Tensor& got, const nc::Tensor& want, size_t index) {
+// How close a float output must be: |got - want| <= atol + rtol |want| for every element.
+struct Tolerance {
+  double atol, rtol;
+};
+
+// Empty when got matches want, else why not: the first element off, how many are, and the
+// largest difference.
+std::string mismatch(const nc::Tensor& got, const nc::Tensor& want, size_t index, Tolerance tol) {
   const std::string which = "output " + std::to_string(index);
   if (got.dtype() != want.dtype())
     return which + " is " + nc::dtype_name(got.dtype()) + ", expected " + nc::dtype_name(want.dtype());
@@ -49,20 +56,28 @@ std::string mismatch(const nc::Tensor& got, const nc::Tensor& want, size_t index
   const std::vector<double> g = got.to(nc::Device::cpu(), nc::DType::F64).contiguous().to_vector<double>();
   const std::vector<double> w = want.to(nc::DType::F64).contiguous().to_vector<double>();
   const bool floating = nc::is_floating(want.dtype());
+  size_t first = g.size(), off = 0;
+  double largest = 0, scale = 0;
   for (size_t i = 0; i < g.size(); ++i) {
-    const bool same =
-        floating ? (std::isnan(w[i]) ? std::isnan(g[i])
-                                     : (g[i] == w[i] || std::fabs(g[i] - w[i]) <= 1e-7 + 1e-3 * std::fabs(w[i])))
-                 : g[i] == w[i];
-    if (!same)
-      return which + " element " + std::to_string(i) + " is " + std::to_string(g[i]) + ", expected " +
-             std::to_string(w[i]);
+    const double diff = std::fabs(g[i] - w[i]);
+    const bool same = floating ? (std::isnan(w[i]) ? std::isnan(g[i])
+                                                   : (g[i] == w[i] || diff <= tol.atol + tol.rtol * std::fabs(w[i])))
+                               : g[i] == w[i];
+    if (std::isfinite(w[i])) scale = std::max(scale, std::fabs(w[i]));
+    if (same) continue;
+    if (first == g.size()) first = i;
+    ++off;
+    largest = std::max(largest, std::isnan(diff) ? INFINITY : diff);
   }
-  return "";
+  if (off == 0) return "";
+  std::ostringstream why;
+  why << which << " element " << first << " is " << g[first] << ", expected " << w[first] << " (" << off << " of "
+      << g.size() << " elements off; the largest difference " << largest << ", the largest |expected| " << scale << ")";
+  return why.str();
 }
 
 // Empty when every data set of the test passes on device, else the first reason it does not.
-std::string run_test(const fs::path& folder, nc::Device device) {
+std::string run_test(const fs::path& folder, nc::Device device, Tolerance tol) {
   try {
     const nc::onnx::Model model = nc::onnx::Model::load((folder / "model.onnx").string());
     std::vector<fs::path> sets;
@@ -79,7 +94,7 @@ std::string run_test(const fs::path& folder, nc::Device device) {
       if (got.size() != want.size())
         return std::to_string(got.size()) + " outputs, expected " + std::to_string(want.size());
       for (size_t i = 0; i < got.size(); ++i) {
-        const std::string why = mismatch(got[i], want[i], i);
+        const std::string why = mismatch(got[i], want[i], i, tol);
         if (!why.empty()) return set.filename().string() + ": " + why;
       }
     }
@@ -99,11 +114,13 @@ int onnx_test(const Args& args) {
   if (device_option == "all" && nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
   if (device_option != "cpu" && device_option != "all") devices.push_back(pick_device(device_option));
   const int64_t min_passed = integer(args, "min-passed", -1);
+  const Tolerance tol{number(args, "atol"), number(args, "rtol")};
+  NC_CHECK(tol.atol >= 0 && tol.rtol >= 0, ValueError, "onnx-test: --atol and --rtol must be >= 0");
   int64_t passed = 0, failed = 0;
   for (const std::string& path : args.positional) {
     for (const fs::path& folder : test_folders(path)) {
       for (const nc::Device& device : devices) {
-        const std::string why = run_test(folder, device);
+        const std::string why = run_test(folder, device, tol);
         const std::string name = folder.filename().string() + (devices.size() > 1 ? " " + device.str() : "");
         if (why.empty()) {
           ++passed;

@@ -1,7 +1,12 @@
 // onnx::Model (onnx/model.h): parse, check the whole graph against op_table() before anything
 // runs, then run the nodes in the file's order (ONNX requires a topological one; a node whose
-// input nothing before it defines is refused at load, which also refuses cycles).
+// input nothing before it defines is refused at load, which also refuses cycles). A Conv whose
+// output only an Add and/or a Relu read runs with them as its epilogue (conv2d_fused), at
+// the last one's place, so that its output is read and written once instead of three times.
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -17,6 +22,30 @@ struct Model::Impl {
   int64_t opset = 0;
   std::vector<ValueInfo> inputs, outputs;
   std::unordered_map<std::string, Tensor> initializers;  // CPU tensors
+  // A Conv run together with the Add and/or Relu that alone consume its output (and the
+  // Add's), at the position of the last of them, where the Add's other input is defined.
+  struct Fusion {
+    int conv = -1, add = -1, relu = -1;
+    int residual = -1;  // which input of the Add is not the Conv's
+  };
+  std::vector<Fusion> fusions;
+  std::vector<int> role;  // per node: kAsIs, kAbsorbed, or the index of the fusion run there
+  static constexpr int kAsIs = -1, kAbsorbed = -2;
+  // The initializers on each device a run has used, uploaded by the first such run.
+  using Uploaded = std::unordered_map<std::string, Tensor>;
+  mutable std::mutex mutex;
+  mutable std::map<std::string, std::shared_ptr<const Uploaded>> uploaded;  // by Device::str()
+
+  std::shared_ptr<const Uploaded> initializers_on(Device device) const {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::shared_ptr<const Uploaded>& slot = uploaded[device.str()];
+    if (!slot) {
+      auto copies = std::make_shared<Uploaded>();
+      for (const auto& [key, t] : initializers) (*copies)[key] = t.to(device);
+      slot = std::move(copies);
+    }
+    return slot;
+  }
 };
 
 namespace {
@@ -24,6 +53,47 @@ namespace {
 std::string node_name(const ::onnx::NodeProto& node, int index) {
   return detail::cat_str("node ", node.name().empty() ? "#" + std::to_string(index) : "'" + node.name() + "'", " (",
                          node.op_type(), ")");
+}
+
+// Finds the Conv -> [Add] -> [Relu] chains whose intermediate values nothing else reads.
+void plan_fusions(Model::Impl& m) {
+  const ::onnx::GraphProto& g = m.graph;
+  std::unordered_map<std::string, int> uses, consumer;
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const std::string& input : g.node(i).input())
+      if (!input.empty()) ++uses[input], consumer[input] = i;
+  for (const auto& v : g.output()) uses[v.name()] += 2;  // a graph output is never absorbed
+  const auto only_consumer = [&](const std::string& value, const char* op) {
+    if (uses[value] != 1) return -1;
+    const int j = consumer[value];
+    return g.node(j).op_type() == op && g.node(j).domain().empty() ? j : -1;
+  };
+  m.role.assign(static_cast<size_t>(g.node_size()), Model::Impl::kAsIs);
+  for (int i = 0; i < g.node_size(); ++i) {
+    const ::onnx::NodeProto& node = g.node(i);
+    if (node.op_type() != "Conv" || !node.domain().empty() || node.output_size() != 1) continue;
+    Model::Impl::Fusion f;
+    f.conv = i;
+    std::string out = node.output(0);
+    f.add = only_consumer(out, "Add");
+    if (f.add >= 0 && m.role[static_cast<size_t>(f.add)] != Model::Impl::kAsIs) f.add = -1;  // another Conv's
+    if (f.add >= 0) {
+      const ::onnx::NodeProto& add = g.node(f.add);
+      if (add.input_size() != 2 || add.input(0).empty() || add.input(1).empty() || add.input(0) == add.input(1)) {
+        f.add = -1;
+      } else {
+        f.residual = add.input(0) == out ? 1 : 0;
+        out = add.output(0);
+      }
+    }
+    f.relu = only_consumer(out, "Relu");
+    if (f.relu >= 0 && m.role[static_cast<size_t>(f.relu)] != Model::Impl::kAsIs) f.relu = -1;
+    if (f.add < 0 && f.relu < 0) continue;
+    m.role[static_cast<size_t>(i)] = Model::Impl::kAbsorbed;
+    if (f.add >= 0) m.role[static_cast<size_t>(f.add)] = Model::Impl::kAbsorbed;
+    m.role[static_cast<size_t>(std::max(f.add, f.relu))] = static_cast<int>(m.fusions.size());
+    m.fusions.push_back(f);
+  }
 }
 
 ValueInfo value_info(const ::onnx::ValueInfoProto& v, const std::string& where) {
@@ -93,6 +163,7 @@ Model Model::parse(const std::string& bytes, const std::string& name) {
     NC_CHECK(defined.count(v.name()), IOError, name, ": graph output '", v.name(), "' is defined by no node");
     impl->outputs.push_back(value_info(v, name + ": output"));
   }
+  plan_fusions(*impl);
   Model model;
   model.impl_ = std::move(impl);
   return model;
@@ -107,8 +178,8 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
   NC_CHECK(inputs.size() == m.inputs.size(), ValueError, m.name, ": the graph takes ", m.inputs.size(), " inputs, got ",
            inputs.size());
   const Device device = inputs.empty() ? Device::cpu() : inputs.front().device();
-  std::unordered_map<std::string, Tensor> values;
-  for (const auto& [name, t] : m.initializers) values[name] = t.to(device);
+  autograd::NoGradGuard no_grad;
+  std::unordered_map<std::string, Tensor> values = *m.initializers_on(device);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ValueInfo& info = m.inputs[i];
     NC_CHECK(inputs[i].defined(), ValueError, m.name, ": input '", info.name, "' is an undefined tensor");
@@ -123,10 +194,21 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
   }
   const auto& table = op_table();
   for (int i = 0; i < m.graph.node_size(); ++i) {
+    const int role = m.role[static_cast<size_t>(i)];
+    if (role == Impl::kAbsorbed) continue;
     const ::onnx::NodeProto& node = m.graph.node(i);
-    NodeRun run{node, m.opset, {}, m.name + ": " + node_name(node, i)};
-    for (const std::string& input : node.input()) run.inputs.push_back(input.empty() ? Tensor() : values.at(input));
-    std::vector<Tensor> outs = table.at(node.op_type()).run(run);
+    const Impl::Fusion* fusion = role >= 0 ? &m.fusions[static_cast<size_t>(role)] : nullptr;
+    const ::onnx::NodeProto& first = fusion ? m.graph.node(fusion->conv) : node;
+    NodeRun run{first, m.opset, {}, m.name + ": " + node_name(first, fusion ? fusion->conv : i)};
+    for (const std::string& input : first.input()) run.inputs.push_back(input.empty() ? Tensor() : values.at(input));
+    if (fusion) {
+      if (fusion->add >= 0) run.residual = values.at(m.graph.node(fusion->add).input(fusion->residual));
+      run.relu = fusion->relu >= 0;
+      run.where += fusion->add >= 0 && run.relu ? " with the Add and Relu after it"
+                   : run.relu                   ? " with the Relu after it"
+                                                : " with the Add after it";
+    }
+    std::vector<Tensor> outs = table.at(first.op_type()).run(run);
     for (int o = 0; o < node.output_size(); ++o) {
       if (node.output(o).empty()) continue;
       NC_CHECK(o < static_cast<int>(outs.size()) && outs[o].defined(), ValueError, run.where, ": output ", o,

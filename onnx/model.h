@@ -39,7 +39,9 @@ class Model {
 
   // Runs the graph on inputs (in inputs()' order, any device; the graph's constants go to
   // the first input's device, the CPU without inputs) and returns the outputs in outputs()'
-  // order. ShapeError or DTypeError naming the input for one that does not fit.
+  // order, recording no gradients. The initializers are copied to a device by the first run
+  // there and kept for the later ones (one copy per device; runs on several threads share
+  // it). ShapeError or DTypeError naming the input for one that does not fit.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
   struct Impl;

@@ -263,11 +263,27 @@ void check_2d(const NodeRun& n, const Tensor& x) {
   NC_CHECK(x.dim() == 4, ShapeError, n.where, ": 2-D (NCHW) inputs are supported, got ", describe(x));
 }
 
+// With an epilogue (NodeRun::residual, relu), relu?(conv + residual) in one pass where the
+// residual has the output's shape, dtype and device (conv2d_fused), else in three.
 Tensor conv(const NodeRun& n) {
   const Tensor& x = n.input(0);
+  const Tensor& w = n.input(1);
   check_2d(n, x);
-  return conv2d(x, n.input(1), n.has_input(2) ? n.input(2) : Tensor(), pair_attribute(n, "strides", 1), pads_2d(n),
-                pair_attribute(n, "dilations", 1), n.int_attribute("group", 1));
+  const Tensor b = n.has_input(2) ? n.input(2) : Tensor();
+  const Size2 stride = pair_attribute(n, "strides", 1), pad = pads_2d(n), dilation = pair_attribute(n, "dilations", 1);
+  const int64_t groups = n.int_attribute("group", 1);
+  const Tensor& r = n.residual;
+  if (!n.relu && !r.defined()) return conv2d(x, w, b, stride, pad, dilation, groups);
+  const auto extent = [&](int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+    return in + 2 * p >= d * (k - 1) + 1 ? (in + 2 * p - d * (k - 1) - 1) / s + 1 : 0;
+  };
+  const bool fits = !r.defined() ||
+                    (w.dim() == 4 && r.dtype() == x.dtype() && r.device() == x.device() &&
+                     r.shape() == Shape{x.size(0), w.size(0), extent(x.size(2), w.size(2), stride.h, pad.h, dilation.h),
+                                        extent(x.size(3), w.size(3), stride.w, pad.w, dilation.w)});
+  if (fits) return conv2d_fused(x, w, b, r, n.relu, stride, pad, dilation, groups);
+  const Tensor y = add(conv2d(x, w, b, stride, pad, dilation, groups), r);
+  return n.relu ? relu(y) : y;
 }
 
 Tensor max_pool(const NodeRun& n) {

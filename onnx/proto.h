@@ -28,6 +28,10 @@ struct NodeRun {
   int64_t opset;
   std::vector<Tensor> inputs;
   std::string where;
+  // For a Conv whose only consumer is an Add and/or a Relu (model.cpp fuses them): the Add's
+  // other input and whether the Relu follows, for the convolution's epilogue.
+  Tensor residual;
+  bool relu = false;
 
   const ::onnx::AttributeProto* attribute(const std::string& name) const;
   int64_t int_attribute(const std::string& name, int64_t fallback) const;

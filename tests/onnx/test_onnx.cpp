@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "normcore/normcore.h"
@@ -73,6 +74,48 @@ void set_raw(::onnx::TensorProto* t, const std::string& name, std::vector<int64_
 
 std::string bytes_of(const ::onnx::ModelProto& m) { return m.SerializeAsString(); }
 
+::onnx::NodeProto* add_node(::onnx::GraphProto* g, const char* op, std::vector<const char*> in, const char* out) {
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  for (const char* i : in) n->add_input(i);
+  n->add_output(out);
+  return n;
+}
+
+// x [2, 3, 5, 5] -> Conv(w [4, 3, 3, 3], b [4], pads 1) -> c; r = Neg(s), made after the Conv
+// -> Add(c, r) -> Relu -> y. With also_output, c is a graph output too; residual_dims gives
+// s's dims ([2, 4, 5, 5], or a broadcast shape). With residual_conv, r is the same Conv of s
+// ([2, 3, 5, 5]) instead: two Convs that only the one Add reads (a ResNet block's
+// downsample).
+::onnx::ModelProto conv_add_relu(bool also_output, std::vector<int64_t> residual_dims, bool residual_conv = false) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  set_value(g->add_input(), "x", {2, 3, 5, 5});
+  set_value(g->add_input(), "s", residual_dims);
+  set_value(g->add_output(), "y", {2, 4, 5, 5});
+  if (also_output) set_value(g->add_output(), "c", {2, 4, 5, 5});
+  std::vector<float> w(4 * 3 * 3 * 3);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * static_cast<float>(static_cast<int>(i % 11) - 5);
+  set_raw(g->add_initializer(), "w", {4, 3, 3, 3}, w);
+  set_raw(g->add_initializer(), "b", {4}, {0.1f, -0.2f, 0.3f, -0.4f});
+  auto* conv = add_node(g, "Conv", {"x", "w", "b"}, "c");
+  auto* pads = conv->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(::onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  if (residual_conv) {
+    auto* second = add_node(g, "Conv", {"s", "w", "b"}, "r");
+    *second->add_attribute() = conv->attribute(0);
+  } else {
+    add_node(g, "Neg", {"s"}, "r");
+  }
+  add_node(g, "Add", {"r", "c"}, "a");
+  add_node(g, "Relu", {"a"}, "y");
+  return m;
+}
+
 }  // namespace
 
 TEST(Onnx, RunsAModelAsNormcoresOpsDo) {
@@ -98,6 +141,67 @@ TEST(Onnx, RunsAModelAsNormcoresOpsDo) {
   throws<nc::DTypeError>([&] { model.run({x.to(nc::DType::F64)}); }, {"mlp.onnx", "input 'x'", "f32"})();
   throws<nc::ShapeError>([&] { model.run({nc::zeros({3, 3})}); }, {"mlp.onnx", "input 'x'", "[3, 3]"})();
   throws<nc::ValueError>([&] { model.run({}); }, {"takes 1 inputs, got 0"})();
+}
+
+// One model run again and from several threads at once, on every device: the same outputs
+// (the initializers are uploaded to a device by its first run and shared by the later ones).
+TEST(Onnx, RunsRepeatedlyAndFromThreadsOnEveryDevice) {
+  const nc::onnx::Model model = nc::onnx::Model::parse(bytes_of(mlp()), "mlp.onnx");
+  const Tensor x = nc::from_vector<float>({1, 2, 3, -1, 0.5f, 2}, {2, 3});
+  const Tensor expected = model.run({x})[0];
+  std::vector<nc::Device> devices{nc::Device::cpu()};
+  if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
+  for (const nc::Device& device : devices) {
+    SCOPED_TRACE(device.str());
+    std::vector<double> errors(4, 0.0);
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < errors.size(); ++t) {
+      threads.emplace_back([&, t] {
+        for (int r = 0; r < 10; ++r)
+          errors[t] = std::max(errors[t], normcore_test::relative_error(model.run({x.to(device)})[0], expected));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (double e : errors) EXPECT_LT(e, 1e-6);
+  }
+}
+
+// A Conv whose output only an Add and a Relu read runs them as its epilogue: the same values
+// as the three ops, with the residual made after the Conv, broadcast (the unfused path) or the
+// Conv's output also a graph output (no fusion), on every device.
+TEST(Onnx, ConvAddReluAsOneEpilogue) {
+  std::vector<nc::Device> devices{nc::Device::cpu()};
+  if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
+  nc::Generator gen(3);
+  const Tensor x = nc::randn({2, 3, 5, 5}, nc::DType::F32, &gen);
+  for (bool also_output : {false, true}) {
+    for (const std::vector<int64_t>& dims : {std::vector<int64_t>{2, 4, 5, 5}, std::vector<int64_t>{1, 4, 1, 1}}) {
+      const nc::onnx::Model model = nc::onnx::Model::parse(bytes_of(conv_add_relu(also_output, dims)), "conv.onnx");
+      const Tensor s = nc::randn(dims, nc::DType::F32, &gen);
+      std::vector<float> wv(4 * 3 * 3 * 3);
+      for (size_t i = 0; i < wv.size(); ++i) wv[i] = 0.05f * static_cast<float>(static_cast<int>(i % 11) - 5);
+      const Tensor c = nc::conv2d(x, nc::from_vector(wv, {4, 3, 3, 3}),
+                                  nc::from_vector<float>({0.1f, -0.2f, 0.3f, -0.4f}, {4}), 1, 1);
+      const Tensor want = nc::relu(nc::add(nc::neg(s), c));
+      for (const nc::Device& device : devices) {
+        SCOPED_TRACE(device.str() + (also_output ? ", c an output" : "") + ", residual " + nc::shape_str(dims));
+        const std::vector<Tensor> out = model.run({x.to(device), s.to(device)});
+        ASSERT_EQ(out.size(), also_output ? 2u : 1u);
+        EXPECT_LT(normcore_test::relative_error(out[0], want), 1e-6);
+        if (also_output) EXPECT_LT(normcore_test::relative_error(out[1], c), 1e-6);
+      }
+    }
+  }
+  const nc::onnx::Model two = nc::onnx::Model::parse(bytes_of(conv_add_relu(false, {2, 3, 5, 5}, true)), "two.onnx");
+  const Tensor s = nc::randn({2, 3, 5, 5}, nc::DType::F32, &gen);
+  std::vector<float> wv(4 * 3 * 3 * 3);
+  for (size_t i = 0; i < wv.size(); ++i) wv[i] = 0.05f * static_cast<float>(static_cast<int>(i % 11) - 5);
+  const Tensor w = nc::from_vector(wv, {4, 3, 3, 3}), b = nc::from_vector<float>({0.1f, -0.2f, 0.3f, -0.4f}, {4});
+  const Tensor want = nc::relu(nc::add(nc::conv2d(s, w, b, 1, 1), nc::conv2d(x, w, b, 1, 1)));
+  for (const nc::Device& device : devices) {
+    SCOPED_TRACE(device.str() + ", two Convs into one Add");
+    EXPECT_LT(normcore_test::relative_error(two.run({x.to(device), s.to(device)})[0], want), 1e-6);
+  }
 }
 
 TEST(Onnx, EveryDefectIsATypedErrorBeforeAnythingRuns) {
