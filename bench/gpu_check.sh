@@ -497,8 +497,11 @@ PY
       done
       for case in resnet50_b1 resnet50_b64 gpt; do
         for tf32 in off on; do
-          echo "normcore $case on cuda, tf32 $tf32: $("$run/normcore" onnx-run "$out/onnx/speed/$case/model.onnx" \
-            --random --device cuda --repeat 50 --tf32=$tf32 | tail -1)"
+          for graph in off on; do
+            echo "normcore $case on cuda, tf32 $tf32, CUDA graph $graph: $("$run/normcore" onnx-run \
+              "$out/onnx/speed/$case/model.onnx" --random --device cuda --repeat 50 --tf32=$tf32 --cuda-graph=$graph |
+              grep -E "^(median|CUDA graph)" | tr '\n' ' ')"
+          done
         done
         [ $case = resnet50_b64 ] && continue
         for threads in 1 2; do

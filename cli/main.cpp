@@ -190,6 +190,7 @@ const std::vector<OptionSpec> kOnnxRunOptions = {
     {"out", "", "write the outputs, by name, to this safetensors file"},
     {"repeat", "0", "then run this many more times and print the median time"},
     {"tf32", nullptr, "TF32 tensor cores for f32 matrix products and convolutions on CUDA"},
+    {"cuda-graph", nullptr, "on CUDA, record the run as a CUDA graph and replay it (onnx::Model::run)"},
 };
 const std::vector<OptionSpec> kOnnxTestOptions = {
     {"device", "cpu", "cpu, cuda[:N], or all (the CPU, then cuda:0 when there is one)"},

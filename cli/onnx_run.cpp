@@ -2,7 +2,8 @@
 // and outputs; with them (TensorProto .pb files in the graph's input order, or one
 // .safetensors file holding them by name, or --random) it runs the model on --device and
 // prints each output's dtype, shape and first values, writes them with --out, and with
-// --repeat N times N more runs and prints their median.
+// --repeat N times N more runs and prints their median (with --cuda-graph, the runs after the
+// second replay a CUDA graph).
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
@@ -87,18 +88,20 @@ int onnx_run(const Args& args) {
   if (device.is_cuda()) nc::cuda::set_allow_tf32(flag(args, "tf32"));
   std::vector<nc::Tensor> inputs = random ? random_inputs(model, 0) : file_inputs(model, files);
   for (nc::Tensor& t : inputs) t = t.to(device);
-  std::vector<nc::Tensor> outputs = model.run(inputs);
+  const bool graph = flag(args, "cuda-graph");
+  std::vector<nc::Tensor> outputs = model.run(inputs, graph);
   for (size_t i = 0; i < outputs.size(); ++i) print(model.outputs()[i], outputs[i]);
   const int64_t repeat = integer(args, "repeat", 0);
   if (repeat > 0) {
     std::vector<double> ms;
     for (int64_t r = 0; r < repeat; ++r) {
       const auto start = std::chrono::steady_clock::now();
-      outputs = model.run(inputs);
+      outputs = model.run(inputs, graph);
       if (device.is_cuda()) nc::cuda::synchronize(device.index);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(ms.begin(), ms.end());
+    if (graph && device.is_cuda()) std::cout << "CUDA graph: " << model.cuda_graph_state(inputs) << "\n";
     std::cout << "median of " << repeat << " runs on " << device.str() << ": " << std::fixed << std::setprecision(3)
               << ms[ms.size() / 2] << " ms (fastest " << ms.front() << ")\n";
   }

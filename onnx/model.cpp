@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "normcore/cuda.h"
 #include "onnx/proto.h"
 
 namespace normcore {
@@ -31,6 +32,34 @@ struct Model::Impl {
   std::vector<Fusion> fusions;
   std::vector<int> role;  // per node: kAsIs, kAbsorbed, or the index of the fusion run there
   static constexpr int kAsIs = -1, kAbsorbed = -2;
+
+  // Values that depend on the input shapes only (initializers, Shape's and Size's outputs,
+  // and what nodes make of such values alone), and the nodes that make them.
+  std::set<std::string> static_values;
+  std::vector<char> static_node;
+
+  // A CUDA graph of the graph for one input signature (Model::run with cuda_graph): the first
+  // run is eager and keeps the static values (on the device, and on the host those read
+  // there); the second captures the other nodes (the static ones do not run again) into a
+  // cuda::Graph; later runs copy the inputs into the capture's and replay it. A capture that
+  // fails (a node reads a data-dependent value on the host) leaves the signature eager.
+  struct GraphPlan {
+    enum class State { Recorded, Captured, Eager } state = State::Recorded;
+    std::unordered_map<std::string, Tensor> statics, host;
+    std::vector<Tensor> inputs, outputs;
+    std::unique_ptr<cuda::Graph> graph;
+    std::string why_eager;
+    std::mutex mutex;  // one run of a plan at a time
+  };
+  mutable std::mutex plans_mutex;
+  mutable std::map<std::string, std::unique_ptr<GraphPlan>> plans;
+  GraphPlan* plan_for(const std::string& signature, bool create) const {
+    std::lock_guard<std::mutex> lock(plans_mutex);
+    auto found = plans.find(signature);
+    if (found != plans.end()) return found->second.get();
+    if (!create) return nullptr;
+    return (plans[signature] = std::make_unique<GraphPlan>()).get();
+  }
   // The initializers on each device a run has used, uploaded by the first such run.
   using Uploaded = std::unordered_map<std::string, Tensor>;
   mutable std::mutex mutex;
@@ -93,6 +122,25 @@ void plan_fusions(Model::Impl& m) {
     if (f.add >= 0) m.role[static_cast<size_t>(f.add)] = Model::Impl::kAbsorbed;
     m.role[static_cast<size_t>(std::max(f.add, f.relu))] = static_cast<int>(m.fusions.size());
     m.fusions.push_back(f);
+  }
+}
+
+// Marks the values and nodes that depend on the input shapes only.
+void find_static_values(Model::Impl& m) {
+  const ::onnx::GraphProto& g = m.graph;
+  for (const auto& [name, t] : m.initializers) m.static_values.insert(name);
+  m.static_node.assign(static_cast<size_t>(g.node_size()), 0);
+  for (int i = 0; i < g.node_size(); ++i) {
+    const ::onnx::NodeProto& node = g.node(i);
+    bool is_static = node.op_type() == "Shape" || node.op_type() == "Size";
+    if (!is_static) {
+      is_static = true;
+      for (const std::string& input : node.input())
+        is_static = is_static && (input.empty() || m.static_values.count(input));
+    }
+    if (!is_static) continue;
+    m.static_node[static_cast<size_t>(i)] = 1;
+    for (const std::string& output : node.output()) m.static_values.insert(output);
   }
 }
 
@@ -164,6 +212,7 @@ Model Model::parse(const std::string& bytes, const std::string& name) {
     impl->outputs.push_back(value_info(v, name + ": output"));
   }
   plan_fusions(*impl);
+  find_static_values(*impl);
   Model model;
   model.impl_ = std::move(impl);
   return model;
@@ -173,7 +222,55 @@ const std::vector<ValueInfo>& Model::inputs() const { return impl_->inputs; }
 const std::vector<ValueInfo>& Model::outputs() const { return impl_->outputs; }
 int64_t Model::opset() const { return impl_->opset; }
 
-std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
+namespace {
+
+// Runs m's nodes on values (the initializers and inputs on device, and for a capture the
+// plan's static values, whose nodes are skipped); with a plan, static values are kept in it
+// (record) or read from it (capture).
+std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::string, Tensor>& values, Device device,
+                              Model::Impl::GraphPlan* plan, bool capturing) {
+  const auto& table = op_table();
+  for (int i = 0; i < m.graph.node_size(); ++i) {
+    const int role = m.role[static_cast<size_t>(i)];
+    if (role == Model::Impl::kAbsorbed) continue;
+    if (capturing && m.static_node[static_cast<size_t>(i)]) continue;
+    const ::onnx::NodeProto& node = m.graph.node(i);
+    const Model::Impl::Fusion* fusion = role >= 0 ? &m.fusions[static_cast<size_t>(role)] : nullptr;
+    const ::onnx::NodeProto& first = fusion ? m.graph.node(fusion->conv) : node;
+    NodeRun run{first, m.opset, {}, m.name + ": " + node_name(first, fusion ? fusion->conv : i)};
+    for (const std::string& input : first.input()) run.inputs.push_back(input.empty() ? Tensor() : values.at(input));
+    if (fusion) {
+      if (fusion->add >= 0) run.residual = values.at(m.graph.node(fusion->add).input(fusion->residual));
+      run.relu = fusion->relu >= 0;
+      run.where += fusion->add >= 0 && run.relu ? " with the Add and Relu after it"
+                   : run.relu                   ? " with the Relu after it"
+                                                : " with the Add after it";
+    }
+    if (plan) run.host_values = &plan->host, run.static_values = &m.static_values;
+    std::vector<Tensor> outs = table.at(first.op_type()).run(run);
+    for (int o = 0; o < node.output_size(); ++o) {
+      if (node.output(o).empty()) continue;
+      NC_CHECK(o < static_cast<int>(outs.size()) && outs[o].defined(), ValueError, run.where, ": output ", o,
+               " is not computed");
+      Tensor& value = values[node.output(o)] = outs[o].to(device);  // constants and shapes made on the host
+      if (plan && m.static_node[static_cast<size_t>(i)]) plan->statics[node.output(o)] = value;
+    }
+  }
+  std::vector<Tensor> out;
+  for (const ValueInfo& info : m.outputs) out.push_back(values.at(info.name));
+  return out;
+}
+
+// The dtypes and shapes of inputs, naming a graph plan.
+std::string signature(const std::vector<Tensor>& inputs) {
+  std::string out = inputs.empty() ? "" : inputs.front().device().str();
+  for (const Tensor& t : inputs) out += std::string(" ") + dtype_name(t.dtype()) + shape_str(t.shape());
+  return out;
+}
+
+}  // namespace
+
+std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, bool cuda_graph) const {
   const Impl& m = *impl_;
   NC_CHECK(inputs.size() == m.inputs.size(), ValueError, m.name, ": the graph takes ", m.inputs.size(), " inputs, got ",
            inputs.size());
@@ -192,33 +289,52 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
              describe(inputs[i]));
     values[info.name] = inputs[i].to(device);
   }
-  const auto& table = op_table();
-  for (int i = 0; i < m.graph.node_size(); ++i) {
-    const int role = m.role[static_cast<size_t>(i)];
-    if (role == Impl::kAbsorbed) continue;
-    const ::onnx::NodeProto& node = m.graph.node(i);
-    const Impl::Fusion* fusion = role >= 0 ? &m.fusions[static_cast<size_t>(role)] : nullptr;
-    const ::onnx::NodeProto& first = fusion ? m.graph.node(fusion->conv) : node;
-    NodeRun run{first, m.opset, {}, m.name + ": " + node_name(first, fusion ? fusion->conv : i)};
-    for (const std::string& input : first.input()) run.inputs.push_back(input.empty() ? Tensor() : values.at(input));
-    if (fusion) {
-      if (fusion->add >= 0) run.residual = values.at(m.graph.node(fusion->add).input(fusion->residual));
-      run.relu = fusion->relu >= 0;
-      run.where += fusion->add >= 0 && run.relu ? " with the Add and Relu after it"
-                   : run.relu                   ? " with the Relu after it"
-                                                : " with the Add after it";
-    }
-    std::vector<Tensor> outs = table.at(first.op_type()).run(run);
-    for (int o = 0; o < node.output_size(); ++o) {
-      if (node.output(o).empty()) continue;
-      NC_CHECK(o < static_cast<int>(outs.size()) && outs[o].defined(), ValueError, run.where, ": output ", o,
-               " is not computed");
-      values[node.output(o)] = outs[o].to(device);  // constants and shapes made on the host
-    }
+  if (!cuda_graph || !device.is_cuda()) return run_nodes(m, values, device, nullptr, false);
+
+  Impl::GraphPlan& plan = *m.plan_for(signature(inputs), true);
+  std::lock_guard<std::mutex> lock(plan.mutex);
+  using State = Impl::GraphPlan::State;
+  if (plan.state == State::Eager) return run_nodes(m, values, device, nullptr, false);
+  if (plan.state == State::Recorded && plan.statics.empty() && plan.inputs.empty()) {
+    plan.inputs.resize(inputs.size());  // marks the recording done
+    return run_nodes(m, values, device, &plan, false);
   }
+  if (plan.state == State::Recorded) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      plan.inputs[i] = empty(inputs[i].shape(), TensorOptions(inputs[i].dtype(), device));
+      plan.inputs[i].copy_(inputs[i]);
+      values[m.inputs[i].name] = plan.inputs[i];
+    }
+    for (const auto& [name, t] : plan.statics) values[name] = t;
+    auto graph = std::make_unique<cuda::Graph>();
+    try {
+      graph->capture(device.index, [&] { plan.outputs = run_nodes(m, values, device, &plan, true); });
+    } catch (const CaptureError& e) {
+      plan.state = State::Eager;
+      plan.why_eager = e.what();
+      plan.inputs.clear();
+      return run_nodes(m, values, device, nullptr, false);
+    }
+    plan.graph = std::move(graph);
+    plan.state = State::Captured;
+  } else {
+    for (size_t i = 0; i < inputs.size(); ++i) plan.inputs[i].copy_(inputs[i]);
+  }
+  plan.graph->replay();
   std::vector<Tensor> out;
-  for (const ValueInfo& info : m.outputs) out.push_back(values.at(info.name));
+  for (const Tensor& t : plan.outputs) out.push_back(t.clone());
   return out;
+}
+
+std::string Model::cuda_graph_state(const std::vector<Tensor>& inputs) const {
+  const Impl::GraphPlan* plan = impl_->plan_for(signature(inputs), false);
+  if (plan == nullptr) return "not run";
+  switch (plan->state) {
+    case Impl::GraphPlan::State::Recorded: return "recorded";
+    case Impl::GraphPlan::State::Captured: return "captured";
+    case Impl::GraphPlan::State::Eager: return "eager: " + plan->why_eager;
+  }
+  return "";
 }
 
 // ---------------------------------------------------------------- NodeRun
@@ -249,7 +365,20 @@ const Tensor& NodeRun::input(size_t i) const {
 }
 
 std::vector<int64_t> NodeRun::int_values(size_t i) const {
-  return input(i).to(Device::cpu(), DType::I64).contiguous().to_vector<int64_t>();
+  return host_input(i).to(DType::I64).contiguous().to_vector<int64_t>();
+}
+
+Tensor NodeRun::host_input(size_t i) const {
+  const Tensor& t = input(i);
+  const std::string& name = node.input(static_cast<int>(i));
+  const bool keep = host_values != nullptr && static_values != nullptr && static_values->count(name) > 0;
+  if (keep) {
+    const auto found = host_values->find(name);
+    if (found != host_values->end()) return found->second;
+  }
+  Tensor host = t.to(Device::cpu());
+  if (keep) (*host_values)[name] = host;
+  return host;
 }
 
 }  // namespace onnx

@@ -42,7 +42,17 @@ class Model {
   // order, recording no gradients. The initializers are copied to a device by the first run
   // there and kept for the later ones (one copy per device; runs on several threads share
   // it). ShapeError or DTypeError naming the input for one that does not fit.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  //
+  // With cuda_graph on a CUDA device, runs of one input signature (dtypes and shapes) become
+  // a CUDA graph: the first runs eagerly and keeps the values that depend on the shapes only
+  // (shape arithmetic, masks built from shapes), the second captures the rest and every
+  // later one copies the inputs in and replays it, which takes the host's time per op away.
+  // Outputs are copies. When the graph reads a value that depends on the input data on the
+  // host, that signature stays eager (cuda_graph_state says why).
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, bool cuda_graph = false) const;
+  // "not run", "recorded" (one eager run), "captured", or "eager: " and the reason the
+  // capture failed, for the signature of inputs.
+  std::string cuda_graph_state(const std::vector<Tensor>& inputs) const;
 
   struct Impl;
 

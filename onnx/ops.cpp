@@ -30,7 +30,7 @@ std::vector<int64_t> axes_of(const NodeRun& n) {
 double scalar_input(const NodeRun& n, size_t i) {
   const Tensor& t = n.input(i);
   NC_CHECK(t.numel() == 1, ShapeError, n.where, ": input ", i, " must hold one value, got ", describe(t));
-  return t.to(Device::cpu(), DType::F64).reshape({}).item<double>();
+  return n.host_input(i).to(DType::F64).reshape({}).item<double>();
 }
 
 OpSpec unary(Tensor (*f)(const Tensor&)) {

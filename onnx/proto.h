@@ -6,7 +6,9 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "normcore/normcore.h"
@@ -32,6 +34,11 @@ struct NodeRun {
   // other input and whether the Relu follows, for the convolution's epilogue.
   Tensor residual;
   bool relu = false;
+  // Host copies of values that depend only on the input shapes (model.cpp keeps them for a
+  // CUDA-graph plan, so that a captured run reads no device value on the host), and the
+  // names of such values; null outside a plan.
+  std::unordered_map<std::string, Tensor>* host_values = nullptr;
+  const std::set<std::string>* static_values = nullptr;
 
   const ::onnx::AttributeProto* attribute(const std::string& name) const;
   int64_t int_attribute(const std::string& name, int64_t fallback) const;
@@ -42,6 +49,8 @@ struct NodeRun {
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i].defined(); }
   // An int64 input's values on the host (a shape, axes, pads).
   std::vector<int64_t> int_values(size_t i) const;
+  // Input i on the host (a CPU tensor; kept in host_values when it depends only on shapes).
+  Tensor host_input(size_t i) const;
 };
 
 struct OpSpec {

@@ -22,10 +22,11 @@ using normcore_test::throws;
 
 namespace {
 
-void set_value(::onnx::ValueInfoProto* v, const std::string& name, std::vector<int64_t> dims) {
+void set_value(::onnx::ValueInfoProto* v, const std::string& name, std::vector<int64_t> dims,
+               int elem_type = ::onnx::TensorProto::FLOAT) {
   v->set_name(name);
   auto* type = v->mutable_type()->mutable_tensor_type();
-  type->set_elem_type(::onnx::TensorProto::FLOAT);
+  type->set_elem_type(elem_type);
   for (int64_t d : dims) type->mutable_shape()->add_dim()->set_dim_value(d);
 }
 
@@ -202,6 +203,47 @@ TEST(Onnx, ConvAddReluAsOneEpilogue) {
     SCOPED_TRACE(device.str() + ", two Convs into one Add");
     EXPECT_LT(normcore_test::relative_error(two.run({x.to(device), s.to(device)})[0], want), 1e-6);
   }
+}
+
+// x [2, 6] -> Reshape(x, shape), shape an int64 graph input: a value of the input data read
+// on the host.
+::onnx::ModelProto reshape_by_input() {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  set_value(g->add_input(), "x", {2, 6});
+  set_value(g->add_input(), "shape", {2}, ::onnx::TensorProto::INT64);
+  set_value(g->add_output(), "y", {-1, -1});
+  add_node(g, "Reshape", {"x", "shape"}, "y");
+  return m;
+}
+
+// With cuda_graph, the first run records, the second captures, later ones replay: each with
+// the values of an eager run on its own inputs; a graph that reads input data on the host
+// stays eager and says why.
+TEST(OnnxCuda, CudaGraphsRecordCaptureReplayOrStayEager) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const nc::Device gpu = nc::Device::cuda();
+  const nc::onnx::Model model = nc::onnx::Model::parse(bytes_of(conv_add_relu(false, {2, 4, 5, 5})), "conv.onnx");
+  nc::Generator gen(5);
+  const std::vector<const char*> states = {"recorded", "captured", "captured", "captured"};
+  for (const char* state : states) {
+    const Tensor x = nc::randn({2, 3, 5, 5}, nc::DType::F32, &gen).to(gpu);
+    const Tensor s = nc::randn({2, 4, 5, 5}, nc::DType::F32, &gen).to(gpu);
+    const Tensor got = model.run({x, s}, /*cuda_graph=*/true)[0];
+    EXPECT_EQ(model.cuda_graph_state({x, s}), state);
+    EXPECT_LT(normcore_test::relative_error(got, model.run({x, s})[0]), 1e-6) << state;
+  }
+  const nc::onnx::Model reshape = nc::onnx::Model::parse(bytes_of(reshape_by_input()), "reshape.onnx");
+  const Tensor x = nc::randn({2, 6}, nc::DType::F32, &gen).to(gpu);
+  for (const std::vector<int64_t>& dims : {std::vector<int64_t>{3, 4}, std::vector<int64_t>{4, 3}, {6, 2}}) {
+    const Tensor shape = nc::from_vector(dims, {2}).to(gpu);
+    const Tensor y = reshape.run({x, shape}, true)[0];
+    EXPECT_EQ(y.shape(), dims);
+  }
+  const std::string state = reshape.cuda_graph_state({x, nc::zeros({2}, nc::TensorOptions(nc::DType::I64, gpu))});
+  EXPECT_EQ(state.rfind("eager: ", 0), 0u) << state;
 }
 
 TEST(Onnx, EveryDefectIsATypedErrorBeforeAnythingRuns) {
