@@ -5,12 +5,12 @@
 # a finding stops its fuzzer and leaves build-fuzz/artifacts/<target>-crash-* (copy it into
 # tests/fuzz/corpus/<target> so that the regression tests keep it once fixed).
 #   bash scripts/fuzz.sh [target...]      (targets: safetensors idx token_shard checkpoint gpt_checkpoint store bpe
-#                                          color_image)
+#                                          color_image onnx_model onnx_tensor)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-600}
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors idx token_shard checkpoint gpt_checkpoint store bpe color_image)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors idx token_shard checkpoint gpt_checkpoint store bpe color_image onnx_model onnx_tensor)
 bash scripts/install-deps.sh clang
 sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \

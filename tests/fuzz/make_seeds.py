@@ -177,3 +177,79 @@ write('corpus/color_image/plain.pgm', b'P2 3 1 9 0 4 9\n')
 write('corpus/color_image/short.ppm', b'P6 100 100 255\n' + bytes(30))
 with open('../data/images/t10k-4-shirt.png', 'rb') as f:
     write('corpus/color_image/shirt.png', f.read())
+
+# onnx_model and onnx_tensor: protobuf written by hand (varints and length-delimited fields), a
+# valid model and tensor and the defects the importer must refuse before allocating: a
+# truncated file, an initializer whose dims claim far more than its bytes, dims that overflow
+# 64 bits, negative dims, a cycle, an unknown op, an opset past 17, another element type.
+def varint(v):
+    v &= (1 << 64) - 1
+    out = b''
+    while True:
+        byte = v & 0x7f
+        v >>= 7
+        if v:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+def field(number, value):  # an int (varint) or bytes (length-delimited)
+    if isinstance(value, int):
+        return varint(number << 3) + varint(value)
+    return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+def tensor_proto(name, dims, elem_type=1, raw=None, floats=None):  # TensorProto: dims 1, data_type 2, float_data 4, name 8, raw_data 9
+    out = b''.join(field(1, d) for d in dims) + field(2, elem_type) + field(8, name.encode())
+    if floats is not None:
+        out += field(4, b''.join(struct.pack('<f', v) for v in floats))
+    if raw is not None:
+        out += field(9, raw)
+    return out
+
+
+def value_info(name, dims, elem_type=1):  # ValueInfoProto: name 1, type 2 (tensor_type 1: elem_type 1, shape 2 (dim 1: dim_value 1))
+    shape = b''.join(field(1, field(1, d)) for d in dims)
+    return field(1, name.encode()) + field(2, field(1, field(1, elem_type) + field(2, shape)))
+
+
+def node(op, inputs, outputs):  # NodeProto: input 1, output 2, op_type 4
+    return b''.join(field(1, i.encode()) for i in inputs) + b''.join(field(2, o.encode()) for o in outputs) + \
+        field(4, op.encode())
+
+
+def model(nodes, inputs, outputs, initializers=(), opset=13):  # ModelProto: ir_version 1, graph 7, opset_import 8
+    graph = b''.join(field(1, n) for n in nodes) + field(2, b'g') + b''.join(field(5, t) for t in initializers) + \
+        b''.join(field(11, v) for v in inputs) + b''.join(field(12, v) for v in outputs)
+    return field(1, 8) + field(7, graph) + field(8, field(2, opset))
+
+
+add = model([node('Add', ['x', 'w'], ['y'])], [value_info('x', [2, 2])], [value_info('y', [2, 2])],
+            [tensor_proto('w', [2, 2], raw=struct.pack('<4f', 1, 2, 3, 4))])
+write('corpus/onnx_model/add.onnx', add)
+write('corpus/onnx_model/truncated.onnx', add[:len(add) // 2])
+write('corpus/onnx_model/initializer_claims_more.onnx', model(
+    [node('Add', ['x', 'w'], ['y'])], [value_info('x', [2, 2])], [value_info('y', [2, 2])],
+    [tensor_proto('w', [1 << 30, 1 << 30], raw=struct.pack('<f', 1))]))
+write('corpus/onnx_model/dims_overflow.onnx', model(
+    [node('Add', ['x', 'w'], ['y'])], [value_info('x', [2, 2])], [value_info('y', [2, 2])],
+    [tensor_proto('w', [1 << 62, 1 << 62, 16], floats=[1.0])]))
+write('corpus/onnx_model/negative_dims.onnx', model(
+    [node('Add', ['x', 'w'], ['y'])], [value_info('x', [2, 2])], [value_info('y', [2, 2])],
+    [tensor_proto('w', [-1, 2], floats=[1.0, 2.0])]))
+write('corpus/onnx_model/cycle.onnx', model(
+    [node('Relu', ['b'], ['a']), node('Relu', ['a'], ['b'])], [value_info('x', [1])], [value_info('b', [1])]))
+write('corpus/onnx_model/unknown_op.onnx', model(
+    [node('NoSuchOp', ['x'], ['y'])], [value_info('x', [1])], [value_info('y', [1])]))
+write('corpus/onnx_model/opset_99.onnx', model(
+    [node('Relu', ['x'], ['y'])], [value_info('x', [1])], [value_info('y', [1])], opset=99))
+write('corpus/onnx_model/string_input.onnx', model(
+    [node('Identity', ['x'], ['y'])], [value_info('x', [1], elem_type=8)], [value_info('y', [1], elem_type=8)]))
+write('corpus/onnx_tensor/f32.pb', tensor_proto('t', [2, 3], raw=struct.pack('<6f', *range(6))))
+write('corpus/onnx_tensor/float_data.pb', tensor_proto('t', [3], floats=[0.5, -1.0, 2.0]))
+write('corpus/onnx_tensor/i64.pb', tensor_proto('t', [2], elem_type=7, raw=struct.pack('<2q', -5, 7)))
+write('corpus/onnx_tensor/truncated.pb', tensor_proto('t', [2, 3], raw=struct.pack('<6f', *range(6)))[:20])
+write('corpus/onnx_tensor/claims_more.pb', tensor_proto('t', [1 << 31, 1 << 31], raw=bytes(8)))
+write('corpus/onnx_tensor/dims_overflow.pb', tensor_proto('t', [1 << 62, 8], floats=[1.0]))
+write('corpus/onnx_tensor/undefined_type.pb', tensor_proto('t', [1], elem_type=0, raw=bytes(4)))
