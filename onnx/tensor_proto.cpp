@@ -71,23 +71,26 @@ Tensor from_proto(const ::onnx::TensorProto& t, const std::string& where) {
     if (numel) std::memcpy(out.data_ptr(), raw.data(), raw.size());
     return out;
   }
+  // The typed field's count is checked against the dims before anything is allocated.
+  switch (dtype) {
+    case DType::F32: expect_count(t.float_data_size(), "float_data"); break;
+    case DType::F64: expect_count(t.double_data_size(), "double_data"); break;
+    case DType::I64: expect_count(t.int64_data_size(), "int64_data"); break;
+    default: expect_count(t.int32_data_size(), "int32_data");
+  }
   Tensor out = empty(shape, dtype);
   switch (dtype) {
     case DType::F32:
-      expect_count(t.float_data_size(), "float_data");
       if (numel) std::memcpy(out.data_ptr(), t.float_data().data(), sizeof(float) * numel);
       break;
     case DType::F64:
-      expect_count(t.double_data_size(), "double_data");
       if (numel) std::memcpy(out.data_ptr(), t.double_data().data(), sizeof(double) * numel);
       break;
     case DType::I64:
-      expect_count(t.int64_data_size(), "int64_data");
       if (numel) std::memcpy(out.data_ptr(), t.int64_data().data(), sizeof(int64_t) * numel);
       break;
     default: {
       // int32_data: int32 values, and the bits of float16, bfloat16, uint8 and bool ones.
-      expect_count(t.int32_data_size(), "int32_data");
       auto* bytes = static_cast<unsigned char*>(out.data_ptr());
       for (int64_t i = 0; i < numel; ++i) {
         const int32_t v = t.int32_data(static_cast<int>(i));
