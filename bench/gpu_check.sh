@@ -69,7 +69,8 @@ for section in "${sections[@]}"; do
       "$run/normcore_tests" > "$out/tests.log" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) +\]" "$out/tests.log"
       echo "== the C API from C, on cuda:0"
-      "$run/normcore_c_api_test" "$out" cuda tests/data/images/t10k-0-ankle-boot.pgm > "$out/c-api.log" 2>&1
+      "$run/normcore_c_api_test" "$out" cuda tests/data/images/t10k-0-ankle-boot.pgm tests/data/onnx/torch_cnn \
+        > "$out/c-api.log" 2>&1
       echo "exit $?"; tail -3 "$out/c-api.log"
       echo "== GPU faults, one process each"
       for mode in launch-error illegal-address illegal-address-blocking; do

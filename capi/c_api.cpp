@@ -16,6 +16,7 @@
 
 #include "normcore/models.h"
 #include "normcore/normcore.h"
+#include "normcore/onnx.h"
 #include "normcore/safetensors.h"
 #include "normcore/text.h"
 
@@ -44,6 +45,10 @@ struct nc_image_classifier {
 
 struct nc_tokenizer {
   nc::text::BpeTokenizer tokenizer;
+};
+
+struct nc_onnx_model {
+  nc::onnx::Model model;
 };
 
 namespace {
@@ -521,6 +526,66 @@ nc_status nc_tokenizer_decode(const nc_tokenizer* t, const int32_t* ids, size_t 
              out.size(), " bytes of ", count, " ids and the terminating NUL");
     std::memcpy(text, out.data(), out.size());
     text[out.size()] = '\0';
+  });
+}
+
+// ---- ONNX models (an importer-less build fails in Model::load, saying so)
+nc_status nc_onnx_model_load(const char* path, nc_onnx_model** out) {
+  return guarded([&] {
+    const char* fn = "nc_onnx_model_load";
+    require(out, fn, "out");
+    *out = nullptr;
+    require(path, fn, "path");
+    *out = new nc_onnx_model{nc::onnx::Model::load(path)};
+  });
+}
+
+void nc_onnx_model_free(nc_onnx_model* m) { delete m; }
+
+int64_t nc_onnx_model_inputs(const nc_onnx_model* m) { return m ? static_cast<int64_t>(m->model.inputs().size()) : 0; }
+
+int64_t nc_onnx_model_outputs(const nc_onnx_model* m) {
+  return m ? static_cast<int64_t>(m->model.outputs().size()) : 0;
+}
+
+const char* nc_onnx_model_input_name(const nc_onnx_model* m, int64_t i) {
+  if (!m || i < 0 || i >= nc_onnx_model_inputs(m)) return nullptr;
+  return m->model.inputs()[static_cast<size_t>(i)].name.c_str();
+}
+
+const char* nc_onnx_model_output_name(const nc_onnx_model* m, int64_t i) {
+  if (!m || i < 0 || i >= nc_onnx_model_outputs(m)) return nullptr;
+  return m->model.outputs()[static_cast<size_t>(i)].name.c_str();
+}
+
+nc_status nc_onnx_model_run(const nc_onnx_model* m, const nc_tensor* const* inputs, int64_t count, int cuda_graph,
+                            nc_tensor** outputs) {
+  return guarded([&] {
+    const char* fn = "nc_onnx_model_run";
+    require(m, fn, "m");
+    require(outputs, fn, "outputs");
+    const int64_t wanted = nc_onnx_model_inputs(m);
+    NC_CHECK(count == wanted, ValueError, fn, ": the model takes ", wanted, " inputs, got count ", count);
+    if (count > 0) require(inputs, fn, "inputs");
+    std::vector<nc::Tensor> in;
+    for (int64_t i = 0; i < count; ++i) {
+      NC_CHECK(inputs[i] != nullptr, ValueError, fn, ": inputs[", i, "] (the model's '", nc_onnx_model_input_name(m, i),
+               "') is NULL");
+      in.push_back(inputs[i]->tensor);
+    }
+    std::vector<nc::Tensor> out = m->model.run(in, cuda_graph != 0);
+    for (size_t i = 0; i < out.size(); ++i) outputs[i] = new nc_tensor{std::move(out[i])};
+  });
+}
+
+nc_status nc_onnx_tensor_read(const char* path, const char* device, nc_tensor** out) {
+  return guarded([&] {
+    const char* fn = "nc_onnx_tensor_read";
+    require(out, fn, "out");
+    *out = nullptr;
+    require(path, fn, "path");
+    const nc::Device where = to_device(device, fn);
+    *out = new nc_tensor{nc::onnx::read_tensor_file(path).to(where)};
   });
 }
 

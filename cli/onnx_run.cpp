@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "normcore/normcore.h"
-#include "onnx/model.h"
+#include "normcore/onnx.h"
 
 namespace nc = normcore;
 

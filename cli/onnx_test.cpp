@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "normcore/normcore.h"
-#include "onnx/model.h"
+#include "normcore/onnx.h"
 
 namespace nc = normcore;
 namespace fs = std::filesystem;

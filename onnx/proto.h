@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "normcore/normcore.h"
-#include "onnx/model.h"
+#include "normcore/onnx.h"
 
 namespace normcore {
 namespace onnx {

@@ -19,6 +19,7 @@
 #include "normcore/metrics.h"
 #include "normcore/nn.h"
 #include "normcore/norms.h"
+#include "normcore/onnx.h"
 #include "normcore/ops.h"
 #include "normcore/optim.h"
 #include "normcore/pool.h"

@@ -32,7 +32,7 @@ extern "C" {
 #define NC_API
 #endif
 
-#define NC_API_VERSION 2
+#define NC_API_VERSION 3
 
 typedef enum nc_status {
   NC_OK = 0,
@@ -198,6 +198,29 @@ NC_API nc_status nc_tokenizer_encode(const nc_tokenizer* t, const char* text, si
  * NC_ERROR_INDEX naming its position. */
 NC_API nc_status nc_tokenizer_decode(const nc_tokenizer* t, const int32_t* ids, size_t count, char* text,
                                      size_t capacity, size_t* length);
+
+/* ---- ONNX models (since version 3; normcore/onnx.h and docs/ONNX.md): a .onnx file run on
+ * normcore's ops. A library built without the importer fails every load with
+ * NC_ERROR_INTERNAL saying so. A model may be shared between threads. */
+typedef struct nc_onnx_model nc_onnx_model;
+/* Reads and checks path (NC_ERROR_IO for a file that is not a model; NC_ERROR_VALUE naming the
+ * node and the op or attribute normcore does not run). */
+NC_API nc_status nc_onnx_model_load(const char* path, nc_onnx_model** out);
+NC_API void nc_onnx_model_free(nc_onnx_model* m);
+NC_API int64_t nc_onnx_model_inputs(const nc_onnx_model* m);  /* the graph's inputs; 0 for NULL */
+NC_API int64_t nc_onnx_model_outputs(const nc_onnx_model* m); /* its outputs; 0 for NULL */
+/* The name of input or output i; NULL when i is out of range. Valid while m lives. */
+NC_API const char* nc_onnx_model_input_name(const nc_onnx_model* m, int64_t i);
+NC_API const char* nc_onnx_model_output_name(const nc_onnx_model* m, int64_t i);
+/* Runs m on inputs [count] (count = nc_onnx_model_inputs(m), in the graph's order; the model
+ * runs on the first input's device) and creates its outputs in outputs
+ * [nc_onnx_model_outputs(m)], which the caller frees with nc_tensor_free. With cuda_graph
+ * nonzero on a GPU, the runs of one input signature replay a CUDA graph from the third on. */
+NC_API nc_status nc_onnx_model_run(const nc_onnx_model* m, const nc_tensor* const* inputs, int64_t count,
+                                   int cuda_graph, nc_tensor** outputs);
+/* An ONNX TensorProto file (as ONNX's backend tests' input_N.pb and output_N.pb) as a tensor
+ * on device. */
+NC_API nc_status nc_onnx_tensor_read(const char* path, const char* device, nc_tensor** out);
 
 #ifdef __cplusplus
 }

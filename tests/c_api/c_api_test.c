@@ -2,8 +2,9 @@
  * checkpoint built from known weights and its predictions checked against the softmax
  * computed here, and the errors of bad arguments. Prints PASS, or each failed check, and
  * exits 0 only when every check holds.
- *   c_api_test DIR [DEVICE [IMAGE]]   (DIR: a writable folder; DEVICE: "cpu" by default;
- *                                      IMAGE: a 28x28 PGM read through nc_image_read) */
+ *   c_api_test DIR [DEVICE [IMAGE [ONNX_TEST]]]   (DIR: a writable folder; DEVICE: "cpu" by
+ *   default; IMAGE: a 28x28 PGM read through nc_image_read; ONNX_TEST: an ONNX test folder
+ *   of one input and one output, run through nc_onnx_*) */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -194,6 +195,49 @@ static void image(const char* path, const char* dir) {
   CHECK(fails_with(nc_image_read(path, NULL), NC_ERROR_VALUE, "nc_image_read", "pixels"));
 }
 
+/* An ONNX test folder (model.onnx, test_data_set_0/input_0.pb and output_0.pb, one input and
+ * one output): the model's outputs against the expected ones, three runs with CUDA graphs
+ * on (eager, captured, replayed), and the errors of bad arguments. */
+static void onnx_model(const char* folder, const char* device) {
+  char path[1024];
+  nc_onnx_model* m = NULL;
+  snprintf(path, sizeof path, "%s/model.onnx", folder);
+  CHECK(nc_onnx_model_load(path, &m) == NC_OK);
+  if (!m) return;
+  CHECK(nc_onnx_model_inputs(m) == 1 && nc_onnx_model_outputs(m) == 1);
+  CHECK(nc_onnx_model_input_name(m, 0) != NULL && nc_onnx_model_input_name(m, 1) == NULL);
+  CHECK(nc_onnx_model_output_name(m, 0) != NULL && nc_onnx_model_output_name(m, -1) == NULL);
+  nc_tensor *input = NULL, *expected = NULL;
+  snprintf(path, sizeof path, "%s/test_data_set_0/input_0.pb", folder);
+  CHECK(nc_onnx_tensor_read(path, device, &input) == NC_OK);
+  snprintf(path, sizeof path, "%s/test_data_set_0/output_0.pb", folder);
+  CHECK(nc_onnx_tensor_read(path, "cpu", &expected) == NC_OK);
+  if (!input || !expected) return;
+  static float want[4096], got[4096];
+  const int64_t n = nc_tensor_numel(expected);
+  CHECK(n > 0 && n <= 4096 && nc_tensor_read(expected, want, (size_t)n * sizeof(float)) == NC_OK);
+  const nc_tensor* inputs[1] = {input};
+  for (int run = 0; run < 3 && n > 0 && n <= 4096; ++run) {
+    nc_tensor* out = NULL;
+    CHECK(nc_onnx_model_run(m, inputs, 1, 1, &out) == NC_OK);
+    if (!out) continue;
+    CHECK(nc_tensor_numel(out) == n && nc_tensor_read(out, got, (size_t)n * sizeof(float)) == NC_OK);
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) worst = fmax(worst, fabs(got[i] - want[i]) / (1e-3 + fabs(want[i])));
+    CHECK(worst < 1e-3);
+    nc_tensor_free(out);
+  }
+  nc_tensor* out = NULL;
+  CHECK(fails_with(nc_onnx_model_run(m, inputs, 0, 0, &out), NC_ERROR_VALUE, "nc_onnx_model_run", "inputs"));
+  CHECK(fails_with(nc_onnx_model_run(m, inputs, 1, 0, NULL), NC_ERROR_VALUE, "nc_onnx_model_run", "outputs"));
+  snprintf(path, sizeof path, "%s/no-such-model.onnx", folder);
+  nc_onnx_model* missing = NULL;
+  CHECK(fails_with(nc_onnx_model_load(path, &missing), NC_ERROR_IO, "no-such-model.onnx", NULL) && missing == NULL);
+  nc_tensor_free(input);
+  nc_tensor_free(expected);
+  nc_onnx_model_free(m);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     printf("usage: c_api_test DIR [DEVICE]\n");
@@ -205,6 +249,7 @@ int main(int argc, char** argv) {
   files(argv[1], device);
   classifier(argv[1], device);
   if (argc > 3) image(argv[3], argv[1]);
+  if (argc > 4) onnx_model(argv[4], device);
   if (failures) {
     printf("%d checks failed\n", failures);
     return 1;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "onnx/model.h"
+#include "normcore/onnx.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "onnx/model.h"
+#include "normcore/onnx.h"
 #include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

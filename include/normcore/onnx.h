@@ -1,8 +1,10 @@
-// ONNX models on normcore's ops: onnx::Model reads a .onnx file (the protobuf classes of
-// Debian's libonnx-dev), checks the graph before anything runs (opset, every node's op and
-// attributes against the supported set, inputs defined before use, initializers' sizes
-// against their bytes) and runs it on CPU or CUDA tensors. Built as the normcore_onnx
-// library when the packages are present; not installed yet (the header is not public API).
+// ONNX models on normcore's ops: onnx::Model reads a .onnx file (with the protobuf classes of
+// Debian's libonnx-dev, linked into the library when it was there at build time), checks the
+// graph before anything runs (opset, every node's op and attributes against the supported set,
+// inputs defined before use, initializers' sizes against their bytes) and runs it on CPU or
+// CUDA tensors. docs/ONNX.md lists the ops and how a model runs. In a library built without
+// the importer (`normcore: ONNX importer off` at configure time) every function here throws
+// Error saying so.
 #pragma once
 
 #include <memory>
@@ -10,6 +12,9 @@
 #include <vector>
 
 #include "normcore/tensor.h"
+
+// The library builds with hidden visibility; what an installed header declares is exported.
+#pragma GCC visibility push(default)
 
 namespace normcore {
 namespace onnx {
@@ -57,6 +62,7 @@ class Model {
   struct Impl;
 
  private:
+  Model() = default;  // a Model comes from load or parse
   std::shared_ptr<const Impl> impl_;
 };
 
@@ -69,3 +75,5 @@ const std::vector<std::string>& supported_ops();
 
 }  // namespace onnx
 }  // namespace normcore
+
+#pragma GCC visibility pop
