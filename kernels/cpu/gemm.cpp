@@ -1,6 +1,7 @@
 // The CPU matrix product (kernels/cpu/gemm.h): Eigen's product for the baseline instruction
-// set, its cut into pieces for the thread pool, and the choice, made once, of the AVX2 build (gemm_avx2.cpp) when it was compiled in
-// and the processor and operating system support AVX2 and FMA.
+// set, its cut into pieces for the thread pool, and the choice, made once, of the AVX-512 or
+// AVX2 build (gemm_avx512.cpp, gemm_avx2.cpp) when it was compiled in and the processor and
+// operating system support it.
 #include "kernels/cpu/gemm.h"
 
 #include <algorithm>
@@ -21,32 +22,56 @@ void gemm_avx2(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperan
 void gemm_avx2(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
                bool accumulate);
 #endif
+#if defined(NORMCORE_GEMM_AVX512)
+void gemm_avx512(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
+                 bool accumulate);
+void gemm_avx512(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
+                 bool accumulate);
+#endif
 
 namespace {
 
-bool use_avx2() {
-#if defined(NORMCORE_GEMM_AVX2)
-  static const bool use = [] {
-    const char* isa = std::getenv("NORMCORE_CPU_ISA");
-    if (isa && std::strcmp(isa, "baseline") == 0) return false;
+enum class Isa { Baseline, Avx2, Avx512 };
+
+// The best build the processor and operating system run (libgcc's checks include the
+// operating system's saving of the vector registers), unless NORMCORE_CPU_ISA names a lower
+// one ("baseline" or "avx2").
+Isa isa() {
+  static const Isa chosen = [] {
+    const char* env = std::getenv("NORMCORE_CPU_ISA");
+    const bool cap_baseline = env && std::strcmp(env, "baseline") == 0;
+    const bool cap_avx2 = env && std::strcmp(env, "avx2") == 0;
+    Isa best = Isa::Baseline;
+#if defined(NORMCORE_GEMM_AVX2) || defined(NORMCORE_GEMM_AVX512)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return use;
-#else
-  return false;
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
+#if defined(NORMCORE_GEMM_AVX2)
+    if (avx2) best = Isa::Avx2;
+#endif
+#if defined(NORMCORE_GEMM_AVX512)
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+      best = Isa::Avx512;
+#endif
+    if (cap_baseline) return Isa::Baseline;
+    if (cap_avx2 && best == Isa::Avx512) return Isa::Avx2;
+    return best;
+  }();
+  return chosen;
 }
 
 template <class T>
 void gemm_any(int64_t m, int64_t n, int64_t k, GemmOperand<T> a, GemmOperand<T> b, T* c, int64_t ldc, bool accumulate) {
-#if defined(NORMCORE_GEMM_AVX2)
-  if (use_avx2()) {
-    gemm_avx2(m, n, k, a, b, c, ldc, accumulate);
-    return;
-  }
+  switch (isa()) {
+#if defined(NORMCORE_GEMM_AVX512)
+    case Isa::Avx512: gemm_avx512(m, n, k, a, b, c, ldc, accumulate); return;
 #endif
-  gemm_eigen<T>(m, n, k, a, b, c, ldc, accumulate);
+#if defined(NORMCORE_GEMM_AVX2)
+    case Isa::Avx2: gemm_avx2(m, n, k, a, b, c, ldc, accumulate); return;
+#endif
+    default: gemm_eigen<T>(m, n, k, a, b, c, ldc, accumulate);
+  }
 }
 
 // Products smaller than this many multiply-adds are one piece.
@@ -95,7 +120,13 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<do
   gemm_any<double>(m, n, k, a, b, c, ldc, accumulate);
 }
 
-const char* gemm_isa() { return use_avx2() ? "avx2+fma" : "baseline"; }
+const char* gemm_isa() {
+  switch (isa()) {
+    case Isa::Avx512: return "avx512";
+    case Isa::Avx2: return "avx2+fma";
+    default: return "baseline";
+  }
+}
 
 }  // namespace cpu
 }  // namespace normcore

@@ -1,9 +1,10 @@
 // The CPU backend's matrix product, C = A B or C += A B, for f32 and f64 on strided
-// operands. It runs Eigen's product compiled twice: for the x86-64 baseline (SSE2) and, in
-// gemm_avx2.cpp, for AVX2 with FMA, which it takes when the processor has both (about twice
-// the speed). NORMCORE_CPU_ISA=baseline in the environment keeps the baseline build.
-// Results may differ in the last bits between the two (FMA rounds once); on one machine
-// they are always the same.
+// operands. It runs Eigen's product compiled three times: for the x86-64 baseline (SSE2), in
+// gemm_avx2.cpp for AVX2 with FMA (about twice the speed) and in gemm_avx512.cpp for AVX-512
+// (another 1.3-1.8x), and takes the best the processor has. NORMCORE_CPU_ISA=baseline or
+// avx2 in the environment caps the choice. Results may differ in the last bits between the
+// builds (FMA rounds once, the vector widths sum in other orders); on one machine they are
+// always the same.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@ void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOp
 void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c,
                    int64_t ldc, bool accumulate);
 
-// "avx2+fma" or "baseline": the build of the product in use.
+// "avx512", "avx2+fma" or "baseline": the build of the product in use.
 const char* gemm_isa();
 
 }  // namespace cpu

@@ -17,18 +17,5 @@
 
 #include "kernels/cpu/gemm_eigen.inc"
 
-namespace normcore {
-namespace cpu {
-
-void gemm_avx2(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
-               bool accumulate) {
-  gemm_eigen<float>(m, n, k, a, b, c, ldc, accumulate);
-}
-void gemm_avx2(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
-               bool accumulate) {
-  gemm_eigen<double>(m, n, k, a, b, c, ldc, accumulate);
-}
-
-}  // namespace cpu
-}  // namespace normcore
+NORMCORE_GEMM_ENTRY_POINTS(gemm_avx2)
 #endif

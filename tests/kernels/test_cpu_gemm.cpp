@@ -82,10 +82,13 @@ TEST(CpuGemm, ReportsTheBuildInUse) {
   if (env && std::strcmp(env, "baseline") == 0) {
     EXPECT_EQ(isa, "baseline");
   } else {
-#if defined(__x86_64__) && defined(NORMCORE_GEMM_AVX2)
+#if defined(__x86_64__) && defined(NORMCORE_GEMM_AVX2) && defined(NORMCORE_GEMM_AVX512)
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    EXPECT_EQ(isa, avx2 ? "avx2+fma" : "baseline");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+    const bool capped = env && std::strcmp(env, "avx2") == 0;
+    EXPECT_EQ(isa, avx512 && !capped ? "avx512" : avx2 ? "avx2+fma" : "baseline");
 #else
     EXPECT_EQ(isa, "baseline");
 #endif
