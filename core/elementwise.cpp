@@ -222,6 +222,27 @@ Tensor sigmoid(const Tensor& x) {
                     return mul(g, mul(y, 1 - y));
                   });
 }
+Tensor erf(const Tensor& x) {
+  return unary_op("erf", UnaryOp::Erf, x, true, kInput,
+                  [](const Tensor& g, const Tensor& x, const Tensor&, double, double) {
+                    return mul(g, mul(exp(neg(mul(x, x))), 1.12837916709551257390));  // 2 / sqrt(pi) e^(-x^2)
+                  });
+}
+
+namespace {
+// floor, ceil and round: integers are already integral.
+Tensor rounding(const char* name, UnaryOp op, const Tensor& x) {
+  const OpScope scope(name);
+  check_defined(scope, "x", x);
+  if (!is_floating(x.dtype()) && x.dtype() != DType::Bool) return x.clone();
+  return unary_op(scope, op, x, true, kNothing, zero_grad_like);
+}
+}  // namespace
+
+Tensor floor(const Tensor& x) { return rounding("floor", UnaryOp::Floor, x); }
+Tensor ceil(const Tensor& x) { return rounding("ceil", UnaryOp::Ceil, x); }
+Tensor round(const Tensor& x) { return rounding("round", UnaryOp::Round, x); }
+
 Tensor gelu(const Tensor& x, bool approximate) {
   const OpScope op("gelu");
   // The backward is one element-wise pass, g * gelu'(x) (kernels/scalar/elementwise.h), in

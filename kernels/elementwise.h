@@ -23,9 +23,13 @@ enum class UnaryOp {
   Tanh,
   Sigmoid,
   Gelu,
-  GeluTanh,  // floating only
-  Clamp,     // floating only: min(max(x, a), b); a = -inf / b = +inf when absent; NaN stays NaN
-  PowScalar  // floating only: x ** a
+  GeluTanh,   // floating only
+  Clamp,      // floating only: min(max(x, a), b); a = -inf / b = +inf when absent; NaN stays NaN
+  PowScalar,  // floating only: x ** a
+  Erf,
+  Floor,
+  Ceil,
+  Round  // floating only; Round to the nearest integer, halves to even (as torch.round)
 };
 
 enum class BinaryOp {

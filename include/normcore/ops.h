@@ -28,6 +28,13 @@ Tensor cos(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
+// The error function; integer tensors give f32 (as exp and the other float-only ops).
+Tensor erf(const Tensor& x);
+// Rounding to an integer value, in x's dtype: down, up, and to the nearest with halves to even
+// (torch.round). Integer tensors come back as copies. Gradients are zero.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);
 // Exact GELU, x * Phi(x); approximate = true uses the tanh form.
 Tensor gelu(const Tensor& x, bool approximate = false);
 // Either bound may be absent; both NaN-free; min <= max when both are given.

@@ -79,9 +79,17 @@ struct UnaryFunctor {
       // Comparisons with NaN are false, so NaN passes through both.
       const C r = x < a ? a : x;
       return convert<T>(r > b ? b : r);
-    } else {
-      static_assert(OP == UnaryOp::PowScalar, "unhandled unary op");
+    } else if constexpr (OP == UnaryOp::PowScalar) {
       return convert<T>(math::pow(x, a));
+    } else if constexpr (OP == UnaryOp::Erf) {
+      return convert<T>(math::erf(x));
+    } else if constexpr (OP == UnaryOp::Floor) {
+      return convert<T>(math::floor(x));
+    } else if constexpr (OP == UnaryOp::Ceil) {
+      return convert<T>(math::ceil(x));
+    } else {
+      static_assert(OP == UnaryOp::Round, "unhandled unary op");
+      return convert<T>(math::rint(x));
     }
   }
 };
@@ -168,6 +176,10 @@ void visit_op(UnaryOp op, F&& f) {
     case UnaryOp::GeluTanh: return f(UnaryTag<UnaryOp::GeluTanh>{});
     case UnaryOp::Clamp: return f(UnaryTag<UnaryOp::Clamp>{});
     case UnaryOp::PowScalar: return f(UnaryTag<UnaryOp::PowScalar>{});
+    case UnaryOp::Erf: return f(UnaryTag<UnaryOp::Erf>{});
+    case UnaryOp::Floor: return f(UnaryTag<UnaryOp::Floor>{});
+    case UnaryOp::Ceil: return f(UnaryTag<UnaryOp::Ceil>{});
+    case UnaryOp::Round: return f(UnaryTag<UnaryOp::Round>{});
   }
   throw ValueError(detail::cat_str("unary: unknown op ", static_cast<int>(op)));
 }

@@ -29,6 +29,13 @@ NC_HOST_DEVICE float tanh(float x) { return ::tanhf(x); }
 NC_HOST_DEVICE double tanh(double x) { return ::tanh(x); }
 NC_HOST_DEVICE float erf(float x) { return ::erff(x); }
 NC_HOST_DEVICE double erf(double x) { return ::erf(x); }
+NC_HOST_DEVICE float floor(float x) { return ::floorf(x); }
+NC_HOST_DEVICE double floor(double x) { return ::floor(x); }
+NC_HOST_DEVICE float ceil(float x) { return ::ceilf(x); }
+NC_HOST_DEVICE double ceil(double x) { return ::ceil(x); }
+// To the nearest integer, halves to even (the default rounding mode, which normcore never changes).
+NC_HOST_DEVICE float rint(float x) { return ::rintf(x); }
+NC_HOST_DEVICE double rint(double x) { return ::rint(x); }
 NC_HOST_DEVICE float fabs(float x) { return ::fabsf(x); }
 NC_HOST_DEVICE double fabs(double x) { return ::fabs(x); }
 NC_HOST_DEVICE float pow(float x, float y) { return ::powf(x, y); }
