@@ -656,6 +656,7 @@ const std::map<std::string, OpSpec>& op_table() {
                             return Outputs{x, ones(x.shape(), TensorOptions(DType::Bool, x.device()))};
                           },
                           {"ratio", "seed"}};
+    add_numeric_ops(t);
     return t;
   }();
   return table;

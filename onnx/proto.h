@@ -59,6 +59,8 @@ struct OpSpec {
 };
 // Op type -> how it runs (ops.cpp).
 const std::map<std::string, OpSpec>& op_table();
+// Adds the rounding, testing, remainder, padding and running-sum ops (ops_numeric.cpp).
+void add_numeric_ops(std::map<std::string, OpSpec>& table);
 
 }  // namespace onnx
 }  // namespace normcore

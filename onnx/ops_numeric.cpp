@@ -1,0 +1,163 @@
+// The ONNX ops of onnx/ops.cpp's table that round, test, take remainders, pad and sum along an
+// axis (Erf, Floor, Ceil, Round, IsNaN, IsInf, Mod, CastLike, Pad, CumSum), on normcore's ops.
+#include <cmath>
+#include <limits>
+
+#include "onnx/proto.h"
+
+namespace normcore {
+namespace onnx {
+
+namespace {
+
+using Outputs = std::vector<Tensor>;
+
+Tensor either(const Tensor& a, const Tensor& b) { return where(a, a, b); }  // a or b, for bool tensors
+
+// x with its fraction dropped (toward zero).
+Tensor trunc(const Tensor& x) { return where(lt(x, 0), ceil(x), floor(x)); }
+
+// Mod: a - trunc(a / b) * b with fmod (C's fmod: the dividend's sign), else a - floor(a / b) * b
+// (Python's %: the divisor's sign, integers only in ONNX). Integers compute in f64 (exact below
+// 2^53) and a zero divisor gives 0.
+Tensor mod(const NodeRun& n) {
+  const Tensor &a = n.input(0), &b = n.input(1);
+  const bool fmod = n.int_attribute("fmod", 0) != 0;
+  NC_CHECK(a.dtype() == b.dtype(), DTypeError, n.where, ": A is ", describe(a), " but B is ", describe(b));
+  NC_CHECK(fmod || !is_floating(a.dtype()), ValueError, n.where, ": fmod = 0 is for integers (", describe(a),
+           "); floats need fmod = 1");
+  const bool integer = !is_floating(a.dtype());
+  const Tensor x = integer ? a.to(DType::F64) : a, y = integer ? b.to(DType::F64) : b;
+  const Tensor q = div(x, y);
+  Tensor r = sub(x, mul(fmod ? trunc(q) : floor(q), y));
+  if (!integer) return r;
+  return where(eq(y, 0), zeros_like(r), r).to(a.dtype());
+}
+
+Tensor is_inf(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const bool positive = n.int_attribute("detect_positive", 1) != 0,
+             negative = n.int_attribute("detect_negative", 1) != 0;
+  Tensor out = zeros(x.shape(), TensorOptions(DType::Bool, x.device()));
+  if (!is_floating(x.dtype())) return out;
+  if (positive) out = either(out, eq(x, Scalar(std::numeric_limits<double>::infinity())));
+  if (negative) out = either(out, eq(x, Scalar(-std::numeric_limits<double>::infinity())));
+  return out;
+}
+
+// The source index of each output position along an axis of length `length` padded by
+// `before` and `after` (either may be negative: a crop); -1 where constant mode fills in.
+std::vector<int64_t> pad_indices(int64_t length, int64_t before, int64_t after, const std::string& mode,
+                                 const NodeRun& n, int64_t axis) {
+  const int64_t out_length = length + before + after;
+  NC_CHECK(out_length >= 0, ShapeError, n.where, ": pads ", before, " and ", after, " on axis ", axis,
+           " leave a negative length from ", length);
+  NC_CHECK(mode == "constant" || length > 0 || out_length == 0, ValueError, n.where, ": mode ", mode,
+           " cannot pad axis ", axis, ", which is empty");
+  std::vector<int64_t> index(static_cast<size_t>(out_length));
+  for (int64_t i = 0; i < out_length; ++i) {
+    int64_t p = i - before;
+    if (mode == "edge") {
+      p = std::min(std::max<int64_t>(p, 0), length - 1);
+    } else if (mode == "reflect") {
+      const int64_t period = 2 * (length - 1);
+      if (period == 0) {
+        p = 0;
+      } else {
+        p = ((p % period) + period) % period;
+        if (p >= length) p = period - p;
+      }
+    } else if (p < 0 || p >= length) {
+      p = -1;
+    }
+    index[static_cast<size_t>(i)] = p;
+  }
+  return index;
+}
+
+// Pad: pads [begin_0, begin_1, ..., end_0, end_1, ...] from the attribute (before opset 11)
+// or the second input, modes constant (value from the attribute or the third input), edge and
+// reflect; negative pads crop.
+Tensor pad(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const std::string mode = n.attribute("mode") ? n.attribute("mode")->s() : "constant";
+  NC_CHECK(mode == "constant" || mode == "edge" || mode == "reflect", ValueError, n.where, ": mode '", mode,
+           "' is not supported (constant, edge, reflect)");
+  const std::vector<int64_t> pads = n.opset >= 11 ? n.int_values(1) : n.ints_attribute("pads");
+  const int64_t rank = x.dim();
+  NC_CHECK(static_cast<int64_t>(pads.size()) == 2 * rank, ShapeError, n.where, ": pads has ", pads.size(),
+           " values; x ", describe(x), " needs ", 2 * rank);
+  double value = 0;
+  if (n.opset >= 11) {
+    if (n.has_input(2)) value = n.host_input(2).to(DType::F64).reshape({}).item<double>();
+  } else {
+    value = n.float_attribute("value", 0.0f);
+  }
+  Tensor y = x, inside;
+  for (int64_t a = 0; a < rank; ++a) {
+    const int64_t before = pads[static_cast<size_t>(a)], after = pads[static_cast<size_t>(a + rank)];
+    if (before == 0 && after == 0) continue;
+    std::vector<int64_t> index = pad_indices(x.size(a), before, after, mode, n, a);
+    std::vector<int64_t> clamped(index.size());
+    std::vector<uint8_t> valid(index.size());
+    for (size_t i = 0; i < index.size(); ++i) clamped[i] = std::max<int64_t>(index[i], 0), valid[i] = index[i] >= 0;
+    if (y.size(a) == 0) {  // nothing to gather from: every position is the constant
+      Shape shape = y.shape();
+      shape[static_cast<size_t>(a)] = static_cast<int64_t>(index.size());
+      y = full(shape, value, TensorOptions(x.dtype(), x.device()));
+      continue;
+    }
+    y = index_select(y, a, from_vector(clamped, {static_cast<int64_t>(clamped.size())}).to(x.device()));
+    if (mode != "constant") continue;
+    Shape mask_shape(static_cast<size_t>(rank), 1);
+    mask_shape[static_cast<size_t>(a)] = static_cast<int64_t>(valid.size());
+    const Tensor mask = from_vector(valid, mask_shape).to(x.device(), DType::Bool);
+    inside = inside.defined() ? where(inside, mask, inside) : mask;  // and
+  }
+  return inside.defined() ? where(inside, y, Scalar(value)) : y;
+}
+
+// CumSum along the axis (a scalar input): the running sums as a product with a triangular
+// matrix of ones (O(length^2) work per row; exact for integers below 2^53, which compute in
+// f64; f16 and bf16 in f32), exclusive and reverse as ONNX defines them.
+Tensor cumsum(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  NC_CHECK(n.input(1).numel() == 1, ShapeError, n.where, ": axis must hold one value, got ", describe(n.input(1)));
+  const int64_t rank = x.dim();
+  int64_t axis = n.int_values(1)[0];
+  NC_CHECK(axis >= -rank && axis < rank, ValueError, n.where, ": axis ", axis, " is out of range for ", describe(x));
+  if (axis < 0) axis += rank;
+  const bool exclusive = n.int_attribute("exclusive", 0) != 0, reverse = n.int_attribute("reverse", 0) != 0;
+  const DType compute = x.dtype() == DType::F64 || !is_floating(x.dtype()) ? DType::F64 : DType::F32;
+  const int64_t length = x.size(axis);
+  std::vector<double> ones(static_cast<size_t>(length * length), 0.0);
+  for (int64_t i = 0; i < length; ++i)
+    for (int64_t j = 0; j < length; ++j) {
+      const bool take = reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j);
+      ones[static_cast<size_t>(i * length + j)] = take ? 1.0 : 0.0;
+    }
+  const Tensor tri = from_vector(ones, {length, length}).to(x.device(), compute);
+  const Tensor moved = x.transpose(axis, rank - 1).to(compute);
+  return matmul(moved, tri).transpose(axis, rank - 1).to(x.dtype()).contiguous();
+}
+
+}  // namespace
+
+void add_numeric_ops(std::map<std::string, OpSpec>& t) {
+  const auto one = [](Tensor (*f)(const NodeRun&), std::vector<std::string> attributes = {}) {
+    return OpSpec{[f](const NodeRun& n) { return Outputs{f(n)}; }, std::move(attributes)};
+  };
+  t["Erf"] = one([](const NodeRun& n) { return erf(n.input(0)).to(n.input(0).dtype()); });
+  t["Floor"] = one([](const NodeRun& n) { return floor(n.input(0)); });
+  t["Ceil"] = one([](const NodeRun& n) { return ceil(n.input(0)); });
+  t["Round"] = one([](const NodeRun& n) { return round(n.input(0)); });
+  t["IsNaN"] = one([](const NodeRun& n) { return ne(n.input(0), n.input(0)); });
+  t["IsInf"] = one(is_inf, {"detect_negative", "detect_positive"});
+  t["Mod"] = one(mod, {"fmod"});
+  t["CastLike"] = one([](const NodeRun& n) { return n.input(0).to(n.input(1).dtype()); });
+  t["Pad"] = one(pad, {"mode", "pads", "value"});
+  t["CumSum"] = one(cumsum, {"exclusive", "reverse"});
+}
+
+}  // namespace onnx
+}  // namespace normcore
