@@ -160,9 +160,10 @@ const std::map<std::string, OpFn>& ops() {
 
     using U = Tensor (*)(const Tensor&);
     const std::map<std::string, U> unaries = {
-        {"neg", nc::neg}, {"abs", nc::abs}, {"sign", nc::sign}, {"relu", nc::relu},
-        {"exp", nc::exp}, {"log", nc::log}, {"sqrt", nc::sqrt}, {"rsqrt", nc::rsqrt},
-        {"sin", nc::sin}, {"cos", nc::cos}, {"tanh", nc::tanh}, {"sigmoid", nc::sigmoid},
+        {"neg", nc::neg}, {"abs", nc::abs},     {"sign", nc::sign}, {"relu", nc::relu},
+        {"exp", nc::exp}, {"log", nc::log},     {"sqrt", nc::sqrt}, {"rsqrt", nc::rsqrt},
+        {"sin", nc::sin}, {"cos", nc::cos},     {"tanh", nc::tanh}, {"sigmoid", nc::sigmoid},
+        {"erf", nc::erf}, {"floor", nc::floor}, {"ceil", nc::ceil}, {"round", nc::round},
     };
     for (const auto& [name, fn] : unaries) t[name] = unary(fn);
     t["gelu"] = unary([](const Tensor& x) { return nc::gelu(x, false); });
@@ -526,7 +527,7 @@ TEST_P(DifferentialFamily, MatchesPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Families, DifferentialFamily,
                          ::testing::Values("broadcast", "scalar", "unary", "reduce", "views", "matmul", "indexing",
-                                           "losses", "norms", "promotion", "autograd", "edges"),
+                                           "losses", "norms", "promotion", "autograd", "edges", "rounding"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -38,6 +38,7 @@ COUNTS = {
     "promotion": 300,
     "autograd": 300,
     "edges": 500,
+    "rounding": 200,
 }
 
 FLOAT = ["f32", "f64"]
@@ -169,6 +170,19 @@ def gen_unary(rng):
     if op == "pow_scalar":
         attrs = {"exponent": rng.choice([2, 3, 0.5, -1, 0, 1.5, -2])}
     return [x], [step(op, "y", ["x"], **attrs)]
+
+
+def gen_rounding(rng):
+    """erf, floor, ceil and round: floats (often exact halves, where round takes the even
+    neighbour, or special values) and integers (copies; erf gives float32)."""
+    op = rng.choice(["erf", "floor", "ceil", "round"])
+    dtype = rng.choice(FLOAT + ["f32", "i32", "i64"])
+    shape = random_shape(rng, allow_empty=True)
+    values = None
+    if is_float(dtype) and rng.random() < 0.5:
+        values = [rng.randint(-12, 12) / 2 for _ in range(numel(shape))]
+    x = tensor_input(rng, "x", dtype, shape, special=values is None and rng.random() < 0.4, values=values)
+    return [x], [step(op, "y", ["x"])]
 
 
 def gen_reduce(rng):
@@ -533,7 +547,8 @@ def gen_edges(rng):
 
 GENERATORS = {"broadcast": gen_broadcast, "scalar": gen_scalar, "unary": gen_unary, "reduce": gen_reduce,
               "views": gen_views, "matmul": gen_matmul, "indexing": gen_indexing, "losses": gen_losses,
-              "norms": gen_norms, "promotion": gen_promotion, "autograd": gen_autograd, "edges": gen_edges}
+              "norms": gen_norms, "promotion": gen_promotion, "autograd": gen_autograd, "edges": gen_edges,
+              "rounding": gen_rounding}
 
 
 # ---------------------------------------------------------------- running a program
@@ -544,7 +559,8 @@ def run_step(env, s, wide):
               "le": torch.le, "gt": torch.gt, "ge": torch.ge}
     unary = {"neg": torch.neg, "abs": torch.abs, "sign": torch.sign, "relu": torch.relu, "exp": torch.exp,
              "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos,
-             "tanh": torch.tanh, "sigmoid": torch.sigmoid}
+             "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf, "floor": torch.floor,
+             "ceil": torch.ceil, "round": torch.round}
     F = torch.nn.functional
     if op in binary:
         return binary[op](a[0], a[1])
