@@ -237,7 +237,8 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
     const ::onnx::NodeProto& node = m.graph.node(i);
     const Model::Impl::Fusion* fusion = role >= 0 ? &m.fusions[static_cast<size_t>(role)] : nullptr;
     const ::onnx::NodeProto& first = fusion ? m.graph.node(fusion->conv) : node;
-    NodeRun run{first, m.opset, {}, m.name + ": " + node_name(first, fusion ? fusion->conv : i)};
+    NodeRun run{first,    m.opset, {},      m.name + ": " + node_name(first, fusion ? fusion->conv : i),
+                Tensor(), false,   nullptr, nullptr};
     for (const std::string& input : first.input()) run.inputs.push_back(input.empty() ? Tensor() : values.at(input));
     if (fusion) {
       if (fusion->add >= 0) run.residual = values.at(m.graph.node(fusion->add).input(fusion->residual));

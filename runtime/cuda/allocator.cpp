@@ -275,10 +275,7 @@ void release_private_pool(int device, uint64_t pool_id) {
     }
     block.pool = 0;
   }
-  for (char* ptr : freed) {
-    auto it = p.blocks.find(ptr);
-    cache_block(p, p.blocks.find(ptr));
-  }
+  for (char* ptr : freed) cache_block(p, p.blocks.find(ptr));
 }
 
 MemoryStats memory_stats(int device) {
