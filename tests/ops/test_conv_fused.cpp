@@ -10,32 +10,20 @@
 
 #include "normcore/models.h"
 #include "normcore/normcore.h"
+#include "tests/test_support.h"
 
 namespace nc = normcore;
 using nc::ConvLayout;
 using nc::DType;
 using nc::Size2;
 using nc::Tensor;
+using normcore_test::relative_error;
 
 namespace {
 
 Tensor random(const nc::Shape& shape, uint64_t seed, DType dtype = DType::F32) {
   nc::Generator gen(seed);
   return nc::randn(shape, DType::F64, &gen).to(dtype);
-}
-
-// max |a - b| / (1 + max |b|), with NaN in one only as infinity.
-double relative_error(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape()) return INFINITY;
-  const std::vector<double> av = a.to(nc::Device::cpu(), DType::F64).contiguous().to_vector<double>();
-  const std::vector<double> bv = b.to(nc::Device::cpu(), DType::F64).contiguous().to_vector<double>();
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < av.size(); ++i) {
-    worst = std::max(worst, std::isnan(av[i]) != std::isnan(bv[i]) ? INFINITY : std::fabs(av[i] - bv[i]));
-    scale = std::max(scale, std::fabs(bv[i]));
-  }
-  return worst / (1 + scale);
 }
 
 double tolerance(DType dtype) {
