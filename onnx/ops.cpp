@@ -657,6 +657,8 @@ const std::map<std::string, OpSpec>& op_table() {
                           },
                           {"ratio", "seed"}};
     add_numeric_ops(t);
+    add_loss_ops(t);
+    add_spatial_ops(t);
     return t;
   }();
   return table;

@@ -46,14 +46,19 @@ Tensor is_inf(const NodeRun& n) {
 }
 
 // The source index of each output position along an axis of length `length` padded by
-// `before` and `after` (either may be negative: a crop); -1 where constant mode fills in.
+// `before` and `after` (either may be negative: a crop, made first, so that edge and reflect
+// repeat the cropped axis's ends, as onnxruntime does); -1 where constant mode fills in.
 std::vector<int64_t> pad_indices(int64_t length, int64_t before, int64_t after, const std::string& mode,
                                  const NodeRun& n, int64_t axis) {
   const int64_t out_length = length + before + after;
   NC_CHECK(out_length >= 0, ShapeError, n.where, ": pads ", before, " and ", after, " on axis ", axis,
            " leave a negative length from ", length);
-  NC_CHECK(mode == "constant" || length > 0 || out_length == 0, ValueError, n.where, ": mode ", mode,
-           " cannot pad axis ", axis, ", which is empty");
+  const int64_t first = std::max<int64_t>(0, -before);  // the crop's first kept index
+  const int64_t kept = std::max<int64_t>(0, length - first - std::max<int64_t>(0, -after));
+  NC_CHECK(mode == "constant" || kept > 0 || out_length == 0, ValueError, n.where, ": mode ", mode, " cannot pad axis ",
+           axis, ", which is empty", kept < length ? " once cropped" : "");
+  before = std::max<int64_t>(0, before);
+  length = kept;
   std::vector<int64_t> index(static_cast<size_t>(out_length));
   for (int64_t i = 0; i < out_length; ++i) {
     int64_t p = i - before;
@@ -70,7 +75,7 @@ std::vector<int64_t> pad_indices(int64_t length, int64_t before, int64_t after, 
     } else if (p < 0 || p >= length) {
       p = -1;
     }
-    index[static_cast<size_t>(i)] = p;
+    index[static_cast<size_t>(i)] = p < 0 ? p : p + first;
   }
   return index;
 }

@@ -61,6 +61,10 @@ struct OpSpec {
 const std::map<std::string, OpSpec>& op_table();
 // Adds the rounding, testing, remainder, padding and running-sum ops (ops_numeric.cpp).
 void add_numeric_ops(std::map<std::string, OpSpec>& table);
+// Adds NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (ops_losses.cpp).
+void add_loss_ops(std::map<std::string, OpSpec>& table);
+// Adds Resize and ConvTranspose (ops_spatial.cpp).
+void add_spatial_ops(std::map<std::string, OpSpec>& table);
 
 }  // namespace onnx
 }  // namespace normcore

@@ -1,0 +1,202 @@
+// ONNX ops on one-node models with hand-computed answers: Pad, CumSum, Mod (ops_numeric.cpp),
+// the losses (ops_losses.cpp), Resize and ConvTranspose (ops_spatial.cpp); each mode or input
+// they do not take is a typed error naming the node, never a quiet wrong answer. ONNX's node
+// tests (ctest -L onnx) cover the same ops more widely; these pin the semantics a test names.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "normcore/normcore.h"
+#include "onnx/proto.h"
+#include "tests/test_support.h"
+
+namespace nc = normcore;
+using nc::Tensor;
+using normcore_test::throws;
+
+namespace {
+
+using Strings = std::vector<std::pair<std::string, std::string>>;
+using Ints = std::vector<std::pair<std::string, int64_t>>;
+
+constexpr int kFloat = ::onnx::TensorProto::FLOAT, kInt64 = ::onnx::TensorProto::INT64;
+
+// A model of one node "n": op over the inputs (name, ONNX element type) to output y of
+// out_type, with string and int attributes, at opset 13.
+::onnx::ModelProto one_node(const std::string& op, const std::vector<std::pair<std::string, int>>& inputs, int out_type,
+                            const Strings& strings = {}, const Ints& ints = {}) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  auto* node = g->add_node();
+  node->set_op_type(op);
+  node->set_name("n");
+  for (const auto& [name, type] : inputs) {
+    auto* v = g->add_input();
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    node->add_input(name);
+  }
+  node->add_output("y");
+  auto* y = g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(out_type);
+  for (const auto& [name, value] : strings) {
+    auto* a = node->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s(value);
+  }
+  for (const auto& [name, value] : ints) {
+    auto* a = node->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(value);
+  }
+  return m;
+}
+
+void add_ints(::onnx::ModelProto& m, const std::string& name, const std::vector<int64_t>& values) {
+  auto* a = m.mutable_graph()->mutable_node(0)->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::INTS);
+  for (int64_t v : values) a->add_ints(v);
+}
+
+Tensor run_one(const ::onnx::ModelProto& m, const std::vector<Tensor>& inputs) {
+  return nc::onnx::Model::parse(m.SerializeAsString(), "m.onnx").run(inputs)[0];
+}
+
+}  // namespace
+
+TEST(OnnxOps, PadCumSumAndMod) {
+  const Tensor x = nc::from_vector<float>({1, 2, 3}, {1, 3});
+  const Tensor pads = nc::from_vector<int64_t>({0, 2, 0, -1}, {4});  // 2 before dim 1, crop 1 after
+  const auto pad = [&](const char* mode) {
+    return run_one(one_node("Pad", {{"x", kFloat}, {"pads", kInt64}}, kFloat, {{"mode", mode}}), {x, pads});
+  };
+  EXPECT_EQ(pad("constant").to_vector<float>(), (std::vector<float>{0, 0, 1, 2}));
+  EXPECT_EQ(pad("edge").to_vector<float>(), (std::vector<float>{1, 1, 1, 2}));
+  EXPECT_EQ(pad("reflect").to_vector<float>(), (std::vector<float>{1, 2, 1, 2}));  // [1, 2] mirrored about 1
+  throws<nc::ValueError>([&] { pad("wrap"); }, {"node 'n' (Pad)", "wrap"})();
+
+  const Tensor v = nc::from_vector<int64_t>({1, 2, 3, 4}, {4}), axis = nc::from_vector<int64_t>({0}, {1});
+  const auto cumsum = [&](int64_t exclusive, int64_t reverse) {
+    return run_one(one_node("CumSum", {{"x", kInt64}, {"axis", kInt64}}, kInt64, {},
+                            {{"exclusive", exclusive}, {"reverse", reverse}}),
+                   {v, axis})
+        .to_vector<int64_t>();
+  };
+  EXPECT_EQ(cumsum(0, 0), (std::vector<int64_t>{1, 3, 6, 10}));
+  EXPECT_EQ(cumsum(1, 0), (std::vector<int64_t>{0, 1, 3, 6}));
+  EXPECT_EQ(cumsum(0, 1), (std::vector<int64_t>{10, 9, 7, 4}));
+  EXPECT_EQ(cumsum(1, 1), (std::vector<int64_t>{9, 7, 4, 0}));
+
+  const Tensor a = nc::from_vector<int64_t>({7, -7, 7, -7, 6}, {5}),
+               b = nc::from_vector<int64_t>({3, 3, -3, -3, -3}, {5});
+  const auto mod = [&](int64_t fmod, const Tensor& p, const Tensor& q, int type) {
+    return run_one(one_node("Mod", {{"a", type}, {"b", type}}, type, {}, {{"fmod", fmod}}), {p, q});
+  };
+  EXPECT_EQ(mod(0, a, b, kInt64).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, -2, -1, 0}));  // b's sign
+  EXPECT_EQ(mod(1, a, b, kInt64).to_vector<int64_t>(), (std::vector<int64_t>{1, -1, 1, -1, 0}));  // a's sign
+  const Tensor af = a.to(nc::DType::F32), bf = b.to(nc::DType::F32);
+  EXPECT_EQ(mod(1, af, bf, kFloat).to_vector<float>(), (std::vector<float>{1, -1, 1, -1, 0}));
+  throws<nc::ValueError>([&] { mod(0, af, bf, kFloat); }, {"node 'n' (Mod)", "fmod = 0", "f32"})();
+}
+
+// NegativeLogLikelihoodLoss with class weights and an ignored target, every reduction;
+// SoftmaxCrossEntropyLoss is the same loss of log_softmax.
+TEST(OnnxOps, Losses) {
+  const Tensor logp = nc::from_vector<float>({-1, -2, -3, -4, -5, -6}, {2, 3});  // [N = 2, C = 3]
+  const Tensor weight = nc::from_vector<float>({1, 2, 4}, {3});
+  const Tensor target = nc::from_vector<int64_t>({2, -1}, {2});
+  const auto nll = [&](const char* reduction, const Tensor& t) {
+    return run_one(one_node("NegativeLogLikelihoodLoss", {{"x", kFloat}, {"t", kInt64}, {"w", kFloat}}, kFloat,
+                            {{"reduction", reduction}}, {{"ignore_index", -1}}),
+                   {logp, t, weight});
+  };
+  EXPECT_EQ(nll("none", target).to_vector<float>(), (std::vector<float>{12, 0}));
+  EXPECT_EQ(nll("sum", target).item<float>(), 12);
+  EXPECT_EQ(nll("mean", target).item<float>(), 3);  // 12 over the weight 4 of the one target kept
+  throws<nc::IndexError>(
+      [&] {
+        nll("sum", nc::from_vector<int64_t>({2, 3}, {2}));
+      },
+      {"node 'n' (NegativeLogLikelihoodLoss)", "target holds 3", "[0, 3)"})();
+  throws<nc::ValueError>([&] { nll("max", target); }, {"reduction 'max'"})();
+  throws<nc::ShapeError>(
+      [&] {
+        nll("sum", nc::from_vector<int64_t>({0, 1, 2}, {3}));
+      },
+      {"node 'n'", "do not fit", "[2, 3]", "[3]"})();
+
+  const Tensor scores = nc::from_vector<float>({1, 2, 3, 0, 0, 0}, {2, 3});
+  const Tensor labels = nc::from_vector<int64_t>({2, 0}, {2});
+  const Tensor sce =
+      run_one(one_node("SoftmaxCrossEntropyLoss", {{"s", kFloat}, {"t", kInt64}}, kFloat, {{"reduction", "none"}}),
+              {scores, labels});
+  const Tensor expected = nc::neg(nc::gather(nc::log_softmax(scores, 1), 1, labels.unsqueeze(1)).squeeze(1));
+  EXPECT_LT(nc::max(nc::abs(nc::sub(sce, expected))).item<float>(), 1e-6f);
+  EXPECT_NEAR(sce.to_vector<float>()[1], std::log(3.0f), 1e-6f);  // uniform scores: log C
+}
+
+TEST(OnnxOps, ResizeNearestLinearAndRefusals) {
+  const Tensor x = nc::from_vector<float>({0, 1, 2, 3}, {1, 1, 2, 2});
+  const Tensor scales = nc::from_vector<float>({1, 1, 2, 2}, {4});
+  const auto resize = [&](const Strings& strings) {
+    return run_one(one_node("Resize", {{"x", kFloat}, {"roi", kFloat}, {"scales", kFloat}}, kFloat, strings),
+                   {x, nc::zeros({0}), scales});
+  };
+  const Tensor nearest = resize({{"mode", "nearest"}});
+  ASSERT_EQ(nearest.shape(), (nc::Shape{1, 1, 4, 4}));
+  EXPECT_EQ(nearest.to_vector<float>(), (std::vector<float>{0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3}));
+  // align_corners: output corners on input corners, thirds between them.
+  const std::vector<float> rows =
+      resize({{"mode", "linear"}, {"coordinate_transformation_mode", "align_corners"}}).to_vector<float>();
+  const std::vector<float> first_row(rows.begin(), rows.begin() + 4), first_column{rows[0], rows[4], rows[8], rows[12]};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(first_row[static_cast<size_t>(i)], static_cast<float>(i) / 3, 1e-6f);
+    EXPECT_NEAR(first_column[static_cast<size_t>(i)], 2.0f * static_cast<float>(i) / 3, 1e-6f);
+  }
+  throws<nc::ValueError>([&] { resize({{"mode", "cubic"}}); }, {"node 'n' (Resize)", "mode 'cubic'"})();
+  throws<nc::ValueError>(
+      [&] {
+        resize({{"coordinate_transformation_mode", "tf_crop_and_resize"}});
+      },
+      {"node 'n' (Resize)", "tf_crop_and_resize"})();
+}
+
+// ConvTranspose with stride 2 and a 2x2 kernel places a scaled copy of the kernel per input
+// element, without overlap; with pads 1 the outer ring goes; against conv2d's input gradient
+// (what it is defined as) at stride 2, pads 1 and a 3x3 kernel, two groups.
+TEST(OnnxOps, ConvTransposeIsTheConvolutionsInputGradient) {
+  const Tensor x = nc::from_vector<float>({1, 2, 3, 4}, {1, 1, 2, 2});
+  const Tensor w = nc::from_vector<float>({1, 10, 100, 1000}, {1, 1, 2, 2});
+  ::onnx::ModelProto m = one_node("ConvTranspose", {{"x", kFloat}, {"w", kFloat}}, kFloat);
+  add_ints(m, "strides", {2, 2});
+  const Tensor y = run_one(m, {x, w});
+  ASSERT_EQ(y.shape(), (nc::Shape{1, 1, 4, 4}));
+  EXPECT_EQ(y.to_vector<float>(),
+            (std::vector<float>{1, 10, 2, 20, 100, 1000, 200, 2000, 3, 30, 4, 40, 300, 3000, 400, 4000}));
+
+  const Tensor input = nc::randn({2, 4, 5, 5}), kernel = nc::randn({6, 2, 3, 3});  // 2 groups: [6, 4 / 2, 3, 3]
+  Tensor probe = input.clone();
+  probe.requires_grad_(true);
+  const Tensor out = nc::conv2d(probe, kernel, Tensor(), 2, 1, 1, 2);  // [2, 6, 3, 3]
+  const Tensor dy = nc::randn(out.shape());
+  nc::sum(nc::mul(out, dy)).backward();
+  ::onnx::ModelProto t = one_node("ConvTranspose", {{"x", kFloat}, {"w", kFloat}}, kFloat, {}, {{"group", 2}});
+  add_ints(t, "strides", {2, 2});
+  add_ints(t, "pads", {1, 1, 1, 1});
+  const Tensor dx = run_one(t, {dy, kernel});
+  ASSERT_EQ(dx.shape(), input.shape());
+  EXPECT_LT(nc::max(nc::abs(nc::sub(dx, probe.grad()))).item<float>(), 1e-4f);
+  throws<nc::ShapeError>(
+      [&] {
+        run_one(t, {nc::zeros({1, 3, 3, 3}), kernel});
+      },
+      {"node 'n' (ConvTranspose)", "divisible by group 2"})();
+}
