@@ -156,6 +156,12 @@ int64_t sample_grain(const Conv2dGeometry& g) {
   return grain_for(g.groups * d.og * d.k * d.hw, int64_t{1} << 20);
 }
 
+// Whether the receptive fields are the image itself (1x1, stride 1, no padding): the columns
+// im2col would copy out are the image's [cg, h * w] rows as they lie.
+bool columns_are_image(const Conv2dGeometry& g) {
+  return g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+}
+
 template <class T>
 void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const kernels::ConvEpilogue& e,
              const Tensor& y) {
@@ -165,26 +171,35 @@ void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, con
   std::unique_ptr<Widened<T, C>> bs(e.bias.defined() ? new Widened<T, C>(e.bias) : nullptr);
   std::unique_ptr<Widened<T, C>> rs(e.residual.defined() ? new Widened<T, C>(e.residual) : nullptr);
   Narrowed<T, C> ys(y);
+  const bool direct = columns_are_image(g);
   parallel_for(g.n, sample_grain(g), [&](int64_t begin, int64_t end) {
-    std::vector<C> cols(static_cast<size_t>(d.k * d.hw));
+    std::unique_ptr<C[]> cols(direct ? nullptr : new C[static_cast<size_t>(d.k * d.hw)]);  // im2col fills it all
     for (int64_t n = begin; n < end; ++n) {
       for (int64_t grp = 0; grp < g.groups; ++grp) {
-        im2col(g, xs.data() + (n * g.c + grp * d.cg) * g.h * g.w, d.cg, cols.data());
+        const C* image = xs.data() + (n * g.c + grp * d.cg) * g.h * g.w;
+        if (!direct) im2col(g, image, d.cg, cols.get());
         C* out = ys.data() + (n * g.o + grp * d.og) * d.hw;
-        parallel_gemm(d.og, d.hw, d.k, matrix(ws.data() + grp * d.og * d.k, d.k), matrix<C>(cols.data(), d.hw), out,
-                      d.hw, false);
-        if (bs) {
-          for (int64_t o = 0; o < d.og; ++o) {
-            const C b = bs->data()[grp * d.og + o];
-            for (int64_t i = 0; i < d.hw; ++i) out[o * d.hw + i] += b;
+        const C* bias = bs ? bs->data() + grp * d.og : nullptr;
+        const C* residual = rs ? rs->data() + (n * g.o + grp * d.og) * d.hw : nullptr;
+        // The epilogue on each piece of the product as it is done: one pass, in cache.
+        const GemmPieceDone epilogue = [&](int64_t o_begin, int64_t o_end, int64_t i_begin, int64_t i_end) {
+          for (int64_t o = o_begin; o < o_end; ++o) {
+            C* row = out + o * d.hw;
+            const C* r = residual ? residual + o * d.hw : nullptr;
+            const C b = bias ? bias[o] : C(0);
+            for (int64_t i = i_begin; i < i_end; ++i) {
+              C v = row[i] + b;
+              if (r) v += r[i];
+              row[i] = e.relu && v < C(0) ? C(0) : v;  // NaN stays
+            }
           }
-        }
-        if (rs) {
-          const C* r = rs->data() + (n * g.o + grp * d.og) * d.hw;
-          for (int64_t i = 0; i < d.og * d.hw; ++i) out[i] += r[i];
-        }
-        if (e.relu) {
-          for (int64_t i = 0; i < d.og * d.hw; ++i) out[i] = out[i] < C(0) ? C(0) : out[i];  // NaN stays
+        };
+        const GemmOperand<C> columns = matrix<C>(direct ? image : cols.get(), d.hw);
+        const GemmOperand<C> kernel = matrix(ws.data() + grp * d.og * d.k, d.k);
+        if (bias || residual || e.relu) {
+          parallel_gemm(d.og, d.hw, d.k, kernel, columns, out, d.hw, false, epilogue);
+        } else {
+          parallel_gemm(d.og, d.hw, d.k, kernel, columns, out, d.hw, false);
         }
       }
     }

@@ -79,7 +79,7 @@ constexpr int64_t kParallelMacs = int64_t{1} << 18;
 
 template <class T>
 void parallel_gemm_any(int64_t m, int64_t n, int64_t k, GemmOperand<T> a, GemmOperand<T> b, T* c, int64_t ldc,
-                       bool accumulate) {
+                       bool accumulate, const GemmPieceDone* after) {
   const bool split_rows = m >= n;
   const int64_t extent = split_rows ? m : n;
   // At least 128 rows or columns a piece (each piece packs the whole other operand again),
@@ -92,9 +92,11 @@ void parallel_gemm_any(int64_t m, int64_t n, int64_t k, GemmOperand<T> a, GemmOp
       if (split_rows) {
         const GemmOperand<T> rows{a.data + start * a.row_stride, a.row_stride, a.col_stride};
         gemm_any<T>(len, n, k, rows, b, c + start * ldc, ldc, accumulate);
+        if (after) (*after)(start, start + len, 0, n);
       } else {
         const GemmOperand<T> cols{b.data + start * b.col_stride, b.row_stride, b.col_stride};
         gemm_any<T>(m, len, k, a, cols, c + start, ldc, accumulate);
+        if (after) (*after)(0, m, start, start + len);
       }
     }
   });
@@ -104,11 +106,19 @@ void parallel_gemm_any(int64_t m, int64_t n, int64_t k, GemmOperand<T> a, GemmOp
 
 void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
                    bool accumulate) {
-  parallel_gemm_any<float>(m, n, k, a, b, c, ldc, accumulate);
+  parallel_gemm_any<float>(m, n, k, a, b, c, ldc, accumulate, nullptr);
 }
 void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c,
                    int64_t ldc, bool accumulate) {
-  parallel_gemm_any<double>(m, n, k, a, b, c, ldc, accumulate);
+  parallel_gemm_any<double>(m, n, k, a, b, c, ldc, accumulate, nullptr);
+}
+void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
+                   bool accumulate, const GemmPieceDone& after) {
+  parallel_gemm_any<float>(m, n, k, a, b, c, ldc, accumulate, &after);
+}
+void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c,
+                   int64_t ldc, bool accumulate, const GemmPieceDone& after) {
+  parallel_gemm_any<double>(m, n, k, a, b, c, ldc, accumulate, &after);
 }
 
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,

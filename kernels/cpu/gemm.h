@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace normcore {
 namespace cpu {
@@ -33,6 +34,15 @@ void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOp
                    bool accumulate);
 void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c,
                    int64_t ldc, bool accumulate);
+
+// parallel_gemm calling after(row_begin, row_end, col_begin, col_end) on each piece of c as
+// soon as the piece is done, on the thread that made it, while it is still in cache (a
+// convolution's bias, residual and ReLU in one pass instead of three over memory).
+using GemmPieceDone = std::function<void(int64_t, int64_t, int64_t, int64_t)>;
+void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<float> b, float* c, int64_t ldc,
+                   bool accumulate, const GemmPieceDone& after);
+void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c,
+                   int64_t ldc, bool accumulate, const GemmPieceDone& after);
 
 // "avx512", "avx2+fma" or "baseline": the build of the product in use.
 const char* gemm_isa();

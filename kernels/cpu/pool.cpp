@@ -60,9 +60,46 @@ class CpuPool final : public kernels::PoolKernels {
         cols[static_cast<size_t>(ow)] = tap_span(ow * w.stride_w - w.pad_w, w.kernel_w, w.dilation_w, s.in_w);
       }
       parallel_for(s.planes, grain_for(s.in_h * s.in_w + s.out_h * s.out_w), [&](int64_t p_begin, int64_t p_end) {
+        std::vector<C> row_best(idx == nullptr ? static_cast<size_t>(s.out_w) : 0);
+        // The output columns [begin, end) whose input column is inside the row, per kernel column.
+        struct Span {
+          int64_t begin, end;
+        };
+        std::vector<Span> tap_columns;
+        for (int64_t j = 0; idx == nullptr && j < w.kernel_w; ++j) {
+          Span span{s.out_w, s.out_w};
+          for (int64_t ow = 0; ow < s.out_w; ++ow) {
+            const int64_t at = ow * w.stride_w - w.pad_w + j * w.dilation_w;
+            if (at < 0 || at >= s.in_w) continue;
+            if (span.begin == s.out_w) span.begin = ow;
+            span.end = ow + 1;
+          }
+          tap_columns.push_back(span);
+        }
         for (int64_t p = p_begin; p < p_end; ++p) {
           const T* plane = src + p * s.in_h * s.in_w;
-          for (int64_t oh = 0; oh < s.out_h; ++oh) {
+          // Without indices (inference): the same taps in the same order, with no branch on
+          // the data, a window row at a time for a whole output row.
+          for (int64_t oh = 0; idx == nullptr && oh < s.out_h; ++oh) {
+            const int64_t h0 = oh * w.stride_h - w.pad_h;
+            const TapSpan rows = tap_span(h0, w.kernel_h, w.dilation_h, s.in_h);
+            std::fill(row_best.begin(), row_best.end(), -std::numeric_limits<C>::infinity());
+            for (int64_t i = rows.first; i < rows.end; ++i) {
+              const T* in = plane + (h0 + i * w.dilation_h) * s.in_w;
+              for (int64_t j = 0; j < w.kernel_w; ++j) {  // one tap for the whole row: no chain
+                const int64_t offset = j * w.dilation_w - w.pad_w;
+                const Span span = tap_columns[static_cast<size_t>(j)];
+                C* best = row_best.data();
+                for (int64_t ow = span.begin; ow < span.end; ++ow) {
+                  const C v = convert<C>(in[ow * w.stride_w + offset]);
+                  best[ow] = kernels::max_pool_takes(v, best[ow]) ? v : best[ow];
+                }
+              }
+            }
+            T* out_row = dst + (p * s.out_h + oh) * s.out_w;
+            for (int64_t ow = 0; ow < s.out_w; ++ow) out_row[ow] = convert<T>(row_best[static_cast<size_t>(ow)]);
+          }
+          for (int64_t oh = 0; idx != nullptr && oh < s.out_h; ++oh) {
             const int64_t h0 = oh * w.stride_h - w.pad_h;
             const TapSpan rows = tap_span(h0, w.kernel_h, w.dilation_h, s.in_h);
             for (int64_t ow = 0; ow < s.out_w; ++ow) {
