@@ -194,8 +194,15 @@ void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, con
             }
           }
         };
-        const GemmOperand<C> columns = matrix<C>(direct ? image : cols.get(), d.hw);
-        const GemmOperand<C> kernel = matrix(ws.data() + grp * d.og * d.k, d.k);
+        const C* columns_data = direct ? image : cols.get();
+        const C* kernel_data = ws.data() + grp * d.og * d.k;
+        if constexpr (std::is_same_v<C, float>) {  // in AVX-512, unpacked, with the epilogue in registers
+          if (parallel_gemm_rows(d.og, d.hw, d.k, kernel_data, d.k, columns_data, d.hw, out, d.hw,
+                                 RowEpilogue{bias, residual, d.hw, e.relu}))
+            continue;
+        }
+        const GemmOperand<C> columns = matrix<C>(columns_data, d.hw);
+        const GemmOperand<C> kernel = matrix(kernel_data, d.k);
         if (bias || residual || e.relu) {
           parallel_gemm(d.og, d.hw, d.k, kernel, columns, out, d.hw, false, epilogue);
         } else {

@@ -27,6 +27,8 @@ void gemm_avx512(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOper
                  bool accumulate);
 void gemm_avx512(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
                  bool accumulate);
+void gemm_rows_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                      float* c, int64_t ldc, const RowEpilogue& e);
 #endif
 
 namespace {
@@ -128,6 +130,36 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOperand<flo
 void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
           bool accumulate) {
   gemm_any<double>(m, n, k, a, b, c, ldc, accumulate);
+}
+
+bool parallel_gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                        float* c, int64_t ldc, const RowEpilogue& e) {
+#if defined(NORMCORE_GEMM_AVX512)
+  if (isa() != Isa::Avx512) return false;
+  // Pieces of whole tiles (8 rows, 48 columns): column panels first, then row blocks, about
+  // 2^20 multiply-adds each.
+  constexpr int64_t kTarget = int64_t{1} << 20;
+  const int64_t macs_per_column = std::max<int64_t>(1, m * k);
+  const int64_t cols = std::min(n, std::max<int64_t>(48, (kTarget / macs_per_column + 47) / 48 * 48));
+  const int64_t rows =
+      cols < n ? m : std::min(m, std::max<int64_t>(8, (kTarget / std::max<int64_t>(1, n * k) + 7) / 8 * 8));
+  const int64_t col_pieces = range_count(n, std::max<int64_t>(cols, 1));
+  const int64_t row_pieces = range_count(m, std::max<int64_t>(rows, 1));
+  parallel_for(col_pieces * row_pieces, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t i0 = p / col_pieces * rows, j0 = p % col_pieces * cols;
+      RowEpilogue piece = e;
+      if (piece.bias) piece.bias += i0;
+      if (piece.residual) piece.residual += i0 * e.ldr + j0;
+      gemm_rows_avx512(std::min(rows, m - i0), std::min(cols, n - j0), k, a + i0 * lda, lda, b + j0, ldb,
+                       c + i0 * ldc + j0, ldc, piece);
+    }
+  });
+  return true;
+#else
+  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc, (void)e;
+  return false;
+#endif
 }
 
 const char* gemm_isa() {

@@ -44,6 +44,24 @@ void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOp
 void parallel_gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c,
                    int64_t ldc, bool accumulate, const GemmPieceDone& after);
 
+// What follows a product in one pass, per row i of c: + bias[i], + residual[i * ldr + j],
+// then ReLU (x < 0 ? 0 : x, NaN kept); each optional.
+struct RowEpilogue {
+  const float* bias = nullptr;
+  const float* residual = nullptr;
+  int64_t ldr = 0;
+  bool relu = false;
+};
+
+// c [m, n] = a [m, k] @ b [k, n] then the epilogue, for f32 operands whose rows are
+// contiguous (row strides lda and ldb), with nothing packed (gemm_rows_avx512.cpp), on the
+// thread pool in pieces of about 2^20 multiply-adds: each element sums in the same order in
+// any piece, so the bits do not depend on the thread count. Only where the AVX-512 build is
+// in use: otherwise it returns false having done nothing, and the caller runs parallel_gemm
+// and its own epilogue.
+bool parallel_gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                        float* c, int64_t ldc, const RowEpilogue& epilogue);
+
 // "avx512", "avx2+fma" or "baseline": the build of the product in use.
 const char* gemm_isa();
 

@@ -1,6 +1,7 @@
 // The CPU matrix product (kernels/cpu/gemm.h) against a double-precision loop, for every
 // operand layout, accumulation, and pieces cut for the thread pool; in whichever build the
 // processor takes (ctest runs it again as cpu.gemm_baseline with NORMCORE_CPU_ISA=baseline).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -74,6 +75,50 @@ TEST(CpuGemm, EmptyInnerDimensionGivesZerosOrLeavesTheSum) {
   for (float v : c) EXPECT_EQ(v, 2.0f);
   normcore::cpu::gemm(2, 3, 0, {&dummy, 0, 1}, {&dummy, 3, 1}, c.data(), 3, false);
   for (float v : c) EXPECT_EQ(v, 0.0f);
+}
+
+// The unpacked AVX-512 product with its epilogue: tails of rows (not a multiple of 8) and of
+// columns (not of 16 or 48), k across the 256-step blocks and k = 0, padded leading
+// dimensions, each epilogue part; nothing written past n. Where the AVX-512 build is not in
+// use it must decline and write nothing.
+TEST(CpuGemm, RowOperandProductWithEpilogue) {
+  const int64_t shapes[][3] = {{1, 1, 1},      {8, 48, 16}, {9, 49, 7},   {17, 100, 300},
+                               {64, 196, 576}, {3, 5, 0},   {13, 33, 513}};
+  const bool avx512 = std::string(normcore::cpu::gemm_isa()) == "avx512";
+  for (const auto& s : shapes) {
+    const int64_t m = s[0], n = s[1], k = s[2], lda = k + 3, ldb = n + 5, ldc = n + 2, ldr = n + 1;
+    std::mt19937 rng(static_cast<unsigned>(m * 7 + n * 3 + k));
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(std::max<int64_t>(k, 1) * ldb)),
+        bias(static_cast<size_t>(m)), residual(static_cast<size_t>(m * ldr));
+    for (auto* v : {&a, &b, &bias, &residual})
+      for (float& x : *v) x = u(rng);
+    for (int parts = 0; parts < 8; ++parts) {
+      normcore::cpu::RowEpilogue e;
+      if (parts & 1) e.bias = bias.data();
+      if (parts & 2) e.residual = residual.data(), e.ldr = ldr;
+      e.relu = (parts & 4) != 0;
+      std::vector<float> c(static_cast<size_t>(m * ldc), 7.0f);
+      const bool ran = normcore::cpu::parallel_gemm_rows(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, e);
+      ASSERT_EQ(ran, avx512);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < ldc; ++j) {
+          const float got = c[static_cast<size_t>(i * ldc + j)];
+          if (!ran || j >= n) {
+            ASSERT_EQ(got, 7.0f) << "wrote where it should not, at " << i << "," << j;
+            continue;
+          }
+          double want = e.bias ? bias[static_cast<size_t>(i)] : 0.0;
+          for (int64_t p = 0; p < k; ++p)
+            want += static_cast<double>(a[static_cast<size_t>(i * lda + p)]) * b[static_cast<size_t>(p * ldb + j)];
+          if (e.residual) want += residual[static_cast<size_t>(i * ldr + j)];
+          if (e.relu && want < 0) want = 0;
+          ASSERT_NEAR(got, want, 1e-5 * static_cast<double>(k) + 1e-5)
+              << m << "x" << n << "x" << k << " epilogue " << parts << " at " << i << "," << j;
+        }
+      }
+    }
+  }
 }
 
 TEST(CpuGemm, ReportsTheBuildInUse) {
