@@ -420,10 +420,14 @@ Outputs layer_normalization(const NodeRun& n) {
 
 Tensor arg_op(const NodeRun& n, bool maximum) {
   const Tensor& x = n.input(0);
-  NC_CHECK(n.int_attribute("select_last_index", 0) == 0, ValueError, n.where, ": select_last_index 1 is not supported");
   const int64_t axis = axis_of(n.int_attribute("axis", 0), x.dim(), n);
   const bool keep = n.int_attribute("keepdims", 1) != 0;
-  return maximum ? argmax(x, axis, keep) : argmin(x, axis, keep);
+  if (n.int_attribute("select_last_index", 0) == 0) return maximum ? argmax(x, axis, keep) : argmin(x, axis, keep);
+  // The last of equal extremes: the first one of the axis reversed, counted from the end.
+  const int64_t size = x.size(axis);
+  const Tensor reversed = index_select(x, axis, arange(size - 1, -1, -1, TensorOptions(DType::I64, x.device())));
+  const Tensor first = maximum ? argmax(reversed, axis, keep) : argmin(reversed, axis, keep);
+  return sub(full({}, static_cast<double>(size - 1), TensorOptions(DType::I64, x.device())), first);
 }
 
 // GatherElements: normcore's gather, negative indices counted from the end.
@@ -511,6 +515,10 @@ Tensor prod_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
 Tensor sum_square_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
   return sum(mul(x, x), axes, keep);
 }
+Tensor l1_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) { return sum(abs(x), axes, keep); }
+Tensor l2_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
+  return sqrt(sum(mul(x, x), axes, keep)).to(x.dtype());
+}
 Tensor log_sum_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) { return log(sum(x, axes, keep)); }
 Tensor log_sum_exp_axes(const Tensor& x, const std::vector<int64_t>& axes, bool keep) {
   const Tensor m = reduce_max(x, axes, /*keep=*/true);
@@ -561,6 +569,8 @@ const std::map<std::string, OpSpec>& op_table() {
     t["ReduceProd"] = reduce(prod_axes, false);
     t["ReduceSumSquare"] = reduce(sum_square_axes, false);
     t["ReduceLogSum"] = reduce(log_sum_axes, false);
+    t["ReduceL1"] = reduce(l1_axes, false);
+    t["ReduceL2"] = reduce(l2_axes, false);
     t["ReduceLogSumExp"] = reduce(log_sum_exp_axes, false);
     const auto one = [](Tensor (*f)(const NodeRun&), std::vector<std::string> attributes = {}) {
       return OpSpec{[f](const NodeRun& n) { return Outputs{f(n)}; }, std::move(attributes)};

@@ -1,5 +1,8 @@
 // The ONNX ops of onnx/ops.cpp's table that round, test, take remainders, pad and sum along an
-// axis (Erf, Floor, Ceil, Round, IsNaN, IsInf, Mod, CastLike, Pad, CumSum), on normcore's ops.
+// axis (Erf, Floor, Ceil, Round, IsNaN, IsInf, Mod, CastLike, Pad, CumSum), and the
+// trigonometric and hyperbolic functions normcore has no kernel for (Tan, Sinh, Cosh, Asinh,
+// Acosh, Atanh: from exp, log, sin and cos in f64, so that the cancellations near 0 cost
+// nothing in f32), Celu and Shrink, on normcore's ops.
 #include <cmath>
 #include <limits>
 
@@ -146,6 +149,35 @@ Tensor cumsum(const NodeRun& n) {
   return matmul(moved, tri).transpose(axis, rank - 1).to(x.dtype()).contiguous();
 }
 
+// f of x computed in f64 and returned in x's dtype.
+Tensor in_f64(const Tensor& x, Tensor (*f)(const Tensor&)) { return f(x.to(DType::F64)).to(x.dtype()); }
+Tensor tan_f64(const Tensor& x) { return div(sin(x), cos(x)); }
+Tensor sinh_f64(const Tensor& x) { return mul(sub(exp(x), exp(neg(x))), 0.5); }
+Tensor cosh_f64(const Tensor& x) { return mul(add(exp(x), exp(neg(x))), 0.5); }
+// asinh is odd: log(|x| + sqrt(x^2 + 1)) with x's sign (no cancellation for negative x).
+Tensor asinh_f64(const Tensor& x) {
+  const Tensor a = abs(x);
+  return mul(sign(x), log(add(a, sqrt(add(mul(a, a), 1.0)))));
+}
+Tensor acosh_f64(const Tensor& x) { return log(add(x, sqrt(sub(mul(x, x), 1.0)))); }
+Tensor atanh_f64(const Tensor& x) { return mul(log(div(add(x, 1.0), neg(sub(x, 1.0)))), 0.5); }
+
+// Celu: max(0, x) + min(0, alpha (exp(x / alpha) - 1)).
+Tensor celu(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const double alpha = n.float_attribute("alpha", 1.0f);
+  NC_CHECK(alpha != 0, ValueError, n.where, ": alpha must not be 0");
+  return add(maximum(x, Scalar(0.0)), minimum(mul(sub(exp(div(x, alpha)), 1.0), alpha), Scalar(0.0)));
+}
+
+// Shrink: x + bias below -lambd, x - bias above lambd, 0 between.
+Tensor shrink(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  const double bias = n.float_attribute("bias", 0.0f), lambd = n.float_attribute("lambd", 0.5f);
+  const Tensor zero = zeros_like(x);
+  return where(lt(x, -lambd), add(x, bias).to(x.dtype()), where(gt(x, lambd), sub(x, bias).to(x.dtype()), zero));
+}
+
 }  // namespace
 
 void add_numeric_ops(std::map<std::string, OpSpec>& t) {
@@ -162,6 +194,23 @@ void add_numeric_ops(std::map<std::string, OpSpec>& t) {
   t["CastLike"] = one([](const NodeRun& n) { return n.input(0).to(n.input(1).dtype()); });
   t["Pad"] = one(pad, {"mode", "pads", "value"});
   t["CumSum"] = one(cumsum, {"exclusive", "reverse"});
+  t["Tan"] = one([](const NodeRun& n) { return in_f64(n.input(0), tan_f64); });
+  t["Sinh"] = one([](const NodeRun& n) { return in_f64(n.input(0), sinh_f64); });
+  t["Cosh"] = one([](const NodeRun& n) { return in_f64(n.input(0), cosh_f64); });
+  t["Asinh"] = one([](const NodeRun& n) { return in_f64(n.input(0), asinh_f64); });
+  t["Acosh"] = one([](const NodeRun& n) { return in_f64(n.input(0), acosh_f64); });
+  t["Atanh"] = one([](const NodeRun& n) { return in_f64(n.input(0), atanh_f64); });
+  t["Celu"] = one(celu, {"alpha"});
+  t["Shrink"] = one(shrink, {"bias", "lambd"});
+  t["GlobalMaxPool"] = one([](const NodeRun& n) {
+    const Tensor& x = n.input(0);
+    NC_CHECK(x.dim() >= 3, ShapeError, n.where, ": X must be [N, C, d1, ...], got ", describe(x));
+    std::vector<int64_t> axes;
+    for (int64_t d = 2; d < x.dim(); ++d) axes.push_back(d);
+    Tensor out = x;
+    for (auto it = axes.rbegin(); it != axes.rend(); ++it) out = max(out, *it, /*keepdim=*/true).first;
+    return out;
+  });
 }
 
 }  // namespace onnx
