@@ -509,6 +509,9 @@ PY
           echo "normcore $case on $threads CPU threads: $(NORMCORE_NUM_THREADS=$threads "$run/normcore" onnx-run \
             "$out/onnx/speed/$case/model.onnx" --random --device cpu --repeat 5 | tail -1)"
         done
+        # Where one CPU thread's time goes, per op type.
+        NORMCORE_NUM_THREADS=1 "$run/normcore" onnx-run "$out/onnx/speed/$case/model.onnx" --random --device cpu \
+          --profile 3 | sed -n '/^profile/,$p' | head -14
       done
       rm -rf "$out/onnx"
       ;;

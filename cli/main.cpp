@@ -189,6 +189,7 @@ const std::vector<OptionSpec> kOnnxRunOptions = {
     {"random", nullptr, "run on random inputs of the graph's dims instead of files"},
     {"out", "", "write the outputs, by name, to this safetensors file"},
     {"repeat", "0", "then run this many more times and print the median time"},
+    {"profile", "0", "then run this many more times eagerly and print the time per op type"},
     {"tf32", nullptr, "TF32 tensor cores for f32 matrix products and convolutions on CUDA"},
     {"cuda-graph", nullptr, "on CUDA, record the run as a CUDA graph and replay it (onnx::Model::run)"},
 };

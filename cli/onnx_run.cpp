@@ -3,7 +3,8 @@
 // .safetensors file holding them by name, or --random) it runs the model on --device and
 // prints each output's dtype, shape and first values, writes them with --out, and with
 // --repeat N times N more runs and prints their median (with --cuda-graph, the runs after the
-// second replay a CUDA graph).
+// second replay a CUDA graph); --profile N prints where N eager runs spent their time, per op
+// type.
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
@@ -104,6 +105,20 @@ int onnx_run(const Args& args) {
     if (graph && device.is_cuda()) std::cout << "CUDA graph: " << model.cuda_graph_state(inputs) << "\n";
     std::cout << "median of " << repeat << " runs on " << device.str() << ": " << std::fixed << std::setprecision(3)
               << ms[ms.size() / 2] << " ms (fastest " << ms.front() << ")\n";
+  }
+  const int64_t profile_runs = integer(args, "profile", 0);
+  if (profile_runs > 0) {
+    const std::vector<nc::onnx::Model::OpTime> times = model.profile(inputs, static_cast<int>(profile_runs));
+    double total = 0;
+    for (const auto& t : times) total += t.ms;
+    std::cout << "profile, mean of " << profile_runs << " eager runs on " << device.str()
+              << " (waiting after every node): " << std::fixed << std::setprecision(3) << total << " ms\n";
+    for (const auto& t : times) {
+      std::cout << "  " << std::left << std::setw(24) << t.op << std::right << std::setw(5) << t.nodes << " nodes "
+                << std::setw(10) << t.ms << " ms " << std::setw(6) << std::setprecision(1)
+                << (total > 0 ? 100 * t.ms / total : 0.0) << "%\n"
+                << std::setprecision(3);
+    }
   }
   const std::string out = args.options.at("out");
   if (!out.empty()) {

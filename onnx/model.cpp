@@ -3,6 +3,8 @@
 // input nothing before it defines is refused at load, which also refuses cycles). A Conv whose
 // output only an Add and/or a Relu read runs with them as its epilogue (conv2d_fused), at
 // the last one's place, so that its output is read and written once instead of three times.
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -227,10 +229,13 @@ namespace {
 // Runs m's nodes on values (the initializers and inputs on device, and for a capture the
 // plan's static values, whose nodes are skipped); with a plan, static values are kept in it
 // (record) or read from it (capture).
+// With times, each node's time (the device waited for) is added to its op type's entry.
+using NodeTimes = std::map<std::string, Model::OpTime>;
 std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::string, Tensor>& values, Device device,
-                              Model::Impl::GraphPlan* plan, bool capturing) {
+                              Model::Impl::GraphPlan* plan, bool capturing, NodeTimes* times = nullptr) {
   const auto& table = op_table();
   for (int i = 0; i < m.graph.node_size(); ++i) {
+    const auto start = std::chrono::steady_clock::now();
     const int role = m.role[static_cast<size_t>(i)];
     if (role == Model::Impl::kAbsorbed) continue;
     if (capturing && m.static_node[static_cast<size_t>(i)]) continue;
@@ -256,6 +261,16 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
       Tensor& value = values[node.output(o)] = outs[o].to(device);  // constants and shapes made on the host
       if (plan && m.static_node[static_cast<size_t>(i)]) plan->statics[node.output(o)] = value;
     }
+    if (times) {
+      if (device.is_cuda()) cuda::synchronize(device.index);
+      std::string op = first.op_type();
+      if (fusion && fusion->add >= 0) op += "+Add";
+      if (fusion && fusion->relu >= 0) op += "+Relu";
+      Model::OpTime& entry = (*times)[op];
+      entry.op = op;
+      entry.nodes += 1;
+      entry.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    }
   }
   std::vector<Tensor> out;
   for (const ValueInfo& info : m.outputs) out.push_back(values.at(info.name));
@@ -269,14 +284,11 @@ std::string signature(const std::vector<Tensor>& inputs) {
   return out;
 }
 
-}  // namespace
-
-std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, bool cuda_graph) const {
-  const Impl& m = *impl_;
+// The initializers on device and the inputs checked against the graph's, by name.
+std::unordered_map<std::string, Tensor> bound_values(const Model::Impl& m, const std::vector<Tensor>& inputs,
+                                                     Device device) {
   NC_CHECK(inputs.size() == m.inputs.size(), ValueError, m.name, ": the graph takes ", m.inputs.size(), " inputs, got ",
            inputs.size());
-  const Device device = inputs.empty() ? Device::cpu() : inputs.front().device();
-  autograd::NoGradGuard no_grad;
   std::unordered_map<std::string, Tensor> values = *m.initializers_on(device);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ValueInfo& info = m.inputs[i];
@@ -290,6 +302,33 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, bool cuda_grap
              describe(inputs[i]));
     values[info.name] = inputs[i].to(device);
   }
+  return values;
+}
+
+}  // namespace
+
+std::vector<Model::OpTime> Model::profile(const std::vector<Tensor>& inputs, int runs) const {
+  const Impl& m = *impl_;
+  NC_CHECK(runs >= 1, ValueError, m.name, ": profile takes at least 1 run, got ", runs);
+  const Device device = inputs.empty() ? Device::cpu() : inputs.front().device();
+  autograd::NoGradGuard no_grad;
+  NodeTimes times;
+  for (int r = 0; r < runs; ++r) {
+    std::unordered_map<std::string, Tensor> values = bound_values(m, inputs, device);
+    if (device.is_cuda()) cuda::synchronize(device.index);
+    run_nodes(m, values, device, nullptr, false, &times);
+  }
+  std::vector<OpTime> out;
+  for (auto& [op, t] : times) out.push_back({op, t.nodes / runs, t.ms / runs});
+  std::sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  return out;
+}
+
+std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, bool cuda_graph) const {
+  const Impl& m = *impl_;
+  const Device device = inputs.empty() ? Device::cpu() : inputs.front().device();
+  autograd::NoGradGuard no_grad;
+  std::unordered_map<std::string, Tensor> values = bound_values(m, inputs, device);
   if (!cuda_graph || !device.is_cuda()) return run_nodes(m, values, device, nullptr, false);
 
   Impl::GraphPlan& plan = *m.plan_for(signature(inputs), true);

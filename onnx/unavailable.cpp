@@ -25,6 +25,9 @@ const std::vector<ValueInfo>& Model::outputs() const { unavailable("onnx::Model:
 int64_t Model::opset() const { unavailable("onnx::Model::opset"); }
 std::vector<Tensor> Model::run(const std::vector<Tensor>&, bool) const { unavailable("onnx::Model::run"); }
 std::string Model::cuda_graph_state(const std::vector<Tensor>&) const { unavailable("onnx::Model::cuda_graph_state"); }
+std::vector<Model::OpTime> Model::profile(const std::vector<Tensor>&, int) const {
+  unavailable("onnx::Model::profile");
+}
 Tensor read_tensor_file(const std::string& path) { unavailable(("onnx::read_tensor_file(" + path + ")").c_str()); }
 const std::vector<std::string>& supported_ops() { unavailable("onnx::supported_ops"); }
 

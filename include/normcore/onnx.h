@@ -59,6 +59,18 @@ class Model {
   // capture failed, for the signature of inputs.
   std::string cuda_graph_state(const std::vector<Tensor>& inputs) const;
 
+  // Where a run's time goes: runs the graph eagerly `runs` times on inputs (as run() does,
+  // but waiting for the device after every node) and returns, per op type (a fused
+  // convolution as "Conv+Add+Relu" and the like), the nodes of that type and their mean
+  // milliseconds a run, the most expensive first. Waiting after each node makes the total
+  // larger than a run's on a GPU; the shares are what it is for.
+  struct OpTime {
+    std::string op;
+    int64_t nodes = 0;
+    double ms = 0;
+  };
+  std::vector<OpTime> profile(const std::vector<Tensor>& inputs, int runs = 1) const;
+
   struct Impl;
 
  private:

@@ -6,6 +6,7 @@
 // inputs checked at run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -142,6 +143,25 @@ TEST(Onnx, RunsAModelAsNormcoresOpsDo) {
   throws<nc::DTypeError>([&] { model.run({x.to(nc::DType::F64)}); }, {"mlp.onnx", "input 'x'", "f32"})();
   throws<nc::ShapeError>([&] { model.run({nc::zeros({3, 3})}); }, {"mlp.onnx", "input 'x'", "[3, 3]"})();
   throws<nc::ValueError>([&] { model.run({}); }, {"takes 1 inputs, got 0"})();
+}
+
+// profile: one entry per op type with its node count and a time, the inputs checked as run's.
+TEST(Onnx, ProfileTimesEachOpType) {
+  const nc::onnx::Model model = nc::onnx::Model::parse(bytes_of(mlp()), "mlp.onnx");
+  const Tensor x = nc::randn({2, 3});
+  const std::vector<nc::onnx::Model::OpTime> times = model.profile({x}, 2);
+  ASSERT_EQ(times.size(), 3u);
+  std::vector<std::string> ops;
+  for (const auto& t : times) {
+    ops.push_back(t.op);
+    EXPECT_EQ(t.nodes, 1) << t.op;
+    EXPECT_GE(t.ms, 0.0) << t.op;
+  }
+  for (size_t i = 1; i < times.size(); ++i) EXPECT_GE(times[i - 1].ms, times[i].ms);  // the slowest first
+  std::sort(ops.begin(), ops.end());
+  EXPECT_EQ(ops, (std::vector<std::string>{"Gemm", "Relu", "Softmax"}));
+  throws<nc::ValueError>([&] { model.profile({x}, 0); }, {"mlp.onnx", "at least 1 run"})();
+  throws<nc::ShapeError>([&] { model.profile({nc::zeros({3, 3})}); }, {"mlp.onnx", "input 'x'", "[3, 3]"})();
 }
 
 // One model run again and from several threads at once, on every device: the same outputs
