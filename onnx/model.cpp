@@ -34,6 +34,10 @@ struct Model::Impl {
   std::vector<Fusion> fusions;
   std::vector<int> role;  // per node: kAsIs, kAbsorbed, or the index of the fusion run there
   static constexpr int kAsIs = -1, kAbsorbed = -2;
+  // GELUs written out in element-wise nodes (gelu_pattern.cpp), each run as one gelu at the
+  // place of its last node; the others are absorbed.
+  std::vector<GeluMatch> gelus;
+  std::vector<int> gelu_at;  // per node: the index of the GELU run there, or -1
 
   // Values that depend on the input shapes only (initializers, Shape's and Size's outputs,
   // and what nodes make of such values alone), and the nodes that make them.
@@ -127,6 +131,19 @@ void plan_fusions(Model::Impl& m) {
   }
 }
 
+// Finds the GELUs spelled out in nodes that no fusion has taken.
+void plan_gelus(Model::Impl& m) {
+  m.gelu_at.assign(static_cast<size_t>(m.graph.node_size()), -1);
+  for (GeluMatch& match : find_gelus(m.graph, m.initializers, m.opset)) {
+    bool free = true;
+    for (int n : match.nodes) free = free && m.role[static_cast<size_t>(n)] == Model::Impl::kAsIs;
+    if (!free) continue;
+    for (int n : match.nodes) m.role[static_cast<size_t>(n)] = Model::Impl::kAbsorbed;
+    m.gelu_at[static_cast<size_t>(match.last)] = static_cast<int>(m.gelus.size());
+    m.gelus.push_back(std::move(match));
+  }
+}
+
 // Marks the values and nodes that depend on the input shapes only.
 void find_static_values(Model::Impl& m) {
   const ::onnx::GraphProto& g = m.graph;
@@ -214,6 +231,7 @@ Model Model::parse(const std::string& bytes, const std::string& name) {
     impl->outputs.push_back(value_info(v, name + ": output"));
   }
   plan_fusions(*impl);
+  plan_gelus(*impl);
   find_static_values(*impl);
   Model model;
   model.impl_ = std::move(impl);
@@ -237,9 +255,23 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
   for (int i = 0; i < m.graph.node_size(); ++i) {
     const auto start = std::chrono::steady_clock::now();
     const int role = m.role[static_cast<size_t>(i)];
-    if (role == Model::Impl::kAbsorbed) continue;
+    const int gelu = m.gelu_at[static_cast<size_t>(i)];
+    if (role == Model::Impl::kAbsorbed && gelu < 0) continue;
     if (capturing && m.static_node[static_cast<size_t>(i)]) continue;
     const ::onnx::NodeProto& node = m.graph.node(i);
+    if (gelu >= 0) {
+      const GeluMatch& match = m.gelus[static_cast<size_t>(gelu)];
+      Tensor& value = values[node.output(0)] = normcore::gelu(values.at(match.x), match.tanh);
+      if (plan && m.static_node[static_cast<size_t>(i)]) plan->statics[node.output(0)] = value;
+      if (times) {
+        if (device.is_cuda()) cuda::synchronize(device.index);
+        Model::OpTime& entry = (*times)[match.tanh ? "Gelu(tanh)" : "Gelu"];
+        entry.op = match.tanh ? "Gelu(tanh)" : "Gelu";
+        entry.nodes += 1;
+        entry.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      }
+      continue;
+    }
     const Model::Impl::Fusion* fusion = role >= 0 ? &m.fusions[static_cast<size_t>(role)] : nullptr;
     const ::onnx::NodeProto& first = fusion ? m.graph.node(fusion->conv) : node;
     NodeRun run{first,    m.opset, {},      m.name + ": " + node_name(first, fusion ? fusion->conv : i),

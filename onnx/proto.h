@@ -61,6 +61,17 @@ struct OpSpec {
 const std::map<std::string, OpSpec>& op_table();
 // Adds the rounding, testing, remainder, padding and running-sum ops (ops_numeric.cpp).
 void add_numeric_ops(std::map<std::string, OpSpec>& table);
+// A GELU written out in element-wise nodes around a Tanh or an Erf (gelu_pattern.cpp): the
+// nodes (in graph order), the last of them, whose output is the GELU's, its input x, and
+// whether it is the tanh form.
+struct GeluMatch {
+  std::vector<int> nodes;
+  int last = -1;
+  std::string x;
+  bool tanh = false;
+};
+std::vector<GeluMatch> find_gelus(const ::onnx::GraphProto& graph,
+                                  const std::unordered_map<std::string, Tensor>& initializers, int64_t opset);
 // Adds NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (ops_losses.cpp).
 void add_loss_ops(std::map<std::string, OpSpec>& table);
 // Adds Resize and ConvTranspose (ops_spatial.cpp).

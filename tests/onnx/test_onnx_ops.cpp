@@ -4,6 +4,7 @@
 // tests (ctest -L onnx) cover the same ops more widely; these pin the semantics a test names.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -199,4 +200,93 @@ TEST(OnnxOps, ConvTransposeIsTheConvolutionsInputGradient) {
         run_one(t, {nc::zeros({1, 3, 3, 3}), kernel});
       },
       {"node 'n' (ConvTranspose)", "divisible by group 2"})();
+}
+
+namespace {
+
+// y = GELU(x) written out as PyTorch's exporter writes it: the tanh form with x^3 as
+// Mul(Mul(x, x), x) and 0.5 * x as a node of its own, constants as Constant nodes; or the erf
+// form, constants as initializers. `cubic` replaces 0.044715 (another value is not GELU).
+::onnx::ModelProto gelu_graph(bool tanh_form, float cubic = 0.044715f) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  for (auto* v : {g->add_input(), g->add_output()}) {
+    v->set_name(v == &g->input(0) ? "x" : "y");
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(kFloat);
+  }
+  const auto constant = [&](const std::string& name, float value, bool as_node) {
+    ::onnx::TensorProto t;
+    t.set_data_type(kFloat);
+    t.add_float_data(value);
+    if (!as_node) {
+      t.set_name(name);
+      *g->add_initializer() = t;
+      return;
+    }
+    auto* node = g->add_node();
+    node->set_op_type("Constant");
+    node->add_output(name);
+    auto* a = node->add_attribute();
+    a->set_name("value");
+    a->set_type(::onnx::AttributeProto::TENSOR);
+    *a->mutable_t() = t;
+  };
+  const auto node = [&](const char* op, std::vector<std::string> in, const std::string& out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+  };
+  if (tanh_form) {
+    constant("c", cubic, true);
+    constant("k", 0.7978845608f, true);
+    constant("one", 1.0f, true);
+    constant("half", 0.5f, true);
+    node("Mul", {"x", "x"}, "x2");
+    node("Mul", {"x2", "x"}, "x3");
+    node("Mul", {"x3", "c"}, "cx3");
+    node("Add", {"x", "cx3"}, "inner");
+    node("Mul", {"inner", "k"}, "scaled");
+    node("Tanh", {"scaled"}, "t");
+    node("Mul", {"x", "half"}, "hx");
+    node("Add", {"t", "one"}, "t1");
+    node("Mul", {"hx", "t1"}, "y");
+  } else {
+    constant("root2", 1.41421356f, false);
+    constant("one", 1.0f, false);
+    constant("half", 0.5f, false);
+    node("Div", {"x", "root2"}, "s");
+    node("Erf", {"s"}, "e");
+    node("Add", {"e", "one"}, "e1");
+    node("Mul", {"x", "e1"}, "xe");
+    node("Mul", {"xe", "half"}, "y");
+  }
+  return m;
+}
+
+}  // namespace
+
+// Both GELU forms run as one gelu (the profile shows one op) with gelu's values; the same
+// nodes with another cubic coefficient are not GELU and run node by node.
+TEST(OnnxOps, GeluWrittenOutRunsAsOneOp) {
+  const Tensor x = nc::randn({4, 33});
+  for (bool tanh_form : {true, false}) {
+    const nc::onnx::Model model = nc::onnx::Model::parse(gelu_graph(tanh_form).SerializeAsString(), "gelu.onnx");
+    std::map<std::string, int64_t> nodes;  // per op type (the Constant nodes stay)
+    for (const auto& t : model.profile({x})) nodes[t.op] = t.nodes;
+    nodes.erase("Constant");
+    EXPECT_EQ(nodes, (std::map<std::string, int64_t>{{tanh_form ? "Gelu(tanh)" : "Gelu", 1}}));
+    const Tensor y = model.run({x})[0];
+    EXPECT_LT(nc::max(nc::abs(nc::sub(y, nc::gelu(x, tanh_form)))).item<float>(), 1e-6f);
+  }
+  const nc::onnx::Model other = nc::onnx::Model::parse(gelu_graph(true, 0.05f).SerializeAsString(), "other.onnx");
+  bool has_tanh = false;
+  for (const auto& t : other.profile({x})) has_tanh = has_tanh || t.op == "Tanh";
+  EXPECT_TRUE(has_tanh) << "a cubic coefficient of 0.05 was taken for GELU";
+  const Tensor want =
+      nc::mul(nc::mul(x, 0.5),
+              nc::add(nc::tanh(nc::mul(nc::add(x, nc::mul(nc::mul(nc::mul(x, x), x), 0.05)), 0.7978845608)), 1.0));
+  EXPECT_LT(nc::max(nc::abs(nc::sub(other.run({x})[0], want))).item<float>(), 1e-6f);
 }
