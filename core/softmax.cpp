@@ -5,6 +5,7 @@
 // f16/bf16 inputs are computed in f32 and rounded once at the end, forward and backward.
 #include "autograd/graph.h"
 #include "core/internal.h"
+#include "kernels/fused.h"
 #include "normcore/autocast.h"
 #include "normcore/ops.h"
 
@@ -39,10 +40,19 @@ Tensor softmax_op(const char* op, const Tensor& x_arg, int64_t dim, bool take_lo
   {
     autograd::NoGradGuard no_grad;
     Tensor rows = x.dim() == 0 ? x.reshape({1}) : x;
-    Tensor work = rows.to(compute_dtype(x.dtype()));
-    Tensor y = work.numel() == 0 ? empty(work.shape(), TensorOptions(work.dtype(), work.device()))
-                                 : normalized_exp(work, d, take_log);
-    out = y.to(x.dtype()).reshape(x.shape());
+    // Along the last dim of a contiguous tensor: the back end's kernel of rows, where it has one.
+    if (rows.numel() > 0 && d == rows.dim() - 1 && rows.is_contiguous()) {
+      const int64_t cols = rows.size(-1);
+      Tensor y = empty(rows.shape(), TensorOptions(rows.dtype(), rows.device()));
+      if (kernels::fused(rows.device()).softmax_rows(rows, rows.numel() / cols, cols, take_log, y))
+        out = y.reshape(x.shape());
+    }
+    if (!out.defined()) {
+      Tensor work = rows.to(compute_dtype(x.dtype()));
+      Tensor y = work.numel() == 0 ? empty(work.shape(), TensorOptions(work.dtype(), work.device()))
+                                   : normalized_exp(work, d, take_log);
+      out = y.to(x.dtype()).reshape(x.shape());
+    }
   }
   if (!autograd::needs_grad(x)) return out;
   autograd::record(op, out, {x}, [ys = autograd::saved(out), d, take_log](const Tensor& grad) {

@@ -61,6 +61,15 @@ class FusedKernels {
                                       int64_t rows, int64_t cols, double eps, const Tensor& sum, const Tensor& out,
                                       const Tensor& mean, const Tensor& rstd) const = 0;
 
+  // softmax (or, with take_log, log_softmax) of each row of x [rows, cols], contiguous and
+  // floating, into out (contiguous, x's dtype), in f32 (f64 for f64) rounded once: with m the
+  // row's max and s the sum of exp(x - m), exp(x - m) (1 / s) or (x - m) - log(s). A row holding
+  // NaN gives NaN throughout and a row of -inf alone NaN, as the composition of max, sub, exp
+  // and sum does. One read of the row for m and s (the CUDA kernel merges running maxima and
+  // sums) and one more for the output, where the composition makes five passes. Returns
+  // false, having written nothing, where the back end has no such kernel.
+  virtual bool softmax_rows(const Tensor& x, int64_t rows, int64_t cols, bool take_log, const Tensor& out) const = 0;
+
  protected:
   ~FusedKernels() = default;
 };

@@ -169,8 +169,54 @@ void cross_entropy_rows_typed(const Tensor& logits_t, const Tensor& target_t, in
   });
 }
 
+template <class T>
+void softmax_rows_typed(const Tensor& x_t, int64_t rows, int64_t cols, bool take_log, const Tensor& out_t) {
+  using C = compute_t<T>;
+  const T* x = data_as<const T>(x_t);
+  T* out = data_as<T>(out_t);
+  parallel_for(rows, grain_for(4 * cols), [&](int64_t begin, int64_t end) {
+    std::vector<C> e(take_log ? 0 : static_cast<size_t>(cols));
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * cols;
+      T* o = out + r * cols;
+      // Eight running maxima and sums (no chain of dependent adds), combined in a fixed order.
+      constexpr int kLanes = 8;
+      C lane_max[kLanes], lane_sum[kLanes];
+      bool nan = false;
+      for (int l = 0; l < kLanes; ++l) lane_max[l] = -std::numeric_limits<C>::infinity(), lane_sum[l] = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const C v = convert<C>(row[j]);
+        nan = nan || v != v;
+        lane_max[j % kLanes] = v > lane_max[j % kLanes] ? v : lane_max[j % kLanes];
+      }
+      C m = nan ? std::numeric_limits<C>::quiet_NaN() : lane_max[0];  // a NaN makes the max NaN
+      for (int l = 1; l < kLanes; ++l) m = lane_max[l] > m ? lane_max[l] : m;
+      for (int64_t j = 0; j < cols; ++j) {
+        const C x_j = std::exp(convert<C>(row[j]) - m);
+        if (!take_log) e[static_cast<size_t>(j)] = x_j;
+        lane_sum[j % kLanes] += x_j;
+      }
+      C sum = lane_sum[0];
+      for (int l = 1; l < kLanes; ++l) sum += lane_sum[l];
+      if (take_log) {
+        const C log_sum = std::log(sum);
+        for (int64_t j = 0; j < cols; ++j) o[j] = convert<T>((convert<C>(row[j]) - m) - log_sum);
+      } else {
+        const C inverse = C(1) / sum;
+        for (int64_t j = 0; j < cols; ++j) o[j] = convert<T>(e[static_cast<size_t>(j)] * inverse);
+      }
+    }
+  });
+}
+
 class CpuFused final : public kernels::FusedKernels {
  public:
+  bool softmax_rows(const Tensor& x, int64_t rows, int64_t cols, bool take_log, const Tensor& out) const override {
+    visit_float(x.dtype(), take_log ? "log_softmax" : "softmax",
+                [&](auto tag) { softmax_rows_typed<typename decltype(tag)::type>(x, rows, cols, take_log, out); });
+    return true;
+  }
+
   void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes,
                           int64_t ignore_index, const Tensor& scale, const Tensor& loss) const override {
     const int64_t* t = data_as<const int64_t>(target);

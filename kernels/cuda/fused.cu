@@ -329,6 +329,25 @@ __device__ __forceinline__ MaxSum<C> merge_max_sum(const MaxSum<C>& a, const Max
   return {m, a.sum * fast_exp(a.max - m) + b.sum * fast_exp(b.max - m)};
 }
 
+// r with the elements of x (at first, first + 1, ...) below limit merged in: the vector's max
+// (a NaN is left out here and makes the sum NaN), then one rescale of the running sum at most.
+template <class C, class T, int V, class Exp>
+__device__ __forceinline__ MaxSum<C> merge_vector(const MaxSum<C>& r, const Vec<T, V>& x, int64_t first, int64_t limit,
+                                                  const Exp& exp_of) {
+  C m = r.max;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const C xk = convert<C>(x.v[k]);
+    if (first + k < limit && xk > m) m = xk;
+  }
+  if (m == -std::numeric_limits<C>::infinity()) return r;  // nothing but -inf so far
+  C sum = r.sum * fast_exp(r.max - m);
+#pragma unroll
+  for (int k = 0; k < V; ++k)
+    if (first + k < limit) sum += exp_of(convert<C>(x.v[k]) - m);
+  return {m, sum};
+}
+
 // Vector v of a row's gradient, scale * (softmax - one-hot at t) over the classes and 0
 // past them (0 throughout for a row whose target is not valid), from the logits x.
 template <class T, class C, int V>
@@ -351,23 +370,8 @@ __global__ void __launch_bounds__(kThreads)
   T* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
   const int64_t vectors = cols / V;  // V divides cols
   MaxSum<C> r{-std::numeric_limits<C>::infinity(), C(0)};
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
-    const Vec<T, V> x = load_vec<T, V>(row, v);
-    // The vector's max (a NaN is left out here and makes the sum NaN below), then one
-    // rescale of the running sum at most per vector.
-    C m = r.max;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const C xk = convert<C>(x.v[k]);
-      if (v * V + k < classes && xk > m) m = xk;
-    }
-    if (m == -std::numeric_limits<C>::infinity()) continue;  // nothing but -inf so far
-    C sum = r.sum * fast_exp(r.max - m);
-#pragma unroll
-    for (int k = 0; k < V; ++k)
-      if (v * V + k < classes) sum += fast_exp(convert<C>(x.v[k]) - m);
-    r = {m, sum};
-  }
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads)
+    r = merge_vector(r, load_vec<T, V>(row, v), v * V, classes, [](C a) { return fast_exp(a); });
   r = team_reduce<kThreads>(r, [](const MaxSum<C>& a, const MaxSum<C>& b) { return merge_max_sum(a, b); });
   const C lse = r.max + log(r.sum);
   const int64_t t = target[blockIdx.x];
@@ -392,6 +396,50 @@ void launch_cross_entropy_rows(const Launcher& launch, const Tensor& logits, con
                                                             : cross_entropy_rows_kernel<T, C, kThreads, 1>;
   launch(kernel, static_cast<unsigned>(rows), kThreads, 0, data, data_as<const int64_t>(target), cols, classes,
          ignore_index, data_or_null<const C>(scale), data_as<C>(loss), bad);
+}
+
+// ---------------------------------------------------------------- softmax of rows
+// One block a row: each thread merges running (max, sum of exp) pairs over its vectors, the
+// block merges them (team_reduce), and a second pass writes exp(x - m) (1 / s) or (x - m) - log s.
+template <class T, class C, int kThreads, int V>
+__global__ void __launch_bounds__(kThreads)
+    softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t cols, bool take_log) {
+  const T* row = x + static_cast<int64_t>(blockIdx.x) * cols;
+  T* o = out + static_cast<int64_t>(blockIdx.x) * cols;
+  const int64_t vectors = cols / V;  // V divides cols
+  MaxSum<C> r{-std::numeric_limits<C>::infinity(), C(0)};
+  int nan = 0;  // a NaN beside nothing but -inf would not reach the sum
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+    const Vec<T, V> in = load_vec<T, V>(row, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) nan |= convert<C>(in.v[k]) != convert<C>(in.v[k]);
+    r = merge_vector(r, in, v * V, cols, [](C a) { return exp(a); });
+  }
+  r = team_reduce<kThreads>(r, [](const MaxSum<C>& a, const MaxSum<C>& b) { return merge_max_sum(a, b); });
+  nan = team_reduce<kThreads>(nan, [](int a, int b) { return a | b; });
+  // A NaN makes the max NaN (as max() does), so every output is NaN.
+  const C m = nan ? std::numeric_limits<C>::quiet_NaN() : r.max, log_sum = log(r.sum), inverse = C(1) / r.sum;
+  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+    Vec<T, V> in = load_vec<T, V>(row, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const C shifted = convert<C>(in.v[k]) - m;
+      in.v[k] = convert<T>(take_log ? shifted - log_sum : exp(shifted) * inverse);
+    }
+    store_vec<T, V>(o, v, in);
+  }
+}
+
+template <class T, class C, int kThreads>
+void launch_softmax_rows(const Launcher& launch, const Tensor& x, int64_t rows, int64_t cols, bool take_log,
+                         const Tensor& out) {
+  constexpr int kVector = 16 / sizeof(T);
+  const T* in = data_as<const T>(x);
+  T* o = data_as<T>(out);
+  auto kernel = cols % kVector == 0 && is_aligned(in, 16) && is_aligned(o, 16)
+                    ? softmax_rows_kernel<T, C, kThreads, kVector>
+                    : softmax_rows_kernel<T, C, kThreads, 1>;
+  launch(kernel, static_cast<unsigned>(rows), kThreads, 0, in, o, cols, take_log);
 }
 
 // ---------------------------------------------------------------- residual add + LayerNorm
@@ -478,6 +526,20 @@ void launch_add_layer_norm(const Launcher& launch, const Tensor& x, const Tensor
 
 class CudaFused final : public kernels::FusedKernels {
  public:
+  bool softmax_rows(const Tensor& x, int64_t rows, int64_t cols, bool take_log, const Tensor& out) const override {
+    const char* op = take_log ? "log_softmax" : "softmax";
+    if (rows == 0 || cols == 0) return true;
+    if (rows > (int64_t{1} << 31) - 1) return false;  // the composition takes them
+    const Launcher launch(op, x);
+    visit_float(x.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = compute_t<T>;
+      if (cols <= 8 * 128) launch_softmax_rows<T, C, 128>(launch, x, rows, cols, take_log, out);
+      else launch_softmax_rows<T, C, 512>(launch, x, rows, cols, take_log, out);
+    });
+    return true;
+  }
+
   void cross_entropy_rows(const char* op, const Tensor& logits, const Tensor& target, int64_t classes,
                           int64_t ignore_index, const Tensor& scale, const Tensor& loss) const override {
     const int64_t rows = target.numel();
