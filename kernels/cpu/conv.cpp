@@ -100,34 +100,41 @@ inline ColumnSpan column_span(const Conv2dGeometry& g, int64_t kx) {
   return {begin, end, offset};
 }
 
-// cols [cg * kh * kw, out_h * out_w] from x's channels of one sample and group (image
-// [cg, h, w]); padding gives zeros.
+// Channel c's rows of im2col's columns (below).
 template <class C>
-void im2col(const Conv2dGeometry& g, const C* image, int64_t cg, C* cols) {
-  for (int64_t c = 0; c < cg; ++c) {
-    for (int64_t ky = 0; ky < g.kh; ++ky) {
-      for (int64_t kx = 0; kx < g.kw; ++kx) {
-        C* row = cols + ((c * g.kh + ky) * g.kw + kx) * g.out_h * g.out_w;
-        const ColumnSpan span = column_span(g, kx);
-        for (int64_t oy = 0; oy < g.out_h; ++oy) {
-          const int64_t iy = input_row(g, oy, ky);
-          C* out = row + oy * g.out_w;
-          if (iy < 0 || iy >= g.h) {
-            std::fill(out, out + g.out_w, C(0));
-            continue;
-          }
-          const C* in = image + (c * g.h + iy) * g.w;
-          std::fill(out, out + span.begin, C(0));
-          if (g.stride_w == 1) {
-            std::copy(in + span.begin + span.offset, in + span.end + span.offset, out + span.begin);
-          } else {
-            for (int64_t ox = span.begin; ox < span.end; ++ox) out[ox] = in[ox * g.stride_w + span.offset];
-          }
-          std::fill(out + span.end, out + g.out_w, C(0));
+void im2col_channel(const Conv2dGeometry& g, const C* image, int64_t c, C* cols) {
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      C* row = cols + ((c * g.kh + ky) * g.kw + kx) * g.out_h * g.out_w;
+      const ColumnSpan span = column_span(g, kx);
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        const int64_t iy = input_row(g, oy, ky);
+        C* out = row + oy * g.out_w;
+        if (iy < 0 || iy >= g.h) {
+          std::fill(out, out + g.out_w, C(0));
+          continue;
         }
+        const C* in = image + (c * g.h + iy) * g.w;
+        std::fill(out, out + span.begin, C(0));
+        if (g.stride_w == 1) {
+          std::copy(in + span.begin + span.offset, in + span.end + span.offset, out + span.begin);
+        } else {
+          for (int64_t ox = span.begin; ox < span.end; ++ox) out[ox] = in[ox * g.stride_w + span.offset];
+        }
+        std::fill(out + span.end, out + g.out_w, C(0));
       }
     }
   }
+}
+
+// cols [cg * kh * kw, out_h * out_w] from x's channels of one sample and group (image
+// [cg, h, w]); padding gives zeros. Channels in ranges on the thread pool (which runs them on
+// the calling thread inside a region of several ranges, as a batch's samples are).
+template <class C>
+void im2col(const Conv2dGeometry& g, const C* image, int64_t cg, C* cols) {
+  parallel_for(cg, grain_for(g.kh * g.kw * g.out_h * g.out_w), [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) im2col_channel(g, image, c, cols);
+  });
 }
 
 // The adjoint of im2col: adds every column entry back into image [cg, h, w].
