@@ -10,10 +10,6 @@
 namespace normcore {
 namespace onnx {
 
-namespace {
-
-using Outputs = std::vector<Tensor>;
-
 int64_t axis_of(int64_t axis, int64_t rank, const NodeRun& n) {
   const int64_t a = axis < 0 ? axis + rank : axis;
   NC_CHECK(a >= 0 && a < std::max<int64_t>(rank, 1), ValueError, n.where, ": axis ", axis, " is out of range for rank ",
@@ -21,16 +17,19 @@ int64_t axis_of(int64_t axis, int64_t rank, const NodeRun& n) {
   return a;
 }
 
-// Axes from the attribute before opset 13, from the second input from then on.
-std::vector<int64_t> axes_of(const NodeRun& n) {
-  return n.opset >= 13 ? (n.has_input(1) ? n.int_values(1) : std::vector<int64_t>{}) : n.ints_attribute("axes");
-}
-
-// The single scalar of a 0-d or one-element input, on the host.
 double scalar_input(const NodeRun& n, size_t i) {
   const Tensor& t = n.input(i);
   NC_CHECK(t.numel() == 1, ShapeError, n.where, ": input ", i, " must hold one value, got ", describe(t));
   return n.host_input(i).to(DType::F64).reshape({}).item<double>();
+}
+
+namespace {
+
+using Outputs = std::vector<Tensor>;
+
+// Axes from the attribute before opset 13, from the second input from then on.
+std::vector<int64_t> axes_of(const NodeRun& n) {
+  return n.opset >= 13 ? (n.has_input(1) ? n.int_values(1) : std::vector<int64_t>{}) : n.ints_attribute("axes");
 }
 
 OpSpec unary(Tensor (*f)(const Tensor&)) {
@@ -668,6 +667,8 @@ const std::map<std::string, OpSpec>& op_table() {
                           {"ratio", "seed"}};
     add_numeric_ops(t);
     add_loss_ops(t);
+    add_indexing_ops(t);
+    add_einsum_op(t);
     add_spatial_ops(t);
     return t;
   }();

@@ -2,7 +2,7 @@
 // axis (Erf, Floor, Ceil, Round, IsNaN, IsInf, Mod, CastLike, Pad, CumSum), and the
 // trigonometric and hyperbolic functions normcore has no kernel for (Tan, Sinh, Cosh, Asinh,
 // Acosh, Atanh: from exp, log, sin and cos in f64, so that the cancellations near 0 cost
-// nothing in f32), Celu and Shrink, on normcore's ops.
+// nothing in f32), Celu, Shrink, MeanVarianceNormalization and LRN, on normcore's ops.
 #include <cmath>
 #include <limits>
 
@@ -178,6 +178,38 @@ Tensor shrink(const NodeRun& n) {
   return where(lt(x, -lambd), add(x, bias).to(x.dtype()), where(gt(x, lambd), sub(x, bias).to(x.dtype()), zero));
 }
 
+// MeanVarianceNormalization: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over axes (0, 2, 3 by
+// default), as ONNX's function body computes it.
+Tensor mean_variance_normalization(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  std::vector<int64_t> axes = n.attribute("axes") ? n.ints_attribute("axes") : std::vector<int64_t>{0, 2, 3};
+  for (int64_t& a : axes) a = axis_of(a, x.dim(), n);
+  const Tensor mean_x = mean(x, axes, /*keepdim=*/true);
+  const Tensor variance = sub(mean(mul(x, x), axes, /*keepdim=*/true), mul(mean_x, mean_x));
+  return div(sub(x, mean_x), add(sqrt(variance), 1e-9));
+}
+
+// LRN over channels (dim 1): x / (bias + alpha / size * the sum of x^2 over the channels from
+// c - floor((size - 1) / 2) to c + ceil((size - 1) / 2))^beta.
+Tensor local_response_normalization(const NodeRun& n) {
+  const Tensor& x = n.input(0);
+  NC_CHECK(x.dim() >= 3, ShapeError, n.where, ": X must be [N, C, d1, ...], got ", describe(x));
+  const int64_t size = n.int_attribute("size", 0);
+  NC_CHECK(size >= 1, ValueError, n.where, ": size must be positive, got ", size);
+  const double alpha = n.float_attribute("alpha", 1e-4f), beta = n.float_attribute("beta", 0.75f),
+               bias = n.float_attribute("bias", 1.0f);
+  const int64_t before = (size - 1) / 2, after = size - 1 - before, channels = x.size(1);
+  Shape pad_before = x.shape(), pad_after = x.shape();
+  pad_before[1] = before;
+  pad_after[1] = after;
+  const Tensor squares = cat({zeros(pad_before, TensorOptions(x.dtype(), x.device())), mul(x, x),
+                              zeros(pad_after, TensorOptions(x.dtype(), x.device()))},
+                             1);
+  Tensor window = squares.narrow(1, 0, channels);
+  for (int64_t i = 1; i < size; ++i) window = add(window, squares.narrow(1, i, channels));
+  return div(x, pow(add(mul(window, alpha / static_cast<double>(size)), bias), beta));
+}
+
 }  // namespace
 
 void add_numeric_ops(std::map<std::string, OpSpec>& t) {
@@ -201,6 +233,8 @@ void add_numeric_ops(std::map<std::string, OpSpec>& t) {
   t["Acosh"] = one([](const NodeRun& n) { return in_f64(n.input(0), acosh_f64); });
   t["Atanh"] = one([](const NodeRun& n) { return in_f64(n.input(0), atanh_f64); });
   t["Celu"] = one(celu, {"alpha"});
+  t["MeanVarianceNormalization"] = one(mean_variance_normalization, {"axes"});
+  t["LRN"] = one(local_response_normalization, {"alpha", "beta", "bias", "size"});
   t["Shrink"] = one(shrink, {"bias", "lambd"});
   t["GlobalMaxPool"] = one([](const NodeRun& n) {
     const Tensor& x = n.input(0);

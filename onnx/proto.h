@@ -53,6 +53,11 @@ struct NodeRun {
   Tensor host_input(size_t i) const;
 };
 
+// axis counted from the end when negative, checked against rank (ValueError naming the node).
+int64_t axis_of(int64_t axis, int64_t rank, const NodeRun& n);
+// The single value of a 0-d or one-element input i, on the host (ShapeError otherwise).
+double scalar_input(const NodeRun& n, size_t i);
+
 struct OpSpec {
   std::function<std::vector<Tensor>(const NodeRun&)> run;
   std::vector<std::string> attributes;  // those it reads; any other is refused at load
@@ -72,6 +77,11 @@ struct GeluMatch {
 };
 std::vector<GeluMatch> find_gelus(const ::onnx::GraphProto& graph,
                                   const std::unordered_map<std::string, Tensor>& initializers, int64_t opset);
+// Adds OneHot, EyeLike, GatherND, ScatterElements, Scatter, ScatterND, TopK, NonZero and
+// Compress (ops_indexing.cpp).
+void add_indexing_ops(std::map<std::string, OpSpec>& table);
+// Adds Einsum (ops_einsum.cpp).
+void add_einsum_op(std::map<std::string, OpSpec>& table);
 // Adds NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (ops_losses.cpp).
 void add_loss_ops(std::map<std::string, OpSpec>& table);
 // Adds Resize and ConvTranspose (ops_spatial.cpp).

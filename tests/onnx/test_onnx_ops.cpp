@@ -290,3 +290,48 @@ TEST(OnnxOps, GeluWrittenOutRunsAsOneOp) {
               nc::add(nc::tanh(nc::mul(nc::add(x, nc::mul(nc::mul(nc::mul(x, x), x), 0.05)), 0.7978845608)), 1.0));
   EXPECT_LT(nc::max(nc::abs(nc::sub(other.run({x})[0], want))).item<float>(), 1e-6f);
 }
+
+// Einsum beyond ONNX's node tests: three operands, a size-1 letter broadcast, "..." over
+// two batch dims, an implicit output; each against the same product written with matmul and
+// sum. A repeated letter (a diagonal) is refused naming the node.
+TEST(OnnxOps, EinsumContractsLeftToRight) {
+  const auto einsum = [](const std::string& equation, const std::vector<Tensor>& xs) {
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(13);
+    auto* g = m.mutable_graph();
+    auto* node = g->add_node();
+    node->set_op_type("Einsum");
+    node->set_name("n");
+    for (size_t i = 0; i < xs.size(); ++i) {
+      auto* v = g->add_input();
+      v->set_name("x" + std::to_string(i));
+      v->mutable_type()->mutable_tensor_type()->set_elem_type(kFloat);
+      node->add_input(v->name());
+    }
+    node->add_output("y");
+    auto* y = g->add_output();
+    y->set_name("y");
+    y->mutable_type()->mutable_tensor_type()->set_elem_type(kFloat);
+    auto* a = node->add_attribute();
+    a->set_name("equation");
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s(equation);
+    return run_one(m, xs);
+  };
+  const auto close = [](const Tensor& got, const Tensor& want) {
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_LT(nc::max(nc::abs(nc::sub(got, want))).item<float>(), 1e-4f);
+  };
+  const Tensor a = nc::randn({3, 4}), b = nc::randn({4, 5}), c = nc::randn({5, 2});
+  close(einsum("ij,jk,kl->il", {a, b, c}), nc::matmul(nc::matmul(a, b), c));
+  close(einsum("ij,jk", {a, b}), nc::matmul(a, b));                       // implicit: "ik"
+  close(einsum("ij->", {a}), nc::sum(a));                                 // everything summed
+  const Tensor p = nc::randn({2, 1, 3, 4}), q = nc::randn({1, 6, 4, 5});  // batch dims broadcast
+  close(einsum("...ij, ...jk -> ...ik", {p, q}), nc::matmul(p, q));
+  const Tensor r = nc::randn({2, 3});
+  close(einsum("bi,b->ib", {r, nc::from_vector<float>({2, -1}, {2})}),
+        nc::mul(r, nc::from_vector<float>({2, -1}, {2, 1})).t().contiguous());
+  throws<nc::ValueError>([&] { einsum("ii->i", {nc::randn({3, 3})}); }, {"node 'n' (Einsum)", "repeats"})();
+  throws<nc::ShapeError>([&] { einsum("ij,jk->ik", {a, a}); }, {"node 'n' (Einsum)", "letter 'j'", "4", "3"})();
+}
