@@ -66,6 +66,16 @@ struct Model::Impl {
     if (!create) return nullptr;
     return (plans[signature] = std::make_unique<GraphPlan>()).get();
   }
+  // Convolution weights in NHWC ([O, kh, kw, C]) per device, made by the first run that runs
+  // the convolution channels-last (outside any CUDA-graph capture: that run is eager).
+  mutable std::mutex nhwc_mutex;
+  mutable std::map<std::string, Tensor> nhwc_weights;  // by device and initializer name
+  Tensor nhwc_weight(const std::string& name, const Tensor& w, Device device) const {
+    std::lock_guard<std::mutex> lock(nhwc_mutex);
+    Tensor& slot = nhwc_weights[device.str() + " " + name];
+    if (!slot.defined()) slot = w.permute({0, 2, 3, 1}).contiguous();
+    return slot;
+  }
   // The initializers on each device a run has used, uploaded by the first such run.
   using Uploaded = std::unordered_map<std::string, Tensor>;
   mutable std::mutex mutex;
@@ -247,11 +257,59 @@ namespace {
 // Runs m's nodes on values (the initializers and inputs on device, and for a capture the
 // plan's static values, whose nodes are skipped); with a plan, static values are kept in it
 // (record) or read from it (capture).
+// Which values a run holds NHWC ([N, H, W, C], from convolutions run channels-last on a GPU,
+// where cuDNN's tensor-core kernels read NHWC without transposing) and their NCHW copies,
+// made once when a node that takes NCHW reads one.
+class ChannelsLast {
+ public:
+  ChannelsLast(std::unordered_map<std::string, Tensor>& values, Device device) : values_(values), device_(device) {}
+  bool is_nhwc(const std::string& name) const { return nhwc_.count(name) > 0; }
+  void mark_nhwc(const std::string& name) {
+    nhwc_.insert(name);
+    nchw_.erase(name);
+  }
+  // The value in NCHW (a copy of an NHWC one, made once) or NHWC (a copy of a 4-D NCHW one).
+  const Tensor& nchw(const std::string& name) {
+    if (!is_nhwc(name)) return values_.at(name);
+    auto found = nchw_.find(name);
+    if (found == nchw_.end()) found = nchw_.emplace(name, values_.at(name).permute({0, 3, 1, 2}).contiguous()).first;
+    return found->second;
+  }
+  Tensor nhwc(const std::string& name) {
+    const Tensor& v = values_.at(name);
+    return is_nhwc(name) ? v : v.permute({0, 2, 3, 1}).contiguous();
+  }
+  // Whether the Conv node runs NHWC: on a GPU's tensor cores (f16, bf16, or f32 with TF32
+  // allowed: cuDNN's f32 FMA kernels are slower in NHWC, 17.4 -> 21.0 ms for ResNet-50 at batch
+  // 64), 2-D, one group, its weight an initializer, and its input NHWC already or of 16
+  // channels or more (a 3-channel image stays NCHW, as the C++ ResNet's stem does).
+  bool nhwc_conv(const Model::Impl& m, const ::onnx::NodeProto& node) const {
+    if (!device_.is_cuda() || node.op_type() != "Conv" || node.input_size() < 2) return false;
+    const DType dtype = values_.at(node.input(0)).dtype();
+    if (!(dtype == DType::F16 || dtype == DType::BF16 || (dtype == DType::F32 && cuda::allow_tf32()))) return false;
+    if (node.attribute_size() > 0) {
+      for (const auto& a : node.attribute())
+        if (a.name() == "group" && a.i() != 1) return false;
+    }
+    if (!m.initializers.count(node.input(1))) return false;
+    const Tensor& x = values_.at(node.input(0));
+    if (is_nhwc(node.input(0))) return true;
+    return x.dim() == 4 && x.size(1) >= 16 && m.initializers.at(node.input(1)).dim() == 4;
+  }
+
+ private:
+  std::unordered_map<std::string, Tensor>& values_;
+  Device device_;
+  std::set<std::string> nhwc_;
+  std::unordered_map<std::string, Tensor> nchw_;
+};
+
 // With times, each node's time (the device waited for) is added to its op type's entry.
 using NodeTimes = std::map<std::string, Model::OpTime>;
 std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::string, Tensor>& values, Device device,
                               Model::Impl::GraphPlan* plan, bool capturing, NodeTimes* times = nullptr) {
   const auto& table = op_table();
+  ChannelsLast layouts(values, device);
   for (int i = 0; i < m.graph.node_size(); ++i) {
     const auto start = std::chrono::steady_clock::now();
     const int role = m.role[static_cast<size_t>(i)];
@@ -259,26 +317,42 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
     if (role == Model::Impl::kAbsorbed && gelu < 0) continue;
     if (capturing && m.static_node[static_cast<size_t>(i)]) continue;
     const ::onnx::NodeProto& node = m.graph.node(i);
-    if (gelu >= 0) {
-      const GeluMatch& match = m.gelus[static_cast<size_t>(gelu)];
-      Tensor& value = values[node.output(0)] = normcore::gelu(values.at(match.x), match.tanh);
-      if (plan && m.static_node[static_cast<size_t>(i)]) plan->statics[node.output(0)] = value;
-      if (times) {
-        if (device.is_cuda()) cuda::synchronize(device.index);
-        Model::OpTime& entry = (*times)[match.tanh ? "Gelu(tanh)" : "Gelu"];
-        entry.op = match.tanh ? "Gelu(tanh)" : "Gelu";
-        entry.nodes += 1;
-        entry.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      }
-      continue;
-    }
     const Model::Impl::Fusion* fusion = role >= 0 ? &m.fusions[static_cast<size_t>(role)] : nullptr;
     const ::onnx::NodeProto& first = fusion ? m.graph.node(fusion->conv) : node;
+    const auto record_time = [&](const std::string& op) {
+      if (!times) return;
+      if (device.is_cuda()) cuda::synchronize(device.index);
+      Model::OpTime& entry = (*times)[op];
+      entry.op = op;
+      entry.nodes += 1;
+      entry.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    };
+    if (gelu >= 0) {
+      const GeluMatch& match = m.gelus[static_cast<size_t>(gelu)];
+      Tensor& value = values[node.output(0)] = normcore::gelu(layouts.nchw(match.x), match.tanh);
+      if (plan && m.static_node[static_cast<size_t>(i)]) plan->statics[node.output(0)] = value;
+      record_time(match.tanh ? "Gelu(tanh)" : "Gelu");
+      continue;
+    }
     NodeRun run{first,    m.opset, {},      m.name + ": " + node_name(first, fusion ? fusion->conv : i),
                 Tensor(), false,   nullptr, nullptr};
-    for (const std::string& input : first.input()) run.inputs.push_back(input.empty() ? Tensor() : values.at(input));
+    // On a GPU a convolution of 16 channels or more (or of an input already NHWC) runs NHWC, and
+    // so does a Relu of an NHWC value; the other nodes read NCHW copies (ChannelsLast).
+    const std::string residual =
+        fusion && fusion->add >= 0 ? m.graph.node(fusion->add).input(fusion->residual) : std::string();
+    run.channels_last = !m.static_node[static_cast<size_t>(i)] && layouts.nhwc_conv(m, first) &&
+                        (residual.empty() || values.at(residual).dim() == 4);
+    const bool keeps_layout =
+        first.op_type() == "Relu" && !m.static_node[static_cast<size_t>(i)] && layouts.is_nhwc(first.input(0));
+    for (int k = 0; k < first.input_size(); ++k) {
+      const std::string& input = first.input(k);
+      if (input.empty()) run.inputs.push_back(Tensor());
+      else if (run.channels_last && k == 1) run.inputs.push_back(m.nhwc_weight(input, values.at(input), device));
+      else if ((run.channels_last && k == 0) || keeps_layout) run.inputs.push_back(layouts.nhwc(input));
+      else run.inputs.push_back(layouts.nchw(input));
+    }
     if (fusion) {
-      if (fusion->add >= 0) run.residual = values.at(m.graph.node(fusion->add).input(fusion->residual));
+      if (!residual.empty()) run.residual = run.channels_last ? layouts.nhwc(residual) : layouts.nchw(residual);
       run.relu = fusion->relu >= 0;
       run.where += fusion->add >= 0 && run.relu ? " with the Add and Relu after it"
                    : run.relu                   ? " with the Relu after it"
@@ -291,21 +365,16 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
       NC_CHECK(o < static_cast<int>(outs.size()) && outs[o].defined(), ValueError, run.where, ": output ", o,
                " is not computed");
       Tensor& value = values[node.output(o)] = outs[o].to(device);  // constants and shapes made on the host
+      if (run.channels_last || keeps_layout) layouts.mark_nhwc(node.output(o));
       if (plan && m.static_node[static_cast<size_t>(i)]) plan->statics[node.output(o)] = value;
     }
-    if (times) {
-      if (device.is_cuda()) cuda::synchronize(device.index);
-      std::string op = first.op_type();
-      if (fusion && fusion->add >= 0) op += "+Add";
-      if (fusion && fusion->relu >= 0) op += "+Relu";
-      Model::OpTime& entry = (*times)[op];
-      entry.op = op;
-      entry.nodes += 1;
-      entry.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    }
+    std::string op = first.op_type();
+    if (fusion && fusion->add >= 0) op += "+Add";
+    if (fusion && fusion->relu >= 0) op += "+Relu";
+    record_time(run.channels_last ? op + " (NHWC)" : op);
   }
   std::vector<Tensor> out;
-  for (const ValueInfo& info : m.outputs) out.push_back(values.at(info.name));
+  for (const ValueInfo& info : m.outputs) out.push_back(layouts.nchw(info.name));
   return out;
 }
 

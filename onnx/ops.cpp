@@ -272,10 +272,19 @@ Tensor conv(const NodeRun& n) {
   const Size2 stride = pair_attribute(n, "strides", 1), pad = pads_2d(n), dilation = pair_attribute(n, "dilations", 1);
   const int64_t groups = n.int_attribute("group", 1);
   const Tensor& r = n.residual;
-  if (!n.relu && !r.defined()) return conv2d(x, w, b, stride, pad, dilation, groups);
   const auto extent = [&](int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
     return in + 2 * p >= d * (k - 1) + 1 ? (in + 2 * p - d * (k - 1) - 1) / s + 1 : 0;
   };
+  if (n.channels_last) {  // x [N, H, W, C], w [O, kh, kw, C], r and the output [N, Ho, Wo, O]
+    const bool fits =
+        !r.defined() || (r.dtype() == x.dtype() && r.device() == x.device() &&
+                         r.shape() == Shape{x.size(0), extent(x.size(1), w.size(1), stride.h, pad.h, dilation.h),
+                                            extent(x.size(2), w.size(2), stride.w, pad.w, dilation.w), w.size(0)});
+    if (fits) return conv2d_fused(x, w, b, r, n.relu, stride, pad, dilation, groups, ConvLayout::NHWC);
+    const Tensor y = add(conv2d_fused(x, w, b, Tensor(), false, stride, pad, dilation, groups, ConvLayout::NHWC), r);
+    return n.relu ? relu(y) : y;
+  }
+  if (!n.relu && !r.defined()) return conv2d(x, w, b, stride, pad, dilation, groups);
   const bool fits = !r.defined() ||
                     (w.dim() == 4 && r.dtype() == x.dtype() && r.device() == x.device() &&
                      r.shape() == Shape{x.size(0), w.size(0), extent(x.size(2), w.size(2), stride.h, pad.h, dilation.h),

@@ -39,6 +39,9 @@ struct NodeRun {
   // names of such values; null outside a plan.
   std::unordered_map<std::string, Tensor>* host_values = nullptr;
   const std::set<std::string>* static_values = nullptr;
+  // For a Conv: x, the weight ([O, kh, kw, C]) and the residual are NHWC, and so must the
+  // output be (model.cpp decides, on a GPU).
+  bool channels_last = false;
 
   const ::onnx::AttributeProto* attribute(const std::string& name) const;
   int64_t int_attribute(const std::string& name, int64_t fallback) const;

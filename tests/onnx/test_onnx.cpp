@@ -239,6 +239,66 @@ TEST(Onnx, ConvAddReluAsOneEpilogue) {
   return m;
 }
 
+// x [2, 16, 6, 6] -> Conv(3x3, pads 1) + Add(x) + Relu -> r; Conv(r, 1x1 to 8) -> c (an
+// output); GlobalAveragePool(c) -> p (an output). On a GPU both convolutions run NHWC.
+::onnx::ModelProto channels_last_model() {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  set_value(g->add_input(), "x", {2, 16, 6, 6});
+  set_value(g->add_output(), "c", {2, 8, 6, 6});
+  set_value(g->add_output(), "p", {2, 8, 1, 1});
+  std::vector<float> w1(16 * 16 * 9), b1(16), w2(8 * 16);
+  for (size_t i = 0; i < w1.size(); ++i) w1[i] = 0.02f * static_cast<float>(static_cast<int>(i % 13) - 6);
+  for (size_t i = 0; i < b1.size(); ++i) b1[i] = 0.1f * static_cast<float>(static_cast<int>(i % 5) - 2);
+  for (size_t i = 0; i < w2.size(); ++i) w2[i] = 0.05f * static_cast<float>(static_cast<int>(i % 7) - 3);
+  set_raw(g->add_initializer(), "w1", {16, 16, 3, 3}, w1);
+  set_raw(g->add_initializer(), "b1", {16}, b1);
+  set_raw(g->add_initializer(), "w2", {8, 16, 1, 1}, w2);
+  auto* conv = add_node(g, "Conv", {"x", "w1", "b1"}, "h");
+  auto* pads = conv->add_attribute();
+  pads->set_name("pads");
+  pads->set_type(::onnx::AttributeProto::INTS);
+  for (int i = 0; i < 4; ++i) pads->add_ints(1);
+  add_node(g, "Add", {"h", "x"}, "a");
+  add_node(g, "Relu", {"a"}, "r");
+  add_node(g, "Conv", {"r", "w2"}, "c");
+  add_node(g, "GlobalAveragePool", {"c"}, "p");
+  return m;
+}
+
+// On a GPU, convolutions of 16 channels and more run NHWC where tensor cores take them (this
+// f32 model: with TF32 allowed), as the profile says, and give the CPU's NCHW values within
+// TF32's rounding, eagerly and replayed as a CUDA graph; the outputs come back NCHW. Without
+// TF32 they stay NCHW (cuDNN's f32 FMA convolutions are slower in NHWC).
+TEST(OnnxCuda, ConvolutionsRunChannelsLastOnTensorCores) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const nc::onnx::Model model = nc::onnx::Model::parse(bytes_of(channels_last_model()), "nhwc.onnx");
+  const Tensor x = nc::randn({2, 16, 6, 6});
+  const std::vector<Tensor> want = model.run({x});
+  const Tensor gx = x.to(nc::Device::cuda());
+  const auto ops_on_gpu = [&] {
+    std::vector<std::string> ops;
+    for (const auto& t : model.profile({gx})) ops.push_back(t.op);
+    std::sort(ops.begin(), ops.end());
+    return ops;
+  };
+  EXPECT_EQ(ops_on_gpu(), (std::vector<std::string>{"Conv", "Conv+Add+Relu", "GlobalAveragePool"}));
+  nc::cuda::set_allow_tf32(true);
+  EXPECT_EQ(ops_on_gpu(), (std::vector<std::string>{"Conv (NHWC)", "Conv+Add+Relu (NHWC)", "GlobalAveragePool"}));
+  for (bool graph : {false, true, true, true}) {
+    const std::vector<Tensor> got = model.run({gx}, graph);
+    ASSERT_EQ(got.size(), 2u);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].shape(), want[i].shape());
+      EXPECT_LT(normcore_test::relative_error(got[i].to(nc::Device::cpu()), want[i]), 5e-3) << i << " " << graph;
+    }
+  }
+  EXPECT_EQ(model.cuda_graph_state({gx}), "captured");
+  nc::cuda::set_allow_tf32(false);
+}
+
 // With cuda_graph, the first run records, the second captures, later ones replay: each with
 // the values of an eager run on its own inputs; a graph that reads input data on the host
 // stays eager and says why.
