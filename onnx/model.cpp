@@ -37,7 +37,8 @@ struct Model::Impl {
   // GELUs written out in element-wise nodes (gelu_pattern.cpp), each run as one gelu at the
   // place of its last node; the others are absorbed.
   std::vector<GeluMatch> gelus;
-  std::vector<int> gelu_at;  // per node: the index of the GELU run there, or -1
+  std::vector<int> gelu_at;         // per node: the index of the GELU run there, or -1
+  std::vector<std::string> wheres;  // per node: how messages name it ("m.onnx: node 'n3' (Conv)")
 
   // Values that depend on the input shapes only (initializers, Shape's and Size's outputs,
   // and what nodes make of such values alone), and the nodes that make them.
@@ -242,6 +243,19 @@ Model Model::parse(const std::string& bytes, const std::string& name) {
   }
   plan_fusions(*impl);
   plan_gelus(*impl);
+  // What messages call each node that runs (a fused Conv with what it took in), made once.
+  impl->wheres.resize(static_cast<size_t>(g.node_size()));
+  for (int i = 0; i < g.node_size(); ++i) {
+    const int role = impl->role[static_cast<size_t>(i)];
+    const Model::Impl::Fusion* f = role >= 0 ? &impl->fusions[static_cast<size_t>(role)] : nullptr;
+    std::string& where = impl->wheres[static_cast<size_t>(i)];
+    where = name + ": " + node_name(g.node(f ? f->conv : i), f ? f->conv : i);
+    if (f) {
+      where += f->add >= 0 && f->relu >= 0 ? " with the Add and Relu after it"
+               : f->relu >= 0              ? " with the Relu after it"
+                                           : " with the Add after it";
+    }
+  }
   find_static_values(*impl);
   Model model;
   model.impl_ = std::move(impl);
@@ -334,8 +348,7 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
       record_time(match.tanh ? "Gelu(tanh)" : "Gelu");
       continue;
     }
-    NodeRun run{first,    m.opset, {},      m.name + ": " + node_name(first, fusion ? fusion->conv : i),
-                Tensor(), false,   nullptr, nullptr};
+    NodeRun run{first, m.opset, {}, m.wheres[static_cast<size_t>(i)], Tensor(), false, nullptr, nullptr};
     // On a GPU a convolution of 16 channels or more (or of an input already NHWC) runs NHWC, and
     // so does a Relu of an NHWC value; the other nodes read NCHW copies (ChannelsLast).
     const std::string residual =
@@ -354,9 +367,6 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
     if (fusion) {
       if (!residual.empty()) run.residual = run.channels_last ? layouts.nhwc(residual) : layouts.nchw(residual);
       run.relu = fusion->relu >= 0;
-      run.where += fusion->add >= 0 && run.relu ? " with the Add and Relu after it"
-                   : run.relu                   ? " with the Relu after it"
-                                                : " with the Add after it";
     }
     if (plan) run.host_values = &plan->host, run.static_values = &m.static_values;
     std::vector<Tensor> outs = table.at(first.op_type()).run(run);
