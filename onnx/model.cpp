@@ -39,6 +39,17 @@ struct Model::Impl {
   std::vector<GeluMatch> gelus;
   std::vector<int> gelu_at;         // per node: the index of the GELU run there, or -1
   std::vector<std::string> wheres;  // per node: how messages name it ("m.onnx: node 'n3' (Conv)")
+  // Attention spelled out in nodes (attention_pattern.cpp), and for each input signature
+  // whether each runs as scaled_dot_product_attention (decided by the signature's first run,
+  // at the match's last node, from the mask's and the scales' values).
+  std::vector<AttentionMatch> attentions;
+  std::vector<int> attention_of;  // per node: the match it belongs to, or -1
+  struct AttentionPlan {
+    bool fused = false, causal = false;
+    double scale = 1;
+  };
+  mutable std::mutex attention_mutex;
+  mutable std::map<std::string, std::map<int, AttentionPlan>> attention_plans;  // by signature, by match
 
   // Values that depend on the input shapes only (initializers, Shape's and Size's outputs,
   // and what nodes make of such values alone), and the nodes that make them.
@@ -155,6 +166,74 @@ void plan_gelus(Model::Impl& m) {
   }
 }
 
+// Finds the attention chains no fusion and no GELU has taken.
+void plan_attention(Model::Impl& m) {
+  m.attention_of.assign(static_cast<size_t>(m.graph.node_size()), -1);
+  for (AttentionMatch& match : find_attention(m.graph, m.static_values, m.opset)) {
+    bool free = true;
+    for (int n : match.nodes)
+      free = free && m.role[static_cast<size_t>(n)] == Model::Impl::kAsIs && m.gelu_at[static_cast<size_t>(n)] < 0 &&
+             !m.static_node[static_cast<size_t>(n)];
+    if (!free) continue;
+    for (int n : match.nodes) m.attention_of[static_cast<size_t>(n)] = static_cast<int>(m.attentions.size());
+    m.attentions.push_back(std::move(match));
+  }
+}
+
+// Whether match runs fused with these values (all of q, k^T, v, the mask and the scales
+// present, as at its last node): q [B, H, L, D], k^T [B, H, D, S] and v [B, H, S, Dv] of one
+// floating dtype (D and Dv at most 128 on CUDA), scalar scales, and a mask [.., L, S] of 0
+// where key j <= query i and -inf elsewhere (causal) or of zeros alone. Reads the scales and
+// the mask on the host; known_now is false when a value is not there yet.
+Model::Impl::AttentionPlan plan_for_values(const AttentionMatch& a, std::unordered_map<std::string, Tensor>& values,
+                                           bool& known_now) {
+  Model::Impl::AttentionPlan plan;
+  known_now = values.count(a.q) && values.count(a.k_t) && values.count(a.v) && (a.mask.empty() || values.count(a.mask));
+  for (const auto* names : {&a.factors, &a.divisors})
+    for (const std::string& f : *names) known_now = known_now && values.count(f);
+  if (!known_now) return plan;
+  const Tensor &q = values.at(a.q), &k_t = values.at(a.k_t), &v = values.at(a.v);
+  if (q.dim() != 4 || k_t.dim() != 4 || v.dim() != 4 || !is_floating(q.dtype()) || k_t.dtype() != q.dtype() ||
+      v.dtype() != q.dtype())
+    return plan;
+  const int64_t L = q.size(2), S = k_t.size(3);
+  if (k_t.size(0) != q.size(0) || v.size(0) != q.size(0) || k_t.size(1) != q.size(1) || v.size(1) != q.size(1) ||
+      k_t.size(2) != q.size(3) || v.size(2) != S)
+    return plan;
+  if (q.device().is_cuda() && (q.size(3) > 128 || v.size(3) > 128)) return plan;
+  double scale = 1;
+  for (const std::string& f : a.factors) {
+    const Tensor& t = values.at(f);
+    if (t.numel() != 1) return plan;
+    scale *= t.to(Device::cpu(), DType::F64).reshape({}).item<double>();
+  }
+  for (const std::string& f : a.divisors) {
+    const Tensor& t = values.at(f);
+    if (t.numel() != 1) return plan;
+    scale /= t.to(Device::cpu(), DType::F64).reshape({}).item<double>();
+  }
+  bool causal = false;
+  if (!a.mask.empty()) {
+    const Tensor& mask = values.at(a.mask);
+    if (mask.dim() < 2 || mask.size(-2) != L || mask.size(-1) != S || mask.numel() != L * S) return plan;
+    const std::vector<double> m = mask.to(Device::cpu(), DType::F64).contiguous().to_vector<double>();
+    bool zeros = true, triangle = true;
+    for (int64_t i = 0; i < L; ++i) {
+      for (int64_t j = 0; j < S; ++j) {
+        const double x = m[static_cast<size_t>(i * S + j)];
+        zeros = zeros && x == 0;
+        triangle = triangle && (j <= i ? x == 0 : x == -std::numeric_limits<double>::infinity());
+      }
+    }
+    if (!zeros && !triangle) return plan;
+    causal = !zeros;
+  }
+  plan.fused = true;
+  plan.causal = causal;
+  plan.scale = scale;
+  return plan;
+}
+
 // Marks the values and nodes that depend on the input shapes only.
 void find_static_values(Model::Impl& m) {
   const ::onnx::GraphProto& g = m.graph;
@@ -257,6 +336,7 @@ Model Model::parse(const std::string& bytes, const std::string& name) {
     }
   }
   find_static_values(*impl);
+  plan_attention(*impl);
   Model model;
   model.impl_ = std::move(impl);
   return model;
@@ -271,6 +351,13 @@ namespace {
 // Runs m's nodes on values (the initializers and inputs on device, and for a capture the
 // plan's static values, whose nodes are skipped); with a plan, static values are kept in it
 // (record) or read from it (capture).
+// The dtypes and shapes of inputs, naming a graph plan.
+std::string signature(const std::vector<Tensor>& inputs) {
+  std::string out = inputs.empty() ? "" : inputs.front().device().str();
+  for (const Tensor& t : inputs) out += std::string(" ") + dtype_name(t.dtype()) + shape_str(t.shape());
+  return out;
+}
+
 // Which values a run holds NHWC ([N, H, W, C], from convolutions run channels-last on a GPU,
 // where cuDNN's tensor-core kernels read NHWC without transposing) and their NCHW copies,
 // made once when a node that takes NCHW reads one.
@@ -324,7 +411,10 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
                               Model::Impl::GraphPlan* plan, bool capturing, NodeTimes* times = nullptr) {
   const auto& table = op_table();
   ChannelsLast layouts(values, device);
+  std::vector<char> made;     // nodes a fused attention made unnecessary in this run
+  std::string run_signature;  // of the inputs, once an attention needs it
   for (int i = 0; i < m.graph.node_size(); ++i) {
+    if (!made.empty() && made[static_cast<size_t>(i)]) continue;
     const auto start = std::chrono::steady_clock::now();
     const int role = m.role[static_cast<size_t>(i)];
     const int gelu = m.gelu_at[static_cast<size_t>(i)];
@@ -341,6 +431,42 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
       entry.nodes += 1;
       entry.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     };
+    const int attention = m.attention_of[static_cast<size_t>(i)];
+    if (attention >= 0) {
+      // The plan for this signature, made by the first run at the match's last node (where
+      // every value it reads is there), then kept: a fused match skips its nodes and runs at
+      // its last one.
+      const AttentionMatch& a = m.attentions[static_cast<size_t>(attention)];
+      if (run_signature.empty()) {
+        std::vector<Tensor> inputs;
+        for (const ValueInfo& info : m.inputs) inputs.push_back(values.at(info.name));
+        run_signature = signature(inputs);
+      }
+      Model::Impl::AttentionPlan plan_now;
+      bool known = false;
+      {
+        std::lock_guard<std::mutex> lock(m.attention_mutex);
+        const auto& plans = m.attention_plans[run_signature];
+        const auto found = plans.find(attention);
+        if (found != plans.end()) plan_now = found->second, known = true;
+      }
+      if (!known && i == a.last) {
+        bool complete = false;
+        const Model::Impl::AttentionPlan made = plan_for_values(a, values, complete);
+        if (complete) {
+          std::lock_guard<std::mutex> lock(m.attention_mutex);
+          m.attention_plans[run_signature][attention] = made;
+        }
+      }
+      if (known && plan_now.fused) {
+        if (i != a.last) continue;
+        const Tensor& k_t = layouts.nchw(a.k_t);
+        values[m.graph.node(a.last).output(0)] = scaled_dot_product_attention(
+            layouts.nchw(a.q), k_t.transpose(2, 3), layouts.nchw(a.v), plan_now.causal, plan_now.scale);
+        record_time(plan_now.causal ? "Attention(causal)" : "Attention");
+        continue;
+      }
+    }
     if (gelu >= 0) {
       const GeluMatch& match = m.gelus[static_cast<size_t>(gelu)];
       Tensor& value = values[node.output(0)] = normcore::gelu(layouts.nchw(match.x), match.tanh);
@@ -385,13 +511,6 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
   }
   std::vector<Tensor> out;
   for (const ValueInfo& info : m.outputs) out.push_back(layouts.nchw(info.name));
-  return out;
-}
-
-// The dtypes and shapes of inputs, naming a graph plan.
-std::string signature(const std::vector<Tensor>& inputs) {
-  std::string out = inputs.empty() ? "" : inputs.front().device().str();
-  for (const Tensor& t : inputs) out += std::string(" ") + dtype_name(t.dtype()) + shape_str(t.shape());
   return out;
 }
 

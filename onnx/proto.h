@@ -80,6 +80,19 @@ struct GeluMatch {
 };
 std::vector<GeluMatch> find_gelus(const ::onnx::GraphProto& graph,
                                   const std::unordered_map<std::string, Tensor>& initializers, int64_t opset);
+// softmax(q k^T * scale + mask) v spelled out in nodes (attention_pattern.cpp): the nodes (in
+// graph order; the last makes its output, and runs it when fused), the values q [B, H, L,
+// D], k^T [B, H, D, S] and v [B, H, S, Dv], the shape-only scalars the scores are multiplied
+// and divided by, and the shape-only additive mask (or none). Whether it runs fused is decided
+// at run time, from the values of the scalars and the mask.
+struct AttentionMatch {
+  std::vector<int> nodes;
+  int last = -1;
+  std::string q, k_t, v, mask;
+  std::vector<std::string> factors, divisors;
+};
+std::vector<AttentionMatch> find_attention(const ::onnx::GraphProto& graph, const std::set<std::string>& static_values,
+                                           int64_t opset);
 // Adds OneHot, EyeLike, GatherND, ScatterElements, Scatter, ScatterND, TopK, NonZero and
 // Compress (ops_indexing.cpp).
 void add_indexing_ops(std::map<std::string, OpSpec>& table);

@@ -4,7 +4,9 @@
 // tests (ctest -L onnx) cover the same ops more widely; these pin the semantics a test names.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -334,4 +336,86 @@ TEST(OnnxOps, EinsumContractsLeftToRight) {
         nc::mul(r, nc::from_vector<float>({2, -1}, {2, 1})).t().contiguous());
   throws<nc::ValueError>([&] { einsum("ii->i", {nc::randn({3, 3})}); }, {"node 'n' (Einsum)", "repeats"})();
   throws<nc::ShapeError>([&] { einsum("ij,jk->ik", {a, a}); }, {"node 'n' (Einsum)", "letter 'j'", "4", "3"})();
+}
+
+namespace {
+
+// y = softmax(MatMul(q * 0.5, kT) / 2 + mask) @ v with q [1, 2, 5, 4], kT [1, 2, 4, 5] and
+// v [1, 2, 5, 3] graph inputs and mask [5, 5] an initializer.
+::onnx::ModelProto attention_graph(const std::vector<float>& mask) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  for (const char* name : {"q", "kT", "v"}) {
+    auto* in = g->add_input();
+    in->set_name(name);
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(kFloat);
+  }
+  auto* y = g->add_output();
+  y->set_name("y");
+  y->mutable_type()->mutable_tensor_type()->set_elem_type(kFloat);
+  const auto initializer = [&](const std::string& name, const std::vector<int64_t>& dims,
+                               const std::vector<float>& values) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(kFloat);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float v : values) t->add_float_data(v);
+  };
+  initializer("half", {}, {0.5f});
+  initializer("two", {}, {2.0f});
+  initializer("mask", {5, 5}, mask);
+  const auto node = [&](const char* op, std::vector<std::string> in, const std::string& out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  node("Mul", {"q", "half"}, "qs");
+  node("MatMul", {"qs", "kT"}, "scores");
+  node("Div", {"scores", "two"}, "scaled");
+  node("Add", {"scaled", "mask"}, "masked");
+  auto* softmax = node("Softmax", {"masked"}, "p");
+  auto* axis = softmax->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(::onnx::AttributeProto::INT);
+  axis->set_i(-1);
+  node("MatMul", {"p", "v"}, "y");
+  return m;
+}
+
+}  // namespace
+
+// Attention spelled out in nodes runs as one scaled_dot_product_attention when its mask is
+// causal (is_causal) or zero, with the scale its Mul and Div make; another mask runs node by
+// node. The values are the composition's either way, on every device.
+TEST(OnnxOps, AttentionWrittenOutRunsAsOneOp) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> causal(25), zero(25, 0.0f), other(25, 0.0f);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 5; ++j) causal[static_cast<size_t>(i * 5 + j)] = j <= i ? 0.0f : -inf;
+  other[3] = -inf;  // not a triangle
+  const Tensor q = nc::randn({1, 2, 5, 4}), k_t = nc::randn({1, 2, 4, 5}), v = nc::randn({1, 2, 5, 3});
+  std::vector<nc::Device> devices{nc::Device::cpu()};
+  if (nc::cuda_is_available()) devices.push_back(nc::Device::cuda());
+  for (const auto& [mask, op] : std::vector<std::pair<std::vector<float>, std::string>>{
+           {causal, "Attention(causal)"}, {zero, "Attention"}, {other, "Softmax"}}) {
+    const nc::onnx::Model model = nc::onnx::Model::parse(attention_graph(mask).SerializeAsString(), "attn.onnx");
+    const Tensor scores = nc::add(nc::div(nc::matmul(nc::mul(q, 0.5), k_t), 2.0), nc::from_vector(mask, {5, 5}));
+    const Tensor want = nc::matmul(nc::softmax(scores, -1), v);
+    for (const nc::Device& device : devices) {
+      const std::vector<Tensor> inputs{q.to(device), k_t.to(device), v.to(device)};
+      const Tensor first = model.run(inputs)[0].to(nc::Device::cpu());  // node by node; makes the plan
+      EXPECT_LT(nc::max(nc::abs(nc::sub(first, want))).item<float>(), 1e-5f);
+      std::set<std::string> ops;
+      for (const auto& t : model.profile(inputs)) ops.insert(t.op);
+      EXPECT_TRUE(ops.count(op)) << op << " on " << device.str();
+      for (int run = 0; run < 2; ++run) {  // the plan kept
+        const Tensor got = model.run(inputs)[0].to(nc::Device::cpu());
+        EXPECT_LT(nc::max(nc::abs(nc::sub(got, want))).item<float>(), 1e-5f) << op << " on " << device.str();
+      }
+    }
+  }
 }
