@@ -23,6 +23,10 @@ double scalar_input(const NodeRun& n, size_t i) {
   return n.host_input(i).to(DType::F64).reshape({}).item<double>();
 }
 
+OpSpec single_output(Tensor (*f)(const NodeRun&), std::vector<std::string> attributes) {
+  return OpSpec{[f](const NodeRun& n) { return std::vector<Tensor>{f(n)}; }, std::move(attributes)};
+}
+
 namespace {
 
 using Outputs = std::vector<Tensor>;
@@ -580,48 +584,45 @@ const std::map<std::string, OpSpec>& op_table() {
     t["ReduceL1"] = reduce(l1_axes, false);
     t["ReduceL2"] = reduce(l2_axes, false);
     t["ReduceLogSumExp"] = reduce(log_sum_exp_axes, false);
-    const auto one = [](Tensor (*f)(const NodeRun&), std::vector<std::string> attributes = {}) {
-      return OpSpec{[f](const NodeRun& n) { return Outputs{f(n)}; }, std::move(attributes)};
-    };
-    t["Gemm"] = one(gemm, {"alpha", "beta", "transA", "transB"});
-    t["Reshape"] = one(reshape, {"allowzero"});
-    t["Transpose"] = one(transpose, {"perm"});
-    t["Unsqueeze"] = one(unsqueeze, {"axes"});
-    t["Squeeze"] = one(squeeze, {"axes"});
-    t["Flatten"] = one(flatten, {"axis"});
-    t["Shape"] = one(shape, {"start", "end"});
-    t["Constant"] = one(constant, {"value", "value_float", "value_floats", "value_int", "value_ints"});
-    t["Cast"] = one(cast, {"to"});
-    t["Clip"] = one(clip, {"min", "max"});
-    t["LeakyRelu"] = one(leaky_relu, {"alpha"});
-    t["Concat"] = one(concat, {"axis"});
-    t["Gather"] = one(gather_op, {"axis"});
-    t["Where"] = one(where_op);
-    t["GatherElements"] = one(gather_elements, {"axis"});
-    t["Trilu"] = one(trilu, {"upper"});
-    t["InstanceNormalization"] = one(instance_normalization, {"epsilon"});
-    t["DepthToSpace"] = one(depth_to_space, {"blocksize", "mode"});
-    t["SpaceToDepth"] = one(space_to_depth, {"blocksize"});
-    t["Tile"] = one(tile);
+    t["Gemm"] = single_output(gemm, {"alpha", "beta", "transA", "transB"});
+    t["Reshape"] = single_output(reshape, {"allowzero"});
+    t["Transpose"] = single_output(transpose, {"perm"});
+    t["Unsqueeze"] = single_output(unsqueeze, {"axes"});
+    t["Squeeze"] = single_output(squeeze, {"axes"});
+    t["Flatten"] = single_output(flatten, {"axis"});
+    t["Shape"] = single_output(shape, {"start", "end"});
+    t["Constant"] = single_output(constant, {"value", "value_float", "value_floats", "value_int", "value_ints"});
+    t["Cast"] = single_output(cast, {"to"});
+    t["Clip"] = single_output(clip, {"min", "max"});
+    t["LeakyRelu"] = single_output(leaky_relu, {"alpha"});
+    t["Concat"] = single_output(concat, {"axis"});
+    t["Gather"] = single_output(gather_op, {"axis"});
+    t["Where"] = single_output(where_op);
+    t["GatherElements"] = single_output(gather_elements, {"axis"});
+    t["Trilu"] = single_output(trilu, {"upper"});
+    t["InstanceNormalization"] = single_output(instance_normalization, {"epsilon"});
+    t["DepthToSpace"] = single_output(depth_to_space, {"blocksize", "mode"});
+    t["SpaceToDepth"] = single_output(space_to_depth, {"blocksize"});
+    t["Tile"] = single_output(tile);
     t["Sign"] = unary(sign);
     // Logical ops on bool tensors.
-    t["Not"] = one([](const NodeRun& n) { return eq(n.input(0), Scalar(false)); });
-    t["And"] = one([](const NodeRun& n) { return where(n.input(0), n.input(1), n.input(0)); });
-    t["Or"] = one([](const NodeRun& n) { return where(n.input(0), n.input(0), n.input(1)); });
-    t["Xor"] = one([](const NodeRun& n) { return ne(n.input(0), n.input(1)); });
-    t["Softplus"] = one([](const NodeRun& n) { return log(add(exp(n.input(0)), 1.0)); });
-    t["Softsign"] = one([](const NodeRun& n) { return div(n.input(0), add(abs(n.input(0)), 1.0)); });
-    t["PRelu"] = one([](const NodeRun& n) {
+    t["Not"] = single_output([](const NodeRun& n) { return eq(n.input(0), Scalar(false)); });
+    t["And"] = single_output([](const NodeRun& n) { return where(n.input(0), n.input(1), n.input(0)); });
+    t["Or"] = single_output([](const NodeRun& n) { return where(n.input(0), n.input(0), n.input(1)); });
+    t["Xor"] = single_output([](const NodeRun& n) { return ne(n.input(0), n.input(1)); });
+    t["Softplus"] = single_output([](const NodeRun& n) { return log(add(exp(n.input(0)), 1.0)); });
+    t["Softsign"] = single_output([](const NodeRun& n) { return div(n.input(0), add(abs(n.input(0)), 1.0)); });
+    t["PRelu"] = single_output([](const NodeRun& n) {
       const Tensor& x = n.input(0);
       return where(lt(x, 0), mul(x, n.input(1)), x);
     });
-    t["ThresholdedRelu"] = one(
+    t["ThresholdedRelu"] = single_output(
         [](const NodeRun& n) {
           const Tensor& x = n.input(0);
           return where(gt(x, static_cast<double>(n.float_attribute("alpha", 1.0f))), x, zeros_like(x));
         },
         {"alpha"});
-    t["Selu"] = one(
+    t["Selu"] = single_output(
         [](const NodeRun& n) {
           const Tensor& x = n.input(0);
           const double alpha = n.float_attribute("alpha", 1.67326319217681884765625f);
@@ -629,43 +630,45 @@ const std::map<std::string, OpSpec>& op_table() {
           return mul(where(gt(x, 0), x, mul(sub(exp(x), 1.0), alpha)), gamma);
         },
         {"alpha", "gamma"});
-    t["HardSwish"] = one([](const NodeRun& n) {
+    t["HardSwish"] = single_output([](const NodeRun& n) {
       const Tensor& x = n.input(0);
       return mul(x, clamp(add(mul(x, 1.0 / 6.0), 0.5), Scalar(0.0), Scalar(1.0)));
     });
-    t["Range"] = one(range);
-    t["ConstantOfShape"] = one(constant_of_shape, {"value"});
-    t["Expand"] = one(expand_op);
-    t["Slice"] = one(slice, {"starts", "ends", "axes"});
+    t["Range"] = single_output(range);
+    t["ConstantOfShape"] = single_output(constant_of_shape, {"value"});
+    t["Expand"] = single_output(expand_op);
+    t["Slice"] = single_output(slice, {"starts", "ends", "axes"});
     t["Split"] = OpSpec{split, {"axis", "split"}};
     t["LayerNormalization"] = OpSpec{layer_normalization, {"axis", "epsilon", "stash_type"}};
-    t["ArgMax"] = one([](const NodeRun& n) { return arg_op(n, true); }, {"axis", "keepdims", "select_last_index"});
-    t["ArgMin"] = one([](const NodeRun& n) { return arg_op(n, false); }, {"axis", "keepdims", "select_last_index"});
-    t["Size"] = one(
+    t["ArgMax"] =
+        single_output([](const NodeRun& n) { return arg_op(n, true); }, {"axis", "keepdims", "select_last_index"});
+    t["ArgMin"] =
+        single_output([](const NodeRun& n) { return arg_op(n, false); }, {"axis", "keepdims", "select_last_index"});
+    t["Size"] = single_output(
         [](const NodeRun& n) { return full({}, n.input(0).numel(), TensorOptions(DType::I64, n.input(0).device())); });
-    t["Elu"] = one(
+    t["Elu"] = single_output(
         [](const NodeRun& n) {
           const Tensor& x = n.input(0);
           return where(gt(x, 0), x, mul(sub(exp(x), 1), static_cast<double>(n.float_attribute("alpha", 1.0f))));
         },
         {"alpha"});
-    t["HardSigmoid"] = one(
+    t["HardSigmoid"] = single_output(
         [](const NodeRun& n) {
           const Tensor y = add(mul(n.input(0), static_cast<double>(n.float_attribute("alpha", 0.2f))),
                                static_cast<double>(n.float_attribute("beta", 0.5f)));
           return clamp(y, Scalar(0.0), Scalar(1.0));
         },
         {"alpha", "beta"});
-    t["Conv"] = one(conv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
-    t["MaxPool"] =
-        one(max_pool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"});
+    t["Conv"] = single_output(conv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+    t["MaxPool"] = single_output(max_pool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads",
+                                            "storage_order", "strides"});
     t["AveragePool"] =
-        one(average_pool, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
-    t["GlobalAveragePool"] = one([](const NodeRun& n) {
+        single_output(average_pool, {"auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides"});
+    t["GlobalAveragePool"] = single_output([](const NodeRun& n) {
       check_2d(n, n.input(0));
       return adaptive_avg_pool2d(n.input(0), 1);
     });
-    t["BatchNormalization"] = one(batch_normalization, {"epsilon", "momentum", "training_mode", "spatial"});
+    t["BatchNormalization"] = single_output(batch_normalization, {"epsilon", "momentum", "training_mode", "spatial"});
     // Inference: the input itself (and a mask of ones when asked for).
     t["Dropout"] = OpSpec{[](const NodeRun& n) {
                             const Tensor& x = n.input(0);

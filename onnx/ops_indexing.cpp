@@ -218,18 +218,15 @@ Tensor compress(const NodeRun& n) {
 }  // namespace
 
 void add_indexing_ops(std::map<std::string, OpSpec>& t) {
-  const auto one = [](Tensor (*f)(const NodeRun&), std::vector<std::string> attributes = {}) {
-    return OpSpec{[f](const NodeRun& n) { return Outputs{f(n)}; }, std::move(attributes)};
-  };
-  t["OneHot"] = one(one_hot_op, {"axis"});
-  t["EyeLike"] = one(eye_like, {"dtype", "k"});
-  t["GatherND"] = one(gather_nd, {"batch_dims"});
-  t["ScatterElements"] = one(scatter_elements, {"axis", "reduction"});
-  t["Scatter"] = one(scatter_elements, {"axis"});
-  t["ScatterND"] = one(scatter_nd, {"reduction"});
+  t["OneHot"] = single_output(one_hot_op, {"axis"});
+  t["EyeLike"] = single_output(eye_like, {"dtype", "k"});
+  t["GatherND"] = single_output(gather_nd, {"batch_dims"});
+  t["ScatterElements"] = single_output(scatter_elements, {"axis", "reduction"});
+  t["Scatter"] = single_output(scatter_elements, {"axis"});
+  t["ScatterND"] = single_output(scatter_nd, {"reduction"});
   t["TopK"] = {top_k, {"axis", "largest", "sorted", "k"}};
-  t["NonZero"] = one(non_zero);
-  t["Compress"] = one(compress, {"axis"});
+  t["NonZero"] = single_output(non_zero);
+  t["Compress"] = single_output(compress, {"axis"});
 }
 
 }  // namespace onnx

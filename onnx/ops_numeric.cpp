@@ -213,30 +213,27 @@ Tensor local_response_normalization(const NodeRun& n) {
 }  // namespace
 
 void add_numeric_ops(std::map<std::string, OpSpec>& t) {
-  const auto one = [](Tensor (*f)(const NodeRun&), std::vector<std::string> attributes = {}) {
-    return OpSpec{[f](const NodeRun& n) { return Outputs{f(n)}; }, std::move(attributes)};
-  };
-  t["Erf"] = one([](const NodeRun& n) { return erf(n.input(0)).to(n.input(0).dtype()); });
-  t["Floor"] = one([](const NodeRun& n) { return floor(n.input(0)); });
-  t["Ceil"] = one([](const NodeRun& n) { return ceil(n.input(0)); });
-  t["Round"] = one([](const NodeRun& n) { return round(n.input(0)); });
-  t["IsNaN"] = one([](const NodeRun& n) { return ne(n.input(0), n.input(0)); });
-  t["IsInf"] = one(is_inf, {"detect_negative", "detect_positive"});
-  t["Mod"] = one(mod, {"fmod"});
-  t["CastLike"] = one([](const NodeRun& n) { return n.input(0).to(n.input(1).dtype()); });
-  t["Pad"] = one(pad, {"mode", "pads", "value"});
-  t["CumSum"] = one(cumsum, {"exclusive", "reverse"});
-  t["Tan"] = one([](const NodeRun& n) { return in_f64(n.input(0), tan_f64); });
-  t["Sinh"] = one([](const NodeRun& n) { return in_f64(n.input(0), sinh_f64); });
-  t["Cosh"] = one([](const NodeRun& n) { return in_f64(n.input(0), cosh_f64); });
-  t["Asinh"] = one([](const NodeRun& n) { return in_f64(n.input(0), asinh_f64); });
-  t["Acosh"] = one([](const NodeRun& n) { return in_f64(n.input(0), acosh_f64); });
-  t["Atanh"] = one([](const NodeRun& n) { return in_f64(n.input(0), atanh_f64); });
-  t["Celu"] = one(celu, {"alpha"});
-  t["MeanVarianceNormalization"] = one(mean_variance_normalization, {"axes"});
-  t["LRN"] = one(local_response_normalization, {"alpha", "beta", "bias", "size"});
-  t["Shrink"] = one(shrink, {"bias", "lambd"});
-  t["GlobalMaxPool"] = one([](const NodeRun& n) {
+  t["Erf"] = single_output([](const NodeRun& n) { return erf(n.input(0)).to(n.input(0).dtype()); });
+  t["Floor"] = single_output([](const NodeRun& n) { return floor(n.input(0)); });
+  t["Ceil"] = single_output([](const NodeRun& n) { return ceil(n.input(0)); });
+  t["Round"] = single_output([](const NodeRun& n) { return round(n.input(0)); });
+  t["IsNaN"] = single_output([](const NodeRun& n) { return ne(n.input(0), n.input(0)); });
+  t["IsInf"] = single_output(is_inf, {"detect_negative", "detect_positive"});
+  t["Mod"] = single_output(mod, {"fmod"});
+  t["CastLike"] = single_output([](const NodeRun& n) { return n.input(0).to(n.input(1).dtype()); });
+  t["Pad"] = single_output(pad, {"mode", "pads", "value"});
+  t["CumSum"] = single_output(cumsum, {"exclusive", "reverse"});
+  t["Tan"] = single_output([](const NodeRun& n) { return in_f64(n.input(0), tan_f64); });
+  t["Sinh"] = single_output([](const NodeRun& n) { return in_f64(n.input(0), sinh_f64); });
+  t["Cosh"] = single_output([](const NodeRun& n) { return in_f64(n.input(0), cosh_f64); });
+  t["Asinh"] = single_output([](const NodeRun& n) { return in_f64(n.input(0), asinh_f64); });
+  t["Acosh"] = single_output([](const NodeRun& n) { return in_f64(n.input(0), acosh_f64); });
+  t["Atanh"] = single_output([](const NodeRun& n) { return in_f64(n.input(0), atanh_f64); });
+  t["Celu"] = single_output(celu, {"alpha"});
+  t["MeanVarianceNormalization"] = single_output(mean_variance_normalization, {"axes"});
+  t["LRN"] = single_output(local_response_normalization, {"alpha", "beta", "bias", "size"});
+  t["Shrink"] = single_output(shrink, {"bias", "lambd"});
+  t["GlobalMaxPool"] = single_output([](const NodeRun& n) {
     const Tensor& x = n.input(0);
     NC_CHECK(x.dim() >= 3, ShapeError, n.where, ": X must be [N, C, d1, ...], got ", describe(x));
     std::vector<int64_t> axes;

@@ -65,6 +65,8 @@ struct OpSpec {
   std::function<std::vector<Tensor>(const NodeRun&)> run;
   std::vector<std::string> attributes;  // those it reads; any other is refused at load
 };
+// An op of one output that f computes, reading the attributes listed (ops.cpp).
+OpSpec single_output(Tensor (*f)(const NodeRun&), std::vector<std::string> attributes = {});
 // Op type -> how it runs (ops.cpp).
 const std::map<std::string, OpSpec>& op_table();
 // Adds the rounding, testing, remainder, padding and running-sum ops (ops_numeric.cpp).
