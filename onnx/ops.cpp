@@ -3,6 +3,7 @@
 // defaults, axes as an attribute or (newer opsets) an input. Shape-valued inputs are read
 // on the host.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "onnx/proto.h"
@@ -243,16 +244,54 @@ Tensor gather_op(const NodeRun& n) {
   return picked.reshape(shape);
 }
 
-// Pads of a 2-D conv or pool: [top, left, bottom, right], symmetric only.
-Size2 pads_2d(const NodeRun& n) {
+// Pads of a 2-D conv or pool over spatial extents (h, w) with kernel, stride and dilation:
+// [top, left, bottom, right] from the pads attribute (NOTSET), zeros (VALID), or what makes
+// the output ceil(in / stride) (SAME_UPPER puts the odd pad at the end, SAME_LOWER at the
+// start).
+struct Pads {
+  int64_t top = 0, left = 0, bottom = 0, right = 0;
+  bool symmetric() const { return top == bottom && left == right; }
+};
+Pads pads_2d(const NodeRun& n, int64_t h, int64_t w, Size2 kernel, Size2 stride, Size2 dilation) {
   const std::string auto_pad = n.attribute("auto_pad") ? n.attribute("auto_pad")->s() : "NOTSET";
-  NC_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID", ValueError, n.where, ": auto_pad ", auto_pad,
-           " is not supported (NOTSET and VALID are)");
+  NC_CHECK(auto_pad == "NOTSET" || auto_pad == "VALID" || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER",
+           ValueError, n.where, ": auto_pad ", auto_pad, " is not supported");
+  Pads p;
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    const auto total = [](int64_t in, int64_t k, int64_t s, int64_t d) {
+      const int64_t out = (in + s - 1) / s;
+      return std::max<int64_t>(0, (out - 1) * s + d * (k - 1) + 1 - in);
+    };
+    const int64_t th = total(h, kernel.h, stride.h, dilation.h), tw = total(w, kernel.w, stride.w, dilation.w);
+    const bool upper = auto_pad == "SAME_UPPER";
+    p.top = upper ? th / 2 : th - th / 2, p.bottom = th - p.top;
+    p.left = upper ? tw / 2 : tw - tw / 2, p.right = tw - p.left;
+    return p;
+  }
   const std::vector<int64_t> pads = n.ints_attribute("pads");
-  if (pads.empty() || auto_pad == "VALID") return Size2(0);
-  NC_CHECK(pads.size() == 4 && pads[0] == pads[2] && pads[1] == pads[3], ValueError, n.where,
-           ": attribute 'pads' must be symmetric for 2-D [t, l, b, r]");
-  return Size2(pads[0], pads[1]);
+  if (pads.empty() || auto_pad == "VALID") return p;
+  NC_CHECK(pads.size() == 4, ValueError, n.where, ": attribute 'pads' must have 4 values for 2-D, got ", pads.size());
+  for (int64_t v : pads) NC_CHECK(v >= 0, ValueError, n.where, ": negative pads are not supported, got ", v);
+  p.top = pads[0], p.left = pads[1], p.bottom = pads[2], p.right = pads[3];
+  return p;
+}
+
+// x with its two spatial dims (from dim h_dim on) padded by p with value.
+Tensor pad_spatial(Tensor x, const Pads& p, double value, int64_t h_dim) {
+  const auto grow = [&](int64_t dim, int64_t before, int64_t after) {
+    std::vector<Tensor> parts;
+    for (int64_t count : {before, int64_t{-1}, after}) {
+      if (count < 0) parts.push_back(x);
+      if (count <= 0) continue;
+      Shape shape = x.shape();
+      shape[static_cast<size_t>(dim)] = count;
+      parts.push_back(full(shape, value, TensorOptions(x.dtype(), x.device())));
+    }
+    x = parts.size() == 1 ? x : cat(parts, dim);
+  };
+  grow(h_dim, p.top, p.bottom);
+  grow(h_dim + 1, p.left, p.right);
+  return x;
 }
 
 Size2 pair_attribute(const NodeRun& n, const char* name, int64_t fallback) {
@@ -268,13 +307,29 @@ void check_2d(const NodeRun& n, const Tensor& x) {
 
 // With an epilogue (NodeRun::residual, relu), relu?(conv + residual) in one pass where the
 // residual has the output's shape, dtype and device (conv2d_fused), else in three.
+Tensor conv_padded(const NodeRun& n, const Tensor& x, const Tensor& w, Size2 stride, Size2 pad, Size2 dilation,
+                   int64_t groups);
+
 Tensor conv(const NodeRun& n) {
   const Tensor& x = n.input(0);
   const Tensor& w = n.input(1);
   check_2d(n, x);
-  const Tensor b = n.has_input(2) ? n.input(2) : Tensor();
-  const Size2 stride = pair_attribute(n, "strides", 1), pad = pads_2d(n), dilation = pair_attribute(n, "dilations", 1);
+  const Size2 stride = pair_attribute(n, "strides", 1), dilation = pair_attribute(n, "dilations", 1);
   const int64_t groups = n.int_attribute("group", 1);
+  NC_CHECK(w.dim() == 4, ShapeError, n.where, ": weight must be 4-D, got ", describe(w));
+  const int64_t h_dim = n.channels_last ? 1 : 2, k_dim = n.channels_last ? 1 : 2;
+  const Pads pads =
+      pads_2d(n, x.size(h_dim), x.size(h_dim + 1), Size2(w.size(k_dim), w.size(k_dim + 1)), stride, dilation);
+  // Asymmetric pads (SAME's odd one) pad the input first; the convolution then pads nothing.
+  const Tensor padded = pads.symmetric() ? x : pad_spatial(x, pads, 0.0, h_dim);
+  const Size2 pad = pads.symmetric() ? Size2(pads.top, pads.left) : Size2(0);
+  return conv_padded(n, padded, w, stride, pad, dilation, groups);
+}
+
+// conv's product once its pads are symmetric.
+Tensor conv_padded(const NodeRun& n, const Tensor& x, const Tensor& w, Size2 stride, Size2 pad, Size2 dilation,
+                   int64_t groups) {
+  const Tensor b = n.has_input(2) ? n.input(2) : Tensor();
   const Tensor& r = n.residual;
   const auto extent = [&](int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
     return in + 2 * p >= d * (k - 1) + 1 ? (in + 2 * p - d * (k - 1) - 1) / s + 1 : 0;
@@ -304,15 +359,32 @@ Tensor max_pool(const NodeRun& n) {
   NC_CHECK(n.node.output_size() < 2 || n.node.output(1).empty(), ValueError, n.where,
            ": the Indices output is not supported");
   NC_CHECK(n.int_attribute("storage_order", 0) == 0, ValueError, n.where, ": storage_order 1 is not supported");
-  return max_pool2d(x, pair_attribute(n, "kernel_shape", 1), pair_attribute(n, "strides", 1), pads_2d(n),
-                    pair_attribute(n, "dilations", 1), n.int_attribute("ceil_mode", 0) != 0);
+  const Size2 kernel = pair_attribute(n, "kernel_shape", 1), stride = pair_attribute(n, "strides", 1),
+              dilation = pair_attribute(n, "dilations", 1);
+  const Pads pads = pads_2d(n, x.size(2), x.size(3), kernel, stride, dilation);
+  const bool ceil_mode = n.int_attribute("ceil_mode", 0) != 0;
+  // Pads max_pool2d does not take (asymmetric, or past half the window) as -inf around the input.
+  if (pads.symmetric() && 2 * pads.top <= kernel.h && 2 * pads.left <= kernel.w)
+    return max_pool2d(x, kernel, stride, Size2(pads.top, pads.left), dilation, ceil_mode);
+  return max_pool2d(pad_spatial(x, pads, -std::numeric_limits<double>::infinity(), 2), kernel, stride, 0, dilation,
+                    ceil_mode);
 }
 
 Tensor average_pool(const NodeRun& n) {
   const Tensor& x = n.input(0);
   check_2d(n, x);
-  return avg_pool2d(x, pair_attribute(n, "kernel_shape", 1), pair_attribute(n, "strides", 1), pads_2d(n),
-                    n.int_attribute("ceil_mode", 0) != 0, n.int_attribute("count_include_pad", 0) != 0);
+  const Size2 kernel = pair_attribute(n, "kernel_shape", 1), stride = pair_attribute(n, "strides", 1);
+  const Pads pads = pads_2d(n, x.size(2), x.size(3), kernel, stride, Size2(1));
+  const bool ceil_mode = n.int_attribute("ceil_mode", 0) != 0,
+             include_pad = n.int_attribute("count_include_pad", 0) != 0;
+  if (pads.symmetric() && 2 * pads.top <= kernel.h && 2 * pads.left <= kernel.w)
+    return avg_pool2d(x, kernel, stride, Size2(pads.top, pads.left), ceil_mode, include_pad);
+  // Other pads: zeros around the input; without count_include_pad each window's mean is over
+  // its elements inside the input (the mean of the padded input over that of a padded mask).
+  const Tensor sums = avg_pool2d(pad_spatial(x, pads, 0.0, 2), kernel, stride, 0, ceil_mode, true);
+  if (include_pad) return sums;
+  const Tensor inside = ones({1, 1, x.size(2), x.size(3)}, TensorOptions(x.dtype(), x.device()));
+  return div(sums, avg_pool2d(pad_spatial(inside, pads, 0.0, 2), kernel, stride, 0, ceil_mode, true));
 }
 
 Tensor batch_normalization(const NodeRun& n) {

@@ -239,8 +239,9 @@ TEST(Onnx, ConvAddReluAsOneEpilogue) {
   return m;
 }
 
-// x [2, 16, 6, 6] -> Conv(3x3, pads 1) + Add(x) + Relu -> r; Conv(r, 1x1 to 8) -> c (an
-// output); GlobalAveragePool(c) -> p (an output). On a GPU both convolutions run NHWC.
+// x [2, 16, 6, 6] -> Conv(3x3, pads 1) + Add(x) + Relu -> r; Conv(r, 2x2 to 8, auto_pad
+// SAME_UPPER: the odd pad below and right) -> c (an output); GlobalAveragePool(c) -> p (an
+// output). On a GPU both convolutions run NHWC.
 ::onnx::ModelProto channels_last_model() {
   ::onnx::ModelProto m;
   m.set_ir_version(8);
@@ -249,13 +250,13 @@ TEST(Onnx, ConvAddReluAsOneEpilogue) {
   set_value(g->add_input(), "x", {2, 16, 6, 6});
   set_value(g->add_output(), "c", {2, 8, 6, 6});
   set_value(g->add_output(), "p", {2, 8, 1, 1});
-  std::vector<float> w1(16 * 16 * 9), b1(16), w2(8 * 16);
+  std::vector<float> w1(16 * 16 * 9), b1(16), w2(8 * 16 * 4);
   for (size_t i = 0; i < w1.size(); ++i) w1[i] = 0.02f * static_cast<float>(static_cast<int>(i % 13) - 6);
   for (size_t i = 0; i < b1.size(); ++i) b1[i] = 0.1f * static_cast<float>(static_cast<int>(i % 5) - 2);
   for (size_t i = 0; i < w2.size(); ++i) w2[i] = 0.05f * static_cast<float>(static_cast<int>(i % 7) - 3);
   set_raw(g->add_initializer(), "w1", {16, 16, 3, 3}, w1);
   set_raw(g->add_initializer(), "b1", {16}, b1);
-  set_raw(g->add_initializer(), "w2", {8, 16, 1, 1}, w2);
+  set_raw(g->add_initializer(), "w2", {8, 16, 2, 2}, w2);
   auto* conv = add_node(g, "Conv", {"x", "w1", "b1"}, "h");
   auto* pads = conv->add_attribute();
   pads->set_name("pads");
@@ -263,7 +264,11 @@ TEST(Onnx, ConvAddReluAsOneEpilogue) {
   for (int i = 0; i < 4; ++i) pads->add_ints(1);
   add_node(g, "Add", {"h", "x"}, "a");
   add_node(g, "Relu", {"a"}, "r");
-  add_node(g, "Conv", {"r", "w2"}, "c");
+  auto* same = add_node(g, "Conv", {"r", "w2"}, "c");
+  auto* auto_pad = same->add_attribute();
+  auto_pad->set_name("auto_pad");
+  auto_pad->set_type(::onnx::AttributeProto::STRING);
+  auto_pad->set_s("SAME_UPPER");
   add_node(g, "GlobalAveragePool", {"c"}, "p");
   return m;
 }
