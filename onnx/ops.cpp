@@ -452,12 +452,25 @@ Tensor slice(const NodeRun& n) {
   NC_CHECK(starts.size() == ends.size(), ValueError, n.where, ": starts and ends differ in length");
   for (size_t i = 0; i < starts.size(); ++i) {
     const int64_t axis = axis_of(axes.empty() ? static_cast<int64_t>(i) : axes[i], x.dim(), n);
-    NC_CHECK(steps.empty() || steps[i] == 1, ValueError, n.where, ": steps other than 1 are not supported, got ",
-             steps[i]);
-    const int64_t size = x.size(axis);
-    auto clamp_index = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + size : v, 0, size); };
-    const int64_t begin = clamp_index(starts[i]), end = clamp_index(ends[i]);
-    x = x.narrow(axis, begin, std::max<int64_t>(0, end - begin));
+    const int64_t step = steps.empty() ? 1 : steps[i], size = x.size(axis);
+    NC_CHECK(step != 0, ValueError, n.where, ": a step of 0 along axis ", axis);
+    // Negative starts and ends count from the end; then clamped to [0, size] going forward
+    // and to [-1, size - 1] going backward (ONNX's rule).
+    const auto clamp_index = [&](int64_t v, int64_t lo, int64_t hi) {
+      if (v < 0) v = v < -size ? -1 : v + size;
+      return std::clamp<int64_t>(v, lo, hi);
+    };
+    const int64_t begin = step > 0 ? clamp_index(starts[i], 0, size) : clamp_index(starts[i], -1, size - 1);
+    const int64_t end = step > 0 ? clamp_index(ends[i], 0, size) : clamp_index(ends[i], -1, size - 1);
+    if (step == 1) {
+      x = x.narrow(axis, begin, std::max<int64_t>(0, end - begin));
+      continue;
+    }
+    const int64_t count = step > 0 ? std::max<int64_t>(0, (end - begin + step - 1) / step)
+                                   : std::max<int64_t>(0, (begin - end + (-step) - 1) / (-step));
+    x = count == 0
+            ? x.narrow(axis, 0, 0)
+            : index_select(x, axis, arange(begin, begin + count * step, step, TensorOptions(DType::I64, x.device())));
   }
   return x.contiguous();
 }

@@ -419,3 +419,24 @@ TEST(OnnxOps, AttentionWrittenOutRunsAsOneOp) {
     }
   }
 }
+
+// Slice with steps: forward by 2, backward by 1 and 2, ends past either side (ONNX's clamping:
+// [0, size] forward, [-1, size - 1] backward), an empty result.
+TEST(OnnxOps, SliceWithSteps) {
+  const Tensor x = nc::from_vector<float>({0, 1, 2, 3, 4, 5, 6}, {7});
+  const auto slice = [&](int64_t start, int64_t end, int64_t step) {
+    const auto one = [](int64_t v) { return nc::from_vector<int64_t>({v}, {1}); };
+    return run_one(one_node("Slice",
+                            {{"x", kFloat}, {"starts", kInt64}, {"ends", kInt64}, {"axes", kInt64}, {"steps", kInt64}},
+                            kFloat),
+                   {x, one(start), one(end), one(0), one(step)})
+        .to_vector<float>();
+  };
+  EXPECT_EQ(slice(1, 6, 2), (std::vector<float>{1, 3, 5}));
+  EXPECT_EQ(slice(-1, std::numeric_limits<int64_t>::min(), -1), (std::vector<float>{6, 5, 4, 3, 2, 1, 0}));
+  EXPECT_EQ(slice(100, 0, -2), (std::vector<float>{6, 4, 2}));
+  EXPECT_EQ(slice(0, 100, 3), (std::vector<float>{0, 3, 6}));
+  EXPECT_TRUE(slice(2, 2, 1).empty());
+  EXPECT_TRUE(slice(1, 5, -1).empty());
+  throws<nc::ValueError>([&] { slice(0, 3, 0); }, {"node 'n' (Slice)", "step of 0"})();
+}
