@@ -185,8 +185,8 @@ void plan_attention(Model::Impl& m) {
 // floating dtype (D and Dv at most 128 on CUDA), scalar scales, and a mask [.., L, S] of 0
 // where key j <= query i and -inf elsewhere (causal) or of zeros alone. Reads the scales and
 // the mask on the host; known_now is false when a value is not there yet.
-Model::Impl::AttentionPlan plan_for_values(const AttentionMatch& a, std::unordered_map<std::string, Tensor>& values,
-                                           bool& known_now) {
+Model::Impl::AttentionPlan plan_for_values(const AttentionMatch& a,
+                                           const std::unordered_map<std::string, Tensor>& values, bool& known_now) {
   Model::Impl::AttentionPlan plan;
   known_now = values.count(a.q) && values.count(a.k_t) && values.count(a.v) && (a.mask.empty() || values.count(a.mask));
   for (const auto* names : {&a.factors, &a.divisors})
@@ -411,8 +411,11 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
                               Model::Impl::GraphPlan* plan, bool capturing, NodeTimes* times = nullptr) {
   const auto& table = op_table();
   ChannelsLast layouts(values, device);
-  std::vector<char> made;     // nodes a fused attention made unnecessary in this run
-  std::string run_signature;  // of the inputs, once an attention needs it
+  std::vector<char> made;  // nodes a fused attention made unnecessary in this run
+  // The attention plans of the inputs' signature, read once a run when a match is met.
+  std::string run_signature;
+  std::map<int, Model::Impl::AttentionPlan> run_plans;
+  bool run_plans_read = false;
   for (int i = 0; i < m.graph.node_size(); ++i) {
     if (!made.empty() && made[static_cast<size_t>(i)]) continue;
     const auto start = std::chrono::steady_clock::now();
@@ -437,20 +440,16 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
       // every value it reads is there), then kept: a fused match skips its nodes and runs at
       // its last one.
       const AttentionMatch& a = m.attentions[static_cast<size_t>(attention)];
-      if (run_signature.empty()) {
+      if (!run_plans_read) {  // the signature's plans, read once a run
         std::vector<Tensor> inputs;
         for (const ValueInfo& info : m.inputs) inputs.push_back(values.at(info.name));
         run_signature = signature(inputs);
-      }
-      Model::Impl::AttentionPlan plan_now;
-      bool known = false;
-      {
         std::lock_guard<std::mutex> lock(m.attention_mutex);
-        const auto& plans = m.attention_plans[run_signature];
-        const auto found = plans.find(attention);
-        if (found != plans.end()) plan_now = found->second, known = true;
+        run_plans = m.attention_plans[run_signature];
+        run_plans_read = true;
       }
-      if (!known && i == a.last) {
+      auto found = run_plans.find(attention);
+      if (found == run_plans.end() && i == a.last) {
         bool complete = false;
         const Model::Impl::AttentionPlan made = plan_for_values(a, values, complete);
         if (complete) {
@@ -458,6 +457,8 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
           m.attention_plans[run_signature][attention] = made;
         }
       }
+      const bool known = found != run_plans.end();
+      const Model::Impl::AttentionPlan plan_now = known ? found->second : Model::Impl::AttentionPlan{};
       if (known && plan_now.fused) {
         if (i != a.last) continue;
         const Tensor& k_t = layouts.nchw(a.k_t);

@@ -24,6 +24,25 @@ double scalar_input(const NodeRun& n, size_t i) {
   return n.host_input(i).to(DType::F64).reshape({}).item<double>();
 }
 
+Tensor pad_dim(Tensor x, int64_t dim, int64_t before, int64_t after, double value) {
+  for (const bool start : {true, false}) {
+    const int64_t amount = start ? before : after, size = x.size(dim);
+    if (amount < 0) {
+      x = x.narrow(dim, start ? -amount : 0, size + amount);
+    } else if (amount > 0) {
+      Shape shape = x.shape();
+      shape[static_cast<size_t>(dim)] = amount;
+      const Tensor fill = full(shape, value, TensorOptions(x.dtype(), x.device()));
+      x = start ? cat({fill, x}, dim) : cat({x, fill}, dim);
+    }
+  }
+  return x;
+}
+
+Tensor index_vector(const std::vector<int64_t>& v, Device device) {
+  return from_vector(v, {static_cast<int64_t>(v.size())}).to(device);
+}
+
 OpSpec single_output(Tensor (*f)(const NodeRun&), std::vector<std::string> attributes) {
   return OpSpec{[f](const NodeRun& n) { return std::vector<Tensor>{f(n)}; }, std::move(attributes)};
 }
@@ -183,7 +202,7 @@ Tensor shape(const NodeRun& n) {
   end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
   std::vector<int64_t> dims;
   for (int64_t d = start; d < end; ++d) dims.push_back(x.size(d));
-  return from_vector(dims, {static_cast<int64_t>(dims.size())}).to(x.device());
+  return index_vector(dims, x.device());
 }
 
 Tensor constant(const NodeRun& n) {
@@ -277,21 +296,8 @@ Pads pads_2d(const NodeRun& n, int64_t h, int64_t w, Size2 kernel, Size2 stride,
 }
 
 // x with its two spatial dims (from dim h_dim on) padded by p with value.
-Tensor pad_spatial(Tensor x, const Pads& p, double value, int64_t h_dim) {
-  const auto grow = [&](int64_t dim, int64_t before, int64_t after) {
-    std::vector<Tensor> parts;
-    for (int64_t count : {before, int64_t{-1}, after}) {
-      if (count < 0) parts.push_back(x);
-      if (count <= 0) continue;
-      Shape shape = x.shape();
-      shape[static_cast<size_t>(dim)] = count;
-      parts.push_back(full(shape, value, TensorOptions(x.dtype(), x.device())));
-    }
-    x = parts.size() == 1 ? x : cat(parts, dim);
-  };
-  grow(h_dim, p.top, p.bottom);
-  grow(h_dim + 1, p.left, p.right);
-  return x;
+Tensor pad_spatial(const Tensor& x, const Pads& p, double value, int64_t h_dim) {
+  return pad_dim(pad_dim(x, h_dim, p.top, p.bottom, value), h_dim + 1, p.left, p.right, value);
 }
 
 Size2 pair_attribute(const NodeRun& n, const char* name, int64_t fallback) {

@@ -16,10 +16,6 @@ namespace {
 
 using Outputs = std::vector<Tensor>;
 
-Tensor indices_on(const std::vector<int64_t>& v, Device device) {
-  return from_vector(v, {static_cast<int64_t>(v.size())}).to(device);
-}
-
 // OneHot: indices [*] (negative ones count from depth) -> [*] with a dim of depth inserted at
 // axis, on_value where the index is, off_value elsewhere (an index outside the depth: off
 // throughout).
@@ -64,8 +60,8 @@ Tensor linear_index(const Tensor& data, const Tensor& indices, int64_t first) {
   for (int64_t j = k - 1; j >= 0; --j)
     strides[static_cast<size_t>(j)] = stride, stride *= sizes[static_cast<size_t>(j)];
   const Tensor idx = indices.to(DType::I64);
-  const Tensor wrapped = where(lt(idx, Scalar(int64_t{0})), add(idx, indices_on(sizes, idx.device())), idx);
-  return sum(mul(wrapped, indices_on(strides, idx.device())), {-1});
+  const Tensor wrapped = where(lt(idx, Scalar(int64_t{0})), add(idx, index_vector(sizes, idx.device())), idx);
+  return sum(mul(wrapped, index_vector(strides, idx.device())), {-1});
 }
 
 // GatherND: data [b..., d1..dk, rest...], indices [b..., m..., k] -> [b..., m..., rest...].
@@ -212,7 +208,7 @@ Tensor compress(const NodeRun& n) {
   std::vector<int64_t> index;
   for (size_t i = 0; i < keep.size(); ++i)
     if (keep[i]) index.push_back(static_cast<int64_t>(i));
-  return index_select(x, axis, indices_on(index, x.device()));
+  return index_select(x, axis, index_vector(index, x.device()));
 }
 
 }  // namespace

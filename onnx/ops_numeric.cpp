@@ -115,7 +115,7 @@ Tensor pad(const NodeRun& n) {
       y = full(shape, value, TensorOptions(x.dtype(), x.device()));
       continue;
     }
-    y = index_select(y, a, from_vector(clamped, {static_cast<int64_t>(clamped.size())}).to(x.device()));
+    y = index_select(y, a, index_vector(clamped, x.device()));
     if (mode != "constant") continue;
     Shape mask_shape(static_cast<size_t>(rank), 1);
     mask_shape[static_cast<size_t>(a)] = static_cast<int64_t>(valid.size());

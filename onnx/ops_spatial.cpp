@@ -47,10 +47,6 @@ int64_t nearest_index(const std::string& mode, double c, int64_t in) {
   return std::clamp<int64_t>(static_cast<int64_t>(i), 0, in - 1);
 }
 
-Tensor index_tensor(const std::vector<int64_t>& v, Device device) {
-  return from_vector(v, {static_cast<int64_t>(v.size())}).to(device);
-}
-
 Tensor resize(const NodeRun& n) {
   const Tensor& x = n.input(0);
   NC_CHECK(n.opset >= 11, ValueError, n.where, ": Resize of opset ", n.opset,
@@ -116,7 +112,7 @@ Tensor resize(const NodeRun& n) {
       }
     }
     if (identity) continue;
-    const Tensor picked = index_select(out, d, index_tensor(lower, x.device()));
+    const Tensor picked = index_select(out, d, index_vector(lower, x.device()));
     if (mode == "nearest") {
       out = picked;
       continue;
@@ -124,7 +120,7 @@ Tensor resize(const NodeRun& n) {
     Shape along(static_cast<size_t>(rank), 1);
     along[static_cast<size_t>(d)] = size;
     const Tensor w = from_vector(weight, {size}).reshape(along).to(x.device(), x.dtype());
-    const Tensor next = index_select(out, d, index_tensor(upper, x.device()));
+    const Tensor next = index_select(out, d, index_vector(upper, x.device()));
     out = add(picked, mul(sub(next, picked), w));  // (1 - w) lower + w upper
   }
   return out.contiguous();
@@ -138,23 +134,6 @@ std::array<int64_t, 2> pair_of(const NodeRun& n, const char* name, int64_t fallb
   NC_CHECK(v.size() == 2 || (v.size() == 4 && std::string(name) == "output_shape"), ValueError, n.where,
            ": attribute '", name, "' must have 2 values (2-D), got ", v.size());
   return {v[v.size() - 2], v[v.size() - 1]};
-}
-
-// x with `before` zeros added at the start of dim d and `after` at its end, or elements
-// taken off where negative.
-Tensor pad_or_crop(Tensor x, int64_t d, int64_t before, int64_t after) {
-  for (const bool start : {true, false}) {
-    const int64_t amount = start ? before : after, size = x.size(d);
-    if (amount < 0) {
-      x = x.narrow(d, start ? -amount : 0, size + amount);
-    } else if (amount > 0) {
-      Shape shape = x.shape();
-      shape[static_cast<size_t>(d)] = amount;
-      const Tensor zero = zeros(shape, TensorOptions(x.dtype(), x.device()));
-      x = start ? cat({zero, x}, d) : cat({x, zero}, d);
-    }
-  }
-  return x;
 }
 
 // ConvTranspose, 2-D, as the convolution it is the gradient of: the input spread out by
@@ -208,7 +187,7 @@ Tensor conv_transpose(const NodeRun& n) {
               .narrow(d, 0, (in - 1) * stride[i] + 1);
     }
     const int64_t reach = dilation[i] * (k[i] - 1);
-    y = pad_or_crop(y, d, reach - pads[i], reach - pads[i + 2] + extra[i]);
+    y = pad_dim(y, d, reach - pads[i], reach - pads[i + 2] + extra[i], 0.0);
   }
   const int64_t c_in = w.size(0), c_out = w.size(1) * groups;
   const Tensor flip_h = arange(k[0] - 1, -1, -1, TensorOptions(DType::I64, w.device()));

@@ -65,6 +65,11 @@ struct OpSpec {
   std::function<std::vector<Tensor>(const NodeRun&)> run;
   std::vector<std::string> attributes;  // those it reads; any other is refused at load
 };
+// x with `before` elements of value added at the start of dim and `after` at its end, or
+// elements taken off where negative (ops.cpp).
+Tensor pad_dim(Tensor x, int64_t dim, int64_t before, int64_t after, double value);
+// v as a 1-D i64 tensor on device: the indices a node computed on the host (ops.cpp).
+Tensor index_vector(const std::vector<int64_t>& v, Device device);
 // An op of one output that f computes, reading the attributes listed (ops.cpp).
 OpSpec single_output(Tensor (*f)(const NodeRun&), std::vector<std::string> attributes = {});
 // Op type -> how it runs (ops.cpp).

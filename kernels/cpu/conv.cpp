@@ -188,6 +188,13 @@ void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, con
         C* out = ys.data() + (n * g.o + grp * d.og) * d.hw;
         const C* bias = bs ? bs->data() + grp * d.og : nullptr;
         const C* residual = rs ? rs->data() + (n * g.o + grp * d.og) * d.hw : nullptr;
+        const C* columns_data = direct ? image : cols.get();
+        const C* kernel_data = ws.data() + grp * d.og * d.k;
+        if constexpr (std::is_same_v<C, float>) {  // in AVX-512, unpacked, with the epilogue in registers
+          if (parallel_gemm_rows(d.og, d.hw, d.k, kernel_data, d.k, columns_data, d.hw, out, d.hw,
+                                 RowEpilogue{bias, residual, d.hw, e.relu}))
+            continue;
+        }
         // The epilogue on each piece of the product as it is done: one pass, in cache.
         const GemmPieceDone epilogue = [&](int64_t o_begin, int64_t o_end, int64_t i_begin, int64_t i_end) {
           for (int64_t o = o_begin; o < o_end; ++o) {
@@ -201,13 +208,6 @@ void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, con
             }
           }
         };
-        const C* columns_data = direct ? image : cols.get();
-        const C* kernel_data = ws.data() + grp * d.og * d.k;
-        if constexpr (std::is_same_v<C, float>) {  // in AVX-512, unpacked, with the epilogue in registers
-          if (parallel_gemm_rows(d.og, d.hw, d.k, kernel_data, d.k, columns_data, d.hw, out, d.hw,
-                                 RowEpilogue{bias, residual, d.hw, e.relu}))
-            continue;
-        }
         const GemmOperand<C> columns = matrix<C>(columns_data, d.hw);
         const GemmOperand<C> kernel = matrix(kernel_data, d.k);
         if (bias || residual || e.relu) {

@@ -59,23 +59,21 @@ class CpuPool final : public kernels::PoolKernels {
       for (int64_t ow = 0; ow < s.out_w; ++ow) {
         cols[static_cast<size_t>(ow)] = tap_span(ow * w.stride_w - w.pad_w, w.kernel_w, w.dilation_w, s.in_w);
       }
+      // The other way round, for the path without indices: per kernel column j, the output
+      // columns [begin, end) whose tap j is inside the row (a run, as the windows slide).
+      struct Span {
+        int64_t begin, end;
+      };
+      std::vector<Span> tap_columns(static_cast<size_t>(w.kernel_w), Span{s.out_w, s.out_w});
+      for (int64_t ow = 0; ow < s.out_w; ++ow) {
+        for (int64_t j = cols[static_cast<size_t>(ow)].first; j < cols[static_cast<size_t>(ow)].end; ++j) {
+          Span& span = tap_columns[static_cast<size_t>(j)];
+          if (span.begin == s.out_w) span.begin = ow;
+          span.end = ow + 1;
+        }
+      }
       parallel_for(s.planes, grain_for(s.in_h * s.in_w + s.out_h * s.out_w), [&](int64_t p_begin, int64_t p_end) {
         std::vector<C> row_best(idx == nullptr ? static_cast<size_t>(s.out_w) : 0);
-        // The output columns [begin, end) whose input column is inside the row, per kernel column.
-        struct Span {
-          int64_t begin, end;
-        };
-        std::vector<Span> tap_columns;
-        for (int64_t j = 0; idx == nullptr && j < w.kernel_w; ++j) {
-          Span span{s.out_w, s.out_w};
-          for (int64_t ow = 0; ow < s.out_w; ++ow) {
-            const int64_t at = ow * w.stride_w - w.pad_w + j * w.dilation_w;
-            if (at < 0 || at >= s.in_w) continue;
-            if (span.begin == s.out_w) span.begin = ow;
-            span.end = ow + 1;
-          }
-          tap_columns.push_back(span);
-        }
         for (int64_t p = p_begin; p < p_end; ++p) {
           const T* plane = src + p * s.in_h * s.in_w;
           // Without indices (inference): the same taps in the same order, with no branch on
