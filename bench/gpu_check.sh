@@ -20,7 +20,7 @@
 # median and range of NORMS_RUNS runs, the GPU's clock, temperature and power logged), transformer (bench/attention and the transformer-shape
 # norms beside PyTorch's back ends), attention (the attention tests with the Hopper kernels'
 # own, their HGMMA/UTMALDG instruction counts, bench/attention beside
-# ../shared/tools/attn_peer.py; ATTENTION_FILTER picks cases, ATTENTION_PEERS=0 skips PyTorch), gemm (the Linear + GroupNorm + min + bias model against
+# ../shared/tools/attn_peer.py and, at head dim 256, bench/transformer_torch.py; ATTENTION_FILTER picks cases, ATTENTION_PEERS=0 skips PyTorch), gemm (the Linear + GroupNorm + min + bias model against
 # its GEMM, beside PyTorch), compare (the benchmarks of the baseline
 # build staged by BASELINE=DIR bash bench/gpu_stage.sh and of this one, alternating: those of
 # bench/norms, bench/gemm_gn_min and, with the data staged, bench/mlp_epoch that the baseline
@@ -221,7 +221,10 @@ for section in "${sections[@]}"; do
           on && /HGMMA/ {h++} on && /UTMALDG/ {u++} END {printf "HGMMA %d, UTMALDG %d\n", h, u}'
       fi
       "$run/attention" --filter "${ATTENTION_FILTER:-}" --json "$out/attention.json"
-      [ "${ATTENTION_PEERS:-1}" = 1 ] && python3 "$run/peers/tools/attn_peer.py"
+      if [ "${ATTENTION_PEERS:-1}" = 1 ]; then
+        python3 "$run/peers/tools/attn_peer.py"
+        python3 bench/transformer_torch.py --only attention --reps 10 --shapes 4x16x4096x256,16x8x1024x256
+      fi
       ;;
     transformer)
       echo "== benchmark: attention and the transformer norms, normcore then PyTorch"

@@ -4,6 +4,7 @@
 # F.rms_norm / F.layer_norm on tokens x hidden activations, eager and torch.compile. Times
 # are CUDA-event medians after a warm-up, as bench/cuda_timing.h takes them.
 #   python3 bench/transformer_torch.py [--only attention|norms] [--reps N] [--no-compile]
+#                                      [--shapes BxHxLxD,...] (attention's shapes)
 import argparse
 import json
 
@@ -28,11 +29,11 @@ def median_ms(fn, reps, warmup=3):
     return times[len(times) // 2]
 
 
-def attention(reps):
+def attention(reps, shapes):
     backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
     print("%-34s %-10s %9s %7s %11s %7s" % ("case", "backend", "fwd ms", "TFLOP/s", "fwd+bwd ms", "TFLOP/s"))
-    for b, h, n, d in [(8, 16, 2048, 64), (4, 32, 4096, 128), (16, 12, 1024, 64)]:
+    for b, h, n, d in shapes:
         for dtype, tag in [(torch.bfloat16, "bf16"), (torch.float16, "f16")]:
             for causal in [False, True]:
                 name = f"sdpa_{tag}_{b}x{h}x{n}x{d}" + ("_causal" if causal else "")
@@ -97,9 +98,11 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=["attention", "norms"])
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--shapes", default="8x16x2048x64,4x32x4096x128,16x12x1024x64")
     args = parser.parse_args()
+    shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
     print(torch.__version__, torch.cuda.get_device_name())
     if args.only in (None, "attention"):
-        attention(args.reps)
+        attention(args.reps, shapes)
     if args.only in (None, "norms"):
         norms(args.reps, not args.no_compile)

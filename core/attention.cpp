@@ -137,8 +137,8 @@ const char* kernels::cudnn_attention_refusal(const AttentionEngineQuery& q) {
   if (q.compute_capability < 80) return "cuDNN's fused attention needs Ampere or later";
   if (q.dtype != DType::F16 && q.dtype != DType::BF16) return "cuDNN's fused attention takes f16 and bf16";
   if (s.kv_heads != s.heads) return "grouped-query attention runs on the native kernels";
-  if (s.D % 8 != 0 || s.Dv % 8 != 0 || s.D > 128 || s.Dv > 128)
-    return "cuDNN's fused attention takes head dims that are multiples of 8 up to 128";
+  if (s.D % 8 != 0 || s.Dv % 8 != 0 || s.D > 256 || s.Dv > 256)
+    return "cuDNN's fused attention takes head dims that are multiples of 8 up to 256";
   if (s.batch == 0 || s.heads == 0 || s.L == 0 || s.S == 0) return "nothing to compute";
   if (!q.aligned) return "a data pointer is not 16-byte aligned";
   for (const auto& strides : q.strides) {

@@ -89,8 +89,9 @@ const char* cudnn_attention_refusal(const AttentionEngineQuery& query);
 void record_attention_engine(cuda::AttentionPass pass, cuda::AttentionEngine engine);
 
 // Which of the native CUDA kernels ran the last native pass on this thread: "wgmma" (the
-// Hopper kernels, kernels/cuda/hopper/), "mma.sync" (the tensor-core kernels of flash.cuh) or
-// "simt" (f32, f64); nullptr before any. For benchmarks and tests; core/attention.cpp.
+// Hopper kernels, kernels/cuda/hopper/), "mma.sync" (the tensor-core kernels of flash.cuh),
+// "cublas" (the f16/bf16 backward past head dim 128, kernels/cuda/attention/matrix_backward.h)
+// or "simt" (f32, f64); nullptr before any. For benchmarks and tests; core/attention.cpp.
 void record_native_attention_kernels(cuda::AttentionPass pass, const char* kernels);
 const char* last_native_attention_kernels(cuda::AttentionPass pass);
 // Whether a pass that may run on the Hopper kernels does, and in which form: Pipelined (the

@@ -68,12 +68,13 @@ bool deterministic();
 
 // Which engine runs scaled_dot_product_attention on CUDA, for the whole process (the
 // counterpart of PyTorch's sdpa_kernel back ends). Settable in every build.
-// - Native: normcore's own fused kernels, for every floating dtype, head dims up to 128 and
-//   grouped-query attention. The forward is deterministic: the same inputs give the same
+// - Native: normcore's own fused kernels, for every floating dtype, head dims up to 256 and
+//   grouped-query attention (past 128 the f16/bf16 backward runs as matrix products on
+//   cuBLAS, holding 12 bytes a score of up to 512 MiB of heads at a time). The forward is deterministic: the same inputs give the same
 //   bits, every run; so is the backward, except on Hopper's kernels without
 //   set_deterministic(true) (above).
 // - Cudnn: cuDNN's fused flash attention (a graph of its graph API), for f16 and bf16 with
-//   head dims D and Dv multiples of 8 up to 128, Hkv == H (no grouped-query attention), q, k
+//   head dims D and Dv multiples of 8 up to 256, Hkv == H (no grouped-query attention), q, k
 //   and v with 16-byte aligned rows (the views of one packed qkv projection qualify), on
 //   Ampere or later. The forward is deterministic. The backward is built in the form cuDNN
 //   documents as deterministic on Hopper (dQ written once from a dP workspace, no atomic

@@ -1,8 +1,8 @@
 // scaled_dot_product_attention (normcore/attention.h): the CPU kernels against the same math
 // composed of matmul, masked_fill and softmax (the value and every gradient, through
 // autograd), float64 gradchecks and argument errors; then the CUDA kernels against the CPU
-// in f64, f32, f16 and bf16 at shapes that reach every path: head dims 32, 64, 128 and odd
-// ones, lengths that are not multiples of a tile, L != S, causal, q, k and v as strided
+// in f64, f32, f16 and bf16 at shapes that reach every path: head dims 32, 64, 128, 256 and
+// odd ones (past 128: the row kernels for f32, matrix products for the f16/bf16 backward), lengths that are not multiples of a tile, L != S, causal, q, k and v as strided
 // views of one packed qkv buffer, one query, no keys.
 #include <gtest/gtest.h>
 
@@ -348,6 +348,11 @@ TEST(AttentionCuda, MatchesCpuOnEveryPath) {
       {"packed op D 128", 1, 2, 200, 200, 128, 128, false, true, 0, true},
       {"packed op odd dim, one token", 3, 2, 1, 1, 40, 40, true, true, 0, true},
       {"packed op D 32", 2, 4, 130, 130, 32, 32, false, true, 0, true},
+      {"D 256 causal, tails", 1, 2, 130, 130, 256, 256, true},
+      {"D 256, L < S", 1, 2, 65, 200, 256, 256, false},
+      {"odd dims past 128", 1, 2, 33, 47, 200, 136, false},
+      {"grouped-query D 256 causal", 1, 4, 70, 70, 256, 256, true, false, 2},
+      {"packed op D 256", 1, 2, 77, 77, 256, 256, true, true, 0, true},
   };
   for (const Case& c : cases) {
     for (DType dtype : {DType::F64, DType::F32, DType::F16, DType::BF16}) run_cuda_case(c, dtype);
@@ -364,9 +369,14 @@ TEST(AttentionCuda, NoKeysAndEmpty) {
                                              nc::ones({0, 2, 5, 64}, gpu))
                 .shape(),
             (nc::Shape{0, 2, 3, 64}));
-  EXPECT_THROW(nc::scaled_dot_product_attention(nc::ones({1, 1, 2, 160}, gpu), nc::ones({1, 1, 2, 160}, gpu),
-                                                nc::ones({1, 1, 2, 160}, gpu)),
+  EXPECT_THROW(nc::scaled_dot_product_attention(nc::ones({1, 1, 2, 264}, gpu), nc::ones({1, 1, 2, 264}, gpu),
+                                                nc::ones({1, 1, 2, 264}, gpu)),
                nc::ShapeError);
+  // With no keys the backward at head dim 256 (matrix products elsewhere) gives zero gradients.
+  Tensor q = nc::ones({1, 2, 3, 256}, gpu).to(DType::BF16).requires_grad_();
+  Tensor kv = nc::ones({1, 2, 0, 256}, gpu).to(DType::BF16).requires_grad_();
+  nc::sum(nc::scaled_dot_product_attention(q, kv, kv)).backward();
+  EXPECT_EQ(values(q.grad()), std::vector<double>(1536, 0.0));
 }
 
 // No atomics in the backward: two runs give the same bits.

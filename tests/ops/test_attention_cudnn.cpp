@@ -94,7 +94,8 @@ TEST(AttentionEngine, WhenCudnnRuns) {
       {"f64", [](AttentionEngineQuery& q) { q.dtype = DType::F64; }, "f16 and bf16"},
       {"f16", [](AttentionEngineQuery& q) { q.dtype = DType::F16; }, nullptr},
       {"grouped-query", [](AttentionEngineQuery& q) { q.shape.kv_heads = 2; }, "grouped-query"},
-      {"D 160", [](AttentionEngineQuery& q) { q.shape.D = q.shape.Dv = 160; }, "multiples of 8 up to 128"},
+      {"D 264", [](AttentionEngineQuery& q) { q.shape.D = q.shape.Dv = 264; }, "multiples of 8 up to 256"},
+      {"D 256", [](AttentionEngineQuery& q) { q.shape.D = q.shape.Dv = 256; }, nullptr},
       {"D 40", [](AttentionEngineQuery& q) { q.shape.D = q.shape.Dv = 40; }, nullptr},
       {"Dv 36", [](AttentionEngineQuery& q) { q.shape.Dv = 36; }, "multiples of 8"},
       {"D 128, Dv 64", [](AttentionEngineQuery& q) { q.shape.D = 128; }, nullptr},
@@ -269,6 +270,8 @@ TEST(AttentionCudnn, MatchesNativeAndCpu) {
       {"D 128, Dv 64", 1, 2, 128, 256, 128, 64, true},
       {"packed qkv D 64, T 256, causal", 2, 4, 256, 256, 64, 64, true, true},
       {"packed qkv D 128, T 77, causal", 1, 3, 77, 77, 128, 128, true, true},
+      {"D 256, causal", 1, 2, 256, 256, 256, 256, true},
+      {"D 256, L 77 < S 256", 1, 2, 77, 256, 256, 256, false},
   };
   const AttentionEngine engines[2] = {AttentionEngine::Native, AttentionEngine::Cudnn};
   for (const Case& c : cases) {

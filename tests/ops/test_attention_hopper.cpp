@@ -2,8 +2,8 @@
 // accelerator) on an sm_90 device: out and the gradients (the backward on the Hopper kernels
 // too, reading the log-sum-exp the forward saved) against a float64 CPU reference of the
 // same rounded inputs and against the mma.sync kernels (kernels::set_hopper_attention(Off)),
-// both forms of the forward (pipelined and serial), in f16 and bf16, for head dims 64 and
-// 128, causal or not, lengths on and off the tiles (1, 127, 129, 300), L != S both ways,
+// both forms of the forward (pipelined and serial), in f16 and bf16, for head dims 64,
+// 128 and 256 (whose backward runs as matrix products on cuBLAS), causal or not, lengths on and off the tiles (1, 127, 129, 300), L != S both ways,
 // grouped-query and multi-query heads, q, k and v as views of one packed projection, and
 // logits large enough to saturate the softmax; the backward in its fast form (grad_q summed
 // with atomics) and its deterministic form (cuda::set_deterministic). Every case checks that the Hopper kernels
@@ -156,9 +156,11 @@ void check_case(const Case& c, DType dtype) {
     if (c.packed) reference.grads = {wide.packed.grad()};
     else reference.grads = {wide.q.grad(), wide.k.grad(), wide.v.grad()};
   }
+  // Past head dim 128 the backward runs as matrix products, whatever the forward ran.
+  const char* backward_kernels = c.D > 128 ? "cublas" : "wgmma";
   const Run mma = run(c, dtype, nc::Device::cuda(), HopperAttention::Off, grad_out);
   ASSERT_EQ(mma.forward_kernels, "mma.sync");
-  ASSERT_EQ(mma.backward_kernels, "mma.sync");
+  ASSERT_EQ(mma.backward_kernels, c.D > 128 ? "cublas" : "mma.sync");
   // P is rounded to the storage type before P V on both kernels: errors of a few units of
   // that type's precision, and the Hopper kernels' no larger than the mma.sync kernels' by
   // more than rounding noise.
@@ -173,7 +175,7 @@ void check_case(const Case& c, DType dtype) {
                  (deterministic ? ", deterministic backward" : ", fast backward"));
     const Run hopper = run(c, dtype, nc::Device::cuda(), mode, grad_out, deterministic);
     ASSERT_EQ(hopper.forward_kernels, "wgmma");
-    ASSERT_EQ(hopper.backward_kernels, "wgmma");
+    ASSERT_EQ(hopper.backward_kernels, backward_kernels);
     const double out_hopper = error(hopper.out, reference.out);
     EXPECT_LT(out_hopper, 2 * unit) << "out: mma.sync's error " << out_mma;
     EXPECT_LT(out_hopper, 1.5 * out_mma + unit / 4) << "out";
@@ -208,6 +210,31 @@ TEST(AttentionHopper, MatchesReferenceAndMmaSync) {
   for (const Case& c : cases) {
     for (DType dtype : {DType::F16, DType::BF16}) check_case(c, dtype);
   }
+}
+
+// Head dim 256: the Hopper forward (key tiles of 64) and the backward as matrix products.
+TEST(AttentionHopper, HeadDim256MatchesReferenceAndMmaSync) {
+  if (!hopper_device()) GTEST_SKIP() << "no sm_90 device, or a build without the Hopper kernels";
+  Settings restore;
+  const std::vector<Case> cases = {
+      {"D 256, L < S", 1, 2, 2, 129, 300, 256, false},
+      {"D 256 causal, tails", 1, 2, 2, 300, 300, 256, true},
+      {"D 256 causal, L > S", 1, 2, 2, 200, 65, 256, true},
+      {"grouped-query D 256 causal", 1, 4, 2, 130, 130, 256, true},
+      {"packed qkv D 256", 1, 2, 2, 200, 200, 256, false, true},
+      {"saturated softmax D 256", 1, 2, 2, 129, 129, 256, false, false, 40.0},
+  };
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::F16, DType::BF16}) check_case(c, dtype);
+  }
+}
+
+// A causal head of 2^22 scores or more runs its backward in blocks of query rows, each
+// multiplying only the keys up to its last row, grad_k and grad_v summed in f32 over them.
+TEST(AttentionHopper, HeadDim256BackwardInRowBlocks) {
+  if (!hopper_device()) GTEST_SKIP() << "no sm_90 device, or a build without the Hopper kernels";
+  Settings restore;
+  check_case({"D 256 causal, backward in row blocks", 1, 3, 3, 2048, 2048, 256, true}, DType::BF16);
 }
 
 // The deterministic backward gives the same bits on every run; the fast one sums grad_q with

@@ -952,9 +952,9 @@ TEST(Errors, AttentionErrors) {
       bad<nc::ShapeError>(
           "sdpa head dim over the CUDA limit",
           [&] {
-            sdpa(nc::zeros({1, 1, 2, 256}, gpu), nc::zeros({1, 1, 2, 256}, gpu), nc::zeros({1, 1, 2, 256}, gpu));
+            sdpa(nc::zeros({1, 1, 2, 264}, gpu), nc::zeros({1, 1, 2, 264}, gpu), nc::zeros({1, 1, 2, 264}, gpu));
           },
-          {"scaled_dot_product_attention", "head dims up to 128", "D = 256"}),
+          {"scaled_dot_product_attention", "head dims up to 256", "D = 264"}),
   });
 }
 

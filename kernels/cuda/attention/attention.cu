@@ -3,8 +3,9 @@
 // then, for an f16/bf16 forward on an sm_90 device of a build with Hopper kernels, to
 // hopper/attention.h (kernels::hopper_attention()), else run on the kernels of
 // attention/flash.cuh. plan_attention picks the path: f16/bf16 on tensor cores, head dims
-// padded to 32, 64 or 128; f32 on the register-tiled SIMT kernels, padded the same way; f64 on
-// the row-per-warp SIMT kernels. Forward: one kernel writing out and
+// padded to 32, 64, 128 or (forward) 256; f32 on the register-tiled SIMT kernels, padded to
+// 32, 64 or 128; f64, f32 past 128 and the f16/bf16 backward past 128 (in f32) on the
+// row-per-warp SIMT kernels. Forward: one kernel writing out and
 // lse. Backward: delta = rowsum(grad_out * out) (f64: the rows' statistics and delta =
 // sum_j p_j dp_j, flash.cuh says why), then grad_k and grad_v over key tiles, then grad_q over
 // query tiles; every gradient is written (=) once, so results are deterministic (the Hopper
@@ -13,6 +14,7 @@
 #include "kernels/cuda/attention/cudnn_attention.h"
 #include "kernels/cuda/attention/decode.h"
 #include "kernels/cuda/attention/flash_simt.cuh"
+#include "kernels/cuda/attention/matrix_backward.h"
 #include "kernels/cuda/loops.cuh"
 #if NORMCORE_HOPPER_KERNELS
 #include "kernels/cuda/hopper/attention.h"
@@ -24,23 +26,29 @@ namespace {
 
 using flash::AttentionParams;
 
-constexpr int64_t kMaxHeadDim = 128;
+constexpr int64_t kMaxHeadDim = 256;  // flash::kSimtCols * 32, the row kernels' widest
 
 enum class AttentionPath {
   TensorCores,  // f16, bf16: mma.sync kernels for head_dim columns
   TiledSimt,    // f32: 64-row tiles, head_dim columns
-  RowSimt,      // f64: one warp per row
+  RowSimt,      // one warp per row: f64; f32 past 128; what Matrix does not take
+  Matrix,       // f16, bf16 backward past 128: matrix products on cuBLAS (matrix_backward.h)
 };
 
 struct AttentionPlan {
   AttentionPath path;
-  int head_dim = 0;  // TensorCores, TiledSimt: max(D, Dv) rounded up to 32, 64 or 128
+  int head_dim = 0;  // TensorCores, TiledSimt: max(D, Dv) rounded up to 32, 64, 128 or 256
 };
 
-AttentionPlan plan_attention(DType dtype, int64_t D, int64_t Dv) {
+// Past head dim 128 the tiled f32 kernels would not fit shared memory and the mma.sync
+// backward would hold dK and dV in 256 registers a thread (so would the Hopper backward:
+// hopper/attention.h): f32 runs a row per warp, the f16/bf16 backward as matrix products.
+AttentionPlan plan_attention(DType dtype, int64_t D, int64_t Dv, AttentionPass pass) {
   if (dtype == DType::F64) return {AttentionPath::RowSimt};
   const int64_t width = std::max(D, Dv);
-  const int head_dim = width <= 32 ? 32 : width <= 64 ? 64 : 128;
+  const int head_dim = width <= 32 ? 32 : width <= 64 ? 64 : width <= 128 ? 128 : 256;
+  if (head_dim == 256 && dtype == DType::F32) return {AttentionPath::RowSimt};
+  if (head_dim == 256 && pass == AttentionPass::Backward) return {AttentionPath::Matrix};
   return {dtype == DType::F32 ? AttentionPath::TiledSimt : AttentionPath::TensorCores, head_dim};
 }
 
@@ -57,8 +65,7 @@ bool rows_aligned(const void* base, const flash::RowStrides& s) {
 // The parameters common to both directions; C is the stats type.
 template <class T, class C>
 AttentionParams<T, C> make_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                  const Tensor& lse, const kernels::AttentionShape& shape, bool causal,
-                                  double scale) {
+                                  const Tensor& lse, const kernels::AttentionShape& shape, bool causal, double scale) {
   AttentionParams<T, C> p;
   p.q = data_as<const T>(q);
   p.k = data_as<const T>(k);
@@ -113,14 +120,16 @@ void tc_backward(const Launcher& launch, const AttentionParams<T, float>& p) {
   }
 }
 
-// Calls run(std::integral_constant<int, head_dim>{}).
-template <class Run>
+// Calls run(std::integral_constant<int, head_dim>{}), for head dims up to LARGEST (128 or
+// 256; the plan gives no larger one to a caller).
+template <int LARGEST, class Run>
 void with_head_dim(int head_dim, Run run) {
   switch (head_dim) {
     case 32: return run(std::integral_constant<int, 32>{});
     case 64: return run(std::integral_constant<int, 64>{});
-    default: return run(std::integral_constant<int, 128>{});
+    case 128: return run(std::integral_constant<int, 128>{});
   }
+  if constexpr (LARGEST == 256) return run(std::integral_constant<int, 256>{});
 }
 
 // ---------------------------------------------------------------- SIMT
@@ -133,13 +142,13 @@ void tiled_run(const Launcher& launch, void (*kernel)(AttentionParams<float, flo
   launch(kernel, static_cast<unsigned>(grid), flash::kTiledThreads, smem, p);
 }
 
-// A row-per-warp kernel (f64) over `rows` rows of one side (kSimtRows per block).
-template <class T>
-void simt_run(const Launcher& launch, void (*kernel)(AttentionParams<T, T>), int64_t rows,
-              const AttentionParams<T, T>& p) {
+// A row-per-warp kernel over `rows` rows of one side (kSimtRows per block).
+template <class T, class C>
+void simt_run(const Launcher& launch, void (*kernel)(AttentionParams<T, C>), int64_t rows,
+              const AttentionParams<T, C>& p) {
   const int64_t grid = flash::tile_blocks(int64_t{p.batch} * p.heads, rows, flash::kSimtRows);
   if (grid == 0) return;
-  const size_t smem = flash::simt_shared_bytes<T>(p.D, p.Dv);
+  const size_t smem = flash::simt_shared_bytes<C>(p.D, p.Dv);
   launch.allow_shared_memory(kernel, smem);
   launch(kernel, static_cast<unsigned>(grid), flash::kSimtThreads, smem, p);
 }
@@ -156,7 +165,7 @@ class CudaAttention final : public kernels::AttentionKernels {
     if (on_cudnn) return;
     const char* op = "scaled_dot_product_attention";
     const Launcher launch(op, q);
-    const AttentionPlan plan = plan_attention(q.dtype(), shape.D, shape.Dv);
+    const AttentionPlan plan = plan_attention(q.dtype(), shape.D, shape.Dv, AttentionPass::Forward);
     visit_float(q.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -171,24 +180,23 @@ class CudaAttention final : public kernels::AttentionKernels {
         }
 #endif
         kernels::record_native_attention_kernels(AttentionPass::Forward, "mma.sync");
-        with_head_dim(plan.head_dim, [&](auto hd) { tc_forward<T, decltype(hd)::value>(launch, p); });
-      } else if constexpr (std::is_same_v<T, float>) {
-        kernels::record_native_attention_kernels(AttentionPass::Forward, "simt");
-        with_head_dim(plan.head_dim, [&](auto hd) {
-          constexpr int HD = decltype(hd)::value;
-          tiled_run(launch, flash::tiled_forward_kernel<HD>, flash::tiled_forward_shared_bytes<HD>(), p.L, p);
-        });
+        with_head_dim<256>(plan.head_dim, [&](auto hd) { tc_forward<T, decltype(hd)::value>(launch, p); });
       } else {
         kernels::record_native_attention_kernels(AttentionPass::Forward, "simt");
-        simt_run<T>(launch, flash::simt_forward_kernel<T>, p.L, p);
+        if (plan.path == AttentionPath::RowSimt) return simt_run(launch, flash::simt_forward_kernel<T, C>, p.L, p);
+        if constexpr (std::is_same_v<T, float>) {
+          with_head_dim<128>(plan.head_dim, [&](auto hd) {
+            constexpr int HD = decltype(hd)::value;
+            tiled_run(launch, flash::tiled_forward_kernel<HD>, flash::tiled_forward_shared_bytes<HD>(), p.L, p);
+          });
+        }
       }
     });
   }
 
-  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, const kernels::AttentionShape& shape, bool causal,
-                          double scale, const Tensor& grad_q, const Tensor& grad_k,
-                          const Tensor& grad_v) const override {
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, const kernels::AttentionShape& shape, bool causal, double scale,
+                          const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) const override {
     const bool on_cudnn =
         cudnn_attention_backward(grad_out, q, k, v, out, lse, shape, causal, scale, grad_q, grad_k, grad_v);
     kernels::record_attention_engine(AttentionPass::Backward,
@@ -196,7 +204,7 @@ class CudaAttention final : public kernels::AttentionKernels {
     if (on_cudnn) return;
     const char* op = "scaled_dot_product_attention backward";
     const Launcher launch(op, q);
-    const AttentionPlan plan = plan_attention(q.dtype(), shape.D, shape.Dv);
+    const AttentionPlan plan = plan_attention(q.dtype(), shape.D, shape.Dv, AttentionPass::Backward);
     visit_float(q.dtype(), op, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -222,35 +230,43 @@ class CudaAttention final : public kernels::AttentionKernels {
         }
 #endif
       }
-      if (rows > 0 && plan.path != AttentionPath::RowSimt) {
+      AttentionPath path = plan.path;
+      if constexpr (is_reduced_float_v<T>) {
+        if (path == AttentionPath::Matrix && !matrix_backward_takes(p)) path = AttentionPath::RowSimt;
+      }
+      if (rows > 0 && path != AttentionPath::RowSimt) {
         launch(flash::delta_kernel<T, C>, static_cast<unsigned>(ceil_div(rows, flash::kDeltaRowsPerBlock)),
                flash::kDeltaRowsPerBlock * flash::kWarp, 0, p);
       }
-      kernels::record_native_attention_kernels(AttentionPass::Backward,
-                                               is_reduced_float_v<T> ? "mma.sync" : "simt");
+      kernels::record_native_attention_kernels(AttentionPass::Backward, path == AttentionPath::TensorCores ? "mma.sync"
+                                                                        : path == AttentionPath::Matrix    ? "cublas"
+                                                                                                           : "simt");
       if constexpr (is_reduced_float_v<T>) {
-        with_head_dim(plan.head_dim, [&](auto hd) { tc_backward<T, decltype(hd)::value>(launch, p); });
-      } else if constexpr (std::is_same_v<T, float>) {
-        with_head_dim(plan.head_dim, [&](auto hd) {
-          constexpr int HD = decltype(hd)::value;
-          tiled_run(launch, flash::tiled_backward_kv_kernel<HD>, flash::tiled_backward_kv_shared_bytes<HD>(), p.S, p);
-          tiled_run(launch, flash::tiled_backward_q_kernel<HD>, flash::tiled_backward_q_shared_bytes<HD>(), p.L, p);
-        });
-      } else {
+        if (path == AttentionPath::Matrix) return matrix_backward(launch, p);
+      }
+      if (path == AttentionPath::RowSimt) {
         // The rows' statistics and delta (see flash.cuh), then the gradients.
         const DeviceBuffer stats = launch.buffer(2 * sizeof(C) * static_cast<size_t>(rows));
         p.row_max = stats.as<C>();
         p.row_sum = p.row_max + rows;
-        simt_run<T>(launch, flash::simt_query_rows_kernel<T, true>, p.L, p);
-        simt_run<T>(launch, flash::simt_backward_kv_kernel<T>, p.S, p);
-        simt_run<T>(launch, flash::simt_query_rows_kernel<T, false>, p.L, p);
+        simt_run(launch, flash::simt_query_rows_kernel<T, C, true>, p.L, p);
+        simt_run(launch, flash::simt_backward_kv_kernel<T, C>, p.S, p);
+        simt_run(launch, flash::simt_query_rows_kernel<T, C, false>, p.L, p);
+      } else if constexpr (is_reduced_float_v<T>) {
+        with_head_dim<128>(plan.head_dim, [&](auto hd) { tc_backward<T, decltype(hd)::value>(launch, p); });
+      } else if constexpr (std::is_same_v<T, float>) {
+        with_head_dim<128>(plan.head_dim, [&](auto hd) {
+          constexpr int HD = decltype(hd)::value;
+          tiled_run(launch, flash::tiled_backward_kv_kernel<HD>, flash::tiled_backward_kv_shared_bytes<HD>(), p.S, p);
+          tiled_run(launch, flash::tiled_backward_q_kernel<HD>, flash::tiled_backward_q_shared_bytes<HD>(), p.L, p);
+        });
       }
     });
   }
 
-  void cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
-                        const Tensor& v_cache, const Tensor& positions, const kernels::AttentionShape& shape,
-                        double scale, const Tensor& out) const override {
+  void cached_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& positions, const kernels::AttentionShape& shape, double scale,
+                        const Tensor& out) const override {
     cuda::cached_attention(q, k, v, k_cache, v_cache, positions, shape, scale, out);
   }
 };

@@ -107,17 +107,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 template <class T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
 
@@ -152,8 +150,7 @@ constexpr int kPad = 8;
 // the rest of the ROWS x HD tile is zero, so padded head dims and tail rows add nothing.
 // Vectorized: 16-byte cp.async (the caller commits and waits); else plain loads and stores.
 template <int ROWS, int HD, int THREADS, class T>
-__device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t stride, int rows, int cols,
-                                          bool vectorized) {
+__device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t stride, int rows, int cols, bool vectorized) {
   constexpr int kStride = HD + kPad;
   if (vectorized) {
     constexpr int kChunks = HD / 8;
@@ -203,8 +200,7 @@ __device__ __forceinline__ void accumulators_as_a(uint32_t (&a)[4], const float 
 // `factor` into a contiguous [.., row_len] output, rows below row_end and columns below cols.
 template <int HD, class T>
 __device__ __forceinline__ void store_rows(T* dst, int64_t row_len, int row0, int row_end, int cols,
-                                           const float (&acc)[HD / 8][4], float factor_lo, float factor_hi,
-                                           int lane) {
+                                           const float (&acc)[HD / 8][4], float factor_lo, float factor_hi, int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -245,6 +241,9 @@ template <>
 struct ForwardConfig<64> : ForwardTiles<64, 4, 2, 64, false> {};
 template <>
 struct ForwardConfig<128> : ForwardTiles<128, 4, 2, 64, false> {};
+// 16 query rows a warp: O's 16 x 256 accumulators are 128 registers a thread.
+template <>
+struct ForwardConfig<256> : ForwardTiles<256, 4, 1, 64, false> {};
 
 // Blocks of a launch over tiles of `block` rows (queries or keys), batch * head outermost.
 inline int64_t tile_blocks(int64_t batch_heads, int64_t rows, int block) {
@@ -277,8 +276,8 @@ __global__ void __launch_bounds__(Tiles::kThreads) tc_forward_kernel(const Atten
   cp_async_commit();
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
-  const int warp_row = warp * 16 * MT;     // in the tile; block mt of the warp starts at warp_row + 16 mt
-  const int row_lo = m0 + warp_row + g;    // accumulators [0], [1] of block mt: row_lo + 16 mt; [2], [3]: + 8
+  const int warp_row = warp * 16 * MT;   // in the tile; block mt of the warp starts at warp_row + 16 mt
+  const int row_lo = m0 + warp_row + g;  // accumulators [0], [1] of block mt: row_lo + 16 mt; [2], [3]: + 8
   uint32_t q_frag[Tiles::kQInRegisters ? MT : 1][Tiles::kQInRegisters ? HD / 16 : 1][4];
   float o[MT][HD / 8][4] = {};
   float row_max[MT][2], row_sum[MT][2];  // max of the scores times scale_log2; this thread's part of the sum
@@ -300,8 +299,7 @@ __global__ void __launch_bounds__(Tiles::kThreads) tc_forward_kernel(const Atten
           for (int kc = 0; kc < HD / 16; ++kc) load_a<HD>(q_frag[mt][kc], q_s, warp_row + mt * 16, kc * 16, lane);
       }
     }
-    load_tile<BN, HD, THREADS>(v_s, v + n0 * p.v_stride.row, p.v_stride.row, min(BN, p.S - n0), p.Dv,
-                               p.vectorized);
+    load_tile<BN, HD, THREADS>(v_s, v + n0 * p.v_stride.row, p.v_stride.row, min(BN, p.S - n0), p.Dv, p.vectorized);
     cp_async_commit();
 
     float s[MT][BN / 8][4] = {};
@@ -347,8 +345,8 @@ __global__ void __launch_bounds__(Tiles::kThreads) tc_forward_kernel(const Atten
     cp_async_wait_all();
     __syncthreads();  // V(n) is in; every warp is done with K(n)
     if (n + 1 < n_tiles) {
-      load_tile<BN, HD, THREADS>(k_s, k + (n0 + BN) * p.k_stride.row, p.k_stride.row, min(BN, p.S - n0 - BN),
-                                 p.D, p.vectorized);
+      load_tile<BN, HD, THREADS>(k_s, k + (n0 + BN) * p.k_stride.row, p.k_stride.row, min(BN, p.S - n0 - BN), p.D,
+                                 p.vectorized);
       cp_async_commit();
     }
 
@@ -421,7 +419,7 @@ constexpr int kDeltaRowsPerBlock = 8;  // one warp per row
 
 // delta[row] = dot(grad_out[row], out[row]) over the B * H * L rows (Dv wide) of both.
 template <class T, class C>
-__global__ void __launch_bounds__(kDeltaRowsPerBlock * kWarp) delta_kernel(const AttentionParams<T, C> p) {
+__global__ void __launch_bounds__(kDeltaRowsPerBlock* kWarp) delta_kernel(const AttentionParams<T, C> p) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kDeltaRowsPerBlock + threadIdx.x / kWarp;
   if (row >= int64_t{p.batch} * p.heads * p.L) return;
   const int64_t bh = row / p.L, i = row % p.L;
@@ -517,14 +515,15 @@ __device__ __forceinline__ void warp_gemm_reg_a(float (&acc)[MT][N / 8][4], cons
 }
 
 template <class T, class Config>
-__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) tc_backward_kv_kernel(const AttentionParams<T, float> p) {
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
+    tc_backward_kv_kernel(const AttentionParams<T, float> p) {
   constexpr int HD = Config::kHeadDim, MT = Config::kMTiles, BM = Config::kBlockM, BN = Config::kBlockN;
   constexpr int THREADS = Config::kThreads, SP = HD + kPad;
   extern __shared__ __align__(16) unsigned char smem[];
   T* k_s = reinterpret_cast<T*>(smem);
   T* v_s = k_s + BN * SP;
-  T* q_s = v_s + BN * SP;          // [2][BM][SP]
-  T* do_s = q_s + 2 * BM * SP;     // [2][BM][SP]
+  T* q_s = v_s + BN * SP;                                       // [2][BM][SP]
+  T* do_s = q_s + 2 * BM * SP;                                  // [2][BM][SP]
   float* lse_s = reinterpret_cast<float*>(do_s + 2 * BM * SP);  // [2][BM], times log2(e); +inf past L
   float* delta_s = lse_s + 2 * BM;                              // [2][BM]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
@@ -541,25 +540,24 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) tc_backw
 
   auto stage = [&](int m, int buf) {
     const int m0 = m * BM, rows = min(BM, p.L - m0);
-    load_tile<BM, HD, THREADS>(q_s + buf * BM * SP, q + m0 * p.q_stride.row, p.q_stride.row, rows, p.D,
-                               p.vectorized);
-    load_tile<BM, HD, THREADS>(do_s + buf * BM * SP, grad_out + m0 * p.grad_out_stride.row, p.grad_out_stride.row,
-                               rows, p.Dv, p.vectorized);
+    load_tile<BM, HD, THREADS>(q_s + buf * BM * SP, q + m0 * p.q_stride.row, p.q_stride.row, rows, p.D, p.vectorized);
+    load_tile<BM, HD, THREADS>(do_s + buf * BM * SP, grad_out + m0 * p.grad_out_stride.row, p.grad_out_stride.row, rows,
+                               p.Dv, p.vectorized);
     for (int i = threadIdx.x; i < BM; i += THREADS) {
       lse_s[buf * BM + i] = i < rows ? lse[m0 + i] * kLog2e : INFINITY;
       delta_s[buf * BM + i] = i < rows ? delta[m0 + i] : 0.0f;
     }
   };
-  load_tile<BN, HD, THREADS>(k_s, head_rows(p.k, p.k_stride, bh, p.heads, p.group) + n0 * p.k_stride.row, p.k_stride.row,
-                             min(BN, p.S - n0), p.D, p.vectorized);
-  load_tile<BN, HD, THREADS>(v_s, head_rows(p.v, p.v_stride, bh, p.heads, p.group) + n0 * p.v_stride.row, p.v_stride.row,
-                             min(BN, p.S - n0), p.Dv, p.vectorized);
+  load_tile<BN, HD, THREADS>(k_s, head_rows(p.k, p.k_stride, bh, p.heads, p.group) + n0 * p.k_stride.row,
+                             p.k_stride.row, min(BN, p.S - n0), p.D, p.vectorized);
+  load_tile<BN, HD, THREADS>(v_s, head_rows(p.v, p.v_stride, bh, p.heads, p.group) + n0 * p.v_stride.row,
+                             p.v_stride.row, min(BN, p.S - n0), p.Dv, p.vectorized);
   if (m_begin < m_tiles) stage(m_begin, 0);
   cp_async_commit();
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
-  const int warp_key = warp * 16 * MT;      // in the tile; block mt of the warp starts at warp_key + 16 mt
-  const int key_lo = n0 + warp_key + g;     // accumulators [0], [1] of block mt: key_lo + 16 mt; [2], [3]: + 8
+  const int warp_key = warp * 16 * MT;   // in the tile; block mt of the warp starts at warp_key + 16 mt
+  const int key_lo = n0 + warp_key + g;  // accumulators [0], [1] of block mt: key_lo + 16 mt; [2], [3]: + 8
   float dk[MT][HD / 8][4] = {}, dv[MT][HD / 8][4] = {};
 
   for (int m = m_begin; m < m_tiles; ++m) {
@@ -638,13 +636,11 @@ __global__ void __launch_bounds__(Config::kThreads) tc_backward_q_kernel(const A
 
   auto stage = [&](int n, int buf) {
     const int n0 = n * BN, keys = min(BN, p.S - n0);
-    load_tile<BN, HD, THREADS>(k_s + buf * BN * SP, k + n0 * p.k_stride.row, p.k_stride.row, keys, p.D,
-                               p.vectorized);
-    load_tile<BN, HD, THREADS>(v_s + buf * BN * SP, v + n0 * p.v_stride.row, p.v_stride.row, keys, p.Dv,
-                               p.vectorized);
+    load_tile<BN, HD, THREADS>(k_s + buf * BN * SP, k + n0 * p.k_stride.row, p.k_stride.row, keys, p.D, p.vectorized);
+    load_tile<BN, HD, THREADS>(v_s + buf * BN * SP, v + n0 * p.v_stride.row, p.v_stride.row, keys, p.Dv, p.vectorized);
   };
-  load_tile<BM, HD, THREADS>(q_s, head_rows(p.q, p.q_stride, bh, p.heads) + m0 * p.q_stride.row, p.q_stride.row,
-                             rows, p.D, p.vectorized);
+  load_tile<BM, HD, THREADS>(q_s, head_rows(p.q, p.q_stride, bh, p.heads) + m0 * p.q_stride.row, p.q_stride.row, rows,
+                             p.D, p.vectorized);
   load_tile<BM, HD, THREADS>(do_s, head_rows(p.grad_out, p.grad_out_stride, bh, p.heads) + m0 * p.grad_out_stride.row,
                              p.grad_out_stride.row, rows, p.Dv, p.vectorized);
   if (n_tiles > 0) stage(0, 0);
@@ -703,8 +699,8 @@ __global__ void __launch_bounds__(Config::kThreads) tc_backward_q_kernel(const A
   const float scale = static_cast<float>(p.scale);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
-    store_rows<HD>(head_rows(p.grad_q, p.grad_q_stride, bh, p.heads), p.grad_q_stride.row, m0 + warp_row + mt * 16,
-                   p.L, p.D, dq[mt], scale, scale, lane);
+    store_rows<HD>(head_rows(p.grad_q, p.grad_q_stride, bh, p.heads), p.grad_q_stride.row, m0 + warp_row + mt * 16, p.L,
+                   p.D, dq[mt], scale, scale, lane);
   }
 }
 

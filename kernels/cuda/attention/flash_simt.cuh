@@ -22,9 +22,9 @@ namespace flash {
 // The forward's warps are 2 x 16 threads (ty x tx), so that a row's 16 threads reduce within
 // the warp; the backward needs no row reductions and takes 4 x 8, whose warps read half as
 // many distinct 16-byte words of shared memory per product step (one wavefront per load).
-constexpr int kTiledRows = 64;                           // rows of every tile
-constexpr int kTiledThreads = 256;                       // 16 x 16
-constexpr int kTiledPad = 4;                             // floats; see tiled_dot_rows
+constexpr int kTiledRows = 64;                             // rows of every tile
+constexpr int kTiledThreads = 256;                         // 16 x 16
+constexpr int kTiledPad = 4;                               // floats; see tiled_dot_rows
 constexpr int kTiledScoreStride = kTiledRows + kTiledPad;  // a 64 x 64 tile of scores
 // Two blocks per SM (at most 128 registers a thread): one block's tile loads overlap the
 // other's products, as the tiles are not double-buffered.
@@ -116,7 +116,8 @@ __device__ __forceinline__ void tiled_scores_times(float (&acc)[4][HD / 16], con
   for (int j = 0; j < kTiledRows; j += 4) {
     float4 sv[4];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) sv[r] = *reinterpret_cast<const float4*>(scores + (ty + 16 * r) * kTiledScoreStride + j);
+    for (int r = 0; r < 4; ++r)
+      sv[r] = *reinterpret_cast<const float4*>(scores + (ty + 16 * r) * kTiledScoreStride + j);
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       const float* b_row = b + (j + jj) * SP;
@@ -163,7 +164,8 @@ __device__ __forceinline__ void tiled_store(float* dst, int64_t row_len, int row
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_forward_kernel(const AttentionParams<float, float> p) {
+__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks)
+    tiled_forward_kernel(const AttentionParams<float, float> p) {
   constexpr int SP = kTiledStride<HD>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* q_s = reinterpret_cast<float*>(smem);
@@ -211,7 +213,7 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_forward_
         const int i = m0 + ty + 16 * r, j = n0 + tx + 16 * c;
         s[r][c] = masked && (j >= p.S || (p.causal && j > i)) ? -INFINITY : s[r][c] * scale_log2;
       }
-    // Online softmax: rescale what was summed so far to the new row maximum.
+      // Online softmax: rescale what was summed so far to the new row maximum.
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       float tile_max = fmaxf(fmaxf(s[r][0], s[r][1]), fmaxf(s[r][2], s[r][3]));
@@ -249,22 +251,23 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_forward_
 #pragma unroll
     for (int c = 0; c < HD / 16; ++c) o[r][c] *= inv[r];
   }
-  tiled_store<HD>(head_rows(p.out, p.out_stride, bh, p.heads) + m0 * p.out_stride.row, p.out_stride.row, rows, p.Dv,
-                  o, 1.0f, ty, tx);
+  tiled_store<HD>(head_rows(p.out, p.out_stride, bh, p.heads) + m0 * p.out_stride.row, p.out_stride.row, rows, p.Dv, o,
+                  1.0f, ty, tx);
 }
 
 // grad_k and grad_v of a tile of 64 keys (rows ty + 16 r of the score tiles are keys, columns
 // queries), over the query tiles that see them: P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
 // dV += P^T dO, dK += dS^T Q.
 template <int HD>
-__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward_kv_kernel(const AttentionParams<float, float> p) {
+__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks)
+    tiled_backward_kv_kernel(const AttentionParams<float, float> p) {
   constexpr int SP = kTiledStride<HD>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* k_s = reinterpret_cast<float*>(smem);
   float* v_s = k_s + kTiledRows * SP;
   float* q_s = v_s + kTiledRows * SP;
   float* do_s = q_s + kTiledRows * SP;
-  float* pt_s = do_s + kTiledRows * SP;         // [64][kTiledScoreStride]
+  float* pt_s = do_s + kTiledRows * SP;  // [64][kTiledScoreStride]
   float* dst_s = pt_s + kTiledRows * kTiledScoreStride;
   float* lse_s = dst_s + kTiledRows * kTiledScoreStride;  // [64]
   float* delta_s = lse_s + kTiledRows;                    // [64]
@@ -276,8 +279,10 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
   const int keys = min(kTiledRows, p.S - n0);
   const float* q = head_rows(p.q, p.q_stride, bh, p.heads);
   const float* grad_out = head_rows(p.grad_out, p.grad_out_stride, bh, p.heads);
-  tiled_load<HD>(k_s, head_rows(p.k, p.k_stride, bh, p.heads, p.group) + n0 * p.k_stride.row, p.k_stride.row, keys, p.D);
-  tiled_load<HD>(v_s, head_rows(p.v, p.v_stride, bh, p.heads, p.group) + n0 * p.v_stride.row, p.v_stride.row, keys, p.Dv);
+  tiled_load<HD>(k_s, head_rows(p.k, p.k_stride, bh, p.heads, p.group) + n0 * p.k_stride.row, p.k_stride.row, keys,
+                 p.D);
+  tiled_load<HD>(v_s, head_rows(p.v, p.v_stride, bh, p.heads, p.group) + n0 * p.v_stride.row, p.v_stride.row, keys,
+                 p.Dv);
 
   const float scale_log2 = static_cast<float>(p.scale) * kLog2e;
   float dk[4][HD / 16] = {}, dv[4][HD / 16] = {};
@@ -306,8 +311,9 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = tx + 16 * c, i = m0 + col, j = n0 + ty + 16 * r;
-        const float prob =
-            masked && (i >= p.L || (p.causal && j > i)) ? 0.0f : exp2_approx(s[r][c] * scale_log2 - lse_s[col] * kLog2e);
+        const float prob = masked && (i >= p.L || (p.causal && j > i))
+                               ? 0.0f
+                               : exp2_approx(s[r][c] * scale_log2 - lse_s[col] * kLog2e);
         pt_s[(ty + 16 * r) * kTiledScoreStride + col] = prob;
         dst_s[(ty + 16 * r) * kTiledScoreStride + col] = prob * (dp[r][c] - delta_s[col]);
       }
@@ -325,7 +331,8 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
 // grad_q of a tile of 64 queries over the key tiles they see: dS = P (dO V^T - delta),
 // dQ += dS K.
 template <int HD>
-__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward_q_kernel(const AttentionParams<float, float> p) {
+__global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks)
+    tiled_backward_q_kernel(const AttentionParams<float, float> p) {
   constexpr int SP = kTiledStride<HD>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* q_s = reinterpret_cast<float*>(smem);
@@ -386,49 +393,50 @@ __global__ void __launch_bounds__(kTiledThreads, kTiledMinBlocks) tiled_backward
                   rows, p.D, dq, static_cast<float>(p.scale), ty, tx);
 }
 
-// ---------------------------------------------------------------- row-per-warp SIMT kernels (f64)
+// ---------------------------------------------------------------- row-per-warp SIMT kernels (f64; any dtype at head dims past 128)
 // f64 runs here: the 64-row tiles of the kernels above would not fit shared memory in f64 at
-// HD = 128. One warp per row (a query row forward, for the row statistics and for grad_q, a
+// HD = 128; so do f32 at head dims past 128, and the f16/bf16 backward there (C = float). One warp per row (a query row forward, for the row statistics and for grad_q, a
 // key row for grad_k/grad_v), kSimtRows rows per block; the other side streams through shared
 // memory in chunks of 32 rows, one per lane for the dot products, then every lane sums over
-// the chunk for its kSimtCols head-dim columns (lane + 32 c). T accumulates in T. The
+// the chunk for its kSimtCols head-dim columns (lane + 32 c). T is the tensors' dtype, C the
+// one everything is staged, summed and kept in (T itself for f64 and f32, float for f16/bf16). The
 // backward starts with the rows' statistics, which take delta as sum_j p_j dp_j with the
 // p_j and dp_j the gradient kernels recompute bit for bit, so that dp_j - delta cancels in
 // consistently rounded terms (rowsum(grad_out * out) would not, with a saturated softmax).
 constexpr int kSimtRows = 8;
 constexpr int kSimtChunk = kWarp;
-constexpr int kSimtCols = 4;  // 4 * 32 = 128 columns, the largest head dim
+constexpr int kSimtCols = 8;  // 8 * 32 = 256 columns, the largest head dim
 constexpr int kSimtThreads = kSimtRows * kWarp;
 
 // Shared memory of the SIMT kernels: two chunks (rows of width + 1, so that lanes reading
 // their own rows hit distinct banks) and kSimtRows rows of each side's own vectors.
-template <class T>
+template <class C>
 constexpr size_t simt_shared_bytes(int D, int Dv) {
-  return sizeof(T) * (size_t{kSimtChunk} * (D + 1 + Dv + 1) + size_t{kSimtRows} * (D + Dv) + 3 * kSimtChunk);
+  return sizeof(C) * (size_t{kSimtChunk} * (D + 1 + Dv + 1) + size_t{kSimtRows} * (D + Dv) + 3 * kSimtChunk);
 }
 
 // rows [row0, row0 + kSimtChunk) of src into tile (rows of width + 1), zero past `rows`.
-template <class T>
-__device__ __forceinline__ void stage_chunk(T* tile, const T* src, int64_t stride, int row0, int rows, int width) {
+template <class C, class T>
+__device__ __forceinline__ void stage_chunk(C* tile, const T* src, int64_t stride, int row0, int rows, int width) {
   for (int idx = threadIdx.x; idx < kSimtChunk * width; idx += kSimtThreads) {
     const int r = idx / width, c = idx - r * width;
-    tile[r * (width + 1) + c] = row0 + r < rows ? src[(row0 + r) * stride + c] : T(0);
+    tile[r * (width + 1) + c] = row0 + r < rows ? static_cast<C>(src[(row0 + r) * stride + c]) : C(0);
   }
 }
 
-template <class T>
-__device__ __forceinline__ T dot_rows(const T* a, const T* b, int n) {
-  T sum = 0;
+template <class C>
+__device__ __forceinline__ C dot_rows(const C* a, const C* b, int n) {
+  C sum = 0;
   for (int c = 0; c < n; ++c) sum += a[c] * b[c];
   return sum;
 }
 
-template <class T>
-__global__ void __launch_bounds__(kSimtThreads) simt_forward_kernel(const AttentionParams<T, T> p) {
+template <class T, class C>
+__global__ void __launch_bounds__(kSimtThreads) simt_forward_kernel(const AttentionParams<T, C> p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  T* k_s = reinterpret_cast<T*>(smem);                  // [32][D + 1]
-  T* v_s = k_s + kSimtChunk * (p.D + 1);                // [32][Dv + 1]
-  T* q_s = v_s + kSimtChunk * (p.Dv + 1);               // [kSimtRows][D]
+  C* k_s = reinterpret_cast<C*>(smem);     // [32][D + 1]
+  C* v_s = k_s + kSimtChunk * (p.D + 1);   // [32][Dv + 1]
+  C* q_s = v_s + kSimtChunk * (p.Dv + 1);  // [kSimtRows][D]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int m_tiles = (p.L + kSimtRows - 1) / kSimtRows;
   const int64_t bh = blockIdx.x / m_tiles;
@@ -438,31 +446,31 @@ __global__ void __launch_bounds__(kSimtThreads) simt_forward_kernel(const Attent
   const T* q = head_rows(p.q, p.q_stride, bh, p.heads);
   const T* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
   const T* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
-  T* q_row = q_s + warp * p.D;
-  for (int c = lane; c < p.D; c += kWarp) q_row[c] = row_valid ? q[row * p.q_stride.row + c] : T(0);
+  C* q_row = q_s + warp * p.D;
+  for (int c = lane; c < p.D; c += kWarp) q_row[c] = row_valid ? static_cast<C>(q[row * p.q_stride.row + c]) : C(0);
   const int key_end = p.causal ? min(p.S, min(m0 + kSimtRows, p.L)) : p.S;
-  const T scale = static_cast<T>(p.scale);
+  const C scale = static_cast<C>(p.scale);
 
-  T row_max = -INFINITY, row_sum = 0, acc[kSimtCols] = {};
+  C row_max = -INFINITY, row_sum = 0, acc[kSimtCols] = {};
   for (int n0 = 0; n0 < key_end; n0 += kSimtChunk) {
     __syncthreads();  // every warp is done with the previous chunk
     stage_chunk(k_s, k, p.k_stride.row, n0, p.S, p.D);
     stage_chunk(v_s, v, p.v_stride.row, n0, p.S, p.Dv);
     __syncthreads();
     const int j = n0 + lane;
-    T score = -INFINITY;
+    C score = -INFINITY;
     if (row_valid && j < p.S && !(p.causal && j > row)) score = dot_rows(q_row, k_s + lane * (p.D + 1), p.D) * scale;
-    const T new_max = max(row_max, warp_reduce<kWarp>(score, Max{}));
+    const C new_max = max(row_max, warp_reduce<kWarp>(score, Max{}));
     if (new_max == -INFINITY) continue;  // every key so far masked (uniform over the warp)
-    const T alpha = exp(row_max - new_max);
-    const T prob = exp(score - new_max);
+    const C alpha = exp(row_max - new_max);
+    const C prob = exp(score - new_max);
     row_max = new_max;
     row_sum = row_sum * alpha + warp_reduce<kWarp>(prob, Plus{});
     const int chunk = min(kSimtChunk, p.S - n0);
 #pragma unroll
     for (int c = 0; c < kSimtCols; ++c) acc[c] *= alpha;
     for (int jj = 0; jj < chunk; ++jj) {
-      const T pj = __shfl_sync(kFullMask, prob, jj);
+      const C pj = __shfl_sync(kFullMask, prob, jj);
 #pragma unroll
       for (int c = 0; c < kSimtCols; ++c) {
         if (lane + c * kWarp < p.Dv) acc[c] += pj * v_s[jj * (p.Dv + 1) + lane + c * kWarp];
@@ -470,31 +478,31 @@ __global__ void __launch_bounds__(kSimtThreads) simt_forward_kernel(const Attent
     }
   }
   if (!row_valid) return;
-  const T inv = row_sum > 0 ? T(1) / row_sum : T(0);
+  const C inv = row_sum > 0 ? C(1) / row_sum : C(0);
   T* out = head_rows(p.out, p.out_stride, bh, p.heads) + row * p.out_stride.row;
 #pragma unroll
   for (int c = 0; c < kSimtCols; ++c) {
-    if (lane + c * kWarp < p.Dv) out[lane + c * kWarp] = acc[c] * inv;
+    if (lane + c * kWarp < p.Dv) out[lane + c * kWarp] = static_cast<T>(acc[c] * inv);
   }
-  if (lane == 0) p.lse[bh * p.L + row] = row_sum > 0 ? row_max + log(row_sum) : T(-INFINITY);
+  if (lane == 0) p.lse[bh * p.L + row] = row_sum > 0 ? row_max + log(row_sum) : C(-INFINITY);
 }
 
 // p(score) of the row-per-warp backward: exp(score - row_max) / row_sum.
-template <class T>
-__device__ __forceinline__ T simt_prob(T score, T row_max, T row_sum) {
+template <class C>
+__device__ __forceinline__ C simt_prob(C score, C row_max, C row_sum) {
   return exp(score - row_max) / row_sum;
 }
 
-template <class T>
-__global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const AttentionParams<T, T> p) {
+template <class T, class C>
+__global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const AttentionParams<T, C> p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  T* q_s = reinterpret_cast<T*>(smem);                  // [32][D + 1]
-  T* do_s = q_s + kSimtChunk * (p.D + 1);               // [32][Dv + 1]
-  T* k_rows = do_s + kSimtChunk * (p.Dv + 1);           // [kSimtRows][D]
-  T* v_rows = k_rows + kSimtRows * p.D;                 // [kSimtRows][Dv]
-  T* max_s = v_rows + kSimtRows * p.Dv;                 // [32]
-  T* sum_s = max_s + kSimtChunk;                        // [32]
-  T* delta_s = sum_s + kSimtChunk;                      // [32]
+  C* q_s = reinterpret_cast<C*>(smem);         // [32][D + 1]
+  C* do_s = q_s + kSimtChunk * (p.D + 1);      // [32][Dv + 1]
+  C* k_rows = do_s + kSimtChunk * (p.Dv + 1);  // [kSimtRows][D]
+  C* v_rows = k_rows + kSimtRows * p.D;        // [kSimtRows][Dv]
+  C* max_s = v_rows + kSimtRows * p.Dv;        // [32]
+  C* sum_s = max_s + kSimtChunk;               // [32]
+  C* delta_s = sum_s + kSimtChunk;             // [32]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int n_tiles = (p.S + kSimtRows - 1) / kSimtRows;
   const int64_t bh = blockIdx.x / n_tiles;
@@ -505,33 +513,33 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const At
   const T* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
   const T* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
   const T* grad_out = head_rows(p.grad_out, p.grad_out_stride, bh, p.heads);
-  T* k_row = k_rows + warp * p.D;
-  T* v_row = v_rows + warp * p.Dv;
-  for (int c = lane; c < p.D; c += kWarp) k_row[c] = key_valid ? k[key * p.k_stride.row + c] : T(0);
-  for (int c = lane; c < p.Dv; c += kWarp) v_row[c] = key_valid ? v[key * p.v_stride.row + c] : T(0);
-  const T scale = static_cast<T>(p.scale);
+  C* k_row = k_rows + warp * p.D;
+  C* v_row = v_rows + warp * p.Dv;
+  for (int c = lane; c < p.D; c += kWarp) k_row[c] = key_valid ? static_cast<C>(k[key * p.k_stride.row + c]) : C(0);
+  for (int c = lane; c < p.Dv; c += kWarp) v_row[c] = key_valid ? static_cast<C>(v[key * p.v_stride.row + c]) : C(0);
+  const C scale = static_cast<C>(p.scale);
 
-  T grad_k[kSimtCols] = {}, grad_v[kSimtCols] = {};
+  C grad_k[kSimtCols] = {}, grad_v[kSimtCols] = {};
   for (int m0 = p.causal ? n0 / kSimtChunk * kSimtChunk : 0; m0 < p.L; m0 += kSimtChunk) {
     __syncthreads();
     stage_chunk(q_s, q, p.q_stride.row, m0, p.L, p.D);
     stage_chunk(do_s, grad_out, p.grad_out_stride.row, m0, p.L, p.Dv);
     for (int r = threadIdx.x; r < kSimtChunk; r += kSimtThreads) {
       const bool in = m0 + r < p.L;
-      max_s[r] = in ? p.row_max[bh * p.L + m0 + r] : T(0);
-      sum_s[r] = in ? p.row_sum[bh * p.L + m0 + r] : T(1);
-      delta_s[r] = in ? p.delta[bh * p.L + m0 + r] : T(0);
+      max_s[r] = in ? p.row_max[bh * p.L + m0 + r] : C(0);
+      sum_s[r] = in ? p.row_sum[bh * p.L + m0 + r] : C(1);
+      delta_s[r] = in ? p.delta[bh * p.L + m0 + r] : C(0);
     }
     __syncthreads();
     const int i = m0 + lane;
-    T prob = 0, ds = 0;
+    C prob = 0, ds = 0;
     if (key_valid && i < p.L && !(p.causal && key > i)) {
       prob = simt_prob(dot_rows(q_s + lane * (p.D + 1), k_row, p.D) * scale, max_s[lane], sum_s[lane]);
       ds = prob * (dot_rows(do_s + lane * (p.Dv + 1), v_row, p.Dv) - delta_s[lane]);
     }
     const int chunk = min(kSimtChunk, p.L - m0);
     for (int ii = 0; ii < chunk; ++ii) {
-      const T pi = __shfl_sync(kFullMask, prob, ii), dsi = __shfl_sync(kFullMask, ds, ii);
+      const C pi = __shfl_sync(kFullMask, prob, ii), dsi = __shfl_sync(kFullMask, ds, ii);
 #pragma unroll
       for (int c = 0; c < kSimtCols; ++c) {
         const int col = lane + c * kWarp;
@@ -544,21 +552,24 @@ __global__ void __launch_bounds__(kSimtThreads) simt_backward_kv_kernel(const At
 #pragma unroll
   for (int c = 0; c < kSimtCols; ++c) {
     const int col = lane + c * kWarp;
-    if (col < p.D) head_rows(p.grad_k, p.grad_k_stride, bh, p.heads)[key * p.grad_k_stride.row + col] = grad_k[c] * scale;
-    if (col < p.Dv) head_rows(p.grad_v, p.grad_v_stride, bh, p.heads)[key * p.grad_v_stride.row + col] = grad_v[c];
+    if (col < p.D)
+      head_rows(p.grad_k, p.grad_k_stride, bh, p.heads)[key * p.grad_k_stride.row + col] =
+          static_cast<T>(grad_k[c] * scale);
+    if (col < p.Dv)
+      head_rows(p.grad_v, p.grad_v_stride, bh, p.heads)[key * p.grad_v_stride.row + col] = static_cast<T>(grad_v[c]);
   }
 }
 
 // One warp per query row. ROW_STATS: the row's row_max, row_sum (0 with no key) and delta =
 // sum_j p_j dp_j, in two passes over the keys (the statistics, then delta with the final
 // ones), before the gradient kernels; else grad_q.
-template <class T, bool ROW_STATS>
-__global__ void __launch_bounds__(kSimtThreads) simt_query_rows_kernel(const AttentionParams<T, T> p) {
+template <class T, class C, bool ROW_STATS>
+__global__ void __launch_bounds__(kSimtThreads) simt_query_rows_kernel(const AttentionParams<T, C> p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  T* k_s = reinterpret_cast<T*>(smem);                  // [32][D + 1]
-  T* v_s = k_s + kSimtChunk * (p.D + 1);                // [32][Dv + 1]
-  T* q_rows = v_s + kSimtChunk * (p.Dv + 1);            // [kSimtRows][D]
-  T* do_rows = q_rows + kSimtRows * p.D;                // [kSimtRows][Dv]
+  C* k_s = reinterpret_cast<C*>(smem);        // [32][D + 1]
+  C* v_s = k_s + kSimtChunk * (p.D + 1);      // [32][Dv + 1]
+  C* q_rows = v_s + kSimtChunk * (p.Dv + 1);  // [kSimtRows][D]
+  C* do_rows = q_rows + kSimtRows * p.D;      // [kSimtRows][Dv]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int m_tiles = (p.L + kSimtRows - 1) / kSimtRows;
   const int64_t bh = blockIdx.x / m_tiles;
@@ -569,13 +580,13 @@ __global__ void __launch_bounds__(kSimtThreads) simt_query_rows_kernel(const Att
   const T* q = head_rows(p.q, p.q_stride, bh, p.heads);
   const T* k = head_rows(p.k, p.k_stride, bh, p.heads, p.group);
   const T* v = head_rows(p.v, p.v_stride, bh, p.heads, p.group);
-  T* q_row = q_rows + warp * p.D;
-  T* do_row = do_rows + warp * p.Dv;
-  for (int c = lane; c < p.D; c += kWarp) q_row[c] = row_valid ? q[row * p.q_stride.row + c] : T(0);
+  C* q_row = q_rows + warp * p.D;
+  C* do_row = do_rows + warp * p.Dv;
+  for (int c = lane; c < p.D; c += kWarp) q_row[c] = row_valid ? static_cast<C>(q[row * p.q_stride.row + c]) : C(0);
   const T* grad_out = head_rows(p.grad_out, p.grad_out_stride, bh, p.heads) + row * p.grad_out_stride.row;
-  for (int c = lane; c < p.Dv; c += kWarp) do_row[c] = row_valid ? grad_out[c] : T(0);
+  for (int c = lane; c < p.Dv; c += kWarp) do_row[c] = row_valid ? static_cast<C>(grad_out[c]) : C(0);
   const int key_end = p.causal ? min(p.S, min(m0 + kSimtRows, p.L)) : p.S;
-  const T scale = static_cast<T>(p.scale);
+  const C scale = static_cast<C>(p.scale);
   // The chunk of keys from n0 staged (v only when wanted); each lane's score, -inf past the
   // keys this row sees.
   auto stage = [&](int n0, bool with_v) {
@@ -585,38 +596,38 @@ __global__ void __launch_bounds__(kSimtThreads) simt_query_rows_kernel(const Att
     __syncthreads();
     const int j = n0 + lane;
     return row_valid && j < p.S && !(p.causal && j > row) ? dot_rows(q_row, k_s + lane * (p.D + 1), p.D) * scale
-                                                            : T(-INFINITY);
+                                                          : C(-INFINITY);
   };
   const auto dp = [&] { return dot_rows(do_row, v_s + lane * (p.Dv + 1), p.Dv); };
 
   if constexpr (ROW_STATS) {
-    T row_max = -INFINITY, row_sum = 0, delta = 0;
+    C row_max = -INFINITY, row_sum = 0, delta = 0;
     for (int n0 = 0; n0 < key_end; n0 += kSimtChunk) {  // online max and sum
-      const T score = stage(n0, false);
-      const T new_max = max(row_max, warp_reduce<kWarp>(score, Max{}));
+      const C score = stage(n0, false);
+      const C new_max = max(row_max, warp_reduce<kWarp>(score, Max{}));
       if (new_max == -INFINITY) continue;  // every key so far masked (uniform over the warp)
       row_sum = row_sum * exp(row_max - new_max) + warp_reduce<kWarp>(exp(score - new_max), Plus{});
       row_max = new_max;
     }
     for (int n0 = 0; n0 < key_end; n0 += kSimtChunk) {
-      const T score = stage(n0, true);
-      delta += warp_reduce<kWarp>(score == -INFINITY ? T(0) : simt_prob(score, row_max, row_sum) * dp(), Plus{});
+      const C score = stage(n0, true);
+      delta += warp_reduce<kWarp>(score == -INFINITY ? C(0) : simt_prob(score, row_max, row_sum) * dp(), Plus{});
     }
     if (!row_valid || lane != 0) return;
     p.row_max[at] = row_max;
     p.row_sum[at] = row_sum;
     p.delta[at] = delta;
   } else {
-    const T row_max = row_valid ? p.row_max[at] : T(0);
-    const T row_sum = row_valid ? p.row_sum[at] : T(1);
-    const T delta = row_valid ? p.delta[at] : T(0);
-    T grad_q[kSimtCols] = {};
+    const C row_max = row_valid ? p.row_max[at] : C(0);
+    const C row_sum = row_valid ? p.row_sum[at] : C(1);
+    const C delta = row_valid ? p.delta[at] : C(0);
+    C grad_q[kSimtCols] = {};
     for (int n0 = 0; n0 < key_end; n0 += kSimtChunk) {
-      const T score = stage(n0, true);
-      const T ds = score == -INFINITY ? T(0) : simt_prob(score, row_max, row_sum) * (dp() - delta);
+      const C score = stage(n0, true);
+      const C ds = score == -INFINITY ? C(0) : simt_prob(score, row_max, row_sum) * (dp() - delta);
       const int chunk = min(kSimtChunk, p.S - n0);
       for (int jj = 0; jj < chunk; ++jj) {
-        const T dsj = __shfl_sync(kFullMask, ds, jj);
+        const C dsj = __shfl_sync(kFullMask, ds, jj);
 #pragma unroll
         for (int c = 0; c < kSimtCols; ++c) {
           if (lane + c * kWarp < p.D) grad_q[c] += dsj * k_s[jj * (p.D + 1) + lane + c * kWarp];
@@ -627,7 +638,8 @@ __global__ void __launch_bounds__(kSimtThreads) simt_query_rows_kernel(const Att
 #pragma unroll
     for (int c = 0; c < kSimtCols; ++c) {
       if (lane + c * kWarp < p.D)
-        head_rows(p.grad_q, p.grad_q_stride, bh, p.heads)[row * p.grad_q_stride.row + lane + c * kWarp] = grad_q[c] * scale;
+        head_rows(p.grad_q, p.grad_q_stride, bh, p.heads)[row * p.grad_q_stride.row + lane + c * kWarp] =
+            static_cast<T>(grad_q[c] * scale);
     }
   }
 }

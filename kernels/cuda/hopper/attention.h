@@ -14,7 +14,7 @@ namespace cuda {
 namespace hopper {
 
 // Why p's forward does not run on the Hopper kernels, or nullptr when it does: an sm_90
-// device, D == Dv of 64 or 128, 16-byte aligned rows (p.vectorized), sizes that fit the
+// device, D == Dv of 64, 128 or 256, 16-byte aligned rows (p.vectorized), sizes that fit the
 // tensor maps.
 template <class T>
 const char* forward_refusal(int compute_capability, const flash::AttentionParams<T, float>& p);
@@ -26,7 +26,7 @@ bool attention_forward(const Launcher& launch, const flash::AttentionParams<__nv
                        bool pipelined);
 
 // Runs the backward (delta = rowsum(grad_out * out) into p.delta, B * H * L floats, then the
-// gradients) when forward_refusal is nullptr
+// gradients) when forward_refusal is nullptr, D is 64 or 128
 // and grad_out's strides suit a tensor map and the gradients' rows take 4-byte stores;
 // false (nothing launched) otherwise. Not deterministic: grad_q summed with atomic additions
 // in f32 (faster); deterministic: every gradient written once.

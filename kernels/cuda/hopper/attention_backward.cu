@@ -118,8 +118,8 @@ struct BackwardSmem {
 template <class Tiles>
 __device__ void produce(const BackwardSmem<Tiles>& sm, const CUtensorMap* own0, const MapOrder& own0_order,
                         const CUtensorMap* own1, const MapOrder& own1_order, const CUtensorMap* step0,
-                        const MapOrder& step0_order, const CUtensorMap* step1, const MapOrder& step1_order,
-                        int own_row, int own_head, int step_head, int batch, int first, int last) {
+                        const MapOrder& step0_order, const CUtensorMap* step1, const MapOrder& step1_order, int own_row,
+                        int own_head, int step_head, int batch, int first, int last) {
   if (first >= last) return;
   sm90::barrier_expect_bytes(sm.own_full, 2 * Tiles::kOwnBytes);
 #pragma unroll
@@ -173,8 +173,8 @@ __device__ __forceinline__ void issue_accumulate(float (&acc)[Tiles::kHeadDim / 
                                                  const uint32_t (&pa)[Tiles::kStep / 16][4], uint32_t b) {
 #pragma unroll
   for (int kk = 0; kk < Tiles::kStep / 16; ++kk)
-    sm90::Wgmma<T, Tiles::kHeadDim>::rs(acc, pa[kk], sm90::swizzled_descriptor(b + kk * 16 * 128, Tiles::kStepPartBytes),
-                                        true);
+    sm90::Wgmma<T, Tiles::kHeadDim>::rs(acc, pa[kk],
+                                        sm90::swizzled_descriptor(b + kk * 16 * 128, Tiles::kStepPartBytes), true);
 }
 
 template <class T, int N>
@@ -254,8 +254,8 @@ struct SharedStats {
 // keys past a column's query; `masked`: the step has such columns.
 template <int BM, class Stats>
 __device__ __forceinline__ void key_probabilities(float (&s)[BM / 2], float (&dp)[BM / 2], const Stats& stats,
-                                                  float scale_log2, bool masked, bool causal, int L, int key_lo,
-                                                  int q0, int t) {
+                                                  float scale_log2, bool masked, bool causal, int L, int key_lo, int q0,
+                                                  int t) {
 #pragma unroll
   for (int c = 0; c < BM / 8; ++c) {
     const float2 lse = stats.lse(c), delta = stats.delta(c);
@@ -341,7 +341,8 @@ __device__ __forceinline__ void add_grad_q(const float (&dq)[Tiles::kGradQWidth 
 // Step n's grad_v += P^T dO and grad_k += dS^T Q from stage st (and in the fast form, once
 // every consumer has published its dS^T, dq = dS K), issued as one group (commit).
 template <class T, class Tiles>
-__device__ __forceinline__ void issue_key_accumulation(float (&dv)[Tiles::kHeadDim / 2], float (&dk)[Tiles::kHeadDim / 2],
+__device__ __forceinline__ void issue_key_accumulation(float (&dv)[Tiles::kHeadDim / 2],
+                                                       float (&dk)[Tiles::kHeadDim / 2],
                                                        float (&dq)[Tiles::kGradQWidth / 2],
                                                        const uint32_t (&pa)[Tiles::kStep / 16][4],
                                                        const uint32_t (&ds)[Tiles::kStep / 16][4],
@@ -535,10 +536,10 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   if constexpr (Tiles::kGradQ) {
     if (tid == 0) sm90::bulk_wait<0>();
   }
-  store_rows<T, HD>(flash::head_rows(p.grad_k, p.grad_k_stride, bh, p.heads), p.grad_k_stride.row, key_lo, p.S, t,
-                    dk, static_cast<float>(p.scale));
-  store_rows<T, HD>(flash::head_rows(p.grad_v, p.grad_v_stride, bh, p.heads), p.grad_v_stride.row, key_lo, p.S, t,
-                    dv, 1.0f);
+  store_rows<T, HD>(flash::head_rows(p.grad_k, p.grad_k_stride, bh, p.heads), p.grad_k_stride.row, key_lo, p.S, t, dk,
+                    static_cast<float>(p.scale));
+  store_rows<T, HD>(flash::head_rows(p.grad_v, p.grad_v_stride, bh, p.heads), p.grad_v_stride.row, key_lo, p.S, t, dv,
+                    1.0f);
 #endif
 }
 
@@ -656,10 +657,12 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
 // ---------------------------------------------------------------- host
 // A row pass over p's B * H * L rows of HD columns, a thread per 8 columns.
 template <int HD, class T, class... Params, class... Args>
-void launch_rows(const Launcher& launch, void (*kernel)(Params...), const AttentionParams<T, float>& p, Args&&... args) {
+void launch_rows(const Launcher& launch, void (*kernel)(Params...), const AttentionParams<T, float>& p,
+                 Args&&... args) {
   const int64_t threads = int64_t{p.batch} * p.heads * p.L * (HD / 8);
   if (threads > 0)
-    launch(kernel, static_cast<unsigned>(ceil_div(threads, int64_t{kThreads})), kThreads, 0, std::forward<Args>(args)...);
+    launch(kernel, static_cast<unsigned>(ceil_div(threads, int64_t{kThreads})), kThreads, 0,
+           std::forward<Args>(args)...);
 }
 
 // 16-byte rows: an aligned base and strides in whole 8 elements.
@@ -705,8 +708,7 @@ bool run_backward(const Launcher& launch, const AttentionParams<T, float>& p, bo
     }
     if (rows_aligned(p.grad_q, p.grad_q_stride))
       launch_rows<HD>(launch, grad_q_rows<T, HD, true>, p, accumulator.as<const float>(), p);
-    else
-      launch_rows<HD>(launch, grad_q_rows<T, HD, false>, p, accumulator.as<const float>(), p);
+    else launch_rows<HD>(launch, grad_q_rows<T, HD, false>, p, accumulator.as<const float>(), p);
     return true;
   }
   launch_rows<HD>(launch, delta_rows<T, HD>, p, p, nullptr);
@@ -733,8 +735,9 @@ bool aligned_pairs(const void* base, const flash::RowStrides& s) {
 template <class T>
 bool backward(const Launcher& launch, const AttentionParams<T, float>& p, bool deterministic) {
   if (forward_refusal(compute_capability(launch.device()), p) != nullptr) return false;
-  if (!map_stride(p.grad_out_stride.row) || !map_stride(p.grad_out_stride.head) ||
-      !map_stride(p.grad_out_stride.batch))
+  // Head dim 256 would need dK and dV accumulators of 256 registers a thread in these tiles.
+  if (p.D > 128) return false;
+  if (!map_stride(p.grad_out_stride.row) || !map_stride(p.grad_out_stride.head) || !map_stride(p.grad_out_stride.batch))
     return false;
   if (!aligned_pairs(p.grad_q, p.grad_q_stride) || !aligned_pairs(p.grad_k, p.grad_k_stride) ||
       !aligned_pairs(p.grad_v, p.grad_v_stride))

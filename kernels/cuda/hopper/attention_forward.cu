@@ -1,7 +1,7 @@
 // The attention forward on Hopper (contract: kernels/attention.h; entry points:
 // hopper/attention.h). A persistent grid, a block per multiprocessor, takes work tiles of
 // 64 x kConsumers query rows of one head. Each block is a producer warpgroup, whose one thread
-// brings a work tile's Q and then K and V tiles of 128 keys into shared memory with the
+// brings a work tile's Q and then K and V tiles of 128 keys (64 at head dim 256) into shared memory with the
 // tensor memory accelerator, through kStages stages with transaction barriers (full: the
 // copy's bytes have landed; empty: every consumer is done with the stage's K or V, or with
 // Q), and kConsumers consumer warpgroups of 64 query rows each:
@@ -35,17 +35,20 @@ using flash::AttentionParams;
 // the exponentials take as long as the products and a third warpgroup hides more of their
 // latency; two otherwise (at 128 their accumulators need 240 registers a thread; causal, a
 // work tile of 192 rows would carry a key tile of masked work for its first warpgroup).
+// Head dim 256 takes key tiles of 64: O's 128 accumulators a thread, the scores' 32 and P's
+// 16 fit the 240 registers, and Q (64 KB) with two stages of K and V (32 KB each) fits the
+// 227 KB of shared memory.
 template <int HD, int CONSUMERS>
 struct ForwardTiles {
   static constexpr int kHeadDim = HD;
   static constexpr int kConsumers = CONSUMERS;
-  static constexpr int kBlockM = 64 * kConsumers, kBlockN = 128;
-  static constexpr int kStages = HD == 64 ? 4 : 2;    // K and V tiles of 16 or 32 KB each
+  static constexpr int kBlockM = 64 * kConsumers, kBlockN = HD == 256 ? 64 : 128;
+  static constexpr int kStages = HD == 64 ? 4 : 2;  // K and V tiles of 16 or 32 KB each
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Registers a thread after setmaxnreg: the producer's few, the rest split among the
   // consumers (65536 a multiprocessor).
   static constexpr int kProducerRegisters = 24, kConsumerRegisters = kConsumers == 3 ? 160 : 240;
-  static constexpr int kParts = HD / 64;              // 64-column parts of a tile (128-byte swizzled rows)
+  static constexpr int kParts = HD / 64;  // 64-column parts of a tile (128-byte swizzled rows)
   static constexpr uint32_t kQPartBytes = kBlockM * 128, kKVPartBytes = kBlockN * 128;
   static constexpr uint32_t kQBytes = kParts * kQPartBytes, kKVBytes = kParts * kKVPartBytes;
   static constexpr uint32_t kBarriers = 2 + 4 * kStages;  // Q full and empty; K and V full, K and V empty per stage
@@ -99,8 +102,8 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   constexpr int kConsumers = Tiles::kConsumers;
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t q_s = (flash::smem_address(smem) + 1023u) & ~1023u;
-  const uint32_t k_s = q_s + Tiles::kQBytes;              // stage st at k_s + st * kKVBytes
-  const uint32_t v_s = k_s + STAGES * Tiles::kKVBytes;    // the same
+  const uint32_t k_s = q_s + Tiles::kQBytes;            // stage st at k_s + st * kKVBytes
+  const uint32_t v_s = k_s + STAGES * Tiles::kKVBytes;  // the same
   const uint32_t q_full = v_s + STAGES * Tiles::kKVBytes, q_empty = q_full + 8;
   const auto k_full = [&](int st) { return q_full + 8 * (2 + st); };
   const auto v_full = [&](int st) { return q_full + 8 * (2 + STAGES + st); };
@@ -206,7 +209,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
   // positive), so each probability is one FFMA and one ex2: 2^(s scale_log2 - max
   // scale_log2). The max and the sum run as four independent chains, which the few warps a
   // scheduler holds cannot otherwise hide.
-  const auto softmax = [&](int n, float (&alpha)[2]) {
+  const auto softmax = [&](int n, float(&alpha)[2]) {
     const int n0 = n * BN;
     if (n0 + BN > p.S || (p.causal && n0 + BN - 1 > row0)) {
 #pragma unroll
@@ -236,7 +239,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
     }
   };
   // O *= alpha (to the new row maxima).
-  const auto rescale = [&](const float (&alpha)[2]) {
+  const auto rescale = [&](const float(&alpha)[2]) {
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) o[i] *= alpha[i % 4 / 2];
   };
@@ -403,7 +406,8 @@ bool forward(const Launcher& launch, const AttentionParams<T, float>& p, bool pi
   if (p.D == 64 && !p.causal)
     return pipelined ? run_forward<T, 64, 3, true>(launch, p) : run_forward<T, 64, 3, false>(launch, p);
   if (p.D == 64) return pipelined ? run_forward<T, 64, 2, true>(launch, p) : run_forward<T, 64, 2, false>(launch, p);
-  return pipelined ? run_forward<T, 128, 2, true>(launch, p) : run_forward<T, 128, 2, false>(launch, p);
+  if (p.D == 128) return pipelined ? run_forward<T, 128, 2, true>(launch, p) : run_forward<T, 128, 2, false>(launch, p);
+  return pipelined ? run_forward<T, 256, 2, true>(launch, p) : run_forward<T, 256, 2, false>(launch, p);
 }
 
 }  // namespace
@@ -411,10 +415,12 @@ bool forward(const Launcher& launch, const AttentionParams<T, float>& p, bool pi
 template <class T>
 const char* forward_refusal(int cc, const AttentionParams<T, float>& p) {
   if (cc != 90) return "the Hopper kernels run on sm_90 devices";
-  if (p.D != p.Dv || (p.D != 64 && p.D != 128)) return "the Hopper kernels take D == Dv of 64 or 128";
+  if (p.D != p.Dv || (p.D != 64 && p.D != 128 && p.D != 256))
+    return "the Hopper kernels take D == Dv of 64, 128 or 256";
   if (!(p.scale > 0)) return "the Hopper kernels take a positive scale";
   if (!p.vectorized) return "the Hopper kernels need 16-byte aligned rows";
   if (p.batch <= 0 || p.heads <= 0 || p.L <= 0) return "nothing to compute";
+  if (p.S <= 0) return "no keys (a tensor map of no rows is refused; the mma.sync kernels write the zeros)";
   for (const flash::RowStrides* s : {&p.q_stride, &p.k_stride, &p.v_stride}) {
     if (!map_stride(s->row) || !map_stride(s->head) || !map_stride(s->batch))
       return "a stride the tensor memory accelerator does not take";
