@@ -516,6 +516,9 @@ PY
         NORMCORE_NUM_THREADS=1 "$run/normcore" onnx-run "$out/onnx/speed/$case/model.onnx" --random --device cpu \
           --profile 3 | sed -n '/^profile/,$p' | head -14
       done
+      # The CPU cases again, normcore and onnxruntime in alternating bursts after rests (the
+      # cores slow down after a second or so of AVX-512 products).
+      python3 bench/onnx_cpu_race.py "$run/normcore" "$out/onnx" --rounds "${RACE_ROUNDS:-3}"
       rm -rf "$out/onnx"
       ;;
     resnet)
