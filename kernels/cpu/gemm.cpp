@@ -143,16 +143,19 @@ bool parallel_gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t
   const int64_t cols = std::min(n, std::max<int64_t>(48, (kTarget / macs_per_column + 47) / 48 * 48));
   const int64_t rows =
       cols < n ? m : std::min(m, std::max<int64_t>(8, (kTarget / std::max<int64_t>(1, n * k) + 7) / 8 * 8));
-  const int64_t col_pieces = range_count(n, std::max<int64_t>(cols, 1));
+  int64_t col_pieces = range_count(n, std::max<int64_t>(cols, 1));
+  // A last piece of one vector's columns or fewer joins the one before it, whose last panel
+  // then takes four vectors (gemm_rows_avx512.cpp).
+  if (col_pieces > 1 && n - (col_pieces - 1) * cols <= 16) --col_pieces;
   const int64_t row_pieces = range_count(m, std::max<int64_t>(rows, 1));
   parallel_for(col_pieces * row_pieces, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t i0 = p / col_pieces * rows, j0 = p % col_pieces * cols;
+      const int64_t width = p % col_pieces == col_pieces - 1 ? n - j0 : cols;
       RowEpilogue piece = e;
       if (piece.bias) piece.bias += i0;
       if (piece.residual) piece.residual += i0 * e.ldr + j0;
-      gemm_rows_avx512(std::min(rows, m - i0), std::min(cols, n - j0), k, a + i0 * lda, lda, b + j0, ldb,
-                       c + i0 * ldc + j0, ldc, piece);
+      gemm_rows_avx512(std::min(rows, m - i0), width, k, a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, piece);
     }
   });
   return true;

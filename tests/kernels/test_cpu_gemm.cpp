@@ -78,12 +78,14 @@ TEST(CpuGemm, EmptyInnerDimensionGivesZerosOrLeavesTheSum) {
 }
 
 // The unpacked AVX-512 product with its epilogue: tails of rows (not a multiple of 8) and of
-// columns (not of 16 or 48), k across the 256-step blocks and k = 0, padded leading
-// dimensions, each epilogue part; nothing written past n. Where the AVX-512 build is not in
+// columns (not of 16 or 48; a last vector that joins the panel before it, in tiles of 1 to 6
+// rows, and the piece before it when the work is cut by columns), k across the 256-step
+// blocks and k = 0, padded leading dimensions, each epilogue part; nothing written past n. Where the AVX-512 build is not in
 // use it must decline and write nothing.
 TEST(CpuGemm, RowOperandProductWithEpilogue) {
-  const int64_t shapes[][3] = {{1, 1, 1},      {8, 48, 16}, {9, 49, 7},   {17, 100, 300},
-                               {64, 196, 576}, {3, 5, 0},   {13, 33, 513}};
+  const int64_t shapes[][3] = {{1, 1, 1},      {8, 48, 16},     {9, 49, 7},    {17, 100, 300},
+                               {64, 196, 576}, {3, 5, 0},       {13, 33, 513}, {11, 64, 300},
+                               {13, 64, 2048}, {70, 100, 4096}, {2, 60, 5},    {4, 61, 9}};
   const bool avx512 = std::string(normcore::cpu::gemm_isa()) == "avx512";
   for (const auto& s : shapes) {
     const int64_t m = s[0], n = s[1], k = s[2], lda = k + 3, ldb = n + 5, ldc = n + 2, ldr = n + 1;
