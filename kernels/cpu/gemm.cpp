@@ -136,17 +136,19 @@ bool parallel_gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t
                         float* c, int64_t ldc, const RowEpilogue& e) {
 #if defined(NORMCORE_GEMM_AVX512)
   if (isa() != Isa::Avx512) return false;
-  // Pieces of whole tiles (8 rows, 48 columns): column panels first, then row blocks, about
-  // 2^20 multiply-adds each.
+  // Pieces of whole tiles (8 rows, 48 columns): column panels first, about 2^20
+  // multiply-adds each; a last piece of one vector's columns or fewer joins the one before it,
+  // whose last panel then takes four vectors (gemm_rows_avx512.cpp). Where that leaves one
+  // column piece, row blocks of at least 64 rows (each packs all of b's panels: 8 row tiles
+  // share the copy), as a convolution's 49 output pixels at 512 channels make.
   constexpr int64_t kTarget = int64_t{1} << 20;
   const int64_t macs_per_column = std::max<int64_t>(1, m * k);
-  const int64_t cols = std::min(n, std::max<int64_t>(48, (kTarget / macs_per_column + 47) / 48 * 48));
-  const int64_t rows =
-      cols < n ? m : std::min(m, std::max<int64_t>(8, (kTarget / std::max<int64_t>(1, n * k) + 7) / 8 * 8));
+  int64_t cols = std::min(n, std::max<int64_t>(48, (kTarget / macs_per_column + 47) / 48 * 48));
   int64_t col_pieces = range_count(n, std::max<int64_t>(cols, 1));
-  // A last piece of one vector's columns or fewer joins the one before it, whose last panel
-  // then takes four vectors (gemm_rows_avx512.cpp).
   if (col_pieces > 1 && n - (col_pieces - 1) * cols <= 16) --col_pieces;
+  if (col_pieces == 1) cols = n;
+  const int64_t rows =
+      col_pieces > 1 ? m : std::min(m, std::max<int64_t>(64, (kTarget / std::max<int64_t>(1, n * k) + 7) / 8 * 8));
   const int64_t row_pieces = range_count(m, std::max<int64_t>(rows, 1));
   parallel_for(col_pieces * row_pieces, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
