@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "kernels/attention.h"
 #include "normcore/cuda.h"
 #include "onnx/proto.h"
 
@@ -182,7 +183,7 @@ void plan_attention(Model::Impl& m) {
 
 // Whether match runs fused with these values (all of q, k^T, v, the mask and the scales
 // present, as at its last node): q [B, H, L, D], k^T [B, H, D, S] and v [B, H, S, Dv] of one
-// floating dtype (D and Dv at most 128 on CUDA), scalar scales, and a mask [.., L, S] of 0
+// floating dtype (D and Dv within what the device's kernels run: 256 on CUDA), scalar scales, and a mask [.., L, S] of 0
 // where key j <= query i and -inf elsewhere (causal) or of zeros alone. Reads the scales and
 // the mask on the host; known_now is false when a value is not there yet.
 Model::Impl::AttentionPlan plan_for_values(const AttentionMatch& a,
@@ -200,7 +201,8 @@ Model::Impl::AttentionPlan plan_for_values(const AttentionMatch& a,
   if (k_t.size(0) != q.size(0) || v.size(0) != q.size(0) || k_t.size(1) != q.size(1) || v.size(1) != q.size(1) ||
       k_t.size(2) != q.size(3) || v.size(2) != S)
     return plan;
-  if (q.device().is_cuda() && (q.size(3) > 128 || v.size(3) > 128)) return plan;
+  const int64_t max_dim = kernels::attention(q.device()).max_head_dim();
+  if (q.size(3) > max_dim || v.size(3) > max_dim) return plan;
   double scale = 1;
   for (const std::string& f : a.factors) {
     const Tensor& t = values.at(f);

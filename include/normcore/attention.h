@@ -18,7 +18,7 @@ namespace normcore {
 // (grouped-query and multi-query attention, PyTorch's enable_gqa=True): k and v may have
 // Hkv heads, a divisor of H, and q head h attends with their head h / (H / Hkv). q, k and v
 // may be views with any strides (the last dim is made contiguous when it is not); they share
-// a floating dtype and a device. D and Dv are at most 128 on CUDA. Gradients flow to q, k, v.
+// a floating dtype and a device. D and Dv are at most 256 on CUDA. Gradients flow to q, k, v.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, bool enable_gqa = false);
 
@@ -29,7 +29,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // q = qkv.select(2, 0).transpose(1, 2) (k, v likewise), but the kernels write the output in
 // this order and the gradient as one [B, L, 3, H, D] tensor: no transposing copies and no
 // zero-filled gradient per view. qkv floating, any strides but the last dim's; D at most
-// 128 on CUDA.
+// 256 on CUDA.
 Tensor packed_self_attention(const Tensor& qkv, bool is_causal = false, std::optional<double> scale = std::nullopt);
 
 // One step of incremental decoding over a KV cache whose fill lives on the device, so that a
