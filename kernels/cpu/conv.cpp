@@ -1,9 +1,12 @@
 // CPU reference of the convolution kernels (contracts in kernels/conv.h): for each sample and
 // group, im2col lays the receptive fields out as columns and one GEMM (kernels/cpu/gemm.h)
-// does the rest. f16/bf16 operands are widened to float once and the result rounded once;
+// does the rest; in f32 where the AVX-512 product runs, stride-1 convolutions with an output
+// as large as the input skip the copy: the product reads its panels from the image
+// (ImageColumns). f16/bf16 operands are widened to float once and the result rounded once;
 // f32 and f64 compute in their own type. Samples run in ranges on the thread pool
 // (kernels/cpu/parallel.h).
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -169,6 +172,14 @@ bool columns_are_image(const Conv2dGeometry& g) {
   return g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
 }
 
+// Whether the AVX-512 product reads the columns from the image itself (ImageColumns, gemm.h):
+// f32, stride 1, no dilation, an output as large as the image, at most 64 taps.
+bool product_reads_image(const Conv2dGeometry& g) {
+  static const bool avx512 = std::strcmp(gemm_isa(), "avx512") == 0;
+  return avx512 && g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.out_h == g.h &&
+         g.out_w == g.w && g.kh * g.kw <= 64;
+}
+
 template <class T>
 void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const kernels::ConvEpilogue& e,
              const Tensor& y) {
@@ -179,18 +190,29 @@ void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, con
   std::unique_ptr<Widened<T, C>> rs(e.residual.defined() ? new Widened<T, C>(e.residual) : nullptr);
   Narrowed<T, C> ys(y);
   const bool direct = columns_are_image(g);
+  const bool from_image = std::is_same_v<C, float> && !direct && product_reads_image(g);
   parallel_for(g.n, sample_grain(g), [&](int64_t begin, int64_t end) {
-    std::unique_ptr<C[]> cols(direct ? nullptr : new C[static_cast<size_t>(d.k * d.hw)]);  // im2col fills it all
+    std::unique_ptr<C[]> cols;  // im2col's columns, where they are made
     for (int64_t n = begin; n < end; ++n) {
       for (int64_t grp = 0; grp < g.groups; ++grp) {
         const C* image = xs.data() + (n * g.c + grp * d.cg) * g.h * g.w;
-        if (!direct) im2col(g, image, d.cg, cols.get());
         C* out = ys.data() + (n * g.o + grp * d.og) * d.hw;
         const C* bias = bs ? bs->data() + grp * d.og : nullptr;
         const C* residual = rs ? rs->data() + (n * g.o + grp * d.og) * d.hw : nullptr;
-        const C* columns_data = direct ? image : cols.get();
         const C* kernel_data = ws.data() + grp * d.og * d.k;
         if constexpr (std::is_same_v<C, float>) {  // in AVX-512, unpacked, with the epilogue in registers
+          const RowEpilogue row_epilogue{bias, residual, d.hw, e.relu};
+          if (from_image && parallel_gemm_image_rows(d.og, d.k, kernel_data, d.k,
+                                                     ImageColumns{image, g.h, g.w, g.kh, g.kw, g.pad_h, g.pad_w, 0},
+                                                     out, d.hw, row_epilogue))
+            continue;
+        }
+        if (!direct) {
+          if (!cols) cols.reset(new C[static_cast<size_t>(d.k * d.hw)]);  // im2col fills it all
+          im2col(g, image, d.cg, cols.get());
+        }
+        const C* columns_data = direct ? image : cols.get();
+        if constexpr (std::is_same_v<C, float>) {
           if (parallel_gemm_rows(d.og, d.hw, d.k, kernel_data, d.k, columns_data, d.hw, out, d.hw,
                                  RowEpilogue{bias, residual, d.hw, e.relu}))
             continue;

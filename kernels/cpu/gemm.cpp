@@ -28,7 +28,7 @@ void gemm_avx512(int64_t m, int64_t n, int64_t k, GemmOperand<float> a, GemmOper
 void gemm_avx512(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<double> b, double* c, int64_t ldc,
                  bool accumulate);
 void gemm_rows_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                      float* c, int64_t ldc, const RowEpilogue& e);
+                      float* c, int64_t ldc, const RowEpilogue& e, const ImageColumns* image);
 #endif
 
 namespace {
@@ -132,8 +132,11 @@ void gemm(int64_t m, int64_t n, int64_t k, GemmOperand<double> a, GemmOperand<do
   gemm_any<double>(m, n, k, a, b, c, ldc, accumulate);
 }
 
-bool parallel_gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                        float* c, int64_t ldc, const RowEpilogue& e) {
+namespace {
+
+// parallel_gemm_rows, b read from memory or from an image (gemm_rows_avx512.cpp).
+bool gemm_rows_pieces(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                      const ImageColumns* image, float* c, int64_t ldc, const RowEpilogue& e) {
 #if defined(NORMCORE_GEMM_AVX512)
   if (isa() != Isa::Avx512) return false;
   // Pieces of whole tiles (8 rows, 48 columns): column panels first, about 2^20
@@ -157,14 +160,32 @@ bool parallel_gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t
       RowEpilogue piece = e;
       if (piece.bias) piece.bias += i0;
       if (piece.residual) piece.residual += i0 * e.ldr + j0;
-      gemm_rows_avx512(std::min(rows, m - i0), width, k, a + i0 * lda, lda, b + j0, ldb, c + i0 * ldc + j0, ldc, piece);
+      ImageColumns piece_image;
+      if (image) {
+        piece_image = *image;
+        piece_image.column0 += j0;
+      }
+      gemm_rows_avx512(std::min(rows, m - i0), width, k, a + i0 * lda, lda, image ? nullptr : b + j0, ldb,
+                       c + i0 * ldc + j0, ldc, piece, image ? &piece_image : nullptr);
     }
   });
   return true;
 #else
-  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc, (void)e;
+  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)image, (void)c, (void)ldc, (void)e;
   return false;
 #endif
+}
+
+}  // namespace
+
+bool parallel_gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                        float* c, int64_t ldc, const RowEpilogue& e) {
+  return gemm_rows_pieces(m, n, k, a, lda, b, ldb, nullptr, c, ldc, e);
+}
+
+bool parallel_gemm_image_rows(int64_t m, int64_t k, const float* a, int64_t lda, const ImageColumns& image, float* c,
+                              int64_t ldc, const RowEpilogue& e) {
+  return gemm_rows_pieces(m, image.h * image.w, k, a, lda, nullptr, 0, &image, c, ldc, e);
 }
 
 const char* gemm_isa() {

@@ -62,6 +62,22 @@ struct RowEpilogue {
 bool parallel_gemm_rows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                         float* c, int64_t ldc, const RowEpilogue& epilogue);
 
+// b of a convolution read from its image where the product copies b's panels, in place of
+// im2col's columns: b [k, n] with k = (ch * kh + ky) * kw + kx and n = oy * w + ox, for stride
+// 1, no dilation and an output as large as the image ("same" padding), b(k, n) =
+// image[ch][oy + ky - pad_h][ox + kx - pad_w], 0 outside it. kh * kw at most 64.
+struct ImageColumns {
+  const float* image = nullptr;  // [channels, h, w]
+  int64_t h = 0, w = 0, kh = 0, kw = 0, pad_h = 0, pad_w = 0;
+  int64_t column0 = 0;  // the pixel of b's first column (a piece of the product starts further on)
+};
+
+// parallel_gemm_rows with b the image's columns (m output channels, n = h * w, k =
+// channels * kh * kw), im2col's copy never made; false, having done nothing, where the
+// AVX-512 build is not in use.
+bool parallel_gemm_image_rows(int64_t m, int64_t k, const float* a, int64_t lda, const ImageColumns& columns, float* c,
+                              int64_t ldc, const RowEpilogue& epilogue);
+
 // "avx512", "avx2+fma" or "baseline": the build of the product in use.
 const char* gemm_isa();
 

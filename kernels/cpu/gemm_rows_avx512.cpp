@@ -147,8 +147,57 @@ TileFn tile_for(int rows, int vectors) {
 
 }  // namespace
 
+// The image's columns of one panel (ImageColumns, gemm.h): the lanes of each kernel tap
+// (ky, kx) that fall inside the image for the panel's pixels, then the panel's rows, each
+// one masked load from the tap's channel at the tap's offset, so that no im2col copy is made
+// and the image (read kh * kw times) stays in cache.
+class ImagePanel {
+ public:
+  ImagePanel(const ImageColumns& g, int64_t j0, int64_t width, int vectors) : g_(g), vectors_(vectors) {
+    const int64_t first = g.column0 + j0;
+    // Each column's pixel, stepping along the rows (one division for the panel).
+    int64_t oy[16 * (kVectors + 1)], ox[16 * (kVectors + 1)];
+    for (int64_t j = 0, y = first / g.w, x = first % g.w; j < width; ++j) {
+      oy[j] = y, ox[j] = x;
+      if (++x == g.w) x = 0, ++y;
+    }
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      for (int64_t kx = 0; kx < g.kw; ++kx) {
+        for (int v = 0; v < vectors; ++v) {
+          uint32_t bits = 0;
+          for (int lane = 0; lane < 16 && 16 * v + lane < width; ++lane) {
+            const int64_t iy = oy[16 * v + lane] + ky - g.pad_h, ix = ox[16 * v + lane] + kx - g.pad_w;
+            if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) bits |= 1u << lane;
+          }
+          masks_[ky * g.kw + kx][v] = static_cast<__mmask16>(bits);
+        }
+      }
+    }
+    base_ = g.image + first;
+  }
+  // Rows k0 .. k0 + steps - 1 into the panel (rows of 16 * vectors floats).
+  void copy(int64_t k0, int64_t steps, float* panel) const {
+    const int64_t taps = g_.kh * g_.kw;
+    int64_t ch = k0 / taps, tap = k0 % taps;
+    for (int64_t p = 0; p < steps; ++p) {
+      const int64_t ky = tap / g_.kw, kx = tap % g_.kw;
+      const float* from = base_ + (ch * g_.h + ky - g_.pad_h) * g_.w + kx - g_.pad_w;
+      float* to = panel + p * 16 * vectors_;
+      for (int v = 0; v < vectors_; ++v)
+        _mm512_store_ps(to + 16 * v, _mm512_maskz_loadu_ps(masks_[tap][v], from + 16 * v));
+      if (++tap == taps) tap = 0, ++ch;
+    }
+  }
+
+ private:
+  const ImageColumns& g_;
+  int vectors_;
+  const float* base_;
+  __mmask16 masks_[64][kVectors + 1];
+};
+
 void gemm_rows_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                      float* c, int64_t ldc, const RowEpilogue& e) {
+                      float* c, int64_t ldc, const RowEpilogue& e, const ImageColumns* image) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {  // an empty sum: the epilogue of zeros
     for (int64_t i = 0; i < m; ++i) {
@@ -172,12 +221,16 @@ void gemm_rows_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t l
         const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
         // b's panel copied into aligned rows of 16 * vectors floats (zeros past n), read by
         // every row block.
-        for (int64_t p = 0; p < steps; ++p) {
-          const float* from = b + (k0 + p) * ldb + j0;
-          float* to = panel + p * 16 * vectors;
-          for (int v = 0; v < vectors; ++v) {
-            const __mmask16 lanes = v == vectors - 1 ? last : __mmask16(0xffff);
-            _mm512_store_ps(to + 16 * v, _mm512_maskz_loadu_ps(lanes, from + 16 * v));
+        if (image) {
+          ImagePanel(*image, j0, width, vectors).copy(k0, steps, panel);
+        } else {
+          for (int64_t p = 0; p < steps; ++p) {
+            const float* from = b + (k0 + p) * ldb + j0;
+            float* to = panel + p * 16 * vectors;
+            for (int v = 0; v < vectors; ++v) {
+              const __mmask16 lanes = v == vectors - 1 ? last : __mmask16(0xffff);
+              _mm512_store_ps(to + 16 * v, _mm512_maskz_loadu_ps(lanes, from + 16 * v));
+            }
           }
         }
         const int tile_rows = vectors > kVectors ? kWideRows : kRows;

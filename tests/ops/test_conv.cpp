@@ -127,6 +127,34 @@ TEST(Conv2d, CpuMatchesDirectConvolution) {
   }
 }
 
+// Where the AVX-512 product reads the columns from the image (stride 1, an output as large
+// as the input): panels that wrap across image rows, a last vector joined to the panel
+// before it, k cut into blocks in the middle of a channel, the work cut into column pieces
+// and into row blocks, kernels of 25 taps and of one row; each with bias, residual and ReLU.
+TEST(Conv2d, CpuProductFromTheImageMatchesDirectConvolution) {
+  const std::vector<Geometry> cases = {
+      {"3x3, column pieces, k blocks", {1, 40, 13, 11}, {64, 40, 3, 3}, true, 1, 1, 1, 1},
+      {"5x5 pad 2, a joined last vector", {2, 3, 10, 10}, {4, 3, 5, 5}, true, 1, 2, 1, 1},
+      {"1x3 pad (0, 1)", {2, 6, 9, 20}, {5, 6, 1, 3}, true, 1, {0, 1}, 1, 1},
+      {"3x3 at 7x7, row blocks", {1, 16, 7, 7}, {160, 16, 3, 3}, true, 1, 1, 1, 1},
+  };
+  uint64_t seed = 500;
+  for (const Geometry& g : cases) {
+    SCOPED_TRACE(g.name);
+    nc::autograd::NoGradGuard no_grad;
+    const Tensor x = random(g.x, seed++, DType::F32), w = random(g.weight, seed++, DType::F32);
+    const Tensor b = random({g.weight[0]}, seed++, DType::F32);
+    Tensor want = direct_conv(x, w, b, g.stride, g.padding, g.dilation, g.groups);
+    ASSERT_EQ(want.size(2), g.x[2]);
+    ASSERT_EQ(want.size(3), g.x[3]);
+    EXPECT_LT(max_abs_diff(conv(g, x, w, b), want), 1e-4);
+    const Tensor r = random(want.shape(), seed++, DType::F32);
+    want = nc::relu(nc::add(want, r.to(DType::F64)));
+    const Tensor got = nc::conv2d_fused(x, w, b, r, true, g.stride, g.padding, g.dilation, g.groups);
+    EXPECT_LT(max_abs_diff(got, want), 1e-4);
+  }
+}
+
 TEST(Conv2d, GradcheckFloat64) {
   uint64_t seed = 100;
   for (const Geometry& g : geometries()) {
