@@ -145,8 +145,6 @@ TileFn tile_for(int rows, int vectors) {
   }
 }
 
-}  // namespace
-
 // The image's columns of one panel (ImageColumns, gemm.h): the lanes of each kernel tap
 // (ky, kx) that fall inside the image for the panel's pixels, then the panel's rows, each
 // one masked load from the tap's channel at the tap's offset, so that no im2col copy is made
@@ -195,6 +193,8 @@ class ImagePanel {
   const float* base_;
   __mmask16 masks_[64][kVectors + 1];
 };
+
+}  // namespace
 
 void gemm_rows_avx512(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                       float* c, int64_t ldc, const RowEpilogue& e, const ImageColumns* image) {
