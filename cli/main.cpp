@@ -48,7 +48,9 @@ const std::vector<OptionSpec> kTrainOptions = {
      "metrics as JSON lines (epoch, train loss, samples/s and lr at its end; test accuracy), appended on "
      "--resume"},
     {"plot", "", "an SVG of the loss and accuracy curves, rewritten after every epoch"},
-    {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
+    {"resume", "",
+     "checkpoint to continue from (its model, seed and state; other options as given); auto: --out when "
+     "that file exists, else a new run"},
     {"limit", "0", "use only the first N training samples (0: all)"},
     {"workers", "auto",
      "data-loading threads (0: load on the training thread; auto: with --augment on half the "
@@ -63,6 +65,9 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"nproc", "1",
      "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
      "--batch-size is per process"},
+    {"max-restarts", "0",
+     "with --nproc: when a process fails, start them all again at most this many times (with --resume "
+     "auto they continue from the last checkpoint)"},
     {"timeout", "300",
      "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
      "fails"},
@@ -120,7 +125,9 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"out", "normcore-gpt.safetensors", "checkpoint written at every evaluation"},
     {"log", "", "metrics as JSON lines (step, loss, lr, tokens/s; validation loss), appended on --resume"},
     {"plot", "", "an SVG of the train and validation loss curves, rewritten at every evaluation"},
-    {"resume", "", "checkpoint to continue from (its model, seed and state; other options as given)"},
+    {"resume", "",
+     "checkpoint to continue from (its model, seed and state; other options as given); auto: --out when "
+     "that file exists, else a new run"},
     {"init", "",
      "initial weights: a train-lm checkpoint's model, or a safetensors file under the model's "
      "state_dict names (e.g. saved by another trainer); not with --resume"},
@@ -146,6 +153,9 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"nproc", "1",
      "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
      "--batch-size is per process"},
+    {"max-restarts", "0",
+     "with --nproc: when a process fails, start them all again at most this many times (with --resume "
+     "auto they continue from the last checkpoint)"},
     {"timeout", "300",
      "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
      "fails"},
@@ -172,6 +182,10 @@ const std::vector<OptionSpec> kLaunchOptions = {
     {"node-rank", "0", "this machine's index among them, 0 to nnodes - 1"},
     {"master-addr", "127.0.0.1", "address of node 0, where rank 0 serves the rendezvous"},
     {"master-port", "29500", "port of the rendezvous on node 0"},
+    {"max-restarts", "0",
+     "when a rank fails, stop the others and start the job again, at most this many times (the ranks "
+     "see the count in NORMCORE_RESTART_COUNT; a training command with --resume auto continues from "
+     "its last checkpoint)"},
 };
 const std::vector<OptionSpec> kTokenizeOptions = {
     {"tokenizer", "",

@@ -65,6 +65,7 @@ int launch(const Args& args) {
   options.node_rank = static_cast<int>(integer(args, "node-rank", 0));
   options.master_addr = args.options.at("master-addr");
   options.master_port = static_cast<int>(integer(args, "master-port", 1));
+  options.max_restarts = static_cast<int>(integer(args, "max-restarts", 0));
   NC_CHECK(!args.positional.empty(), ValueError, "no command to run: normcore launch --nproc N -- <command...>");
   return nc::distributed::launch(args.positional, options);
 }

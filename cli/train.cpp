@@ -27,7 +27,8 @@ nc::train::OptimizerFactory classifier_optimizer(const std::string& name, double
 }  // namespace
 
 int train(const Args& args) {
-  if (const int64_t nproc = integer(args, "nproc", 1); nproc > 1) return launch_self(static_cast<int>(nproc));
+  if (const int64_t nproc = integer(args, "nproc", 1); nproc > 1)
+    return launch_self(static_cast<int>(nproc), static_cast<int>(integer(args, "max-restarts", 0)));
   const nc::Device device = nc::train::DataParallelJob().device(args.options.at("device"));
   const int64_t epochs = integer(args, "epochs", 1), batch_size = integer(args, "batch-size", 1);
   const double lr = number(args, "lr"), weight_decay = number(args, "weight-decay");

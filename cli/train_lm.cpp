@@ -124,7 +124,8 @@ void print_benchmark(const nc::train::Trainer::Timing& t, int64_t steps, const n
 }  // namespace
 
 int train_lm(const Args& args) {
-  if (const int64_t nproc = integer(args, "nproc", 1); nproc > 1) return launch_self(static_cast<int>(nproc));
+  if (const int64_t nproc = integer(args, "nproc", 1); nproc > 1)
+    return launch_self(static_cast<int>(nproc), static_cast<int>(integer(args, "max-restarts", 0)));
   const nc::Device device = nc::train::DataParallelJob().device(args.options.at("device"));
   nc::train::TrainerOptions options = trainer_options(args, device);
   const nc::train::Precision checked(options.precision, device);  // bad values fail before the model is built

@@ -9,19 +9,20 @@
 
 namespace cli {
 
-int launch_self(int nproc) {
+int launch_self(int nproc, int max_restarts) {
   NC_CHECK(std::getenv("WORLD_SIZE") == nullptr, ValueError, "option --nproc ", nproc,
            ": this process is already a rank of a job (WORLD_SIZE is set)");
   std::vector<std::string> command{std::filesystem::read_symlink("/proc/self/exe").string()};
   for (size_t i = 1; i < g_argv.size(); ++i) {
-    if (g_argv[i] == "--nproc") {
+    if (g_argv[i] == "--nproc" || g_argv[i] == "--max-restarts") {
       ++i;
-    } else if (g_argv[i].rfind("--nproc=", 0) != 0) {
+    } else if (g_argv[i].rfind("--nproc=", 0) != 0 && g_argv[i].rfind("--max-restarts=", 0) != 0) {
       command.push_back(g_argv[i]);
     }
   }
   nc::distributed::LaunchOptions options;
   options.nproc = nproc;
+  options.max_restarts = max_restarts;
   options.master_port = nc::distributed::Env::from_environment().master_port;
   return nc::distributed::launch(command, options);
 }
@@ -35,12 +36,14 @@ nc::train::TrainerOptions trainer_options(const Args& args, const nc::Device& de
   o.seed = static_cast<uint64_t>(integer(args, "seed", 0));
   o.checkpoint = args.options.at("out");
   o.resume = args.options.at("resume");
+  // auto: the run's own checkpoint when there is one (a job started again after a failure).
+  if (o.resume == "auto") o.resume = std::filesystem::exists(o.checkpoint) ? o.checkpoint : "";
   o.log = args.options.at("log");
   o.plot = args.options.at("plot");
   o.stop_after = integer(args, "stop-after", 0);
   o.timeout_s = number(args, "timeout");
   for (const auto& [k, v] : args.options)
-    if (k != "resume" && k != "help" && k != "stop-after") o.options[k] = v;
+    if (k != "resume" && k != "help" && k != "stop-after" && k != "max-restarts") o.options[k] = v;
   return o;
 }
 

@@ -4,7 +4,8 @@
 // failure stops the others: SIGTERM, then SIGKILL after the grace period. Children also get
 // SIGTERM when the launcher itself dies (PR_SET_PDEATHSIG). The ranks get the job secret
 // through their environment, never their command line, which every user of the machine can
-// read.
+// read. With max_restarts, a failed job is stopped and started again, as a whole, up to that
+// many times; the ranks see which start they are in NORMCORE_RESTART_COUNT.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -95,22 +96,15 @@ pid_t spawn(const std::vector<std::string>& command, const std::vector<std::pair
   return pid;
 }
 
-}  // namespace
+// How one start of the job ended: 0, or the first failing rank and its status.
+struct Ending {
+  int status = 0;
+  int rank = -1;
+};
 
-int launch(const std::vector<std::string>& command, const LaunchOptions& options) {
-  NC_CHECK(!command.empty(), ValueError, "launch: no command to run (normcore launch --nproc N -- <command...>)");
-  NC_CHECK(options.nproc >= 1, ValueError, "launch: nproc must be >= 1, got ", options.nproc);
-  NC_CHECK(options.nnodes >= 1, ValueError, "launch: nnodes must be >= 1, got ", options.nnodes);
-  NC_CHECK(options.node_rank >= 0 && options.node_rank < options.nnodes, ValueError, "launch: node_rank ",
-           options.node_rank, " must be in [0, ", options.nnodes, ")");
-  NC_CHECK(options.master_port >= 1 && options.master_port <= 65535, ValueError,
-           "launch: master_port must be in 1..65535, got ", options.master_port);
-  NC_CHECK(options.nnodes == 1 || job_secret_in_environment(), ValueError, "launch: a job of ", options.nnodes,
-           " machines needs the same ", kJobSecretVariable,
-           " in every launcher's environment (make one with: "
-           "openssl rand -hex 32)");
-  // The launcher's own secret (checked as a store would), else one for this job alone.
-  const std::string secret = job_secret_in_environment() ? resolve_job_secret("", "launch") : make_job_secret();
+// Starts this launcher's ranks, forwards their output, stops them all at the first failure.
+Ending run_ranks(const std::vector<std::string>& command, const LaunchOptions& options, const std::string& secret,
+                 int restart) {
   const int world_size = options.nnodes * options.nproc;
   std::vector<Child> children(static_cast<size_t>(options.nproc));
   for (int i = 0; i < options.nproc; ++i) {
@@ -123,11 +117,12 @@ int launch(const std::vector<std::string>& command, const LaunchOptions& options
                    {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
                    {"MASTER_ADDR", options.master_addr},
                    {"MASTER_PORT", std::to_string(options.master_port)},
+                   {"NORMCORE_RESTART_COUNT", std::to_string(restart)},
                    {kJobSecretVariable, secret}},
                   &c.out, &c.err);
   }
 
-  int failure = 0;  // the first failing rank's status
+  Ending ending;
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   auto all_exited = std::chrono::steady_clock::time_point::max();
@@ -173,7 +168,7 @@ int launch(const std::vector<std::string>& command, const LaunchOptions& options
       c.running = false;
       c.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (c.status != 0 && !stopping) {
-        failure = c.status;
+        ending = {c.status, c.rank};
         stopping = true;
         std::fprintf(stderr, "normcore launch: rank %d exited with status %d; stopping the other ranks\n", c.rank,
                      c.status);
@@ -198,7 +193,33 @@ int launch(const std::vector<std::string>& command, const LaunchOptions& options
     if (c.out >= 0) ::close(c.out);
     if (c.err >= 0) ::close(c.err);
   }
-  return failure;
+  return ending;
+}
+
+}  // namespace
+
+int launch(const std::vector<std::string>& command, const LaunchOptions& options) {
+  NC_CHECK(!command.empty(), ValueError, "launch: no command to run (normcore launch --nproc N -- <command...>)");
+  NC_CHECK(options.nproc >= 1, ValueError, "launch: nproc must be >= 1, got ", options.nproc);
+  NC_CHECK(options.nnodes >= 1, ValueError, "launch: nnodes must be >= 1, got ", options.nnodes);
+  NC_CHECK(options.node_rank >= 0 && options.node_rank < options.nnodes, ValueError, "launch: node_rank ",
+           options.node_rank, " must be in [0, ", options.nnodes, ")");
+  NC_CHECK(options.master_port >= 1 && options.master_port <= 65535, ValueError,
+           "launch: master_port must be in 1..65535, got ", options.master_port);
+  NC_CHECK(options.nnodes == 1 || job_secret_in_environment(), ValueError, "launch: a job of ", options.nnodes,
+           " machines needs the same ", kJobSecretVariable,
+           " in every launcher's environment (make one with: "
+           "openssl rand -hex 32)");
+  NC_CHECK(options.max_restarts >= 0, ValueError, "launch: max_restarts must be >= 0, got ", options.max_restarts);
+  // The launcher's own secret (checked as a store would), else one for this job alone.
+  const std::string secret = job_secret_in_environment() ? resolve_job_secret("", "launch") : make_job_secret();
+  for (int restart = 0;; ++restart) {
+    const Ending ending = run_ranks(command, options, secret, restart);
+    if (ending.status == 0 || restart == options.max_restarts) return ending.status;
+    std::fprintf(stderr, "normcore launch: restarting the job (restart %d of %d) after rank %d exited with status %d\n",
+                 restart + 1, options.max_restarts, ending.rank, ending.status);
+    std::fflush(stderr);
+  }
 }
 
 }  // namespace distributed

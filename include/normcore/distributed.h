@@ -133,6 +133,7 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";  // where rank 0 (node 0) listens
   int master_port = 29500;
   std::chrono::milliseconds grace = std::chrono::seconds(5);  // SIGTERM to SIGKILL
+  int max_restarts = 0;                                       // starts of the job again after a failure, at most
 };
 
 // Runs command (argv[0] looked up in PATH) as ranks node_rank * nproc ... + nproc - 1 of
@@ -143,7 +144,13 @@ struct LaunchOptions {
 // stdout and stderr with a "[rank R] " prefix. When a rank fails (a non-zero exit or a
 // signal), the others (and what they started) get SIGTERM, then SIGKILL after the grace
 // period, and launch returns the failing rank's status (128 + signal for a signal); 0 when
-// every rank succeeded. Bad options throw ValueError.
+// every rank succeeded. With max_restarts, a failed job is then started again, all of this
+// launcher's ranks at once, at most that many times, saying so on stderr, and launch
+// returns the last start's status; each start's ranks get NORMCORE_RESTART_COUNT (0 for the
+// first), and a training command resumes from its last checkpoint if it is told to (the
+// normcore program's --resume auto). With several machines each launcher restarts its own
+// ranks: the others' fail to meet them and restart too, if allowed. Bad options throw
+// ValueError.
 int launch(const std::vector<std::string>& command, const LaunchOptions& options);
 
 // ---------------------------------------------------------------- process groups

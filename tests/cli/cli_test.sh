@@ -314,6 +314,24 @@ learnt "$(awk -v b="$accuracy" 'BEGIN { print b - 3 }')" "$dp_accuracy" \
 "$normcore" train "${common[@]}" --nproc 2 --batch-size 50 --epochs 2 --resume dp-c.safetensors --out dp-c.safetensors > dp-c2.log
 [ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-c2.log)" ] ||
   fail "resuming a data-parallel run changed it: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-c2.log)"
+# A job that loses a rank after its first epoch and may start again once: the launcher stops
+# the other rank and starts both again, they continue from the last checkpoint (--resume
+# auto), and the run ends as the uninterrupted one did.
+rm -f dp-r.safetensors
+"$normcore" launch --nproc 2 --max-restarts 1 --master-port "$MASTER_PORT" -- sh -c \
+  'if [ "$NORMCORE_RESTART_COUNT" = 0 ]; then
+     "$0" "$@" --stop-after 1 || exit $?
+     if [ "$RANK" = 1 ]; then exit 9; fi
+     exit 0
+   fi
+   exec "$0" "$@"' \
+  "$normcore" train "${common[@]}" --batch-size 50 --epochs 2 --seed 7 --resume auto --out dp-r.safetensors \
+  > dp-r.log 2> dp-r.err || fail "a job started again after losing a rank failed: $(tail -3 dp-r.err)"
+grep -q "restarting the job (restart 1 of 1) after rank 1 exited with status 9" dp-r.err ||
+  fail "the launcher did not say why it started the job again: $(cat dp-r.err)"
+grep -q "^\[rank 0\] normcore train: .*, resuming after epoch 1$" dp-r.log || fail "the second start did not resume: $(cat dp-r.log)"
+[ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-r.log)" ] ||
+  fail "a job started again ended differently: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-r.log)"
 "$normcore" eval --checkpoint dp.safetensors --data "$small" --device cpu > dp-eval.log
 grep -q "test accuracy $dp_accuracy%" dp-eval.log || fail "eval of the data-parallel checkpoint: $(head -1 dp-eval.log)"
 expect_error "already a rank" env WORLD_SIZE=2 "$normcore" train "${common[@]}" --nproc 2
@@ -421,6 +439,16 @@ status=0
 [ "$status" = 3 ] || fail "launch: a failing rank gave status $status, not 3"
 [ $(( $(date +%s) - start )) -lt 30 ] || fail "launch: the other ranks were not stopped"
 grep -q "rank 1 exited with status 3" launch.err || fail "launch did not name the failing rank: $(cat launch.err)"
+# With --max-restarts the job starts again, as a whole, at most that many times; the ranks
+# see the count; the last start's status is the launcher's.
+"$normcore" launch --nproc 2 --max-restarts 1 -- sh -c \
+  'if [ "$NORMCORE_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then exit 3; fi; echo "start $NORMCORE_RESTART_COUNT"' \
+  > launch.log 2> launch.err || fail "launch --max-restarts 1 did not recover: $(cat launch.err)"
+[ "$(grep -c "start 1" launch.log)" = 2 ] || fail "launch --max-restarts: both ranks should run again: $(cat launch.log)"
+status=0
+"$normcore" launch --nproc 2 --max-restarts 2 -- sh -c 'exit 4' > launch.log 2> launch.err || status=$?
+[ "$status" = 4 ] || fail "launch --max-restarts 2 of a job that always fails gave status $status, not 4"
+[ "$(grep -c "restarting the job" launch.err)" = 2 ] || fail "launch --max-restarts 2 did not start twice more: $(cat launch.err)"
 expect_error "no command to run" "$normcore" launch --nproc 2
 expect_error "expects a whole number >= 1" "$normcore" launch --nproc 0 -- true
 expect_error "CUDA graphs need a CUDA device" "$normcore" train "${common[@]}" --cuda-graph on
