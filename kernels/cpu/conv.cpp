@@ -6,7 +6,6 @@
 // f32 and f64 compute in their own type. Samples run in ranges on the thread pool
 // (kernels/cpu/parallel.h).
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -172,11 +171,11 @@ bool columns_are_image(const Conv2dGeometry& g) {
   return g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
 }
 
-// Whether the AVX-512 product reads the columns from the image itself (ImageColumns, gemm.h):
-// f32, stride 1, no dilation, an output as large as the image, at most 64 taps.
+// Whether the AVX-512 product may read the columns from the image itself (ImageColumns,
+// gemm.h; it declines where that product is not in use): stride 1, no dilation, an output as
+// large as the image, at most 64 taps.
 bool product_reads_image(const Conv2dGeometry& g) {
-  static const bool avx512 = std::strcmp(gemm_isa(), "avx512") == 0;
-  return avx512 && g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.out_h == g.h &&
+  return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.out_h == g.h &&
          g.out_w == g.w && g.kh * g.kw <= 64;
 }
 
