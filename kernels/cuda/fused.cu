@@ -1,5 +1,6 @@
 // CUDA fused kernels (contracts in kernels/fused.h): the GroupNorm + min + bias step of
-// gemm_group_norm_min_bias, and the cross-entropy rows of linear_cross_entropy (below).
+// gemm_group_norm_min_bias (below), the row kernels of linear_cross_entropy and softmax
+// (softmax_rows.cuh), and residual add + LayerNorm.
 // Storage type T, math type C (float for f32/f16/bf16, double for f64).
 // Forward, groups of up to 64 channels whose row fits in shared memory: one block per row
 // stages the row in shared memory, one thread per group takes its statistics and minimum
@@ -20,6 +21,7 @@
 #include <limits>
 
 #include "kernels/cuda/loops.cuh"
+#include "kernels/cuda/pairs.cuh"
 #include "kernels/cuda/reduction/combine.cuh"
 #include "kernels/cuda/vec.cuh"
 #include "kernels/fused.h"
@@ -304,143 +306,7 @@ int segment_width(int64_t group_len) {
   return width;
 }
 
-// ---------------------------------------------------------------- cross-entropy rows
-// One block per row. Each thread keeps a running (max, sum of exp(x - max)) over its
-// elements, 16-byte vectors where the row allows, rescaling the sum at most once a vector;
-// the block combines them in a fixed order into the row's log-sum-exp; a second pass over
-// the row (from L2 when it is still there) writes the gradient over the logits. f32 math
-// takes the hardware exponential (__expf, a few ulp), f64 exp.
-template <class C>
-struct MaxSum {
-  C max, sum;
-};
-template <class C>
-__device__ __forceinline__ MaxSum<C> shfl_xor(const MaxSum<C>& a, int mask) {
-  return {cuda::shfl_xor(a.max, mask), cuda::shfl_xor(a.sum, mask)};
-}
-__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
-__device__ __forceinline__ double fast_exp(double x) { return exp(x); }
-// The pair of the union of two element sets; a NaN element makes the sum NaN, and a set of
-// -inf alone (or none) is (-inf, 0).
-template <class C>
-__device__ __forceinline__ MaxSum<C> merge_max_sum(const MaxSum<C>& a, const MaxSum<C>& b) {
-  const C m = a.max > b.max ? a.max : b.max;
-  if (m == -std::numeric_limits<C>::infinity()) return {m, a.sum + b.sum};
-  return {m, a.sum * fast_exp(a.max - m) + b.sum * fast_exp(b.max - m)};
-}
-
-// r with the elements of x (at first, first + 1, ...) below limit merged in: the vector's max
-// (a NaN is left out here and makes the sum NaN), then one rescale of the running sum at most.
-template <class C, class T, int V, class Exp>
-__device__ __forceinline__ MaxSum<C> merge_vector(const MaxSum<C>& r, const Vec<T, V>& x, int64_t first, int64_t limit,
-                                                  const Exp& exp_of) {
-  C m = r.max;
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    const C xk = convert<C>(x.v[k]);
-    if (first + k < limit && xk > m) m = xk;
-  }
-  if (m == -std::numeric_limits<C>::infinity()) return r;  // nothing but -inf so far
-  C sum = r.sum * fast_exp(r.max - m);
-#pragma unroll
-  for (int k = 0; k < V; ++k)
-    if (first + k < limit) sum += exp_of(convert<C>(x.v[k]) - m);
-  return {m, sum};
-}
-
-// Vector v of a row's gradient, scale * (softmax - one-hot at t) over the classes and 0
-// past them (0 throughout for a row whose target is not valid), from the logits x.
-template <class T, class C, int V>
-__device__ __forceinline__ void store_gradient(T* row, int64_t v, Vec<T, V> x, int64_t classes, bool valid, int64_t t,
-                                               C lse, C scale) {
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    const int64_t j = v * V + k;
-    const C g = j < classes && valid ? scale * (fast_exp(convert<C>(x.v[k]) - lse) - (j == t ? C(1) : C(0))) : C(0);
-    x.v[k] = convert<T>(g);
-  }
-  store_vec<T, V>(row, v, x);
-}
-
-template <class T, class C, int kThreads, int V>
-__global__ void __launch_bounds__(kThreads)
-    cross_entropy_rows_kernel(T* __restrict__ logits, const int64_t* __restrict__ target, int64_t cols, int64_t classes,
-                              int64_t ignore_index, const C* __restrict__ scale_ptr, C* __restrict__ loss,
-                              IndexErrorSlot bad) {
-  T* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
-  const int64_t vectors = cols / V;  // V divides cols
-  MaxSum<C> r{-std::numeric_limits<C>::infinity(), C(0)};
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads)
-    r = merge_vector(r, load_vec<T, V>(row, v), v * V, classes, [](C a) { return fast_exp(a); });
-  r = team_reduce<kThreads>(r, [](const MaxSum<C>& a, const MaxSum<C>& b) { return merge_max_sum(a, b); });
-  const C lse = r.max + log(r.sum);
-  const int64_t t = target[blockIdx.x];
-  const bool ignored = t == ignore_index, valid = !ignored && t >= 0 && t < classes;
-  const C scale = scale_ptr != nullptr ? *scale_ptr : C(1);
-  if (threadIdx.x == 0) {
-    if (!valid && !ignored) bad.record(t, classes);
-    loss[blockIdx.x] = valid ? lse - convert<C>(row[t]) : ignored ? C(0) : std::numeric_limits<C>::quiet_NaN();
-  }
-  __syncthreads();  // row[t] is read before any thread overwrites it
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads)
-    store_gradient<T, C, V>(row, v, load_vec<T, V>(row, v), classes, valid, t, lse, scale);
-}
-
-template <class T, class C, int kThreads>
-void launch_cross_entropy_rows(const Launcher& launch, const Tensor& logits, const Tensor& target, int64_t rows,
-                               int64_t cols, int64_t classes, int64_t ignore_index, const Tensor& scale,
-                               const Tensor& loss, IndexErrorSlot bad) {
-  constexpr int kVector = 16 / sizeof(T);
-  T* data = data_as<T>(logits);
-  auto kernel = cols % kVector == 0 && is_aligned(data, 16) ? cross_entropy_rows_kernel<T, C, kThreads, kVector>
-                                                            : cross_entropy_rows_kernel<T, C, kThreads, 1>;
-  launch(kernel, static_cast<unsigned>(rows), kThreads, 0, data, data_as<const int64_t>(target), cols, classes,
-         ignore_index, data_or_null<const C>(scale), data_as<C>(loss), bad);
-}
-
-// ---------------------------------------------------------------- softmax of rows
-// One block a row: each thread merges running (max, sum of exp) pairs over its vectors, the
-// block merges them (team_reduce), and a second pass writes exp(x - m) (1 / s) or (x - m) - log s.
-template <class T, class C, int kThreads, int V>
-__global__ void __launch_bounds__(kThreads)
-    softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t cols, bool take_log) {
-  const T* row = x + static_cast<int64_t>(blockIdx.x) * cols;
-  T* o = out + static_cast<int64_t>(blockIdx.x) * cols;
-  const int64_t vectors = cols / V;  // V divides cols
-  MaxSum<C> r{-std::numeric_limits<C>::infinity(), C(0)};
-  int nan = 0;  // a NaN beside nothing but -inf would not reach the sum
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
-    const Vec<T, V> in = load_vec<T, V>(row, v);
-#pragma unroll
-    for (int k = 0; k < V; ++k) nan |= convert<C>(in.v[k]) != convert<C>(in.v[k]);
-    r = merge_vector(r, in, v * V, cols, [](C a) { return exp(a); });
-  }
-  r = team_reduce<kThreads>(r, [](const MaxSum<C>& a, const MaxSum<C>& b) { return merge_max_sum(a, b); });
-  nan = team_reduce<kThreads>(nan, [](int a, int b) { return a | b; });
-  // A NaN makes the max NaN (as max() does), so every output is NaN.
-  const C m = nan ? std::numeric_limits<C>::quiet_NaN() : r.max, log_sum = log(r.sum), inverse = C(1) / r.sum;
-  for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
-    Vec<T, V> in = load_vec<T, V>(row, v);
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const C shifted = convert<C>(in.v[k]) - m;
-      in.v[k] = convert<T>(take_log ? shifted - log_sum : exp(shifted) * inverse);
-    }
-    store_vec<T, V>(o, v, in);
-  }
-}
-
-template <class T, class C, int kThreads>
-void launch_softmax_rows(const Launcher& launch, const Tensor& x, int64_t rows, int64_t cols, bool take_log,
-                         const Tensor& out) {
-  constexpr int kVector = 16 / sizeof(T);
-  const T* in = data_as<const T>(x);
-  T* o = data_as<T>(out);
-  auto kernel = cols % kVector == 0 && is_aligned(in, 16) && is_aligned(o, 16)
-                    ? softmax_rows_kernel<T, C, kThreads, kVector>
-                    : softmax_rows_kernel<T, C, kThreads, 1>;
-  launch(kernel, static_cast<unsigned>(rows), kThreads, 0, in, o, cols, take_log);
-}
+#include "kernels/cuda/softmax_rows.cuh"
 
 // ---------------------------------------------------------------- residual add + LayerNorm
 // One warp per row, four rows a block: each lane holds its kVecs vectors of 4 elements of

@@ -34,6 +34,7 @@ struct DeviceContext {
   std::atomic<int> shared_memory_optin{-1};
   std::atomic<int> cluster_blocks{-1};
   std::atomic<int> compute_capability{0};
+  std::atomic<int> l2_bytes{-1};
   std::atomic<uint64_t> host_waits{0};
 };
 
@@ -168,6 +169,16 @@ int multiprocessor_count(int device) {
     ctx.sm_count.store(count, std::memory_order_relaxed);
   }
   return count;
+}
+
+int l2_cache_bytes(int device) {
+  DeviceContext& ctx = context(device);
+  int bytes = ctx.l2_bytes.load(std::memory_order_relaxed);
+  if (bytes < 0) {
+    NC_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
+    ctx.l2_bytes.store(bytes, std::memory_order_relaxed);
+  }
+  return bytes;
 }
 
 int shared_memory_per_block(int device) {

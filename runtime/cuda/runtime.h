@@ -72,6 +72,8 @@ cublasLtHandle_t cublaslt_handle(int device);
 
 // Number of multiprocessors of device (cached).
 int multiprocessor_count(int device);
+// Bytes of L2 cache of device (50 MiB on the H100 and H200; cached).
+int l2_cache_bytes(int device);
 // Shared memory one block may opt in to on device, in bytes (cached).
 int shared_memory_per_block(int device);
 // Blocks a thread-block cluster may hold on device: 8 (the portable size) where clusters

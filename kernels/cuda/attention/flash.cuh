@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cuda/pairs.cuh"
 #include "kernels/cuda/reduction/combine.cuh"
 #include "kernels/scalar/dtype.h"
 
@@ -119,27 +120,8 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
   }
 }
 
-// 2^x by the special-function unit (ex2.approx: relative error about 2^-22, -inf gives 0),
-// without the range fix-ups exp2f adds outside fast-math builds.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Two floats as one register of two T (x in the low half).
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float x, float y) {
-  uint32_t bits;
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 v = __floats2half2_rn(x, y);
-    memcpy(&bits, &v, 4);
-  } else {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-    memcpy(&bits, &v, 4);
-  }
-  return bits;
-}
+using cuda::exp2_approx;
+using cuda::pack2;
 
 // ---------------------------------------------------------------- tensor-core tiles
 // A tile of ROWS x HD elements in shared memory has rows of HD + kPad elements: the 16-byte

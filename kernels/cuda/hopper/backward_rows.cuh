@@ -7,12 +7,6 @@
 // The passes over rows of HD columns around the key kernel: a thread per 8 columns, rows of
 // 16 bytes (the Hopper kernels take 16-byte aligned rows of out and grad_out), grids sized to
 // the work with one division per thread.
-template <class T>
-__device__ __forceinline__ float2 unpack2(uint32_t v) {
-  if constexpr (std::is_same_v<T, __half>) return __half22float2(*reinterpret_cast<const __half2*>(&v));
-  else return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
-}
-
 // delta[row] = dot(grad_out[row], out[row]) in f32 (the row's HD / 8 threads are adjacent
 // lanes), and in the fast form (accumulator not null) the row's grad_q accumulator zeroed.
 template <class T, int HD>
@@ -27,8 +21,8 @@ __global__ void delta_rows(const AttentionParams<T, float> p, float* accumulator
     const int64_t bh = row / p.L, l = row - bh * p.L;
     const uint4 a = *reinterpret_cast<const uint4*>(flash::head_rows(p.grad_out, p.grad_out_stride, bh, p.heads) +
                                                     l * p.grad_out_stride.row + 8 * chunk);
-    const uint4 b =
-        *reinterpret_cast<const uint4*>(flash::head_rows(p.out, p.out_stride, bh, p.heads) + l * p.out_stride.row + 8 * chunk);
+    const uint4 b = *reinterpret_cast<const uint4*>(flash::head_rows(p.out, p.out_stride, bh, p.heads) +
+                                                    l * p.out_stride.row + 8 * chunk);
     const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -60,7 +54,8 @@ __global__ void grad_q_rows(const float* accumulator, const AttentionParams<T, f
   const float scale = static_cast<float>(p.scale);
   const uint32_t v[4] = {flash::pack2<T>(a.x * scale, a.y * scale), flash::pack2<T>(a.z * scale, a.w * scale),
                          flash::pack2<T>(b.x * scale, b.y * scale), flash::pack2<T>(b.z * scale, b.w * scale)};
-  T* out = flash::head_rows(p.grad_q, p.grad_q_stride, bh, p.heads) + (row - bh * p.L) * p.grad_q_stride.row + 8 * chunk;
+  T* out =
+      flash::head_rows(p.grad_q, p.grad_q_stride, bh, p.heads) + (row - bh * p.L) * p.grad_q_stride.row + 8 * chunk;
   if constexpr (WIDE) {
     *reinterpret_cast<uint4*>(out) = make_uint4(v[0], v[1], v[2], v[3]);
   } else {
