@@ -45,14 +45,18 @@ std::pair<Tensor, Tensor> counted_targets(const Tensor& target, int64_t ignore_i
 // The logits in `chunks` pieces of rows, each made, turned into its gradient, and used at
 // once for its share of both input gradients: grad_x's rows, and grad_weight summed over the
 // pieces in f32 (f64 for f64) before one rounding. What is kept for the backward is the two
-// gradients before the upstream factor, not the logits.
-Tensor in_chunks(const char* op, const Tensor& x, const Tensor& weight, const Tensor& target, int64_t classes,
-                 int64_t ignore_index, int64_t chunks, DType loss_dtype, bool rows_scaled) {
+// gradients before the upstream factor, not the logits. Where autocast lowered an f32
+// weight (master, what the caller passed), the f32 sum is master's gradient as it stands:
+// never rounded to 16 bits and widened again.
+Tensor in_chunks(const char* op, const Tensor& x, const Tensor& weight, const Tensor& master, const Tensor& target,
+                 int64_t classes, int64_t ignore_index, int64_t chunks, DType loss_dtype, bool rows_scaled) {
   const Device device = x.device();
   const int64_t rows = x.size(0), width = x.size(1), vocab = weight.size(0);
   const int64_t piece = (rows + chunks - 1) / chunks;
-  const bool record = autograd::needs_grad(x, weight);
-  const bool want_x = record && x.requires_grad(), want_weight = record && weight.requires_grad();
+  const DType sum_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const Tensor& w = master.dtype() == sum_dtype && master.dtype() != weight.dtype() ? master : weight;
+  const bool record = autograd::needs_grad(x, w);
+  const bool want_x = record && x.requires_grad(), want_weight = record && w.requires_grad();
   Tensor loss, inverse_count, grad_x, grad_weight;
   {
     autograd::NoGradGuard no_grad;
@@ -60,8 +64,7 @@ Tensor in_chunks(const char* op, const Tensor& x, const Tensor& weight, const Te
     Tensor count;
     std::tie(count, inverse_count) = counted_targets(target, ignore_index, stats);
     const Tensor row_loss = new_tensor({rows}, stats, device);
-    const DType sum_dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
-    Tensor weight_sum = want_weight ? zeros({vocab, width}, TensorOptions(sum_dtype, device)) : Tensor();
+    Tensor weight_sum = want_weight ? new_tensor({vocab, width}, sum_dtype, device) : Tensor();
     if (want_x) grad_x = new_tensor({rows, width}, x.dtype(), device);
     const kernels::MatmulKernels& products = kernels::matmul(device);
     for (int64_t first = 0; first < rows; first += piece) {
@@ -71,14 +74,14 @@ Tensor in_chunks(const char* op, const Tensor& x, const Tensor& weight, const Te
       kernels::fused(device).cross_entropy_rows(op, g, target.narrow(0, first, n), classes, ignore_index,
                                                 rows_scaled ? inverse_count : Tensor(), row_loss.narrow(0, first, n));
       if (want_x) grad_x.narrow(0, first, n).copy_(matmul(g, weight));
-      if (want_weight && !products.matmul_accumulate(weight_sum, g.t(), xs))
-        weight_sum = add(weight_sum, matmul(g.t(), xs).to(sum_dtype));
+      if (want_weight && !products.matmul_accumulate(weight_sum, g.t(), xs, first == 0))
+        weight_sum = first == 0 ? matmul(g.t(), xs).to(sum_dtype) : add(weight_sum, matmul(g.t(), xs).to(sum_dtype));
     }
     loss = div(sum(row_loss), count).to(loss_dtype);
-    if (want_weight) grad_weight = weight_sum.to(weight.dtype());
+    if (want_weight) grad_weight = weight_sum.to(w.dtype());
   }
   if (!record) return loss;
-  autograd::record(op, loss, {x, weight}, [grad_x, grad_weight, inverse_count, rows_scaled](const Tensor& grad) {
+  autograd::record(op, loss, {x, w}, [grad_x, grad_weight, inverse_count, rows_scaled](const Tensor& grad) {
     const Tensor s = rows_scaled ? grad : mul(grad.to(inverse_count.dtype()), inverse_count);
     return std::vector<Tensor>{grad_x.defined() ? scaled(grad_x, s) : Tensor(),
                                grad_weight.defined() ? scaled(grad_weight, s) : Tensor()};
@@ -131,8 +134,8 @@ Tensor linear_cross_entropy_in_chunks(const Tensor& x_arg, const Tensor& weight_
   const int64_t row_bytes = std::max<int64_t>(1, vocab * static_cast<int64_t>(dtype_size(x.dtype())));
   const int64_t most_rows = std::max<int64_t>(1, chunk_bytes / row_bytes);
   if (rows > most_rows)
-    return in_chunks(op, x, weight, target, classes, ignore_index, (rows + most_rows - 1) / most_rows, loss_dtype,
-                     rows_scaled);
+    return in_chunks(op, x, weight, weight_arg, target, classes, ignore_index, (rows + most_rows - 1) / most_rows,
+                     loss_dtype, rows_scaled);
   Tensor grad_logits, loss, inverse_count;
   {
     autograd::NoGradGuard no_grad;

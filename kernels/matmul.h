@@ -30,10 +30,11 @@ class MatmulKernels {
   virtual bool matmul_epilogue(Epilogue epilogue, const Tensor& out, const Tensor& a, const Tensor& b,
                                const Tensor& bias, const Tensor& aux) const = 0;
 
-  // out [M, N] += a [M, K] @ b [K, N] (laid out as for matmul), out contiguous f32 for
-  // f32, f16 and bf16 operands (f64 for f64): a sum of products over pieces of K kept
-  // unrounded between them. Returns false, having written nothing, for other operands.
-  virtual bool matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) const = 0;
+  // out [M, N] += a [M, K] @ b [K, N] (laid out as for matmul), or out = a @ b when
+  // overwrite (out's contents then unread), out contiguous f32 for f32, f16 and bf16
+  // operands (f64 for f64): a sum of products over pieces of K kept unrounded between them.
+  // Returns false, having written nothing, for other operands.
+  virtual bool matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b, bool overwrite) const = 0;
 
  protected:
   ~MatmulKernels() = default;

@@ -128,14 +128,14 @@ class CpuMatmul final : public kernels::MatmulKernels {
     return true;
   }
 
-  bool matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) const override {
+  bool matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b, bool overwrite) const override {
     if (out.dtype() != (a.dtype() == DType::F64 ? DType::F64 : DType::F32) || b.dtype() != a.dtype()) return false;
     visit_float(a.dtype(), "matmul", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
       const std::vector<C> p = unrounded_product<T>(out, a, b);
       C* o = data_as<C>(out);
-      for (size_t k = 0; k < p.size(); ++k) o[k] += p[k];
+      for (size_t k = 0; k < p.size(); ++k) o[k] = overwrite ? p[k] : o[k] + p[k];
     });
     return true;
   }

@@ -66,7 +66,7 @@ class CudaMatmul final : public kernels::MatmulKernels {
   void matmul(const Tensor& out, const Tensor& a, const Tensor& b) const override;
   bool matmul_epilogue(Epilogue epilogue, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
                        const Tensor& aux) const override;
-  bool matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) const override;
+  bool matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b, bool overwrite) const override;
 };
 
 // ---------------------------------------------------------------- cuBLASLt with an epilogue
@@ -287,8 +287,9 @@ void CudaMatmul::matmul(const Tensor& out, const Tensor& a, const Tensor& b) con
                                               compute_type, CUBLAS_GEMM_DEFAULT));
 }
 
-// cuBLAS with beta = 1 and an f32 output for 16-bit or f32 operands (f64 for f64).
-bool CudaMatmul::matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b) const {
+// cuBLAS with beta = 1 (0 to overwrite) and an f32 output for 16-bit or f32 operands (f64
+// for f64).
+bool CudaMatmul::matmul_accumulate(const Tensor& out, const Tensor& a, const Tensor& b, bool overwrite) const {
   const DType operands = a.dtype();
   if (out.dtype() != (operands == DType::F64 ? DType::F64 : DType::F32) || b.dtype() != operands) return false;
   cudaDataType_t data_type;
@@ -307,18 +308,23 @@ bool CudaMatmul::matmul_accumulate(const Tensor& out, const Tensor& a, const Ten
     default: return false;
   }
   const int64_t m = out.size(0), n = out.size(1), k = a.size(1);
-  if (out.numel() == 0 || k == 0) return true;
+  if (out.numel() == 0) return true;
+  if (k == 0) {
+    if (overwrite) Tensor(out).zero_();
+    return true;
+  }
   const Launcher launch("matmul", out);
   Tensor packed_a, packed_b;
   const GemmOperand ga = operand(a.unsqueeze(0), &packed_a), gb = operand(b.unsqueeze(0), &packed_b);
-  const float one_f = 1.0f;
-  const double one_d = 1.0;
+  const float one_f = 1.0f, beta_f = overwrite ? 0.0f : 1.0f;
+  const double one_d = 1.0, beta_d = overwrite ? 0.0 : 1.0;
   const bool is_f64 = operands == DType::F64;
   const void* one = is_f64 ? static_cast<const void*>(&one_d) : &one_f;
+  const void* beta = is_f64 ? static_cast<const void*>(&beta_d) : &beta_f;
   const cudaDataType_t out_type = is_f64 ? CUDA_R_64F : CUDA_R_32F;
-  // Column-major view: out^T [n, m] += b^T [n, k] @ a^T [k, m], ldc = n.
+  // Column-major view: out^T [n, m] (+)= b^T [n, k] @ a^T [k, m], ldc = n.
   NC_CUDA_CHECK(cublasGemmEx_64(cublas_handle(launch.device()), gb.op, ga.op, n, m, k, one, gb.ptr, data_type, gb.ld,
-                                ga.ptr, data_type, ga.ld, one, out.data_ptr(), out_type, n, compute_type,
+                                ga.ptr, data_type, ga.ld, beta, out.data_ptr(), out_type, n, compute_type,
                                 CUBLAS_GEMM_DEFAULT));
   return true;
 }

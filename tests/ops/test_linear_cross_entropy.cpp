@@ -184,6 +184,26 @@ TEST(LinearCrossEntropy, AutocastRunsTheProductInBf16AndTheLossInF32) {
   EXPECT_LT(relative_error(w.grad(), reference.grad_weight), 2e-2);
 }
 
+// In pieces under autocast the f32 weight's gradient is the f32 sum over the pieces as it
+// stands: close to the f64 reference, and not rounded to bf16 on the way (some element is
+// not a bf16 value); the incoming gradient still scales it.
+TEST(LinearCrossEntropy, AutocastInPiecesGivesTheF32WeightItsF32Sum) {
+  const Tensor x0 = random({24, 32}, 16), w0 = random({40, 32}, 17, 0.1), t = targets({24}, 37, 18);
+  const Outcome reference = run_loss(false, x0, w0, t, 37, nc::Device::cpu(), DType::F64);
+  const Tensor x = x0.to(DType::F32).detach().requires_grad_(), w = w0.to(DType::F32).detach().requires_grad_();
+  Tensor loss;
+  {
+    nc::autocast::Guard guard(DType::BF16);
+    loss = nc::detail::linear_cross_entropy_in_chunks(x, w, t, 37, -100, 5 * 40 * 2);  // pieces of 5 rows
+  }
+  nc::mul(loss, nc::Scalar(2.0)).backward();
+  ASSERT_EQ(w.grad().dtype(), DType::F32);
+  EXPECT_LT(relative_error(w.grad(), nc::mul(reference.grad_weight, nc::Scalar(2.0))), 2e-2);
+  EXPECT_LT(relative_error(x.grad(), nc::mul(reference.grad_x, nc::Scalar(2.0))), 2e-2);
+  const Tensor rounded = w.grad().to(DType::BF16).to(DType::F32);
+  EXPECT_GT(values(nc::max(nc::abs(nc::sub(w.grad(), rounded))))[0], 0.0);
+}
+
 TEST(LinearCrossEntropy, IgnoredTargetsAsCrossEntropy) {
   const Tensor x0 = random({9, 6}, 30), w0 = random({12, 6}, 31);
   Tensor t = targets({9}, 10, 32);
