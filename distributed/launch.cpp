@@ -35,7 +35,14 @@ struct Child {
   std::string out_partial, err_partial;
   bool running = true;
   int status = 0;  // exit code, or 128 + signal
+  int signal = 0;  // the signal that ended it, 0 for an exit
 };
+
+// "exited with status 3", "was killed by signal 9 (status 137)".
+std::string how_it_ended(int status, int signal) {
+  if (signal == 0) return "exited with status " + std::to_string(status);
+  return "was killed by signal " + std::to_string(signal) + " (status " + std::to_string(status) + ")";
+}
 
 // Writes the complete lines of buffer (and, at the end, the rest) to stream with the prefix.
 void forward_lines(std::string& buffer, FILE* stream, const std::string& prefix, bool flush_rest) {
@@ -100,6 +107,7 @@ pid_t spawn(const std::vector<std::string>& command, const std::vector<std::pair
 struct Ending {
   int status = 0;
   int rank = -1;
+  int signal = 0;
 };
 
 // Starts this launcher's ranks, forwards their output, stops them all at the first failure.
@@ -166,12 +174,13 @@ Ending run_ranks(const std::vector<std::string>& command, const LaunchOptions& o
       int status = 0;
       if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
       c.running = false;
-      c.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      c.signal = WIFEXITED(status) ? 0 : WTERMSIG(status);
+      c.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + c.signal;
       if (c.status != 0 && !stopping) {
-        ending = {c.status, c.rank};
+        ending = {c.status, c.rank, c.signal};
         stopping = true;
-        std::fprintf(stderr, "normcore launch: rank %d exited with status %d; stopping the other ranks\n", c.rank,
-                     c.status);
+        std::fprintf(stderr, "normcore launch: rank %d %s; stopping the other ranks\n", c.rank,
+                     how_it_ended(c.status, c.signal).c_str());
         std::fflush(stderr);
         for (Child& other : children) {
           if (other.running) ::kill(-other.pid, SIGTERM);
@@ -216,8 +225,8 @@ int launch(const std::vector<std::string>& command, const LaunchOptions& options
   for (int restart = 0;; ++restart) {
     const Ending ending = run_ranks(command, options, secret, restart);
     if (ending.status == 0 || restart == options.max_restarts) return ending.status;
-    std::fprintf(stderr, "normcore launch: restarting the job (restart %d of %d) after rank %d exited with status %d\n",
-                 restart + 1, options.max_restarts, ending.rank, ending.status);
+    std::fprintf(stderr, "normcore launch: restarting the job (restart %d of %d) after rank %d %s\n", restart + 1,
+                 options.max_restarts, ending.rank, how_it_ended(ending.status, ending.signal).c_str());
     std::fflush(stderr);
   }
 }

@@ -332,6 +332,23 @@ grep -q "restarting the job (restart 1 of 1) after rank 1 exited with status 9" 
 grep -q "^\[rank 0\] normcore train: .*, resuming after epoch 1$" dp-r.log || fail "the second start did not resume: $(cat dp-r.log)"
 [ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-r.log)" ] ||
   fail "a job started again ended differently: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-r.log)"
+# The same with rank 1 killed (SIGKILL) inside the second epoch: its watcher waits for the
+# first epoch's checkpoint (rank 0 writes it before the second epoch's first step, which
+# rank 1 waits for), then kills the rank's process itself (the shell exec'd into it).
+rm -f dp-k.safetensors
+"$normcore" launch --nproc 2 --max-restarts 1 --master-port "$MASTER_PORT" -- sh -c \
+  'if [ "$NORMCORE_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then
+     (while [ ! -e dp-k.safetensors ]; do sleep 0.05; done; kill -9 $$) &
+   fi
+   exec "$0" "$@"' \
+  "$normcore" train "${common[@]}" --batch-size 50 --epochs 2 --seed 7 --resume auto --out dp-k.safetensors \
+  > dp-k.log 2> dp-k.err || fail "a job started again after a rank was killed failed: $(tail -3 dp-k.err)"
+grep -q "restarting the job (restart 1 of 1) after rank 1 was killed by signal 9" dp-k.err ||
+  fail "the launcher did not say that rank 1 was killed: $(cat dp-k.err)"
+grep -q "^\[rank 0\] normcore train: .*, resuming after epoch 1$" dp-k.log ||
+  fail "the job started again did not resume after the first epoch: $(cat dp-k.log)"
+[ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-k.log)" ] ||
+  fail "a job whose rank was killed ended differently: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-k.log)"
 "$normcore" eval --checkpoint dp.safetensors --data "$small" --device cpu > dp-eval.log
 grep -q "test accuracy $dp_accuracy%" dp-eval.log || fail "eval of the data-parallel checkpoint: $(head -1 dp-eval.log)"
 expect_error "already a rank" env WORLD_SIZE=2 "$normcore" train "${common[@]}" --nproc 2
