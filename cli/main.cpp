@@ -68,6 +68,9 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"max-restarts", "0",
      "with --nproc: when a process fails, start them all again at most this many times (with --resume "
      "auto they continue from the last checkpoint)"},
+    {"shard-optimizer", "off",
+     "data-parallel: on: each rank keeps its share of the optimizer's state and updates those parameters "
+     "(ZeRO stage 1; the same training, less memory a rank); checkpoints hold the whole state"},
     {"timeout", "300",
      "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
      "fails"},
@@ -156,6 +159,9 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"max-restarts", "0",
      "with --nproc: when a process fails, start them all again at most this many times (with --resume "
      "auto they continue from the last checkpoint)"},
+    {"shard-optimizer", "off",
+     "data-parallel: on: each rank keeps its share of the optimizer's state and updates those parameters "
+     "(ZeRO stage 1; the same training, less memory a rank); checkpoints hold the whole state"},
     {"timeout", "300",
      "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
      "fails"},

@@ -91,7 +91,7 @@ int train(const Args& args) {
     std::printf("normcore train: model %s (%lld parameters) on %s%s in %s%s, %lld training / %lld test images, "
                 "%s lr %g, batch %lld%s, %lld epochs%s\n",
                 model_name.c_str(), static_cast<long long>(params), device.str().c_str(),
-                trainer.job().describe(device).c_str(), options.precision.c_str(),
+                trainer.job().describe(device, options.shard_optimizer).c_str(), options.precision.c_str(),
                 trainer.graphed() ? " with CUDA graphs" : "", static_cast<long long>(train_size),
                 static_cast<long long>(test_set.size()), optimizer_name.c_str(), lr, static_cast<long long>(batch_size),
                 trainer.job().active() ? (" per rank (" + std::to_string(batch_size * world) + " in all)").c_str() : "",

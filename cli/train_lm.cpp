@@ -194,8 +194,9 @@ int train_lm(const Args& args) {
                 preset.empty() ? "" : (" (" + preset + " sizes)").c_str(), static_cast<long long>(config.layers),
                 static_cast<long long>(config.heads), static_cast<long long>(config.embed),
                 static_cast<long long>(config.context), config.norm.c_str(), config.dropout,
-                static_cast<long long>(model->parameter_count()), device.str().c_str(), job.describe(device).c_str(),
-                options.precision.c_str(), trainer.graphed() ? " with CUDA graphs" : "");
+                static_cast<long long>(model->parameter_count()), device.str().c_str(),
+                job.describe(device, options.shard_optimizer).c_str(), options.precision.c_str(),
+                trainer.graphed() ? " with CUDA graphs" : "");
     std::printf("data: %s; batch %lld x %lld %s%s, %lld steps, lr %g%s\n", data.summary.c_str(),
                 static_cast<long long>(batch_size), static_cast<long long>(config.context), data.unit.c_str(),
                 job.active()

@@ -42,6 +42,10 @@ nc::train::TrainerOptions trainer_options(const Args& args, const nc::Device& de
   o.plot = args.options.at("plot");
   o.stop_after = integer(args, "stop-after", 0);
   o.timeout_s = number(args, "timeout");
+  const std::string& shard = args.options.at("shard-optimizer");
+  NC_CHECK(shard == "on" || shard == "off", ValueError, "option --shard-optimizer must be on or off, got '", shard,
+           "'");
+  o.shard_optimizer = shard == "on";
   for (const auto& [k, v] : args.options)
     if (k != "resume" && k != "help" && k != "stop-after" && k != "max-restarts") o.options[k] = v;
   return o;

@@ -47,10 +47,11 @@ void DataParallelJob::start(std::shared_ptr<nn::Module> model, Device device, Ge
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(std::move(model), *group_);
 }
 
-std::string DataParallelJob::describe(const Device& device) const {
+std::string DataParallelJob::describe(const Device& device, bool sharded_optimizer) const {
   if (!active_ || !group_) return "";
   return " (rank 0 of " + std::to_string(env_.world_size) + " over " + group_->backend() +
-         (device.is_cuda() ? "; rank r on cuda:LOCAL_RANK)" : ")");
+         (device.is_cuda() ? "; rank r on cuda:LOCAL_RANK" : "") +
+         (sharded_optimizer ? ", optimizer state sharded" : "") + ")";
 }
 
 int DataParallelJob::auto_workers() const {

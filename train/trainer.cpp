@@ -138,7 +138,10 @@ Tensor Trainer::train_step(const std::vector<Tensor>& in) {
   }
   for (NamedOptimizer& o : optimizers_) o.optimizer->zero_grad();
   const Tensor norm = precision_.backward_and_step(loss, params_, options_.clip, [&](const Tensor& found_inf) {
-    for (NamedOptimizer& o : optimizers_) o.optimizer->step_unless(found_inf);
+    for (size_t i = 0; i < optimizers_.size(); ++i) {
+      if (sharded_.empty()) optimizers_[i].optimizer->step_unless(found_inf);
+      else sharded_[i]->step_unless(found_inf);
+    }
   });
   if (!norm.defined()) return loss;
   // The loss and the gradient norm as one tensor: a graphed step returns one, and the
@@ -179,6 +182,11 @@ void Trainer::prepare(std::shared_ptr<const data::Dataset> data, data::DataLoade
   optimizers_ = optimizer_factory_(*model_);
   NC_CHECK(!optimizers_.empty(), ValueError, "Trainer: the optimizer factory made no optimizer");
   params_ = model_->parameters();
+  if (options_.shard_optimizer && job_.group()) {
+    for (NamedOptimizer& o : optimizers_)
+      sharded_.push_back(std::make_unique<distributed::ShardedOptimizer>(*o.optimizer, *job_.group()));
+    gathered_state_.resize(optimizers_.size());
+  }
 
   loader_options.seed = seed_;
   loader_options.device = options_.device;
@@ -194,7 +202,8 @@ void Trainer::prepare(std::shared_ptr<const data::Dataset> data, data::DataLoade
     step_ = resumed.step >= 0 ? resumed.step : resumed.epoch * batches_per_epoch_;
     for (size_t i = 0; i < optimizers_.size(); ++i) {
       const nn::NamedTensors state = part(optimizers_[i].name, resumed.optimizer_state);
-      if (!state.empty()) optimizers_[i].optimizer->load_state_dict(state);
+      if (!state.empty() && sharded_.empty()) optimizers_[i].optimizer->load_state_dict(state);
+      if (!state.empty() && !sharded_.empty()) sharded_[i]->load_state_dict(state);
       if (i < schedules_.size()) {
         const nn::NamedTensors schedule = part(optimizers_[i].name, resumed.schedule_state);
         if (!schedule.empty()) schedules_[i]->load_state_dict(schedule);
@@ -272,6 +281,8 @@ int64_t Trainer::fit(std::shared_ptr<const data::Dataset> data, data::DataLoader
       }
       for (const auto& hook : step_hooks_) hook(info);
     }
+    // Sharded optimizers' state is put together on every rank, for rank 0's checkpoint.
+    for (size_t i = 0; i < sharded_.size(); ++i) gathered_state_[i] = sharded_[i]->state_dict();
     if (!main) continue;  // the others go on and wait in the next step's first all-reduce
     if (progress) progress->finish();
     EvalInfo e;
@@ -332,8 +343,8 @@ TrainingState Trainer::state() const {
   s.options = options_.options;
   s.model_state = model_->state_dict();
   for (size_t i = 0; i < optimizers_.size(); ++i) {
-    for (auto& entry : named(optimizers_[i].name, optimizers_[i].optimizer->state_dict()))
-      s.optimizer_state.push_back(std::move(entry));
+    const optim::StateDict state = sharded_.empty() ? optimizers_[i].optimizer->state_dict() : gathered_state_[i];
+    for (auto& entry : named(optimizers_[i].name, state)) s.optimizer_state.push_back(std::move(entry));
     if (i < schedules_.size())
       for (auto& entry : named(optimizers_[i].name, schedules_[i]->state_dict()))
         s.schedule_state.push_back(std::move(entry));

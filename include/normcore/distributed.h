@@ -22,6 +22,7 @@
 
 #include "normcore/error.h"
 #include "normcore/nn.h"
+#include "normcore/optim.h"
 #include "normcore/tensor.h"
 
 // The library builds with hidden visibility; what an installed header declares is exported.
@@ -314,6 +315,53 @@ class DistributedDataParallel {
   ProcessGroup& group_;
   DataParallelOptions options_;
   std::unique_ptr<Reducer> reducer_;
+};
+
+// ---------------------------------------------------------------- sharded optimizer state
+// ZeRO stage 1 over an optimizer whose state is per parameter (SGD, Adam, AdamW): each rank
+// keeps the state of its share of the parameters and updates only those, then every rank
+// gets the updated values from their owners. The gradients stay whole on every rank
+// (DistributedDataParallel averages them as before, so clipping sees the whole norm); what
+// is saved is (world_size - 1) / world_size of the optimizer's state (AdamW: two f32 moments
+// a parameter element). Parameters are dealt out in order, each to the rank holding the
+// fewest elements so far (ties to the lower rank), the same on every rank. Training is the
+// same, bit for bit, as with the whole state on every rank: a parameter's update reads its
+// own gradient and state alone, and the owner's result is copied to the others.
+//
+//   distributed::DistributedDataParallel ddp(model, group);
+//   optim::AdamW adamw(model->parameters(), options);
+//   distributed::ShardedOptimizer sharded(adamw, group);
+//   loss = cross_entropy(ddp(x), y); loss.backward(); sharded.step();
+//
+// step, step_unless and state_dict are collectives: every rank makes them, in the same order.
+class ShardedOptimizer {
+ public:
+  // optimizer (kept by reference, it must outlive this) over the same parameters, in the
+  // same order, on every rank of group.
+  ShardedOptimizer(optim::Optimizer& optimizer, ProcessGroup& group);
+  ~ShardedOptimizer();
+  ShardedOptimizer(const ShardedOptimizer&) = delete;
+  ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
+  // The rank that updates parameter index (of optimizer.params()).
+  int owner(size_t index) const;
+  // The optimizer's step on this rank's parameters (the others' gradients are dropped, made
+  // undefined, so that no state is made for them), then the parameters of each rank sent
+  // from it to the others, laid end to end: one broadcast per rank and dtype.
+  void step();
+  // The same with the optimizer's step_unless(found_inf) (GradScaler's skip).
+  void step_unless(const Tensor& found_inf);
+  // The optimizer's state_dict as one process holding the whole state would give it, on
+  // every rank: what a checkpoint keeps, loadable at any world size (1 included).
+  optim::StateDict state_dict();
+  // Loads a whole state_dict (from state_dict() above, or from an optimizer that held all
+  // of it, at any world size), keeping this rank's share of the state. Not a collective.
+  void load_state_dict(const optim::StateDict& state);
+
+ private:
+  void share_parameters();
+  optim::Optimizer& optimizer_;
+  ProcessGroup& group_;
+  std::vector<int> owners_;  // per parameter
 };
 
 }  // namespace distributed

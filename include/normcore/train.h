@@ -111,8 +111,11 @@ class DataParallelJob {
   void start(std::shared_ptr<nn::Module> model, Device device, Generator& gen, uint64_t seed, double timeout_s);
   // model's forward, through DistributedDataParallel once started.
   distributed::DistributedDataParallel* ddp() { return ddp_.get(); }
-  // " (rank 0 of 2 over nccl 2.28.6; rank r on cuda:LOCAL_RANK)", or "" alone.
-  std::string describe(const Device& device) const;
+  // The job's process group once started (null outside a data-parallel job).
+  distributed::ProcessGroup* group() { return group_.get(); }
+  // " (rank 0 of 2 over nccl 2.28.6; rank r on cuda:LOCAL_RANK)", or "" alone; with
+  // sharded_optimizer, ", optimizer state sharded" before the ")".
+  std::string describe(const Device& device, bool sharded_optimizer = false) const;
   // Half this machine's cores shared among the job's ranks, 1 to 4.
   int auto_workers() const;
   // Keeps every rank until rank 0 has written its last checkpoint.
@@ -201,7 +204,8 @@ struct TrainerOptions {
   std::string eval_phase = "eval";             // the evaluation's phase in the metrics
   bool progress = true;                        // print the progress line
   double timeout_s = 300;                      // data-parallel: how long a rank waits for the others
-  std::string model_name = "custom";           // the checkpoint's "model"
+  bool shard_optimizer = false;  // data-parallel: each rank keeps its share of the optimizers' state (ZeRO stage 1)
+  std::string model_name = "custom";                        // the checkpoint's "model"
   std::map<std::string, std::string> description, options;  // the checkpoint's config.* and option.*
 };
 
@@ -274,6 +278,8 @@ class Trainer {
   const std::vector<MetricsRecord>& metrics() const { return log_->records(); }
   std::vector<optim::Optimizer*> optimizers() const;
   // The run's state as a checkpoint holds it, and written to path (as at each evaluation).
+  // With shard_optimizer, the optimizers' state is as it was put together at the last
+  // evaluation (every rank takes part in that; rank 0 alone evaluates and saves).
   TrainingState state() const;
   void save(const std::string& path) const;
 
@@ -298,6 +304,10 @@ class Trainer {
   DataParallelJob job_;
   Generator* gen_;
   std::vector<NamedOptimizer> optimizers_;
+  // With shard_optimizer in a data-parallel job: one per optimizer, and their whole state as
+  // put together at the last evaluation.
+  std::vector<std::unique_ptr<distributed::ShardedOptimizer>> sharded_;
+  std::vector<optim::StateDict> gathered_state_;
   std::vector<std::unique_ptr<optim::LRSchedule>> schedules_;
   std::vector<Tensor> params_;
   std::unique_ptr<MetricsLog> log_;

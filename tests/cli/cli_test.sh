@@ -137,6 +137,10 @@ if [ "${1:-}" = lm ]; then
   awk -v a="$dp_loss" 'BEGIN { exit !(a < 3.8) }' || fail "data-parallel train-lm reached validation loss $dp_loss"
   [ "$(dp_lm_summary 40 lm-dp.log)" = "$(dp_lm_summary 40 lm-dpc2.log)" ] ||
     fail "resuming data-parallel train-lm changed it: $(dp_lm_summary 40 lm-dp.log) vs $(dp_lm_summary 40 lm-dpc2.log)"
+  # The optimizer's state sharded over the ranks: the same run.
+  "$normcore" train-lm "${dp_lm[@]}" --seed 1 --shard-optimizer on --out lm-dpz.safetensors > lm-dpz.log
+  [ "$(dp_lm_summary 40 lm-dp.log)" = "$(dp_lm_summary 40 lm-dpz.log)" ] ||
+    fail "train-lm --shard-optimizer on changed the run: $(dp_lm_summary 40 lm-dp.log) vs $(dp_lm_summary 40 lm-dpz.log)"
   unset MASTER_PORT
 
   # bf16 autocast learns as well (f32 master weights, checkpoints as in f32).
@@ -349,6 +353,22 @@ grep -q "^\[rank 0\] normcore train: .*, resuming after epoch 1$" dp-k.log ||
   fail "the job started again did not resume after the first epoch: $(cat dp-k.log)"
 [ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-k.log)" ] ||
   fail "a job whose rank was killed ended differently: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-k.log)"
+# The optimizer's state sharded over the ranks (ZeRO stage 1): the same run, bit for bit; its
+# checkpoint holds the whole state, so a run resumed from it without sharding ends as the
+# plain one.
+"$normcore" train "${common[@]}" --nproc 2 --batch-size 50 --epochs 2 --seed 7 --shard-optimizer on \
+  --out dp-z.safetensors > dp-z.log
+grep -q "(rank 0 of 2 over store, optimizer state sharded)" dp-z.log ||
+  fail "train --shard-optimizer on did not say so: $(head -1 dp-z.log)"
+[ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-z.log)" ] ||
+  fail "--shard-optimizer on changed the run: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-z.log)"
+"$normcore" train "${common[@]}" --nproc 2 --batch-size 50 --epochs 2 --stop-after 1 --seed 7 --shard-optimizer on \
+  --out dp-z1.safetensors > dp-z1.log
+"$normcore" train "${common[@]}" --nproc 2 --batch-size 50 --epochs 2 --resume dp-z1.safetensors \
+  --out dp-z1.safetensors > dp-z2.log
+[ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-z2.log)" ] ||
+  fail "a sharded checkpoint resumed unsharded changed the run: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-z2.log)"
+expect_error "shard-optimizer must be on or off" "$normcore" train "${common[@]}" --shard-optimizer yes
 "$normcore" eval --checkpoint dp.safetensors --data "$small" --device cpu > dp-eval.log
 grep -q "test accuracy $dp_accuracy%" dp-eval.log || fail "eval of the data-parallel checkpoint: $(head -1 dp-eval.log)"
 expect_error "already a rank" env WORLD_SIZE=2 "$normcore" train "${common[@]}" --nproc 2

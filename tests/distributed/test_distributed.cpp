@@ -18,6 +18,7 @@
 #include "normcore/losses.h"
 #include "normcore/normcore.h"
 #include "normcore/optim.h"
+#include "tests/distributed/ranks.h"
 #include "tests/test_support.h"
 
 namespace nc = normcore;
@@ -248,36 +249,12 @@ TEST(Nccl, AMissingOrWrongLibraryIsAClearError) {
 
 // ---------------------------------------------------------------- process groups on the CPU
 
+using normcore_test::max_difference;
+using normcore_test::run_ranks;
+using normcore_test::shard;
+using normcore_test::small_mlp;
 namespace {
-
-// Runs fn as ranks 0 .. world - 1 of a job on threads, each with its own store client and
-// process group (the store backend), and rethrows the first rank's failure.
-// With cuda, rank r works on cuda:r through NCCL.
-void run_ranks(int world, const std::function<void(nd::ProcessGroup&)>& fn, milliseconds timeout = milliseconds(20000),
-               bool cuda = false) {
-  auto server = std::make_shared<nd::TcpStore>("127.0.0.1", 0, world, true, timeout);
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto store =
-            r == 0 ? server : std::make_shared<nd::TcpStore>("127.0.0.1", server->port(), world, false, timeout);
-        nd::ProcessGroup group(store, r, world, cuda ? nc::Device::cuda(r) : nc::Device::cpu(),
-                               nd::ProcessGroupOptions{timeout});
-        fn(group);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-std::vector<double> values(const nc::Tensor& t) { return t.to(nc::DType::F64).contiguous().to_vector<double>(); }
-
+std::vector<double> values(const nc::Tensor& t) { return normcore_test::values_of(t); }
 }  // namespace
 
 TEST(TcpStore, RemovesKeys) {
@@ -411,35 +388,6 @@ TEST(AutogradHooks, ReadyHooksFireOnceWhenTheGradientIsCompleteAndCallbacksAfter
   throws<nc::ValueError>([&] { nc::autograd::add_grad_ready_hook(nc::mul(w, x), [] {}); },
                          {"add_grad_ready_hook", "leaf"})();
 }
-
-namespace {
-
-std::shared_ptr<nc::nn::Sequential> small_mlp(uint64_t seed) {
-  nc::Generator gen(seed);
-  auto model = std::make_shared<nc::nn::Sequential>(std::vector<std::shared_ptr<nc::nn::Module>>{
-      std::make_shared<nc::nn::Linear>(6, 16, true, &gen), std::make_shared<nc::nn::ReLU>(),
-      std::make_shared<nc::nn::Linear>(16, 16, true, &gen), std::make_shared<nc::nn::ReLU>(),
-      std::make_shared<nc::nn::Linear>(16, 4, true, &gen)});
-  model->to(nc::DType::F64);
-  return model;
-}
-
-// The batch of step s for rank r: 4 rows.
-std::pair<nc::Tensor, nc::Tensor> shard(int step, int r) {
-  nc::Generator gen(1000 + 10 * step + r);
-  return {nc::randn({4, 6}, nc::DType::F64, &gen), nc::randn({4, 4}, nc::DType::F64, &gen)};
-}
-
-double max_difference(const std::vector<nc::Tensor>& a, const std::vector<nc::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const std::vector<double> x = values(a[i]), y = values(b[i]);
-    for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]));
-  }
-  return worst;
-}
-
-}  // namespace
 
 TEST(DataParallel, TwoRanksWithBatchBTrainAsOneWithBatch2B) {
   constexpr int kSteps = 3;

@@ -1,0 +1,164 @@
+// ShardedOptimizer (ZeRO stage 1) on the CPU over the store backend: parameters dealt out
+// by size; training the same, bit for bit, as data parallelism with the whole state on every
+// rank (AdamW with weight decay, SGD with momentum); each rank holding state for its own
+// parameters alone; the whole state_dict put together on every rank, equal to the unsharded
+// one, and loadable at another world size; ranks with other parameters refused.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "normcore/distributed.h"
+#include "normcore/losses.h"
+#include "normcore/normcore.h"
+#include "normcore/optim.h"
+#include "tests/distributed/ranks.h"
+#include "tests/test_support.h"
+
+namespace nc = normcore;
+namespace nd = normcore::distributed;
+using normcore_test::max_difference;
+using normcore_test::run_ranks;
+using normcore_test::shard;
+using normcore_test::small_mlp;
+
+namespace {
+
+constexpr int kSteps = 4;
+
+std::unique_ptr<nc::optim::Optimizer> adamw(const std::vector<nc::Tensor>& params) {
+  nc::optim::AdamWOptions o;
+  o.lr = 0.01;
+  o.weight_decay = 0.1;
+  return std::make_unique<nc::optim::AdamW>(params, o);
+}
+
+// kSteps of data-parallel training of small_mlp(1) on world ranks, with the optimizer's state
+// sharded or whole; per rank, the parameters and the optimizer's whole state_dict after
+// them (put together by the sharded optimizer) and the parameter indices it holds state for.
+struct RankResult {
+  std::vector<nc::Tensor> params;
+  nc::optim::StateDict state;
+  std::set<int64_t> indices_with_state;
+};
+
+std::vector<RankResult> train(int world, bool sharded) {
+  std::vector<RankResult> results(static_cast<size_t>(world));
+  run_ranks(world, [&](nd::ProcessGroup& g) {
+    auto model = small_mlp(1);
+    nd::DistributedDataParallel ddp(model, g);
+    auto opt = adamw(model->parameters());
+    std::unique_ptr<nd::ShardedOptimizer> shards = sharded ? std::make_unique<nd::ShardedOptimizer>(*opt, g) : nullptr;
+    for (int s = 0; s < kSteps; ++s) {
+      auto [x, y] = shard(s, g.rank());
+      opt->zero_grad();
+      nc::mse_loss(ddp(x), y).backward();
+      if (shards) shards->step();
+      else opt->step();
+    }
+    RankResult& r = results[static_cast<size_t>(g.rank())];
+    r.params = model->parameters();
+    for (const auto& [key, value] : opt->state_dict())
+      if (key.rfind("state.", 0) == 0) r.indices_with_state.insert(std::stoll(key.substr(6)));
+    r.state = shards ? shards->state_dict() : opt->state_dict();
+  });
+  return results;
+}
+
+double state_difference(const nc::optim::StateDict& a, const nc::optim::StateDict& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(a[i].second.shape(), b[i].second.shape()) << a[i].first;
+    if (a[i].second.shape() == b[i].second.shape())
+      worst = std::max(worst, max_difference({a[i].second}, {b[i].second}));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST(ShardedOptimizer, DealsParametersOutBySize) {
+  run_ranks(2, [](nd::ProcessGroup& g) {
+    // Weights of 96, 256 and 64 elements with biases of 16, 16 and 4, in that order.
+    auto model = small_mlp(1);
+    auto opt = adamw(model->parameters());
+    nd::ShardedOptimizer shards(*opt, g);
+    std::vector<int> owners;
+    for (size_t i = 0; i < opt->params().size(); ++i) owners.push_back(shards.owner(i));
+    // 96 -> 0; 16 -> 1; 256 -> 1 (16 < 96); 16 -> 0 (96 < 272); 64 -> 0 (112 < 272); 4 -> 0.
+    EXPECT_EQ(owners, (std::vector<int>{0, 1, 1, 0, 0, 0}));
+    normcore_test::throws<nc::IndexError>([&] { shards.owner(6); }, {"ShardedOptimizer", "6", "6 parameters"})();
+  });
+}
+
+TEST(ShardedOptimizer, TrainsAsTheWholeStateAndPutsItTogether) {
+  const std::vector<RankResult> whole = train(2, false);
+  const std::vector<RankResult> sharded = train(2, true);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    // Bit for bit: the same parameters and the same whole state on every rank.
+    EXPECT_EQ(max_difference(sharded[static_cast<size_t>(r)].params, whole[0].params), 0.0);
+    EXPECT_EQ(state_difference(sharded[static_cast<size_t>(r)].state, whole[0].state), 0.0);
+  }
+  // The whole state covers every parameter; each rank held only its own.
+  EXPECT_EQ(whole[0].indices_with_state, (std::set<int64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(sharded[0].indices_with_state, (std::set<int64_t>{0, 3, 4, 5}));
+  EXPECT_EQ(sharded[1].indices_with_state, (std::set<int64_t>{1, 2}));
+  EXPECT_GT(max_difference(small_mlp(1)->parameters(), whole[0].params), 1e-3);  // it trained
+}
+
+// A state_dict put together on 3 ranks loads on 2 (each keeping its share) and on 1 (a plain
+// optimizer), and training goes on there as it would have with the whole state.
+TEST(ShardedOptimizer, StateLoadsAtAnotherWorldSize) {
+  const std::vector<RankResult> three = train(3, true);
+  const nc::optim::StateDict& saved = three[0].state;
+  // Two more steps, sharded over 2 ranks, from the saved parameters and state.
+  auto continue_on = [&](int world) {
+    std::vector<RankResult> out(static_cast<size_t>(world));
+    run_ranks(world, [&](nd::ProcessGroup& g) {
+      auto model = small_mlp(1);
+      const std::vector<nc::Tensor> params = model->parameters();
+      for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(three[0].params[i]);
+      nd::DistributedDataParallel ddp(model, g);
+      auto opt = adamw(params);
+      nd::ShardedOptimizer shards(*opt, g);
+      shards.load_state_dict(saved);
+      for (int s = kSteps; s < kSteps + 2; ++s) {
+        // The same 12 rows a step whatever the world size: rank r of w takes its part.
+        std::vector<nc::Tensor> xs, ys;
+        for (int k = 0; k < 3; ++k) {
+          auto [x, y] = shard(s, k);
+          xs.push_back(x), ys.push_back(y);
+        }
+        const int64_t rows = 12 / world;
+        const nc::Tensor x = nc::cat(xs, 0).narrow(0, g.rank() * rows, rows);
+        const nc::Tensor y = nc::cat(ys, 0).narrow(0, g.rank() * rows, rows);
+        opt->zero_grad();
+        nc::mse_loss(ddp(x), y).backward();
+        shards.step();
+      }
+      out[static_cast<size_t>(g.rank())].params = model->parameters();
+      out[static_cast<size_t>(g.rank())].state = shards.state_dict();
+    });
+    return out;
+  };
+  const std::vector<RankResult> two = continue_on(2), one = continue_on(1);
+  EXPECT_LT(max_difference(two[0].params, one[0].params), 1e-12);  // f64; the sums' order differs
+  EXPECT_LT(state_difference(two[1].state, one[0].state), 1e-12);
+  EXPECT_GT(max_difference(two[0].params, three[0].params), 1e-4);  // it went on training
+}
+
+TEST(ShardedOptimizer, RanksWithOtherParametersAreRefused) {
+  EXPECT_THROW(run_ranks(2,
+                         [](nd::ProcessGroup& g) {
+                           auto model = small_mlp(1);
+                           std::vector<nc::Tensor> params = model->parameters();
+                           if (g.rank() == 1) params.pop_back();
+                           auto opt = adamw(params);
+                           nd::ShardedOptimizer shards(*opt, g);
+                         }),
+               nc::ValueError);
+}
