@@ -84,6 +84,12 @@ Optimizer::Optimizer(const char* name, std::vector<Tensor> params, double lr)
   }
 }
 
+std::unique_ptr<Optimizer> Optimizer::make_like(std::vector<Tensor>) const {
+  NC_CHECK(false, ValueError, name_,
+           ": cannot be cut into pieces (make_like): its update is not known to go element by element");
+  return nullptr;
+}
+
 void Optimizer::zero_grad() {
   for (const Tensor& p : params_) p.zero_grad();
 }
@@ -252,6 +258,10 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
   check_hyperparameters(values);
 }
 
+std::unique_ptr<Optimizer> SGD::make_like(std::vector<Tensor> params) const {
+  return std::make_unique<SGD>(std::move(params), options());
+}
+
 SGDOptions SGD::options() const {
   SGDOptions o = options_;
   o.lr = lr_;
@@ -336,6 +346,13 @@ Adam::Adam(const char* name, std::vector<Tensor> params, AdamOptions options, bo
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
     : Adam("AdamW", std::move(params),
            AdamOptions{options.lr, options.beta1, options.beta2, options.eps, options.weight_decay}, true) {}
+
+std::unique_ptr<Optimizer> Adam::make_like(std::vector<Tensor> params) const {
+  const AdamOptions o = options();
+  if (decoupled_)
+    return std::make_unique<AdamW>(std::move(params), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
+  return std::make_unique<Adam>(std::move(params), o);
+}
 
 AdamOptions Adam::options() const {
   AdamOptions o = options_;

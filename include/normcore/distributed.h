@@ -318,50 +318,60 @@ class DistributedDataParallel {
 };
 
 // ---------------------------------------------------------------- sharded optimizer state
-// ZeRO stage 1 over an optimizer whose state is per parameter (SGD, Adam, AdamW): each rank
-// keeps the state of its share of the parameters and updates only those, then every rank
-// gets the updated values from their owners. The gradients stay whole on every rank
-// (DistributedDataParallel averages them as before, so clipping sees the whole norm); what
-// is saved is (world_size - 1) / world_size of the optimizer's state (AdamW: two f32 moments
-// a parameter element). Parameters are dealt out in order, each to the rank holding the
-// fewest elements so far (ties to the lower rank), the same on every rank. Training is the
-// same, bit for bit, as with the whole state on every rank: a parameter's update reads its
-// own gradient and state alone, and the owner's result is copied to the others.
+// ZeRO stage 1 over an optimizer whose update goes element by element (SGD, Adam, AdamW):
+// the parameters, laid end to end, are cut into world_size even pieces; each rank updates
+// its piece (an optimizer of the same kind, made by make_like, over views of it) and holds
+// the state of that piece alone, then every rank gets the others' pieces. The gradients stay
+// whole on every rank (DistributedDataParallel averages them as before, so clipping sees the
+// whole norm); what is saved is (world_size - 1) / world_size of the optimizer's state
+// (AdamW: two f32 moments a parameter element). Training is the same, bit for bit, as with
+// the whole state on every rank: an element's update reads its own gradient and state alone,
+// and the updating rank's result is copied to the others.
 //
 //   distributed::DistributedDataParallel ddp(model, group);
 //   optim::AdamW adamw(model->parameters(), options);
 //   distributed::ShardedOptimizer sharded(adamw, group);
 //   loss = cross_entropy(ddp(x), y); loss.backward(); sharded.step();
 //
-// step, step_unless and state_dict are collectives: every rank makes them, in the same order.
+// The optimizer passed in keeps the hyperparameters (set_lr, schedules) and is never stepped
+// itself. step, step_unless and state_dict are collectives: every rank makes them, in the
+// same order.
 class ShardedOptimizer {
  public:
   // optimizer (kept by reference, it must outlive this) over the same parameters, in the
-  // same order, on every rank of group.
+  // same order, on every rank of group; ValueError otherwise, and for an optimizer that
+  // cannot be cut (make_like).
   ShardedOptimizer(optim::Optimizer& optimizer, ProcessGroup& group);
   ~ShardedOptimizer();
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
-  // The rank that updates parameter index (of optimizer.params()).
-  int owner(size_t index) const;
-  // The optimizer's step on this rank's parameters (the others' gradients are dropped, made
-  // undefined, so that no state is made for them), then the parameters of each rank sent
-  // from it to the others, laid end to end: one broadcast per rank and dtype.
+  // Parameter elements this rank updates and holds state for.
+  int64_t elements() const;
+  // The piece's update at the optimizer's current learning rate (its other hyperparameters
+  // as they were when this was made, or as load_state_dict set them), then the pieces sent
+  // from each rank to the others, laid end to end: one broadcast per rank and dtype.
   void step();
-  // The same with the optimizer's step_unless(found_inf) (GradScaler's skip).
+  // The same with step_unless(found_inf) (GradScaler's skip).
   void step_unless(const Tensor& found_inf);
   // The optimizer's state_dict as one process holding the whole state would give it, on
   // every rank: what a checkpoint keeps, loadable at any world size (1 included).
   optim::StateDict state_dict();
   // Loads a whole state_dict (from state_dict() above, or from an optimizer that held all
-  // of it, at any world size), keeping this rank's share of the state. Not a collective.
+  // of it, at any world size), keeping this rank's piece of the state. Not a collective.
   void load_state_dict(const optim::StateDict& state);
 
  private:
+  // Elements [begin, begin + count) of parameter `param` (flattened), and a view of them.
+  struct Piece {
+    size_t param;
+    int64_t begin, count;
+    Tensor view;
+  };
   void share_parameters();
   optim::Optimizer& optimizer_;
   ProcessGroup& group_;
-  std::vector<int> owners_;  // per parameter
+  std::vector<std::vector<Piece>> pieces_;  // per rank
+  std::unique_ptr<optim::Optimizer> own_;   // over this rank's views; null when it has none
 };
 
 }  // namespace distributed

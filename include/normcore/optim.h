@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,12 @@ class Optimizer {
   StateDict state_dict() const;
   void load_state_dict(const StateDict& state);
 
+  // A new optimizer of this kind and these hyperparameters (lr included) over params, with
+  // no state: what distributed::ShardedOptimizer updates a rank's pieces of the parameters
+  // with. Only an optimizer whose update is element by element may be cut so (SGD, Adam,
+  // AdamW); the default throws ValueError naming the optimizer.
+  virtual std::unique_ptr<Optimizer> make_like(std::vector<Tensor> params) const;
+
  protected:
   Optimizer(const char* name, std::vector<Tensor> params, double lr);
 
@@ -119,6 +126,7 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
   void step() override;
+  std::unique_ptr<Optimizer> make_like(std::vector<Tensor> params) const override;
   // The options in effect (lr as set_lr or a schedule left it).
   SGDOptions options() const;
 
@@ -159,6 +167,7 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   void step() override;
+  std::unique_ptr<Optimizer> make_like(std::vector<Tensor> params) const override;
   AdamOptions options() const;
   // True for AdamW.
   bool decoupled() const { return decoupled_; }

@@ -1,10 +1,11 @@
-// ShardedOptimizer (ZeRO stage 1) on the CPU over the store backend: parameters dealt out
-// by size; training the same, bit for bit, as data parallelism with the whole state on every
-// rank (AdamW with weight decay, SGD with momentum); each rank holding state for its own
-// parameters alone; the whole state_dict put together on every rank, equal to the unsharded
-// one, and loadable at another world size; ranks with other parameters refused.
+// ShardedOptimizer (ZeRO stage 1) on the CPU over the store backend: the parameters cut into
+// even pieces; training the same, bit for bit, as data parallelism with the whole state on
+// every rank (AdamW with weight decay); the optimizer passed in holding no state; the whole
+// state_dict put together on every rank, equal to the unsharded one, and loadable at another
+// world size; ranks with other parameters refused, optimizers that cannot be cut refused.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,11 +37,13 @@ std::unique_ptr<nc::optim::Optimizer> adamw(const std::vector<nc::Tensor>& param
 
 // kSteps of data-parallel training of small_mlp(1) on world ranks, with the optimizer's state
 // sharded or whole; per rank, the parameters and the optimizer's whole state_dict after
-// them (put together by the sharded optimizer) and the parameter indices it holds state for.
+// them (put together by the sharded optimizer), the parameter indices the optimizer passed
+// in holds state for, and the elements the rank updates.
 struct RankResult {
   std::vector<nc::Tensor> params;
   nc::optim::StateDict state;
   std::set<int64_t> indices_with_state;
+  int64_t elements = 0;
 };
 
 std::vector<RankResult> train(int world, bool sharded) {
@@ -62,6 +65,7 @@ std::vector<RankResult> train(int world, bool sharded) {
     for (const auto& [key, value] : opt->state_dict())
       if (key.rfind("state.", 0) == 0) r.indices_with_state.insert(std::stoll(key.substr(6)));
     r.state = shards ? shards->state_dict() : opt->state_dict();
+    r.elements = shards ? shards->elements() : 0;
   });
   return results;
 }
@@ -78,21 +82,20 @@ double state_difference(const nc::optim::StateDict& a, const nc::optim::StateDic
   return worst;
 }
 
-}  // namespace
+// An optimizer of the caller's whose update is not known to go element by element.
+class Whole final : public nc::optim::Optimizer {
+ public:
+  explicit Whole(std::vector<nc::Tensor> params) : Optimizer("Whole", std::move(params), 0.1) {}
+  void step() override {}
 
-TEST(ShardedOptimizer, DealsParametersOutBySize) {
-  run_ranks(2, [](nd::ProcessGroup& g) {
-    // Weights of 96, 256 and 64 elements with biases of 16, 16 and 4, in that order.
-    auto model = small_mlp(1);
-    auto opt = adamw(model->parameters());
-    nd::ShardedOptimizer shards(*opt, g);
-    std::vector<int> owners;
-    for (size_t i = 0; i < opt->params().size(); ++i) owners.push_back(shards.owner(i));
-    // 96 -> 0; 16 -> 1; 256 -> 1 (16 < 96); 16 -> 0 (96 < 272); 64 -> 0 (112 < 272); 4 -> 0.
-    EXPECT_EQ(owners, (std::vector<int>{0, 1, 1, 0, 0, 0}));
-    normcore_test::throws<nc::IndexError>([&] { shards.owner(6); }, {"ShardedOptimizer", "6", "6 parameters"})();
-  });
-}
+ protected:
+  std::vector<std::pair<std::string, double>> hyperparameters() const override { return {}; }
+  void check_hyperparameters(const std::map<std::string, double>&) const override {}
+  void set_hyperparameters(const std::map<std::string, double>&) override {}
+  std::vector<std::string> state_names() const override { return {}; }
+};
+
+}  // namespace
 
 TEST(ShardedOptimizer, TrainsAsTheWholeStateAndPutsItTogether) {
   const std::vector<RankResult> whole = train(2, false);
@@ -103,10 +106,14 @@ TEST(ShardedOptimizer, TrainsAsTheWholeStateAndPutsItTogether) {
     EXPECT_EQ(max_difference(sharded[static_cast<size_t>(r)].params, whole[0].params), 0.0);
     EXPECT_EQ(state_difference(sharded[static_cast<size_t>(r)].state, whole[0].state), 0.0);
   }
-  // The whole state covers every parameter; each rank held only its own.
+  // Unsharded, each rank's optimizer holds state for every parameter; sharded, the optimizer
+  // passed in holds none, and the 452 elements (weights of 96, 256 and 64, biases of 16, 16
+  // and 4) are cut in two halves, the second weight across both.
   EXPECT_EQ(whole[0].indices_with_state, (std::set<int64_t>{0, 1, 2, 3, 4, 5}));
-  EXPECT_EQ(sharded[0].indices_with_state, (std::set<int64_t>{0, 3, 4, 5}));
-  EXPECT_EQ(sharded[1].indices_with_state, (std::set<int64_t>{1, 2}));
+  EXPECT_TRUE(sharded[0].indices_with_state.empty());
+  EXPECT_TRUE(sharded[1].indices_with_state.empty());
+  EXPECT_EQ(sharded[0].elements, 226);
+  EXPECT_EQ(sharded[1].elements, 226);
   EXPECT_GT(max_difference(small_mlp(1)->parameters(), whole[0].params), 1e-3);  // it trained
 }
 
@@ -114,6 +121,8 @@ TEST(ShardedOptimizer, TrainsAsTheWholeStateAndPutsItTogether) {
 // optimizer), and training goes on there as it would have with the whole state.
 TEST(ShardedOptimizer, StateLoadsAtAnotherWorldSize) {
   const std::vector<RankResult> three = train(3, true);
+  EXPECT_EQ(three[0].elements + three[1].elements + three[2].elements, 452);
+  EXPECT_EQ(three[2].elements, 150);  // 151, 151 and the rest
   const nc::optim::StateDict& saved = three[0].state;
   // Two more steps, sharded over 2 ranks, from the saved parameters and state.
   auto continue_on = [&](int world) {
@@ -149,6 +158,23 @@ TEST(ShardedOptimizer, StateLoadsAtAnotherWorldSize) {
   EXPECT_LT(max_difference(two[0].params, one[0].params), 1e-12);  // f64; the sums' order differs
   EXPECT_LT(state_difference(two[1].state, one[0].state), 1e-12);
   EXPECT_GT(max_difference(two[0].params, three[0].params), 1e-4);  // it went on training
+}
+
+TEST(ShardedOptimizer, BadStateAndOptimizersThatCannotBeCutAreRefused) {
+  run_ranks(1, [](nd::ProcessGroup& g) {
+    auto model = small_mlp(1);
+    auto opt = adamw(model->parameters());
+    nd::ShardedOptimizer shards(*opt, g);
+    nc::optim::StateDict state = shards.state_dict();
+    state.emplace_back("state.9.exp_avg", nc::zeros({3}));
+    normcore_test::throws<nc::ValueError>([&] { shards.load_state_dict(state); },
+                                          {"ShardedOptimizer.load_state_dict", "state.9.exp_avg", "6 parameters"})();
+    state.back() = {"state.0.exp_avg", nc::zeros({3})};
+    normcore_test::throws<nc::ShapeError>([&] { shards.load_state_dict(state); },
+                                          {"ShardedOptimizer.load_state_dict", "state.0.exp_avg", "[16, 6]"})();
+    Whole whole(model->parameters());
+    normcore_test::throws<nc::ValueError>([&] { nd::ShardedOptimizer cut(whole, g); }, {"Whole", "cannot be cut"})();
+  });
 }
 
 TEST(ShardedOptimizer, RanksWithOtherParametersAreRefused) {
