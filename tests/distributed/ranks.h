@@ -45,7 +45,7 @@ inline void run_ranks(int world, const std::function<void(nd::ProcessGroup&)>& f
 }
 
 inline std::vector<double> values_of(const nc::Tensor& t) {
-  return t.to(nc::DType::F64).contiguous().to_vector<double>();
+  return t.to(nc::Device::cpu()).to(nc::DType::F64).contiguous().to_vector<double>();
 }
 
 inline std::shared_ptr<nc::nn::Sequential> small_mlp(uint64_t seed) {

@@ -188,3 +188,34 @@ TEST(ShardedOptimizer, RanksWithOtherParametersAreRefused) {
                          }),
                nc::ValueError);
 }
+
+// On a GPU over NCCL (one rank: the collectives run, the piece is everything): the sharded
+// step gives the plain step's parameters bit for bit, and the state put together is the
+// plain optimizer's.
+TEST(ShardedOptimizer, OneRankOnCudaStepsAsThePlainOptimizer) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const nc::Device gpu = nc::Device::cuda(0);
+  run_ranks(
+      1,
+      [&](nd::ProcessGroup& g) {
+        auto plain = small_mlp(1), sharded = small_mlp(1);
+        plain->to(gpu);
+        sharded->to(gpu);
+        auto a = adamw(plain->parameters()), b = adamw(sharded->parameters());
+        nd::ShardedOptimizer shards(*b, g);
+        EXPECT_EQ(shards.elements(), 452);
+        for (int s = 0; s < kSteps; ++s) {
+          auto [x, y] = shard(s, 0);
+          x = x.to(gpu), y = y.to(gpu);
+          a->zero_grad();
+          nc::mse_loss((*plain)(x), y).backward();
+          a->step();
+          b->zero_grad();
+          nc::mse_loss((*sharded)(x), y).backward();
+          shards.step();
+        }
+        EXPECT_EQ(max_difference(plain->parameters(), sharded->parameters()), 0.0);
+        EXPECT_EQ(state_difference(shards.state_dict(), a->state_dict()), 0.0);
+      },
+      std::chrono::milliseconds(60000), /*cuda=*/true);
+}
