@@ -205,20 +205,31 @@ TEST(GeluMlp, MatchesTheCompositionOnCpu) {
   }
 }
 
-// Recomputing, gelu_mlp runs the composition's kernels and makes the GELU's output again
-// from the same pre-activation: the composition's values and gradients bit for bit.
+// Recomputing, gelu_mlp makes the GELU's output again from the same pre-activation and takes
+// the GELU's input gradient from the product's epilogue: in f64 and f32 the composition's
+// values and gradients bit for bit; in bf16 the same output, and gradients that skip the
+// composition's rounding of the product (within bf16's rounding of it, and of the f64
+// reference's).
 TEST(GeluMlp, RecomputeGivesTheCompositionsGradients) {
   const std::vector<Tensor> p = mlp_inputs({3, 5, 8}, 32, 8, 45);
+  const MlpOutcome reference = run_mlp(false, p, nc::Device::cpu(), DType::F64);
   for (DType dtype : {DType::F64, DType::F32, DType::BF16}) {
     SCOPED_TRACE(nc::dtype_name(dtype));
     const MlpOutcome kept = run_mlp(false, p, nc::Device::cpu(), dtype);
     const MlpOutcome again = run_mlp(true, p, nc::Device::cpu(), dtype, /*recompute=*/true);
     EXPECT_EQ(values(again.y), values(kept.y));
+    EXPECT_EQ(values(again.grad_w2), values(kept.grad_w2));
+    EXPECT_EQ(values(again.grad_b2), values(kept.grad_b2));
+    if (dtype == DType::BF16) {
+      EXPECT_LT(relative_error(again.grad_x, kept.grad_x), 1e-2);
+      EXPECT_LT(relative_error(again.grad_w1, kept.grad_w1), 1e-2);
+      EXPECT_LT(relative_error(again.grad_b1, kept.grad_b1), 1e-2);
+      expect_mlp_close(again, reference, 3e-2);
+      continue;
+    }
     EXPECT_EQ(values(again.grad_x), values(kept.grad_x));
     EXPECT_EQ(values(again.grad_w1), values(kept.grad_w1));
     EXPECT_EQ(values(again.grad_b1), values(kept.grad_b1));
-    EXPECT_EQ(values(again.grad_w2), values(kept.grad_w2));
-    EXPECT_EQ(values(again.grad_b2), values(kept.grad_b2));
   }
 }
 
