@@ -46,6 +46,9 @@ nc::train::TrainerOptions trainer_options(const Args& args, const nc::Device& de
   NC_CHECK(shard == "on" || shard == "off", ValueError, "option --shard-optimizer must be on or off, got '", shard,
            "'");
   o.shard_optimizer = shard == "on";
+  NC_CHECK(!o.shard_optimizer || std::getenv("WORLD_SIZE") != nullptr, ValueError,
+           "option --shard-optimizer on shares the optimizer's state among data-parallel ranks: give --nproc 2 or "
+           "more (or run under normcore launch)");
   for (const auto& [k, v] : args.options)
     if (k != "resume" && k != "help" && k != "stop-after" && k != "max-restarts") o.options[k] = v;
   return o;

@@ -110,6 +110,8 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, StepLoss loss, OptimizerFact
   NC_CHECK(model_, ValueError, "Trainer: the model is null");
   NC_CHECK(optimizer_factory_, ValueError, "Trainer: the optimizer factory is empty");
   check_options(options_);
+  NC_CHECK(!options_.shard_optimizer || job_.active(), ValueError,
+           "Trainer: shard_optimizer needs a data-parallel job (ranks started by a launcher: WORLD_SIZE is unset)");
   graphed_ = use_cuda_graph(options_.cuda_graph, options_.device, options_.detect_anomaly, job_.active());
   autograd::set_anomaly_enabled(options_.detect_anomaly);
   model_->to(options_.device);

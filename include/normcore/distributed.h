@@ -335,7 +335,8 @@ class DistributedDataParallel {
 //
 // The optimizer passed in keeps the hyperparameters (set_lr, schedules) and is never stepped
 // itself. step, step_unless and state_dict are collectives: every rank makes them, in the
-// same order.
+// same order. A step is not for CUDA-graph capture (it hands the learning rate on from the
+// host).
 class ShardedOptimizer {
  public:
   // optimizer (kept by reference, it must outlive this) over the same parameters, in the

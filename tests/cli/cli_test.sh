@@ -369,6 +369,7 @@ grep -q "(rank 0 of 2 over store, optimizer state sharded)" dp-z.log ||
 [ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-z2.log)" ] ||
   fail "a sharded checkpoint resumed unsharded changed the run: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-z2.log)"
 expect_error "shard-optimizer must be on or off" "$normcore" train "${common[@]}" --shard-optimizer yes
+expect_error "give --nproc 2 or more" "$normcore" train "${common[@]}" --shard-optimizer on
 "$normcore" eval --checkpoint dp.safetensors --data "$small" --device cpu > dp-eval.log
 grep -q "test accuracy $dp_accuracy%" dp-eval.log || fail "eval of the data-parallel checkpoint: $(head -1 dp-eval.log)"
 expect_error "already a rank" env WORLD_SIZE=2 "$normcore" train "${common[@]}" --nproc 2
