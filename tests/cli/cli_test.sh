@@ -368,6 +368,21 @@ grep -q "(rank 0 of 2 over store, optimizer state sharded)" dp-z.log ||
   --out dp-z1.safetensors > dp-z2.log
 [ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-z2.log)" ] ||
   fail "a sharded checkpoint resumed unsharded changed the run: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-z2.log)"
+# Two launchers as two machines (--nnodes 2, two ranks each, meeting over this host's
+# loopback with a shared job secret) train as one launcher with four ranks does.
+"$normcore" train "${common[@]}" --nproc 4 --batch-size 25 --epochs 2 --seed 7 --out dp4.safetensors > dp4.log
+two_nodes=(--nnodes 2 --nproc 2 --master-port $((MASTER_PORT + 1)) -- "$normcore" train "${common[@]}" --batch-size 25
+  --epochs 2 --seed 7 --out dp-n.safetensors)
+export NORMCORE_JOB_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+"$normcore" launch --node-rank 1 "${two_nodes[@]}" > dp-n1.log 2>&1 &
+node1=$!
+"$normcore" launch --node-rank 0 "${two_nodes[@]}" > dp-n0.log 2>&1 || fail "launcher 0 of 2 failed: $(tail -3 dp-n0.log)"
+wait $node1 || fail "launcher 1 of 2 failed: $(tail -3 dp-n1.log)"
+unset NORMCORE_JOB_SECRET
+grep -q "(rank 0 of 4 over store)" dp-n0.log || fail "two launchers did not make one job of 4 ranks: $(head -1 dp-n0.log)"
+grep -q "epoch" dp-n1.log && fail "ranks 2 and 3 printed epochs: $(cat dp-n1.log)"
+[ "$(dp_summary 2 dp4.log)" = "$(dp_summary 2 dp-n0.log)" ] ||
+  fail "two launchers of two ranks trained otherwise than one of four: $(dp_summary 2 dp4.log) vs $(dp_summary 2 dp-n0.log)"
 expect_error "shard-optimizer must be on or off" "$normcore" train "${common[@]}" --shard-optimizer yes
 expect_error "give --nproc 2 or more" "$normcore" train "${common[@]}" --shard-optimizer on
 "$normcore" eval --checkpoint dp.safetensors --data "$small" --device cpu > dp-eval.log
