@@ -52,6 +52,8 @@ const std::vector<Case>& cases() {
       {"relu without bias", {2, 8, 5, 5}, {8, 8, 3, 3}, 1, 1, 1, false, false, true},
       {"groups 2, residual", {2, 8, 6, 6}, {8, 4, 3, 3}, 1, 1, 2, true, true, true},
       {"odd channels", {2, 3, 8, 8}, {5, 3, 3, 3}, 2, 1, 1, true, true, true},
+      // The CPU's im2col columns made in pieces of output rows (37 and 11 here).
+      {"7x7 stride 2, columns in pieces", {2, 3, 96, 96}, {16, 3, 7, 7}, 2, 3, 1, true, true, true},
   };
   return c;
 }
