@@ -353,6 +353,25 @@ grep -q "^\[rank 0\] normcore train: .*, resuming after epoch 1$" dp-k.log ||
   fail "the job started again did not resume after the first epoch: $(cat dp-k.log)"
 [ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-k.log)" ] ||
   fail "a job whose rank was killed ended differently: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-k.log)"
+# The same with rank 1 hanging (SIGSTOP) inside the second epoch: rank 0 finds it within
+# --timeout (its collective fails and names the rank and what it waited for), the launcher
+# kills the stopped rank after its grace period and starts the job again, which ends as the
+# uninterrupted one.
+rm -f dp-h.safetensors
+hang_start=$(date +%s)
+"$normcore" launch --nproc 2 --max-restarts 1 --master-port "$MASTER_PORT" -- sh -c \
+  'if [ "$NORMCORE_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then
+     (while [ ! -e dp-h.safetensors ]; do sleep 0.05; done; kill -STOP $$) &
+   fi
+   exec "$0" "$@"' \
+  "$normcore" train "${common[@]}" --batch-size 50 --epochs 2 --seed 7 --resume auto --timeout 3 --out dp-h.safetensors \
+  > dp-h.log 2> dp-h.err || fail "a job started again after a rank hung failed: $(tail -3 dp-h.err)"
+[ $(( $(date +%s) - hang_start )) -lt 60 ] || fail "a hanging rank was not found within the timeout"
+grep -q "restarting the job (restart 1 of 1) after rank 0 exited with status" dp-h.err ||
+  fail "rank 0 did not fail on the hanging rank: $(cat dp-h.err)"
+grep -q "^\[rank 0\] normcore train: .*within 3000 ms" dp-h.err || fail "rank 0 did not say what it waited for: $(cat dp-h.err)"
+[ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-h.log)" ] ||
+  fail "a job whose rank hung ended differently: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-h.log)"
 # The optimizer's state sharded over the ranks (ZeRO stage 1): the same run, bit for bit; its
 # checkpoint holds the whole state, so a run resumed from it without sharding ends as the
 # plain one.
