@@ -133,7 +133,7 @@ class StoreBackend : public ProcessGroup::Impl {
 
   std::shared_ptr<Work::State> run(const Call& call, bool) override {
     autograd::NoGradGuard no_grad;
-    const std::vector<std::string> all = exchange(call.kind == Kind::Broadcast ? call.root : -1, call.in);
+    const std::vector<std::string> all = exchange(call.name, call.kind == Kind::Broadcast ? call.root : -1, call.in);
     std::vector<Tensor> parts;
     for (const std::string& bytes : all) {
       Tensor t = empty(call.in.shape(), call.in.dtype());
@@ -162,7 +162,7 @@ class StoreBackend : public ProcessGroup::Impl {
   // Every rank's bytes of t in rank order (only root's when root >= 0). A value in the store
   // holds at most TcpStore::kMaxValueBytes, so a larger tensor goes in pieces of that size;
   // every rank knows how many from t's size.
-  std::vector<std::string> exchange(int root, const Tensor& t) {
+  std::vector<std::string> exchange(const char* name, int root, const Tensor& t) {
     const std::string key = prefix + std::to_string(sequence_++) + "/";
     const size_t bytes = t.nbytes(), piece_bytes = TcpStore::kMaxValueBytes;
     const size_t pieces = std::max<size_t>(1, (bytes + piece_bytes - 1) / piece_bytes);
@@ -181,7 +181,16 @@ class StoreBackend : public ProcessGroup::Impl {
     for (int r : senders) {
       std::string& whole = all.emplace_back();
       whole.reserve(bytes);
-      for (size_t piece = 0; piece < pieces; ++piece) whole += store->get(piece_key(r, piece));
+      for (size_t piece = 0; piece < pieces; ++piece) {
+        try {
+          whole += store->get(piece_key(r, piece));
+        } catch (const DistributedError& e) {
+          // Which collective, and whose part never came: the rank died, hangs, or skipped it.
+          throw DistributedError(detail::cat_str(
+              name, " (rank ", rank, " of ", world_size, ") over the store: rank ", r, "'s part did not come within ",
+              store->timeout().count(), " ms (that rank died, hangs, or did not make this collective): ", e.what()));
+        }
+      }
     }
     if (store->add(key + "read", 1) == world_size) {
       for (int r : senders)

@@ -369,7 +369,8 @@ hang_start=$(date +%s)
 [ $(( $(date +%s) - hang_start )) -lt 60 ] || fail "a hanging rank was not found within the timeout"
 grep -q "restarting the job (restart 1 of 1) after rank 0 exited with status" dp-h.err ||
   fail "rank 0 did not fail on the hanging rank: $(cat dp-h.err)"
-grep -q "^\[rank 0\] normcore train: .*within 3000 ms" dp-h.err || fail "rank 0 did not say what it waited for: $(cat dp-h.err)"
+grep -q "^\[rank 0\] normcore train: all_reduce (rank 0 of 2) over the store: rank 1's part did not come within 3000 ms" \
+  dp-h.err || fail "rank 0 did not say what it waited for: $(cat dp-h.err)"
 [ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-h.log)" ] ||
   fail "a job whose rank hung ended differently: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-h.log)"
 # The optimizer's state sharded over the ranks (ZeRO stage 1): the same run, bit for bit; its

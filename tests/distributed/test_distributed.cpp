@@ -352,7 +352,8 @@ TEST(ProcessGroupStore, APeerThatNeverComesIsATimeout) {
   auto server = std::make_shared<nd::TcpStore>("127.0.0.1", 0, 2, true, milliseconds(300));
   nd::ProcessGroup g(server, 0, 2, nc::Device::cpu(), nd::ProcessGroupOptions{milliseconds(300)});
   nc::Tensor t = nc::ones({2});
-  throws<nc::DistributedError>([&] { g.all_reduce(t); }, {"within 300 ms"})();
+  throws<nc::DistributedError>([&] { g.all_reduce(t); },
+                               {"all_reduce (rank 0 of 2) over the store", "rank 1's part", "within 300 ms"})();
 }
 
 // ---------------------------------------------------------------- data parallelism
