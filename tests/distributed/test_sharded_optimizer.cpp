@@ -117,6 +117,23 @@ TEST(ShardedOptimizer, TrainsAsTheWholeStateAndPutsItTogether) {
   EXPECT_GT(max_difference(small_mlp(1)->parameters(), whole[0].params), 1e-3);  // it trained
 }
 
+// N ranks with batch B, the state sharded, train as one process with batch N B (f64: the
+// gradients' sums differ in order only).
+TEST(ShardedOptimizer, TwoRanksWithBatchBTrainAsOneWithBatch2B) {
+  auto reference = small_mlp(1);
+  auto plain = adamw(reference->parameters());
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x0, y0] = shard(s, 0);
+    auto [x1, y1] = shard(s, 1);
+    plain->zero_grad();
+    nc::mse_loss((*reference)(nc::cat({x0, x1})), nc::cat({y0, y1})).backward();
+    plain->step();
+  }
+  const std::vector<RankResult> sharded = train(2, true);
+  EXPECT_LT(max_difference(sharded[0].params, reference->parameters()), 1e-12);
+  EXPECT_LT(state_difference(sharded[0].state, plain->state_dict()), 1e-12);
+}
+
 // A state_dict put together on 3 ranks loads on 2 (each keeping its share) and on 1 (a plain
 // optimizer), and training goes on there as it would have with the whole state.
 TEST(ShardedOptimizer, StateLoadsAtAnotherWorldSize) {
