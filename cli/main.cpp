@@ -30,7 +30,27 @@ using namespace cli;
 
 const char* kDefaultData = "/usr/share/datasets/fashion-mnist";
 
-const std::vector<OptionSpec> kTrainOptions = {
+// The data-parallel options, last in train's and train-lm's.
+const std::vector<OptionSpec> kDataParallelOptions = {
+    {"nproc", "1",
+     "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
+     "--batch-size is per process"},
+    {"max-restarts", "0",
+     "with --nproc: when a process fails, start them all again at most this many times (with --resume "
+     "auto they continue from the last checkpoint)"},
+    {"shard-optimizer", "off",
+     "data-parallel: on: each rank keeps its share of the optimizer's state and updates those parameters "
+     "(ZeRO stage 1; the same training, less memory a rank); checkpoints hold the whole state"},
+    {"timeout", "300",
+     "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
+     "fails"},
+};
+std::vector<OptionSpec> with_data_parallel(std::vector<OptionSpec> specs) {
+  specs.insert(specs.end(), kDataParallelOptions.begin(), kDataParallelOptions.end());
+  return specs;
+}
+
+const std::vector<OptionSpec> kTrainOptions = with_data_parallel({
     {"data", kDefaultData, "folder with the Fashion-MNIST .gz files"},
     {"model", "mlp-layernorm", "mlp, mlp-layernorm, mlp-groupnorm, mlp-l1norm, mlp-frobnorm, cnn-gn or cnn-bn"},
     {"epochs", "12", "passes over the training set"},
@@ -62,19 +82,7 @@ const std::vector<OptionSpec> kTrainOptions = {
     {"cuda-graph", "auto",
      "on: replay each training step as one CUDA graph; auto: on for CUDA unless "
      "--detect-anomaly or data-parallel; off"},
-    {"nproc", "1",
-     "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
-     "--batch-size is per process"},
-    {"max-restarts", "0",
-     "with --nproc: when a process fails, start them all again at most this many times (with --resume "
-     "auto they continue from the last checkpoint)"},
-    {"shard-optimizer", "off",
-     "data-parallel: on: each rank keeps its share of the optimizer's state and updates those parameters "
-     "(ZeRO stage 1; the same training, less memory a rank); checkpoints hold the whole state"},
-    {"timeout", "300",
-     "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
-     "fails"},
-};
+});
 const std::vector<OptionSpec> kEvalOptions = {
     {"checkpoint", "normcore-fashion.safetensors", "checkpoint to evaluate"},
     {"data", kDefaultData, "folder with the Fashion-MNIST .gz files"},
@@ -90,7 +98,7 @@ const std::vector<OptionSpec> kPredictOptions = {
     {"top", "5", "with --resnet: the most likely classes printed per image"},
     {"device", "auto", "auto, cpu or cuda[:N]"},
 };
-const std::vector<OptionSpec> kTrainLmOptions = {
+const std::vector<OptionSpec> kTrainLmOptions = with_data_parallel({
     {"data", nc::models::kFortunesDir,
      "fortunes folder (its files without a '.') or one fortune file (bytes); or "
      "token shards in llm.c's format, a path or pattern ending in .bin "
@@ -153,19 +161,7 @@ const std::vector<OptionSpec> kTrainLmOptions = {
     {"benchmark", "0",
      "time this many training steps after 3 warm-up steps and print ms/step, tokens/s and peak "
      "device memory; no evaluation, checkpoint or sample (0: train)"},
-    {"nproc", "1",
-     "data-parallel processes on this machine (one per GPU, started through 'normcore launch'); "
-     "--batch-size is per process"},
-    {"max-restarts", "0",
-     "with --nproc: when a process fails, start them all again at most this many times (with --resume "
-     "auto they continue from the last checkpoint)"},
-    {"shard-optimizer", "off",
-     "data-parallel: on: each rank keeps its share of the optimizer's state and updates those parameters "
-     "(ZeRO stage 1; the same training, less memory a rank); checkpoints hold the whole state"},
-    {"timeout", "300",
-     "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
-     "fails"},
-};
+});
 const std::vector<OptionSpec> kGenerateOptions = {
     {"checkpoint", "normcore-gpt.safetensors", "GPT checkpoint (from train-lm)"},
     {"model", "", "a Hugging Face GPT-2 folder (config.json, model.safetensors) instead of --checkpoint"},
