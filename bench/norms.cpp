@@ -58,7 +58,8 @@ Timing run_case(const Case& c) {
   Tensor weight, bias;
   std::vector<int64_t> normalized;
   if (c.op == Op::LayerNorm || c.op == Op::RMSNorm) {
-    for (int64_t d = static_cast<int64_t>(c.shape.size()) - c.param_dims; d < static_cast<int64_t>(c.shape.size()); ++d) {
+    for (int64_t d = static_cast<int64_t>(c.shape.size()) - c.param_dims; d < static_cast<int64_t>(c.shape.size());
+         ++d) {
       normalized.push_back(c.shape[d]);
     }
     weight = nc::ones(normalized, nc::TensorOptions(c.dtype, gpu));
@@ -129,12 +130,16 @@ std::vector<Case> all_cases(bool sweep) {
   for (DType dtype : {DType::F32, DType::BF16}) {
     const std::string tag = dtype == DType::F32 ? "f32" : "bf16";
     for (int64_t row_len : {768, 4096}) {
-      cases.push_back({"layernorm_" + tag + "_32768x" + std::to_string(row_len), Op::LayerNorm, {32768, row_len},
-                       dtype, 1});
+      cases.push_back(
+          {"layernorm_" + tag + "_32768x" + std::to_string(row_len), Op::LayerNorm, {32768, row_len}, dtype, 1});
     }
     cases.push_back({"groupnorm_" + tag + "_32x320x64x64_g32", Op::GroupNorm, {32, 320, 64, 64}, dtype, 32});
     // A diffusion U-Net's widest groups: 16 channels of 64x64 (256 KB of f32).
     cases.push_back({"groupnorm_" + tag + "_8x512x64x64_g32", Op::GroupNorm, {8, 512, 64, 64}, dtype, 32});
+    // L1 rows of whole 16-byte vectors (read twice forward, once over a cluster backward);
+    // 512 KB of f32 forward over a cluster of eight (its backward beyond a cluster).
+    cases.push_back({"l1norm_" + tag + "_16384x65536", Op::L1Norm, {16384, 65536}, dtype, 0, 2, 5});
+    if (dtype == DType::F32) cases.push_back({"l1norm_f32_4096x131072", Op::L1Norm, {4096, 131072}, dtype, 0, 2, 5});
     // Transformer activations: tokens x hidden.
     for (int64_t hidden : {1024, 4096, 8192}) {
       const std::string shape = "_16384x" + std::to_string(hidden);
@@ -147,16 +152,19 @@ std::vector<Case> all_cases(bool sweep) {
   // then the output) and x and dy twice backward.
   for (DType dtype : {DType::F32, DType::BF16}) {
     const std::string tag = dtype == DType::F32 ? "f32" : "bf16";
-    for (const nc::Shape& shape : std::vector<nc::Shape>{{32, 64, 112, 112}, {32, 256, 56, 56}, {32, 512, 28, 28},
-                                                         {32, 2048, 7, 7}}) {
+    for (const nc::Shape& shape :
+         std::vector<nc::Shape>{{32, 64, 112, 112}, {32, 256, 56, 56}, {32, 512, 28, 28}, {32, 2048, 7, 7}}) {
       cases.push_back({"batchnorm_" + tag + "_" + shape_text(shape), Op::BatchNorm, shape, dtype, 0, 3, 8});
     }
   }
   if (sweep) {
     const int64_t elements = int64_t{1} << 26;  // 256 MB of f32
     for (int64_t row_len = 64; row_len <= (int64_t{1} << 22); row_len *= 4) {
-      cases.push_back({"layernorm_sweep_row" + std::to_string(row_len), Op::LayerNorm, {elements / row_len, row_len},
-                       DType::F32, 1});
+      cases.push_back({"layernorm_sweep_row" + std::to_string(row_len),
+                       Op::LayerNorm,
+                       {elements / row_len, row_len},
+                       DType::F32,
+                       1});
     }
   }
 
@@ -225,18 +233,17 @@ int main(int argc, char** argv) {
     Timing t = run_case(c);
     const double fwd_gbps = t.fwd_bytes / (t.fwd_ms * 1e-3) / 1e9;
     const double fwd_bwd_gbps = t.fwd_bwd_bytes / (t.fwd_bwd_ms * 1e-3) / 1e9;
-    std::printf("%-34s %-5s %9.4f %8.0f %5.0f%% %10.4f %8.0f %5.0f%%\n", c.name.c_str(),
-                nc::dtype_name(c.dtype), t.fwd_ms, fwd_gbps, 100 * fwd_gbps / copy_gbps, t.fwd_bwd_ms,
-                fwd_bwd_gbps, 100 * fwd_bwd_gbps / copy_gbps);
+    std::printf("%-34s %-5s %9.4f %8.0f %5.0f%% %10.4f %8.0f %5.0f%%\n", c.name.c_str(), nc::dtype_name(c.dtype),
+                t.fwd_ms, fwd_gbps, 100 * fwd_gbps / copy_gbps, t.fwd_bwd_ms, fwd_bwd_gbps,
+                100 * fwd_bwd_gbps / copy_gbps);
     std::fflush(stdout);
     if (json) {
       std::fprintf(json,
                    "{\"case\": \"%s\", \"shape\": \"%s\", \"dtype\": \"%s\", \"fwd_ms\": %.5f, \"fwd_bwd_ms\": %.5f, "
                    "\"fwd_floor_bytes\": %.0f, \"fwd_bwd_floor_bytes\": %.0f, \"fwd_copy_fraction\": %.4f, "
                    "\"fwd_bwd_copy_fraction\": %.4f, \"copy_GBps\": %.1f}\n",
-                   c.name.c_str(), shape_text(c.shape).c_str(), nc::dtype_name(c.dtype), t.fwd_ms,
-                   t.fwd_bwd_ms, t.fwd_bytes, t.fwd_bwd_bytes, fwd_gbps / copy_gbps, fwd_bwd_gbps / copy_gbps,
-                   copy_gbps);
+                   c.name.c_str(), shape_text(c.shape).c_str(), nc::dtype_name(c.dtype), t.fwd_ms, t.fwd_bwd_ms,
+                   t.fwd_bytes, t.fwd_bwd_bytes, fwd_gbps / copy_gbps, fwd_bwd_gbps / copy_gbps, copy_gbps);
     }
     nc::cuda::empty_cache();
   }

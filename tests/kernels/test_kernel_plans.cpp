@@ -270,22 +270,47 @@ TEST(NormPlans, BatchNormPathForEachLayout) {
 
 TEST(NormPlans, NormPathForEachShape) {
   using P = cuda::NormPath;
+  const cuda::DeviceLimits no_clusters{132, 232448, 0};
   struct Row {
     const char* what;
-    P actual, expected;
+    cuda::L1Plan actual;
+    P expected;
+    int cluster;
   };
   const std::vector<Row> rows = {
-      {"L1 along an inner dim", cuda::plan_l1_forward(65535, 4, 4), P::Columns},
-      {"L1 rows of 64K f32 read twice", cuda::plan_l1_forward(65535, 1, 4), P::RowsTwice},
-      {"L1 rows of 64K f64 over 256 KB", cuda::plan_l1_forward(65535, 1, 8), P::Pipeline},
-      {"L1 short rows", cuda::plan_l1_forward(16383, 1, 4), P::Elementwise},
-      {"L1 backward along an inner dim", cuda::plan_l1_backward(65535, 4), P::Columns},
-      {"L1 backward, long rows", cuda::plan_l1_backward(16384, 1), P::Pipeline},
-      {"L1 backward, short rows", cuda::plan_l1_backward(16383, 1), P::Elementwise},
-      {"Frobenius, large tensor", cuda::plan_frobenius(16384), P::Pipeline},
-      {"Frobenius, small tensor", cuda::plan_frobenius(16383), P::Elementwise},
+      {"L1 along an inner dim", cuda::plan_l1_forward(8, 65535, 4, 4, true, kH100), P::Columns, 0},
+      {"L1 rows of 64K f32: 64 KB slices", cuda::plan_l1_forward(32768, 65535, 1, 4, true, kH100), P::ClusterRows, 4},
+      {"L1 rows of whole vectors read twice", cuda::plan_l1_forward(32768, 65536, 1, 4, true, kH100), P::RowsTwice, 0},
+      {"L1 rows of 128K f32: 8 slices", cuda::plan_l1_forward(32768, 1 << 17, 1, 4, true, kH100), P::ClusterRows, 8},
+      {"L1 rows of 64K f32, not aligned", cuda::plan_l1_forward(32768, 65535, 1, 4, false, kH100), P::RowsTwice, 0},
+      {"L1 rows of 64K f32, no clusters", cuda::plan_l1_forward(32768, 65535, 1, 4, true, no_clusters), P::RowsTwice,
+       0},
+      {"L1 rows of 64K f64", cuda::plan_l1_forward(32768, 65535, 1, 8, true, kH100), P::ClusterRows, 8},
+      {"L1 rows of 64K bf16, odd", cuda::plan_l1_forward(32768, 65535, 1, 2, true, kH100), P::ClusterRows, 2},
+      {"L1 rows of 64K f64, no clusters", cuda::plan_l1_forward(32768, 65535, 1, 8, true, no_clusters), P::Pipeline, 0},
+      {"L1 rows of one slice", cuda::plan_l1_forward(32768, 16384, 1, 4, true, kH100), P::RowsTwice, 0},
+      {"L1 rows of 200K f32: over 64 KB slices", cuda::plan_l1_forward(3, 200000, 1, 4, true, kH100), P::Pipeline, 0},
+      {"L1 rows beyond a cluster", cuda::plan_l1_forward(3, 1 << 20, 1, 4, true, kH100), P::Pipeline, 0},
+      {"L1 short rows", cuda::plan_l1_forward(32768, 16383, 1, 4, true, kH100), P::Elementwise, 0},
+      {"L1 backward along an inner dim", cuda::plan_l1_backward(8, 65535, 4, 4, true, kH100), P::Columns, 0},
+      {"L1 backward, rows of 16K f32", cuda::plan_l1_backward(64, 16384, 1, 4, true, kH100), P::ClusterRows, 2},
+      {"L1 backward, rows of 64K f32", cuda::plan_l1_backward(64, 65535, 1, 4, true, kH100), P::ClusterRows, 8},
+      {"L1 backward, rows of 64K bf16", cuda::plan_l1_backward(64, 65535, 1, 2, true, kH100), P::ClusterRows, 4},
+      {"L1 backward, no clusters", cuda::plan_l1_backward(64, 65535, 1, 4, true, no_clusters), P::Pipeline, 0},
+      {"L1 backward, not aligned", cuda::plan_l1_backward(64, 65535, 1, 4, false, kH100), P::Pipeline, 0},
+      {"L1 backward, rows beyond a cluster", cuda::plan_l1_backward(3, 1 << 19, 1, 4, true, kH100), P::Pipeline, 0},
+      {"L1 backward, short rows", cuda::plan_l1_backward(64, 16383, 1, 4, true, kH100), P::Elementwise, 0},
   };
-  for (const Row& row : rows) EXPECT_EQ(row.actual, row.expected) << row.what;
+  for (const Row& row : rows) {
+    EXPECT_EQ(row.actual.path, row.expected) << row.what;
+    if (row.expected == P::ClusterRows) EXPECT_EQ(row.actual.cluster, row.cluster) << row.what;
+  }
+  // A cluster's slice holds every whole vector after a row's head: 65535 f32 elements are
+  // at most 16383 vectors, 4096 a block of four.
+  EXPECT_EQ(cuda::l1_slice_bytes(65535, 4, 1, 4), 4096 * 16);
+  EXPECT_EQ(cuda::l1_slice_bytes(65535, 4, 2, 8), 2048 * 16 * 2);
+  EXPECT_EQ(cuda::plan_frobenius(16384), P::Pipeline);
+  EXPECT_EQ(cuda::plan_frobenius(16383), P::Elementwise);
 }
 
 TEST(ReductionPlans, ChunksFillTheDeviceWithoutShortChunks) {

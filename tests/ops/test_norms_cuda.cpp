@@ -7,8 +7,11 @@
 // registers; longer or unaligned ones take the chunked reduction and a column pass. Group
 // norm groups of 1024 elements or more that fit in shared memory (backward: x and dy) are
 // normalized there (the 100x100 case only forward in 16 bits; planes of odd length only
-// in 4- and 8-byte types); longer ones (L1 rows, Frobenius tensors) with
+// in 4- and 8-byte types); longer ones (Frobenius tensors) with
 // planes of 1024 or more take the pipelined kernel, mostly with unaligned chunks here.
+// L1 rows of more than 64 KB that fit in a cluster's shared memory at 64 KB a block are
+// split over it (forward: rows that are not whole 16-byte vectors, or over 256 KB), the
+// rows' edges before and after their whole vectors held in registers.
 // Groups over 2 MB (per input; 16-bit forward groups here stay under it) are streamed
 // twice.
 #include <gtest/gtest.h>
@@ -187,8 +190,13 @@ std::vector<CudaCase> cases() {
       {"group_norm no affine", {5, 9, 17}, {}, group_norm_with(3)},
       {"group_norm empty", {0, 4, 5}, {4}, group_norm_with(2)},
       {"l1_norm last dim", {300, 77}, {}, l1_norm_along(1)},
-      {"l1_norm rows read twice", {5, 20001}, {}, l1_norm_along(1)},
+      {"l1_norm rows over a cluster of two (f32) or read twice", {5, 20001}, {}, l1_norm_along(1)},
+      {"l1_norm rows of whole vectors read twice, backward over a cluster", {5, 20000}, {}, l1_norm_along(1)},
+      {"l1_norm rows over a cluster, each but the first unaligned", {7, 65535}, {}, l1_norm_along(1)},
+      {"l1_norm zero rows over a cluster", {4, 40000}, {}, l1_norm_along(1), 0, true},
+      {"l1_norm rows over a cluster of eight", {3, 100001}, {}, l1_norm_along(1)},
       {"l1_norm long rows", {3, 200000}, {}, l1_norm_along(1)},
+      {"l1_norm rows beyond a cluster", {2, 1 << 20}, {}, l1_norm_along(1)},
       {"l1_norm inner dim", {4, 50, 9, 7}, {}, l1_norm_along(1)},
       {"l1_norm zero rows", {8, 33}, {}, l1_norm_along(1), 0, true},
       {"l1_norm 0-dim", {}, {}, l1_norm_along(0)},
@@ -218,6 +226,23 @@ TEST(NormCuda, ZeroInputsGiveZeros) {
     std::vector<float> g = x.grad().to(nc::Device::cpu()).to_vector<float>();
     for (float v : g) ASSERT_TRUE(std::isfinite(v));
   }
+}
+
+// L1 rows over a cluster add the blocks' sums in rank order: two runs give the same bits,
+// forward and backward.
+TEST(NormCuda, L1RowsOverAClusterAreDeterministic) {
+  if (!nc::cuda_is_available()) GTEST_SKIP() << "no CUDA device";
+  const nc::Device gpu = nc::Device::cuda();
+  const Tensor x = random({64, 65535}, 27, DType::F32).to(gpu);
+  const Tensor grad = random({64, 65535}, 28, DType::F32).to(gpu);
+  auto run = [&]() {
+    Tensor xg = x.detach().requires_grad_();
+    Tensor y = nc::l1_norm(xg, 1);
+    y.backward(grad);
+    return std::vector<std::vector<float>>{y.to(nc::Device::cpu()).to_vector<float>(),
+                                           xg.grad().to(nc::Device::cpu()).to_vector<float>()};
+  };
+  EXPECT_EQ(run(), run());
 }
 
 // Parameter gradients are reduced in a fixed order: two runs give the same bits.

@@ -187,16 +187,6 @@ struct GradApply {
 // forward's threads own their vectors (norms.cuh); the backward reduces plane by plane, so
 // its threads read each other's and a barrier follows the copies.
 
-// A result vector that is not read again soon: 16-byte vectors are written evict-first.
-template <class T, int V>
-__device__ __forceinline__ void store_result(T* p, int64_t j, const Vec<T, V>& value) {
-  if constexpr (sizeof(Vec<T, V>) == 16) {
-    store_streaming<T, V>(p, j, value);
-  } else {
-    store_vec<T, V>(p, j, value);
-  }
-}
-
 // The group's V-element vectors copied into tile.
 template <int kBlock, int V, class T>
 __device__ __forceinline__ void copy_group(const T* src, int64_t vecs, Vec<T, V>* tile) {
@@ -391,21 +381,8 @@ __global__ void __launch_bounds__(kBlock)
 // their statistics through distributed shared memory in rank order (the same bits in every
 // block), then each normalizes its own slice. A block leaves only when the others have read
 // its shared memory (the split cluster barrier: arrive after the reads, wait at the end).
-// Built for sm_90 and later; plan.h takes this path only where the device launches clusters
-// and these kernels were built for it.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define NC_CLUSTER_KERNELS 1
-#else
-#define NC_CLUSTER_KERNELS 0
-#endif
-
-// Block rank's slice of a group of vecs vectors, `per` vectors a block.
-struct ClusterSlice {
-  int64_t per, begin, end;
-  __device__ __forceinline__ ClusterSlice(int64_t vecs, int64_t blocks, int64_t rank)
-      : per((vecs + blocks - 1) / blocks), begin(min(vecs, rank * per)), end(min(vecs, begin + per)) {}
-  __device__ __forceinline__ int64_t size() const { return end - begin; }
-};
+// Built for sm_90 and later (NC_CLUSTER_KERNELS, norms.cuh); plan.h takes this path only
+// where the device launches clusters and these kernels were built for it.
 
 template <class T, int V, int kBlock>
 __global__ void __launch_bounds__(kBlock)

@@ -1,8 +1,9 @@
 // L1 norm on CUDA: y = x / max(mean(|x|, dim), eps) over [outer, size, inner] along size,
 // and its backward grad_x = dy / max(norm, eps) - sign(x) * dot(dy, x) / (size * norm^2)
 // (the second term 0 where the clamp is active). plan_l1_forward / plan_l1_backward pick
-// the kernels: a thread per column when the dim is not the last, whole rows read twice
-// through L2, the pipelined pass, or a reduction and an element-wise pass.
+// the kernels: a thread per column when the dim is not the last, rows split over a
+// thread-block cluster's shared memory, whole rows read twice through L2, the pipelined pass,
+// or a reduction and an element-wise pass.
 #include "kernels/cuda/norms/norms.cuh"
 
 namespace normcore {
@@ -76,6 +77,162 @@ struct L1GradInput {
   }
 };
 
+// ---------------------------------------------------------------- rows over a cluster
+// An L1 row whose input fits in a cluster's shared memory (ClusterRows, plan.h): block
+// `rank` of the row's cluster copies slice `rank` of its 16-byte vectors into shared memory,
+// summing as the copies land, so x (backward: x and dy) crosses device memory once. The
+// elements before the row's first 16-byte boundary (head) and after its last whole vector
+// (tail) stay in registers: thread i of rank 0 holds head element i, thread 32 + i of the
+// last rank tail element i. The slices' sums combine through distributed shared memory in
+// rank order (the same bits in every block); each block then writes its own slice. Every
+// pointer starts 16-byte aligned, so a row's layout is the same in each of them.
+
+// Where a row's elements lie: `head` elements before its first 16-byte boundary, `vecs`
+// whole vectors, then `tail` elements.
+template <class T>
+struct RowVectors {
+  static constexpr int V = 16 / sizeof(T);
+  int64_t head, vecs, tail;
+  __device__ __forceinline__ RowVectors(const T* row, int64_t size) {
+    const auto misaligned = static_cast<int64_t>((reinterpret_cast<uintptr_t>(row) & 15) / sizeof(T));
+    head = min(size, misaligned > 0 ? V - misaligned : int64_t(0));
+    vecs = (size - head) / V;
+    tail = size - head - vecs * V;
+  }
+  // The head or tail element this thread holds, or -1.
+  __device__ __forceinline__ int64_t edge(unsigned rank, unsigned blocks) const {
+    const int64_t t = threadIdx.x;
+    if (rank == 0 && t < head) return t;
+    if (rank == blocks - 1 && t >= 32 && t - 32 < tail) return head + vecs * V + t - 32;
+    return -1;
+  }
+};
+
+// The row's total of every block's `mine`, added in rank order. The caller waits on the
+// cluster barrier (__cluster_barrier_wait) before it exits: the others may still be reading
+// its slot.
+template <int kBlock, class A>
+__device__ __forceinline__ A cluster_total(A mine, A* slot, A* total) {
+  mine = team_reduce<kBlock>(mine, Plus{});
+  if (threadIdx.x == 0) *slot = mine;
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();  // every block's slot is in
+  if (threadIdx.x == 0) {
+    A sum = 0;
+    for (unsigned r = 0; r < __clusterSizeInBlocks(); ++r)
+      sum += *static_cast<const A*>(__cluster_map_shared_rank(slot, r));
+    *total = sum;
+  }
+  __cluster_barrier_arrive();  // done with the other blocks' shared memory
+  __syncthreads();
+  return *total;
+}
+
+template <class T, int kBlock>
+__global__ void __launch_bounds__(kBlock)
+    l1_cluster_forward_kernel(int64_t size, const T* __restrict__ x, T* __restrict__ y, compute_t<T>* __restrict__ norm,
+                              compute_t<T> eps) {
+#if NC_CLUSTER_KERNELS
+  using A = compute_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char row_tile[];
+  auto* tile = reinterpret_cast<Vec<T, V>*>(row_tile);
+  __shared__ A slot, total;
+  const unsigned rank = __clusterRelativeBlockRank(), blocks = __clusterSizeInBlocks();
+  const int64_t row = blockIdx.x / blocks;
+  const T* xr = x + row * size;
+  const RowVectors<T> layout(xr, size);
+  const ClusterSlice slice(layout.vecs, blocks, rank);
+  const Ownership<kBlock> own(slice.size());
+  const int64_t first = layout.head + slice.begin * V;
+  A sum = 0;
+  copy_and_land(own, xr + first, tile, [&](int64_t j) {
+    const Vec<T, V> v = tile_at(tile, j);
+#pragma unroll
+    for (int e = 0; e < V; ++e) sum += abs(convert<A>(v.v[e]));
+  });
+  const int64_t edge = layout.edge(rank, blocks);
+  const A edge_x = edge >= 0 ? load<T, A>(xr, edge) : A(0);
+  const A n = cluster_total<kBlock>(sum + abs(edge_x), &slot, &total) / static_cast<A>(size);
+  if (rank == 0 && threadIdx.x == 0) norm[row] = n;
+  const A inv = A(1) / clamped(n, eps);
+  T* yr = y + row * size;
+  for (int64_t k = 0; k < own.count; ++k) {
+    const int64_t j = own.vector(k);
+    Vec<T, V> v = tile_at(tile, j);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v.v[e] = convert<T>(convert<A>(v.v[e]) * inv);
+    store_result(yr + first, j, v);
+  }
+  if (edge >= 0) yr[edge] = convert<T>(edge_x * inv);
+  __cluster_barrier_wait();  // the others have read slot
+#endif
+}
+
+// grad_x = dy / max(norm, eps) - sign(x) * dot(dy, x) / (size * norm^2), the dot over the
+// cluster as the forward's sum.
+template <class T, int kBlock>
+__global__ void __launch_bounds__(kBlock)
+    l1_cluster_backward_kernel(int64_t size, int64_t slice_vecs, const T* __restrict__ grad_y, const T* __restrict__ x,
+                               const compute_t<T>* __restrict__ norm, compute_t<T> eps, T* __restrict__ grad_x) {
+#if NC_CLUSTER_KERNELS
+  using A = compute_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char row_tile[];
+  auto* x_tile = reinterpret_cast<Vec<T, V>*>(row_tile);
+  Vec<T, V>* dy_tile = x_tile + slice_vecs;
+  __shared__ A slot, total;
+  const unsigned rank = __clusterRelativeBlockRank(), blocks = __clusterSizeInBlocks();
+  const int64_t row = blockIdx.x / blocks;
+  const int64_t offset = row * size;
+  const RowVectors<T> layout(x + offset, size);
+  const ClusterSlice slice(layout.vecs, blocks, rank);
+  const Ownership<kBlock> own(slice.size());
+  const int64_t first = layout.head + slice.begin * V;
+  A dot = 0;
+  copy_pair_and_land(own, x + offset + first, x_tile, grad_y + offset + first, dy_tile, [&](int64_t j) {
+    const Vec<T, V> xv = tile_at(x_tile, j), dv = tile_at(dy_tile, j);
+#pragma unroll
+    for (int e = 0; e < V; ++e) dot += convert<A>(xv.v[e]) * convert<A>(dv.v[e]);
+  });
+  const int64_t edge = layout.edge(rank, blocks);
+  const A edge_x = edge >= 0 ? load<T, A>(x, offset + edge) : A(0);
+  const A edge_dy = edge >= 0 ? load<T, A>(grad_y, offset + edge) : A(0);
+  const A row_dot = cluster_total<kBlock>(dot + edge_x * edge_dy, &slot, &total);
+  const A n = norm[row];
+  const A through = n >= eps ? row_dot / (static_cast<A>(size) * n * n) : A(0);
+  const A inv = A(1) / clamped(n, eps);
+  T* gx = grad_x + offset;
+  for (int64_t k = 0; k < own.count; ++k) {
+    const int64_t j = own.vector(k);
+    const Vec<T, V> xv = tile_at(x_tile, j), dv = tile_at(dy_tile, j);
+    Vec<T, V> out;
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+      out.v[e] = convert<T>(convert<A>(dv.v[e]) * inv - sign_of(convert<A>(xv.v[e])) * through);
+    store_result(gx + first, j, out);
+  }
+  if (edge >= 0) gx[edge] = convert<T>(edge_dy * inv - sign_of(edge_x) * through);
+  __cluster_barrier_wait();  // the others have read slot
+#endif
+}
+
+// Whether this build's cluster kernels can run on the launcher's device: it launches
+// clusters, and the kernel was compiled for sm_90 or later (its body is empty before).
+template <class T>
+DeviceLimits l1_limits(const Launcher& launch) {
+  DeviceLimits limits = launch.limits();
+  if (limits.cluster_blocks > 0) {
+    cudaFuncAttributes built{};
+    if (cudaFuncGetAttributes(&built, l1_cluster_forward_kernel<T, kL1ClusterThreads>) != cudaSuccess ||
+        built.ptxVersion < 90) {
+      cudaGetLastError();  // not sticky
+      limits.cluster_blocks = 0;
+    }
+  }
+  return limits;
+}
+
 // ---------------------------------------------------------------- rows read twice
 // L1 forward along the last dim for rows of up to kL1RowBytes (plan.h): one block of 1024 threads
 // per SM takes a row at a time, sums |x|, then reads the row again to write x / norm.
@@ -117,12 +274,23 @@ void l1_forward(const Tensor& x_t, int64_t outer, int64_t size, int64_t inner, d
   A* norm = data_as<A>(norm_t);
   const A eps_a = static_cast<A>(eps);
   const A inv_size = size > 0 ? A(1) / static_cast<A>(size) : A(0);
-  switch (plan_l1_forward(size, inner, sizeof(T))) {
+  const L1Plan plan =
+      plan_l1_forward(outer, size, inner, sizeof(T), is_aligned(x, 16) && is_aligned(y, 16), l1_limits<T>(launch));
+  switch (plan.path) {
     case NormPath::Columns:
       if (outer * inner == 0) return;
       launch(l1_columns_forward_kernel<T, A>, static_cast<unsigned>(ceil_div(outer * inner, kThreads)), kThreads, 0, x,
              outer, size, inner, eps_a, y, norm);
       return;
+    case NormPath::ClusterRows: {
+      if (outer == 0) return;
+      const auto bytes = static_cast<size_t>(l1_slice_bytes(size, sizeof(T), 1, plan.cluster));
+      auto kernel = l1_cluster_forward_kernel<T, kL1ClusterThreads>;
+      launch.allow_shared_memory(kernel, bytes);
+      launch.clusters(kernel, static_cast<unsigned>(outer * plan.cluster), kL1ClusterThreads, bytes, plan.cluster, size,
+                      x, y, norm, eps_a);
+      return;
+    }
     case NormPath::RowsTwice:
       launch(l1_rows_forward_kernel<T>,
              static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(outer, launch.multiprocessors()))),
@@ -159,12 +327,23 @@ void l1_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& norm_t
   const A* norm = data_as<const A>(norm_t);
   T* grad_x = data_as<T>(grad_x_t);
   const A eps_a = static_cast<A>(eps);
-  switch (plan_l1_backward(size, inner)) {
+  const bool aligned = is_aligned(grad_y, 16) && is_aligned(x, 16) && is_aligned(grad_x, 16);
+  const L1Plan plan = plan_l1_backward(outer, size, inner, sizeof(T), aligned, l1_limits<T>(launch));
+  switch (plan.path) {
     case NormPath::Columns:
       if (outer * inner == 0) return;
       launch(l1_columns_backward_kernel<T, A>, static_cast<unsigned>(ceil_div(outer * inner, kThreads)), kThreads, 0,
              grad_y, x, norm, outer, size, inner, eps_a, grad_x);
       return;
+    case NormPath::ClusterRows: {
+      if (outer == 0) return;
+      const int64_t slice = l1_slice_bytes(size, sizeof(T), 1, plan.cluster);
+      auto kernel = l1_cluster_backward_kernel<T, kL1ClusterThreads>;
+      launch.allow_shared_memory(kernel, static_cast<size_t>(2 * slice));
+      launch.clusters(kernel, static_cast<unsigned>(outer * plan.cluster), kL1ClusterThreads,
+                      static_cast<size_t>(2 * slice), plan.cluster, size, slice / 16, grad_y, x, norm, eps_a, grad_x);
+      return;
+    }
     case NormPath::Pipeline: {
       const PipelineShape s = plan_pipeline(outer, size, size, sizeof(T), 2);
       const DeviceBuffer partials = launch.buffer(static_cast<size_t>(s.items) * sizeof(Sums<A, 1>));

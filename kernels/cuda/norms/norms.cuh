@@ -126,6 +126,53 @@ __device__ __forceinline__ void copy_and_land(const Ownership<kBlock>& own, cons
   }
 }
 
+// Copies the thread's vectors of two inputs (src0 into tile0, src1 into tile1) as
+// copy_and_land does, then land(j) for each vector j as its stage lands.
+template <int kBlock, class T, int V, class Land>
+__device__ __forceinline__ void copy_pair_and_land(const Ownership<kBlock>& own, const T* src0, Vec<T, V>* tile0,
+                                                   const T* src1, Vec<T, V>* tile1, Land&& land) {
+  for (int stage = 0; stage < kLandingStages; ++stage) {
+    for (int64_t k = own.first(stage); k < own.first(stage + 1); ++k) {
+      const int64_t j = own.vector(k);
+      copy_async<sizeof(Vec<T, V>)>(tile0 + j, src0 + j * V);
+      copy_async<sizeof(Vec<T, V>)>(tile1 + j, src1 + j * V);
+    }
+    commit_copies();
+  }
+  for (int stage = 0; stage < kLandingStages; ++stage) {
+    wait_copies(kLandingStages - 1 - stage);
+    for (int64_t k = own.first(stage); k < own.first(stage + 1); ++k) land(own.vector(k));
+  }
+}
+
+// A result vector that is not read again soon: 16-byte vectors are written evict-first.
+template <class T, int V>
+__device__ __forceinline__ void store_result(T* p, int64_t j, const Vec<T, V>& value) {
+  if constexpr (sizeof(Vec<T, V>) == 16) {
+    store_streaming<T, V>(p, j, value);
+  } else {
+    store_vec<T, V>(p, j, value);
+  }
+}
+
+// ---------------------------------------------------------------- thread-block clusters
+// The kernels that split a group or row over a cluster's shared memory are built for sm_90
+// and later; on older targets their bodies are empty, and the plans take them only where
+// the device launches clusters and the kernel's PTX is sm_90's or later.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define NC_CLUSTER_KERNELS 1
+#else
+#define NC_CLUSTER_KERNELS 0
+#endif
+
+// Block rank's slice of a group (or row) of vecs vectors, `per` vectors a block.
+struct ClusterSlice {
+  int64_t per, begin, end;
+  __device__ __forceinline__ ClusterSlice(int64_t vecs, int64_t blocks, int64_t rank)
+      : per((vecs + blocks - 1) / blocks), begin(min(vecs, rank * per)), end(min(vecs, begin + per)) {}
+  __device__ __forceinline__ int64_t size() const { return end - begin; }
+};
+
 // A phase that needs no per-chunk context.
 struct NoContext {};
 
