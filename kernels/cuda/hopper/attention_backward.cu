@@ -278,7 +278,8 @@ __device__ __forceinline__ void key_probabilities(float (&s)[BM / 2], float (&dp
 // an f32 accumulator [batch * heads, L, HD] in global memory, through the tensor memory
 // accelerator's reductions: the consumers publish dS^T in shared memory, each multiplies the
 // dS of all the block's keys by its half of K's columns (wgmma, dS M-major, K N-major),
-// stores its 64 x HD/2 part and one of its threads adds that to the accumulator. Additions
+// stores its 64 x HD/2 part, and a warp of the producer warpgroup adds that to the
+// accumulator. Additions
 // from different key blocks reach a grad_q element in an order that varies between runs.
 
 // Publishes this consumer's dS^T of step n (block rows key_row and key_row + 8, the step's
@@ -311,13 +312,48 @@ __device__ __forceinline__ void issue_grad_q(float (&dq)[Tiles::kGradQWidth / 2]
                              sm90::swizzled_descriptor(b + kk * 16 * 128, Tiles::kOwnPartBytes), kk > 0);
 }
 
-// Stores this consumer's part of the grad_q of the step at query q0 into `buf` (boxes of 32
-// columns, 128-byte swizzle) and adds it to the accumulator (one thread, after the
-// consumer's named barrier 2 + consumer). That thread first waits until the previous step's
-// addition has read its buffer, so a buffer is free again two steps on.
+// The additions are issued by a warp of the producer warpgroup (the writer), so that no
+// consumer waits for them: named barriers between a consumer's 128 threads and the writer say
+// that the consumer's part of step n is in buffer n % 2 (full: the consumer arrives, the
+// writer syncs) and that the buffer's addition two steps before has read it (empty: the
+// writer arrives, the consumer syncs). A consumer thread issuing the addition itself, its
+// 128 threads waiting on a named barrier each step, was up to 7% slower (PERFORMANCE.md).
+constexpr int kWriterThreads = 128 + 32;
+__device__ __forceinline__ int grad_q_full_barrier(int consumer, int parity) { return 4 + 2 * consumer + parity; }
+__device__ __forceinline__ int grad_q_empty_barrier(int consumer, int parity) { return 8 + 2 * consumer + parity; }
+
+// The writer's loop: for each step, each consumer's part added once it is in, and the
+// buffers freed once read (but for the last two steps', which no consumer waits for).
 template <class Tiles>
-__device__ __forceinline__ void add_grad_q(const float (&dq)[Tiles::kGradQWidth / 2], uint32_t buf,
-                                           const CUtensorMap* map, int consumer, int tid, int q0, int64_t bh) {
+__device__ void write_grad_q(const BackwardSmem<Tiles>& sm, const CUtensorMap* map, int first, int steps, int64_t bh,
+                             int lane) {
+  for (int n = 0; n < steps; ++n) {
+    const int q0 = (first + n) * Tiles::kStep;
+    for (int c = 0; c < Tiles::kConsumers; ++c) {
+      sm90::named_sync(grad_q_full_barrier(c, n % 2), kWriterThreads);
+      if (lane == 0) {
+#pragma unroll
+        for (int box = 0; box < Tiles::kGradQWidth / 32; ++box)
+          sm90::tma_reduce_add_3d(map, sm.grad_q(c, n % 2) + box * Tiles::kGradQBoxBytes,
+                                  c * Tiles::kGradQWidth + 32 * box, q0, static_cast<int>(bh));
+        sm90::bulk_commit();
+      }
+    }
+    if (n + 2 < steps) {
+      if (lane == 0) sm90::bulk_wait_read<0>();
+      __syncwarp();
+      for (int c = 0; c < Tiles::kConsumers; ++c) sm90::named_arrive(grad_q_empty_barrier(c, n % 2), kWriterThreads);
+    }
+  }
+  if (lane == 0) sm90::bulk_wait<0>();
+}
+
+// Stores this consumer's part of step n's grad_q into buffer n % 2 (boxes of 32 columns,
+// 128-byte swizzle), once the writer has freed it, and tells the writer it is in.
+template <class Tiles>
+__device__ __forceinline__ void add_grad_q(const float (&dq)[Tiles::kGradQWidth / 2], uint32_t buf, int consumer,
+                                           int tid, int n) {
+  if (n >= 2) sm90::named_sync(grad_q_empty_barrier(consumer, n % 2), kWriterThreads);
   const int warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
 #pragma unroll
   for (int c = 0; c < Tiles::kGradQWidth / 8; ++c)
@@ -327,15 +363,7 @@ __device__ __forceinline__ void add_grad_q(const float (&dq)[Tiles::kGradQWidth 
                              (((2 * (c % 4) + t / 2) ^ g) << 4) + t % 2 * 8,
                          dq[4 * c + 2 * half], dq[4 * c + 2 * half + 1]);
   sm90::fence_proxy_async();
-  if (tid == 0) sm90::bulk_wait_read<0>();
-  sm90::named_sync(2 + consumer, 128);
-  if (tid == 0) {
-#pragma unroll
-    for (int box = 0; box < Tiles::kGradQWidth / 32; ++box)
-      sm90::tma_reduce_add_3d(map, buf + box * Tiles::kGradQBoxBytes, consumer * Tiles::kGradQWidth + 32 * box, q0,
-                              static_cast<int>(bh));
-    sm90::bulk_commit();
-  }
+  sm90::named_arrive(grad_q_full_barrier(consumer, n % 2), kWriterThreads);
 }
 
 // Step n's grad_v += P^T dO and grad_k += dS^T Q from stage st (and in the fast form, once
@@ -360,10 +388,10 @@ __device__ __forceinline__ void issue_key_accumulation(float (&dv)[Tiles::kHeadD
 // its grad_q (queries from q0) to the accumulator.
 template <class Tiles>
 __device__ __forceinline__ void grad_q_done(float (&dq)[Tiles::kGradQWidth / 2], const BackwardSmem<Tiles>& sm, int n,
-                                            const CUtensorMap* map, int consumer, int tid, int q0, int64_t bh) {
+                                            int consumer, int tid) {
   sm90::fence_registers(dq);
   sm90::barrier_arrive(sm.ds_empty(n % 2));
-  add_grad_q<Tiles>(dq, sm.grad_q(consumer, n % 2), map, consumer, tid, q0, bh);
+  add_grad_q<Tiles>(dq, sm.grad_q(consumer, n % 2), consumer, tid, n);
 }
 // Waits for the accumulations into a (and b), then frees stage st for the producer.
 template <class Tiles, int N>
@@ -407,6 +435,9 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
     if (threadIdx.x == 0)
       produce(sm, &k_map, orders.k, &v_map, orders.v, &q_map, orders.q, &do_map, do_order, k0, head / p.group, head,
               batch, first, last);
+    if constexpr (Tiles::kGradQ) {
+      if (threadIdx.x / 32 == 1) write_grad_q<Tiles>(sm, &grad_q_map, first, last - first, bh, threadIdx.x % 32);
+    }
     return;
   }
 
@@ -478,7 +509,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       sm90::wgmma_fence();
       issue_key_accumulation<T, Tiles>(dv, dk, dq, pa, ds, sm, st, n, consumer);
       accumulated(dv, dk, sm, st);
-      if constexpr (Tiles::kGradQ) grad_q_done<Tiles>(dq, sm, n, &grad_q_map, consumer, tid, q0, bh);
+      if constexpr (Tiles::kGradQ) grad_q_done<Tiles>(dq, sm, n, consumer, tid);
     }
   } else {
     float s[BM / 2], dp[BM / 2];
@@ -511,7 +542,7 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
     // Waits for step n's accumulation, then adds its grad_q in the fast form.
     const auto accumulation_done = [&](int n) {
       accumulated(dv, dk, sm, n % STAGES);
-      if constexpr (Tiles::kGradQ) grad_q_done<Tiles>(dq, sm, n, &grad_q_map, consumer, tid, (first + n) * BM, bh);
+      if constexpr (Tiles::kGradQ) grad_q_done<Tiles>(dq, sm, n, consumer, tid);
     };
     if (steps > 0) {
       sm90::barrier_wait(sm.own_full, 0);
@@ -532,9 +563,6 @@ __global__ void __launch_bounds__(Tiles::kThreads, 1)
       accumulation(steps - 1);
       accumulation_done(steps - 1);
     }
-  }
-  if constexpr (Tiles::kGradQ) {
-    if (tid == 0) sm90::bulk_wait<0>();
   }
   store_rows<T, HD>(flash::head_rows(p.grad_k, p.grad_k_stride, bh, p.heads), p.grad_k_stride.row, key_lo, p.S, t, dk,
                     static_cast<float>(p.scale));
