@@ -155,6 +155,12 @@ const char* kernels::cudnn_attention_refusal(const AttentionEngineQuery& q) {
     // Earlier versions need a padding mask for such lengths (cuDNN's frontend adds one).
     if (q.cudnn_version < 91600 && s.S % 128 != 0) return "before cuDNN 9.16 the backward needs S a multiple of 128";
   }
+  // Auto, backward at head dims 64: the Hopper kernels' fast form (grad_q summed with
+  // atomics) was faster than cuDNN's deterministic backward in every such case of
+  // bench/attention (docs/PERFORMANCE.md); under set_deterministic(true) cuDNN's is the faster.
+  if (q.requested == AttentionEngine::Auto && q.pass == cuda::AttentionPass::Backward && q.hopper_backward &&
+      !q.deterministic && s.D == 64 && s.Dv == 64)
+    return "Auto: the Hopper kernels' backward is faster at head dim 64";
   // Auto: below about 2^21 scores (B * H * L * S) a call is a few microseconds either way
   // and cuDNN's host work per run (a variant pack, the plan lookup) makes it the slower
   // engine; above, it was the faster one in every case bench/attention times

@@ -78,6 +78,10 @@ struct AttentionEngineQuery {
   bool aligned = false;        // every data pointer of the pass 16-byte aligned
   int cudnn_version = 0;       // cudnnGetVersion() (9.14.0 is 91400); 0: no cuDNN in the build
   int compute_capability = 0;  // major * 10 + minor
+  bool deterministic = false;  // cuda::deterministic()
+  // The Hopper kernels can take the backward: the build has them, the device is sm_90 and
+  // kernels::hopper_attention() is not Off.
+  bool hopper_backward = false;
 };
 
 // nullptr when the pass may run on cuDNN (it still falls back when cuDNN offers no engine),

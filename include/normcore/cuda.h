@@ -83,7 +83,8 @@ bool deterministic();
 // - Auto (the default): cuDNN where it can run the pass and B * H * L * S is at least 2^21
 //   (there it was the faster engine in every case of bench/attention: forward 1.3x to 3.0x,
 //   forward+backward 1.3x to 2.3x; below, cuDNN's per-call host work made it slower), else
-//   Native. cuDNN's backward holds a workspace of 2 * B * H * L * S bytes while it runs
+//   Native; but for the backward at head dim 64 on an H100/H200, Native's Hopper kernels
+//   (faster there) unless set_deterministic(true). cuDNN's backward holds a workspace of 2 * B * H * L * S bytes while it runs
 //   (1 GiB at B = 8, H = 16, L = S = 2048); when the allocator cannot give it, Native runs.
 // Whatever cuDNN cannot run (another dtype or head dim, grouped-query attention, a build
 // without cuDNN, no engine offered for the graph, a workspace the allocator cannot give)

@@ -139,6 +139,27 @@ TEST(AttentionEngine, WhenCudnnRuns) {
   EXPECT_NE(std::string(nc::kernels::cudnn_attention_refusal(q)).find("9.16"), std::string::npos);
   q.cudnn_version = 91600;
   EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr);
+  // Auto's backward at head dim 64 takes the Hopper kernels where they run, unless
+  // deterministic; at other head dims, or without them, cuDNN.
+  q = eligible(AttentionPass::Backward);
+  q.requested = AttentionEngine::Auto;
+  q.hopper_backward = true;
+  EXPECT_NE(std::string(nc::kernels::cudnn_attention_refusal(q)).find("Hopper"), std::string::npos);
+  q.deterministic = true;
+  EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr);
+  q.deterministic = false;
+  q.shape.D = q.shape.Dv = 128;
+  EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr);
+  q.shape.D = q.shape.Dv = 64;
+  q.hopper_backward = false;
+  EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr);
+  q.hopper_backward = true;
+  q.requested = AttentionEngine::Cudnn;
+  EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr);
+  q = eligible(AttentionPass::Forward);
+  q.requested = AttentionEngine::Auto;
+  q.hopper_backward = true;
+  EXPECT_EQ(nc::kernels::cudnn_attention_refusal(q), nullptr);  // the forward stays on cuDNN
   // Auto takes cuDNN from 2^21 scores (B * H * L * S) on, at any head dim it runs.
   for (int64_t head_dim : {128, 32}) {
     q = eligible(AttentionPass::Forward);
@@ -342,6 +363,18 @@ TEST(AttentionCudnn, FallsBackToNative) {
   nc::scaled_dot_product_attention(nc::ones({1, 2, 64, 64}, bf16), nc::ones({1, 2, 64, 64}, bf16),
                                    nc::ones({1, 2, 64, 64}, bf16), true);
   EXPECT_EQ(nc::cuda::last_attention_engine(), AttentionEngine::Native);
+  // Auto's backward: at head dim 64 the native kernels (Hopper's, or before Hopper, where
+  // cuDNN's backward does not run); at 128 cuDNN's on Hopper.
+  for (int64_t head_dim : {64, 128}) {
+    Tensor q = nc::ones({1, 2, 1024, head_dim}, bf16).requires_grad_();
+    nc::sum(nc::scaled_dot_product_attention(q, nc::ones({1, 2, 1024, head_dim}, bf16),
+                                             nc::ones({1, 2, 1024, head_dim}, bf16), true))
+        .backward();
+    const bool hopper = compute_capability() == 90;
+    EXPECT_EQ(nc::cuda::last_attention_engine(AttentionPass::Backward),
+              head_dim == 128 && hopper ? AttentionEngine::Cudnn : AttentionEngine::Native)
+        << head_dim;
+  }
   nc::scaled_dot_product_attention(nc::ones({1, 2, 1024, 64}, f32), nc::ones({1, 2, 1024, 64}, f32),
                                    nc::ones({1, 2, 1024, 64}, f32), true);
   EXPECT_EQ(nc::cuda::last_attention_engine(), AttentionEngine::Native);

@@ -26,8 +26,8 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/cuda/capture.h"
 #include "kernels/cuda/cudnn_graph.h"
+#include "runtime/cuda/capture.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/runtime.h"
 
@@ -38,10 +38,22 @@ namespace {
 using kernels::AttentionShape;
 
 enum Id : int64_t {
-  kQ = 1, kK, kV, kOut, kStats, kScale, kNegInf, kOne, kGradOut, kGradQ, kGradK, kGradV, kDelta,
+  kQ = 1,
+  kK,
+  kV,
+  kOut,
+  kStats,
+  kScale,
+  kNegInf,
+  kOne,
+  kGradOut,
+  kGradQ,
+  kGradK,
+  kGradV,
+  kDelta,
 };
 constexpr int64_t kFirstVirtual = 100;
-constexpr int64_t kAlignment = 16;     // bytes every tensor's data starts at a multiple of
+constexpr int64_t kAlignment = 16;       // bytes every tensor's data starts at a multiple of
 constexpr size_t kDeltaAlignment = 256;  // where cuDNN's own workspace starts after delta
 
 using Dims = std::array<int64_t, 4>;
@@ -114,8 +126,8 @@ class AttentionGraph {
     add(op);
   }
   // A new virtual f32 tensor of dims holding mode(x[, b]).
-  cudnnBackendDescriptor_t pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                                     cudnnBackendDescriptor_t b, const Dims& dims) {
+  cudnnBackendDescriptor_t pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                                     const Dims& dims) {
     cudnnBackendDescriptor_t y = virtual_tensor(dims);
     pointwise(mode, x, b, y);
     return y;
@@ -184,8 +196,17 @@ class AttentionGraph {
 // What a plan is made for: the pass, dtype, mask, sizes and the strides of q, k, v, out and,
 // backward, grad_out, grad_q, grad_k, grad_v (every pointer is 16-byte aligned,
 // kernels::cudnn_attention_refusal and choose see to it).
-enum Operand { kOperandQ, kOperandK, kOperandV, kOperandOut, kOperandGradOut, kOperandGradQ, kOperandGradK,
-               kOperandGradV, kOperands };
+enum Operand {
+  kOperandQ,
+  kOperandK,
+  kOperandV,
+  kOperandOut,
+  kOperandGradOut,
+  kOperandGradQ,
+  kOperandGradK,
+  kOperandGradV,
+  kOperands
+};
 struct PlanKey {
   int device;
   DType dtype;
@@ -304,10 +325,10 @@ cudnnBackendDescriptor_t backward_graph(AttentionGraph& g, cudnnHandle_t handle,
 struct Plan {
   Descriptors keep;
   cudnnBackendDescriptor_t plan = nullptr;
-  size_t workspace = 0;      // cuDNN's
-  size_t delta_bytes = 0;    // backward: delta's f32 rows, ahead of cuDNN's part of the workspace
+  size_t workspace = 0;                   // cuDNN's
+  size_t delta_bytes = 0;                 // backward: delta's f32 rows, ahead of cuDNN's part of the workspace
   bool causal = false, backward = false;  // which by-value scalars the graph has
-  std::mutex mutex;          // one run at a time (the handle is bound to one stream per run)
+  std::mutex mutex;                       // one run at a time (the handle is bound to one stream per run)
 };
 
 // A plan for key, or nullptr when cuDNN offers no engine that finalizes. The first engine of
@@ -388,6 +409,11 @@ Plan* choose(cuda::AttentionPass pass, const std::vector<const Tensor*>& operand
   query.cudnn_version = static_cast<int>(cudnnGetVersion());
   const int device = q.device().index;
   query.compute_capability = compute_capability(device);
+  query.deterministic = cuda::deterministic();
+#if NORMCORE_HOPPER_KERNELS
+  query.hopper_backward =
+      query.compute_capability == 90 && kernels::hopper_attention() != kernels::HopperAttention::Off;
+#endif
   if (kernels::cudnn_attention_refusal(query) != nullptr) return nullptr;
   PlanKey key{device, q.dtype(), pass == cuda::AttentionPass::Backward, causal, {}};
   const int64_t sizes[6] = {shape.batch, shape.heads, shape.L, shape.S, shape.D, shape.Dv};
@@ -411,8 +437,8 @@ bool run(Plan& plan, int device, double scale, std::vector<int64_t> ids, std::ve
   char* base = workspace.defined() ? static_cast<char*>(workspace.data_ptr()) : nullptr;
   float scale_value = static_cast<float>(scale);
   // cuDNN before 9.10 masks with the lowest float rather than -inf.
-  float neg_inf = cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest()
-                                            : -std::numeric_limits<float>::infinity();
+  float neg_inf =
+      cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest() : -std::numeric_limits<float>::infinity();
   float one = 1.0f;
   ids.push_back(kScale);
   pointers.push_back(&scale_value);
@@ -446,8 +472,8 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 bool cudnn_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& lse, const AttentionShape& shape, bool causal,
                               double scale, const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) {
-  Plan* plan = choose(AttentionPass::Backward, {&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, lse,
-                      shape, causal);
+  Plan* plan =
+      choose(AttentionPass::Backward, {&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v}, lse, shape, causal);
   if (plan == nullptr) return false;
   return run(*plan, q.device().index, scale, {kQ, kK, kV, kOut, kStats, kGradOut, kGradQ, kGradK, kGradV},
              {data(q), data(k), data(v), data(out), data(lse), data(grad_out), data(grad_q), data(grad_k),
@@ -462,14 +488,14 @@ bool cudnn_attention_backward(const Tensor& grad_out, const Tensor& q, const Ten
 namespace normcore {
 namespace cuda {
 
-bool cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const kernels::AttentionShape&, bool,
-                             double, const Tensor&, const Tensor&) {
+bool cudnn_attention_forward(const Tensor&, const Tensor&, const Tensor&, const kernels::AttentionShape&, bool, double,
+                             const Tensor&, const Tensor&) {
   return false;
 }
 
-bool cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                              const Tensor&, const kernels::AttentionShape&, bool, double, const Tensor&,
-                              const Tensor&, const Tensor&) {
+bool cudnn_attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const kernels::AttentionShape&, bool, double, const Tensor&, const Tensor&,
+                              const Tensor&) {
   return false;
 }
 
