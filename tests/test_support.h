@@ -51,6 +51,11 @@ std::function<void()> throws(std::function<void()> call, std::vector<std::string
   };
 }
 
+// Every dtype, for tables that cover them all.
+inline constexpr normcore::DType kAllDTypes[] = {normcore::DType::F32,  normcore::DType::F64, normcore::DType::F16,
+                                                 normcore::DType::BF16, normcore::DType::I32, normcore::DType::I64,
+                                                 normcore::DType::U8,   normcore::DType::Bool};
+
 // f64 normal values of a seeded generator, times scale, plus shift.
 inline normcore::Tensor random(const normcore::Shape& shape, uint64_t seed, double scale = 1.0, double shift = 0.0) {
   normcore::Generator gen(seed);
