@@ -30,7 +30,7 @@ struct DeviceContext {
   std::mutex cublas_mutex;
   cublasHandle_t cublas = nullptr;
   cublasLtHandle_t cublaslt = nullptr;
-  std::atomic<int> sm_count{0};
+  std::atomic<int> sm_count{-1};
   std::atomic<int> shared_memory_optin{-1};
   std::atomic<int> cluster_blocks{-1};
   std::atomic<int> compute_capability{0};
@@ -161,34 +161,28 @@ cublasLtHandle_t cublaslt_handle(int device) {
   return ctx.cublaslt;
 }
 
-int multiprocessor_count(int device) {
-  DeviceContext& ctx = context(device);
-  int count = ctx.sm_count.load(std::memory_order_relaxed);
-  if (count == 0) {
-    NC_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    ctx.sm_count.store(count, std::memory_order_relaxed);
+namespace {
+
+// A device attribute, read once into its slot (-1 until then).
+int cached_attribute(std::atomic<int>& slot, cudaDeviceAttr attribute, int device) {
+  int value = slot.load(std::memory_order_relaxed);
+  if (value < 0) {
+    NC_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device));
+    slot.store(value, std::memory_order_relaxed);
   }
-  return count;
+  return value;
 }
 
-int l2_cache_bytes(int device) {
-  DeviceContext& ctx = context(device);
-  int bytes = ctx.l2_bytes.load(std::memory_order_relaxed);
-  if (bytes < 0) {
-    NC_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
-    ctx.l2_bytes.store(bytes, std::memory_order_relaxed);
-  }
-  return bytes;
+}  // namespace
+
+int multiprocessor_count(int device) {
+  return cached_attribute(context(device).sm_count, cudaDevAttrMultiProcessorCount, device);
 }
+
+int l2_cache_bytes(int device) { return cached_attribute(context(device).l2_bytes, cudaDevAttrL2CacheSize, device); }
 
 int shared_memory_per_block(int device) {
-  DeviceContext& ctx = context(device);
-  int bytes = ctx.shared_memory_optin.load(std::memory_order_relaxed);
-  if (bytes < 0) {
-    NC_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    ctx.shared_memory_optin.store(bytes, std::memory_order_relaxed);
-  }
-  return bytes;
+  return cached_attribute(context(device).shared_memory_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
 int cluster_blocks(int device) {

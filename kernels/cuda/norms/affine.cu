@@ -26,17 +26,8 @@ bool aligned_or_null(const void* p) { return p == nullptr || is_aligned(p, 16); 
 // layouts with groups can take them, so layer norm's rows skip the query.
 template <class T>
 DeviceLimits plan_limits(const Launcher& launch, const GroupLayout& l) {
-  DeviceLimits limits = launch.limits();
-  if (limits.cluster_blocks > 0 && !l.is_rows()) {
-    cudaFuncAttributes built{};
-    constexpr int V = 16 / sizeof(T);
-    if (cudaFuncGetAttributes(&built, group_norm_cluster_forward<T, V, kClusterThreads>) != cudaSuccess ||
-        built.ptxVersion < 90) {
-      cudaGetLastError();  // not sticky
-      limits.cluster_blocks = 0;
-    }
-  }
-  return limits;
+  if (l.is_rows()) return launch.limits();
+  return cluster_limits(launch, group_norm_cluster_forward<T, 16 / sizeof(T), kClusterThreads>);
 }
 
 // Calls f(std::integral_constant<int, team>{}, std::integral_constant<int, vectors>{}) for

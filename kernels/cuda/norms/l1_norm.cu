@@ -217,22 +217,6 @@ __global__ void __launch_bounds__(kBlock)
 #endif
 }
 
-// Whether this build's cluster kernels can run on the launcher's device: it launches
-// clusters, and the kernel was compiled for sm_90 or later (its body is empty before).
-template <class T>
-DeviceLimits l1_limits(const Launcher& launch) {
-  DeviceLimits limits = launch.limits();
-  if (limits.cluster_blocks > 0) {
-    cudaFuncAttributes built{};
-    if (cudaFuncGetAttributes(&built, l1_cluster_forward_kernel<T, kL1ClusterThreads>) != cudaSuccess ||
-        built.ptxVersion < 90) {
-      cudaGetLastError();  // not sticky
-      limits.cluster_blocks = 0;
-    }
-  }
-  return limits;
-}
-
 // ---------------------------------------------------------------- rows read twice
 // L1 forward along the last dim for rows of up to kL1RowBytes (plan.h): one block of 1024 threads
 // per SM takes a row at a time, sums |x|, then reads the row again to write x / norm.
@@ -274,8 +258,8 @@ void l1_forward(const Tensor& x_t, int64_t outer, int64_t size, int64_t inner, d
   A* norm = data_as<A>(norm_t);
   const A eps_a = static_cast<A>(eps);
   const A inv_size = size > 0 ? A(1) / static_cast<A>(size) : A(0);
-  const L1Plan plan =
-      plan_l1_forward(outer, size, inner, sizeof(T), is_aligned(x, 16) && is_aligned(y, 16), l1_limits<T>(launch));
+  const L1Plan plan = plan_l1_forward(outer, size, inner, sizeof(T), is_aligned(x, 16) && is_aligned(y, 16),
+                                      cluster_limits(launch, l1_cluster_forward_kernel<T, kL1ClusterThreads>));
   switch (plan.path) {
     case NormPath::Columns:
       if (outer * inner == 0) return;
@@ -328,7 +312,8 @@ void l1_backward(const Tensor& grad_y_t, const Tensor& x_t, const Tensor& norm_t
   T* grad_x = data_as<T>(grad_x_t);
   const A eps_a = static_cast<A>(eps);
   const bool aligned = is_aligned(grad_y, 16) && is_aligned(x, 16) && is_aligned(grad_x, 16);
-  const L1Plan plan = plan_l1_backward(outer, size, inner, sizeof(T), aligned, l1_limits<T>(launch));
+  const L1Plan plan = plan_l1_backward(outer, size, inner, sizeof(T), aligned,
+                                       cluster_limits(launch, l1_cluster_forward_kernel<T, kL1ClusterThreads>));
   switch (plan.path) {
     case NormPath::Columns:
       if (outer * inner == 0) return;

@@ -165,6 +165,21 @@ __device__ __forceinline__ void store_result(T* p, int64_t j, const Vec<T, V>& v
 #define NC_CLUSTER_KERNELS 0
 #endif
 
+// The device's limits for a plan that may take `cluster_kernel`, less clusters where that
+// kernel was not built for sm_90 or later (its body is then empty).
+template <class... Params>
+DeviceLimits cluster_limits(const Launcher& launch, void (*cluster_kernel)(Params...)) {
+  DeviceLimits limits = launch.limits();
+  if (limits.cluster_blocks > 0) {
+    cudaFuncAttributes built{};
+    if (cudaFuncGetAttributes(&built, cluster_kernel) != cudaSuccess || built.ptxVersion < 90) {
+      cudaGetLastError();  // not sticky
+      limits.cluster_blocks = 0;
+    }
+  }
+  return limits;
+}
+
 // Block rank's slice of a group (or row) of vecs vectors, `per` vectors a block.
 struct ClusterSlice {
   int64_t per, begin, end;
