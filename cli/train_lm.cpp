@@ -1,6 +1,7 @@
 // The normcore program's train-lm: a GPT on the fortunes corpus (bytes) or on token shards,
 // trained by the Trainer of normcore/train.h (AdamW with and without weight decay, a cosine
 // schedule each), validated and checkpointed every --eval-interval steps, sampled at the end.
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -105,7 +106,9 @@ void load_init(nc::models::GPT& model, const std::string& init) {
 
 // --benchmark's line: ms/step, tokens/s, the loss and, on a GPU, the memory: the
 // allocator's high-water mark of tensors, what it holds from the driver, and the device's
-// memory in use by every process and context (cudaMemGetInfo, as llm.c reports).
+// memory in use by every process and context (cudaMemGetInfo, as llm.c reports); in a
+// data-parallel job whose steps are not graphed, how long backward's end waited for the
+// gradients' all-reduces.
 void print_benchmark(const nc::train::Trainer::Timing& t, int64_t steps, const nc::Device& device) {
   std::printf("benchmark: %lld steps, %.2f ms/step, %.0f tokens/s, loss %.4f", static_cast<long long>(steps),
               1e3 * t.seconds / static_cast<double>(steps), static_cast<double>(t.amount) / t.seconds, t.loss);
@@ -118,6 +121,8 @@ void print_benchmark(const nc::train::Trainer::Timing& t, int64_t steps, const n
                 static_cast<double>(stats.peak_allocated) / kMiB, static_cast<double>(stats.reserved) / kMiB,
                 static_cast<double>(total_bytes - free_bytes) / kMiB);
   }
+  if (!std::isnan(t.reduction_wait_ms))
+    std::printf(", the end of backward waited %.2f ms/step for the all-reduces", t.reduction_wait_ms);
   std::printf("\n");
 }
 

@@ -6,9 +6,18 @@
 // launched: its gradients are copied into the flat buffer on the current stream and the
 // buffer is all-reduced (avg) asynchronously, while backward goes on. A callback at the end
 // of backward launches what is left (buckets holding parameters that got no gradient), makes
-// the current stream wait for every reduction and copies the averages back into grad().
+// the current stream wait for every reduction and makes each grad() a view of its average in
+// the flat buffer (no copy back). Nothing here reads the device, so a captured step replays
+// all of it.
 #include <algorithm>
 #include <map>
+
+#if NORMCORE_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "runtime/cuda/capture.h"
+#include "runtime/cuda/runtime.h"
+#endif
 
 #include "autograd/graph.h"
 #include "normcore/autograd.h"
@@ -67,6 +76,10 @@ struct DistributedDataParallel::Reducer {
   bool finishing = false;      // the end-of-backward callback is queued
   uint64_t this_backward = 0;  // autograd::backward_count() of the backward being reduced
   bool sync = true;
+  bool timing = false;
+#if NORMCORE_HAS_CUDA
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits;  // around each timed wait
+#endif
 
   Reducer(ProcessGroup& g, std::vector<Tensor> p, const DataParallelOptions& options) : group(g), params(std::move(p)) {
     assignment = assign_buckets(params, options.first_bucket_bytes, options.bucket_bytes);
@@ -92,6 +105,7 @@ struct DistributedDataParallel::Reducer {
 
   ~Reducer() {
     for (size_t i = 0; i < params.size(); ++i) autograd::remove_grad_ready_hook(params[i], hooks[i]);
+    forget_waits();
   }
 
   void on_ready(size_t i) {
@@ -122,7 +136,8 @@ struct DistributedDataParallel::Reducer {
       Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel());
       const Tensor grad = p.grad();
       if (grad.defined()) {
-        slot.copy_(grad.reshape({-1}));
+        // (A parameter that got no gradient this time may still hold its last average.)
+        if (grad.data_ptr() != slot.data_ptr()) slot.copy_(grad.reshape({-1}));
       } else {
         slot.zero_();
       }
@@ -135,21 +150,71 @@ struct DistributedDataParallel::Reducer {
     for (Bucket& b : buckets) b.pending = 0;  // parameters without a gradient count as zeros
     launch_ready();
     autograd::NoGradGuard no_grad;
+    const auto timed = begin_wait();
     for (Bucket& b : buckets) {
       b.work.wait();
       for (size_t j = 0; j < b.params.size(); ++j) {
         const Tensor& p = params[b.params[j]];
-        const Tensor average = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape());
-        Tensor grad = p.grad();
-        if (grad.defined()) {
-          grad.copy_(average);
-        } else {
-          p.set_grad(average.clone());
-        }
+        p.set_grad(b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape()));
       }
     }
+    end_wait(timed);
     reset();
   }
+
+#if NORMCORE_HAS_CUDA
+  // An event pair's first event, recorded on the current stream before the waits when this
+  // backward is timed (null otherwise).
+  cudaEvent_t begin_wait() {
+    const Device device = group.device();
+    if (!timing || !device.is_cuda() || cuda::capturing(device.index)) return nullptr;
+    cuda::DeviceGuard guard(device.index);
+    cudaEvent_t before = nullptr;
+    NC_CHECK(cudaEventCreate(&before) == cudaSuccess, DistributedError,
+             "DistributedDataParallel: cannot create a CUDA event");
+    cudaEventRecord(before, cuda::stream(device.index));
+    return before;
+  }
+
+  void end_wait(cudaEvent_t before) {
+    if (before == nullptr) return;
+    const Device device = group.device();
+    cuda::DeviceGuard guard(device.index);
+    cudaEvent_t after = nullptr;
+    NC_CHECK(cudaEventCreate(&after) == cudaSuccess, DistributedError,
+             "DistributedDataParallel: cannot create a CUDA event");
+    cudaEventRecord(after, cuda::stream(device.index));
+    waits.emplace_back(before, after);
+  }
+
+  ReductionWait read_waits() {
+    ReductionWait out;
+    for (const auto& [before, after] : waits) {
+      float ms = 0;
+      NC_CHECK(cudaEventSynchronize(after) == cudaSuccess && cudaEventElapsedTime(&ms, before, after) == cudaSuccess,
+               DistributedError, "DistributedDataParallel::reduction_wait: a timed backward failed on ",
+               group.device());
+      ++out.backwards;
+      out.total_ms += ms;
+      out.max_ms = std::max(out.max_ms, static_cast<double>(ms));
+    }
+    forget_waits();
+    return out;
+  }
+
+  void forget_waits() {
+    for (const auto& [before, after] : waits) {
+      cudaEventDestroy(before);
+      cudaEventDestroy(after);
+    }
+    waits.clear();
+  }
+#else
+  void* begin_wait() { return nullptr; }
+  void end_wait(void*) {}
+  ReductionWait read_waits() { return {}; }
+  void forget_waits() {}
+#endif
 
   // Ready for the next backward: launched reductions finished (on the current stream), no
   // gradient counted.
@@ -232,6 +297,13 @@ Tensor DistributedDataParallel::operator()(const Tensor& x) {
 }
 
 const std::vector<std::vector<size_t>>& DistributedDataParallel::buckets() const { return reducer_->assignment; }
+
+void DistributedDataParallel::time_reductions(bool on) {
+  reducer_->timing = on;
+  if (!on) reducer_->forget_waits();
+}
+
+DistributedDataParallel::ReductionWait DistributedDataParallel::reduction_wait() { return reducer_->read_waits(); }
 
 DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.reducer_->sync) {
   ddp.reducer_->sync = false;

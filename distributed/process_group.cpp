@@ -119,6 +119,7 @@ struct ProcessGroup::Impl {
   virtual std::string backend() const = 0;
   virtual std::shared_ptr<Work::State> run(const Call& call, bool async) = 0;
   virtual void barrier() = 0;
+  virtual void watch(const std::string&) {}
 
   // "all_reduce (rank 1 of 2)"
   std::string where(const char* name) const { return detail::cat_str(name, " (rank ", rank, " of ", world_size, ")"); }
@@ -352,6 +353,12 @@ class NcclBackend : public ProcessGroup::Impl {
     return pending;
   }
 
+  void watch(const std::string& what) override {
+    check_failure();
+    cuda::DeviceGuard guard(device.index);
+    if (!cuda::capturing(device.index)) track(what, cuda::stream(device.index));
+  }
+
   void barrier() override {
     Tensor token = zeros({1}, TensorOptions(DType::I32, device));
     std::shared_ptr<Work::State> work = run(Call{Kind::AllReduce, "barrier", token, token}, false);
@@ -407,7 +414,7 @@ class NcclBackend : public ProcessGroup::Impl {
   }
 
   // The watchdog's record of a collective: an event after it on s.
-  void track(const char* name, cudaStream_t s) {
+  void track(const std::string& name, cudaStream_t s) {
     cudaEvent_t e = event();
     cudaEventRecord(e, s);
     std::lock_guard<std::mutex> lock(mutex_);
@@ -611,6 +618,7 @@ void ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp 
   run(*impl_, reduce_scatter_call(*impl_, out, in, op), false);
 }
 void ProcessGroup::barrier() { impl_->barrier(); }
+void ProcessGroup::watch(const std::string& what) { impl_->watch(what); }
 
 Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   return run(*impl_, all_reduce_call(*impl_, t, op), true);

@@ -1,8 +1,9 @@
 // ShardedOptimizer (normcore/distributed.h): ZeRO stage 1 over an optimizer whose update
 // goes element by element. The parameters, flattened and laid end to end, are cut into
 // world_size pieces of ceil(total / world_size) elements (a parameter may straddle two
-// ranks); a rank's own optimizer (make_like) runs over views of its pieces, whose gradients
-// are views of the whole gradients. After its update each rank broadcasts its pieces, one
+// ranks); a rank's own optimizer (make_like, so it shares the learning rate, also in a
+// replayed CUDA graph) runs over views of its pieces, whose gradients are views of the whole
+// gradients. After its update each rank broadcasts its pieces, one
 // flat buffer per dtype. The whole state_dict is put together by broadcasts from each rank in
 // turn: a description of its entries (parameter, first element, name, dtype, shape) as i64,
 // then each entry; a piece's state of the piece's shape is a slice of the parameter's, a
@@ -109,7 +110,6 @@ void ShardedOptimizer::step() { step_unless(Tensor()); }
 
 void ShardedOptimizer::step_unless(const Tensor& found_inf) {
   if (own_) {
-    own_->set_lr(optimizer_.lr());
     const std::vector<Tensor>& params = optimizer_.params();
     for (const Piece& piece : pieces_[static_cast<size_t>(group_.rank())]) {
       const Tensor grad = params[piece.param].grad();

@@ -71,7 +71,8 @@ DType state_dtype(DType param_dtype) {
 // ---------------------------------------------------------------- Optimizer
 
 Optimizer::Optimizer(const char* name, std::vector<Tensor> params, double lr)
-    : name_(name), params_(std::move(params)), lr_(lr), state_(params_.size()) {
+    : name_(name), params_(std::move(params)), lr_(std::make_shared<LearningRate>(LearningRate{lr, {}})),
+      state_(params_.size()) {
   NC_CHECK(!params_.empty(), ValueError, name_, ": got an empty parameter list");
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -96,15 +97,15 @@ void Optimizer::zero_grad() {
 
 void Optimizer::set_lr(double lr) {
   require(lr >= 0.0 && std::isfinite(lr), name_, "lr", ">= 0 and finite", lr);
-  for (const auto& [device, t] : lr_tensors_) {
+  for (const auto& [device, t] : lr_->tensors) {
     NC_CHECK(!cuda::capturing(device), CaptureError, name_,
              ".set_lr: cannot change the learning rate inside a "
              "CUDA graph capture on ",
              device, " (the graph reads it from device memory: set it between replays)");
   }
-  lr_ = lr;
+  lr_->value = lr;
   autograd::NoGradGuard no_grad;
-  for (auto& entry : lr_tensors_) entry.second.fill_(lr);
+  for (auto& entry : lr_->tensors) entry.second.fill_(lr);
 }
 
 void Optimizer::step_unless(const Tensor& found_inf) {
@@ -127,13 +128,18 @@ void Optimizer::step_unless(const Tensor& found_inf) {
 Tensor Optimizer::skip_on(Device device) const { return skip_.defined() ? skip_.to(device) : Tensor(); }
 
 const Tensor& Optimizer::lr_on(Device device) {
-  for (const auto& entry : lr_tensors_) {
+  for (const auto& entry : lr_->tensors) {
     if (entry.first == device) return entry.second;
   }
   NC_CHECK(!cuda::capturing(device), CaptureError, name_, ".step: the first step on ", device,
            " cannot be captured in a CUDA graph; run one step before the capture");
-  lr_tensors_.emplace_back(device, full(Shape{}, lr_, TensorOptions(DType::F64, device)));
-  return lr_tensors_.back().second;
+  lr_->tensors.emplace_back(device, full(Shape{}, lr_->value, TensorOptions(DType::F64, device)));
+  return lr_->tensors.back().second;
+}
+
+std::unique_ptr<Optimizer> Optimizer::sharing_lr(std::unique_ptr<Optimizer> made) const {
+  made->lr_ = lr_;
+  return made;
 }
 
 void Optimizer::check_state_capturable(size_t index) const {
@@ -158,7 +164,7 @@ Tensor Optimizer::checked_grad(size_t index) const {
 
 StateDict Optimizer::state_dict() const {
   StateDict out;
-  out.emplace_back(std::string(kGroupPrefix) + "lr", f64_scalar(lr_));
+  out.emplace_back(std::string(kGroupPrefix) + "lr", f64_scalar(lr_->value));
   for (const auto& [name, value] : hyperparameters()) {
     out.emplace_back(kGroupPrefix + name, f64_scalar(value));
   }
@@ -259,12 +265,12 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options)
 }
 
 std::unique_ptr<Optimizer> SGD::make_like(std::vector<Tensor> params) const {
-  return std::make_unique<SGD>(std::move(params), options());
+  return sharing_lr(std::make_unique<SGD>(std::move(params), options()));
 }
 
 SGDOptions SGD::options() const {
   SGDOptions o = options_;
-  o.lr = lr_;
+  o.lr = lr_->value;
   return o;
 }
 
@@ -350,13 +356,14 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
 std::unique_ptr<Optimizer> Adam::make_like(std::vector<Tensor> params) const {
   const AdamOptions o = options();
   if (decoupled_)
-    return std::make_unique<AdamW>(std::move(params), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
-  return std::make_unique<Adam>(std::move(params), o);
+    return sharing_lr(
+        std::make_unique<AdamW>(std::move(params), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay}));
+  return sharing_lr(std::make_unique<Adam>(std::move(params), o));
 }
 
 AdamOptions Adam::options() const {
   AdamOptions o = options_;
-  o.lr = lr_;
+  o.lr = lr_->value;
   return o;
 }
 

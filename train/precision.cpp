@@ -51,13 +51,12 @@ void Precision::load_state_dict(const nn::NamedTensors& state) {
   if (scaler_ && !state.empty()) scaler_->load_state_dict(state);
 }
 
-bool use_cuda_graph(const std::string& mode, const Device& device, bool anomaly, bool data_parallel) {
+bool use_cuda_graph(const std::string& mode, const Device& device, bool anomaly) {
   NC_CHECK(mode == "auto" || mode == "on" || mode == "off", ValueError,
            "option --cuda-graph must be auto, on or off, got '", mode, "'");
   if (mode == "off") return false;
   const char* why = !device.is_cuda() ? "CUDA graphs need a CUDA device"
                     : anomaly         ? "--detect-anomaly reads every result on the host"
-                    : data_parallel   ? "data-parallel steps are not captured yet"
                                       : nullptr;
   NC_CHECK(mode == "auto" || why == nullptr, ValueError, "option --cuda-graph on: ", why,
            " (use --cuda-graph off or auto)");

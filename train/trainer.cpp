@@ -112,7 +112,7 @@ Trainer::Trainer(std::shared_ptr<nn::Module> model, StepLoss loss, OptimizerFact
   check_options(options_);
   NC_CHECK(!options_.shard_optimizer || job_.active(), ValueError,
            "Trainer: shard_optimizer needs a data-parallel job (ranks started by a launcher: WORLD_SIZE is unset)");
-  graphed_ = use_cuda_graph(options_.cuda_graph, options_.device, options_.detect_anomaly, job_.active());
+  graphed_ = use_cuda_graph(options_.cuda_graph, options_.device, options_.detect_anomaly);
   autograd::set_anomaly_enabled(options_.detect_anomaly);
   model_->to(options_.device);
   model_->train();
@@ -225,6 +225,8 @@ Tensor Trainer::advance(StepInfo& info, int64_t& amount) {
   }
   info.lr = optimizers_[0].optimizer->lr();  // this step's
   const Tensor loss = (*step_fn_)({batch.inputs, batch.targets});
+  // A replayed step's collectives are not seen one by one: the watchdog times the step.
+  if (job_.group() && step_fn_->captured()) job_.group()->watch("a data-parallel training step (CUDA graph)");
   for (auto& s : schedules_) s->step();  // also after a skipped fp16 step
   amount += (options_.unit == "tokens" ? batch.inputs.numel() : batch.inputs.size(0)) * job_.world_size();
   info.step = step_ + 1;
@@ -331,9 +333,17 @@ Trainer::Timing Trainer::benchmark(std::shared_ptr<const data::Dataset> data, da
     if (last.defined()) t.loss = read_step(last).first;
   };
   run(warmup);
+  distributed::DistributedDataParallel* ddp = job_.ddp();
+  const bool time_reductions = ddp && !graphed_ && options_.device.is_cuda();
+  if (time_reductions) ddp->time_reductions(true);
   const auto start = std::chrono::steady_clock::now();
   run(timed);
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (time_reductions) {
+    const distributed::DistributedDataParallel::ReductionWait wait = ddp->reduction_wait();
+    if (wait.backwards > 0) t.reduction_wait_ms = wait.total_ms / static_cast<double>(wait.backwards);
+    ddp->time_reductions(false);
+  }
   job_.finish();
   return t;
 }

@@ -236,6 +236,12 @@ class ProcessGroup {
   Work all_gather_async(const Tensor& out, const Tensor& in);
   Work reduce_scatter_async(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::Sum);
 
+  // The collectives a CUDA graph replays are not seen one by one; after a replay, watch(what)
+  // makes the watchdog time everything queued on the device's current stream so far as one
+  // collective named what: an error or the timeout fails the group as for any collective.
+  // Nothing on the store back end (no graphs on the CPU) or inside a capture.
+  void watch(const std::string& what);
+
   struct Impl;
 
  private:
@@ -269,9 +275,12 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& param
 // rank. From then on each backward() through the module averages the gradients over the
 // ranks: a hook on each parameter marks its gradient ready, a full bucket is copied into a
 // flat buffer and all-reduced (async, overlapping the rest of backward), buckets are
-// launched in the same order on every rank, and when backward ends the averaged gradients
-// are copied back into grad(). Parameters that got no gradient count as zeros. The
-// optimizer then steps as usual, and every rank holds the same parameters.
+// launched in the same order on every rank, and when backward ends each grad() becomes a
+// view of its bucket's buffer holding the average (as PyTorch's gradient_as_bucket_view:
+// the next reduction overwrites it; copy it to keep it). Parameters that got no gradient
+// count as zeros. The optimizer then steps as usual, and every rank holds the same
+// parameters. A step through it may be captured in a CUDA graph (GraphedStep): the copies
+// and all-reduces replay with the rest; ProcessGroup::watch times a replay.
 //
 //   distributed::ProcessGroup group(distributed::Env::from_environment(), device);
 //   distributed::DistributedDataParallel ddp(model, group);
@@ -307,6 +316,18 @@ class DistributedDataParallel {
     bool previous_;
   };
   NoSync no_sync() { return NoSync(*this); }
+
+  // How long the ends of backward waited for their gradients' reductions: the part of the
+  // all-reduces that the rest of backward did not hide. While timing is on, each backward on
+  // a GPU (not inside a CUDA graph capture) records two CUDA events around that wait;
+  // reduction_wait() waits for them and returns the backwards since timing was turned on or
+  // last read (then forgets them).
+  struct ReductionWait {
+    int64_t backwards = 0;
+    double total_ms = 0, max_ms = 0;
+  };
+  void time_reductions(bool on);
+  ReductionWait reduction_wait();
 
   struct Reducer;
 

@@ -60,7 +60,7 @@ class Optimizer {
   // Makes every parameter's grad() undefined.
   void zero_grad();
 
-  double lr() const { return lr_; }
+  double lr() const { return lr_->value; }
   // lr >= 0 (ValueError otherwise); the next step() uses it, also when step() was captured
   // in a CUDA graph. Not inside a capture (CaptureError): call it between replays.
   void set_lr(double lr);
@@ -72,7 +72,9 @@ class Optimizer {
   // A new optimizer of this kind and these hyperparameters (lr included) over params, with
   // no state: what distributed::ShardedOptimizer updates a rank's pieces of the parameters
   // with. Only an optimizer whose update is element by element may be cut so (SGD, Adam,
-  // AdamW); the default throws ValueError naming the optimizer.
+  // AdamW); the default throws ValueError naming the optimizer. The new optimizer shares this
+  // one's learning rate: set_lr on either sets both, so a schedule driving this one drives
+  // the pieces too, also in a replayed CUDA graph.
   virtual std::unique_ptr<Optimizer> make_like(std::vector<Tensor> params) const;
 
  protected:
@@ -94,16 +96,23 @@ class Optimizer {
   const Tensor& lr_on(Device device);
   // skip_ on device (undefined outside step_unless).
   Tensor skip_on(Device device) const;
+  // made, sharing this optimizer's learning rate (what make_like returns).
+  std::unique_ptr<Optimizer> sharing_lr(std::unique_ptr<Optimizer> made) const;
   // Throws CaptureError when parameter index on device has no state yet inside a CUDA graph
   // capture (the state would be made and zeroed on every replay).
   void check_state_capturable(size_t index) const;
 
   const char* name_;
   std::vector<Tensor> params_;
-  double lr_;
+  // The learning rate and its copies on devices (lr_on), shared with the optimizers made
+  // like this one.
+  struct LearningRate {
+    double value;
+    std::vector<std::pair<Device, Tensor>> tensors;
+  };
+  std::shared_ptr<LearningRate> lr_;
   // state_[i]: params_[i]'s state by name; empty until its first update.
   std::vector<std::map<std::string, Tensor>> state_;
-  std::vector<std::pair<Device, Tensor>> lr_tensors_;
   // During step_unless: the flag, as f64 (kernels read it on the parameters' device).
   Tensor skip_;
 };

@@ -67,9 +67,10 @@ class Precision {
 };
 
 // "auto", "on" or "off": whether steps replay as CUDA graphs. auto is on for a CUDA device
-// unless anomaly detection or data parallelism is on; on throws ValueError naming what
-// prevents it. ValueError naming the option for any other value.
-bool use_cuda_graph(const std::string& mode, const Device& device, bool anomaly, bool data_parallel);
+// unless anomaly detection is on; on throws ValueError naming what prevents it. ValueError
+// naming the option for any other value. Data-parallel steps are graphed too: their
+// bucketed all-reduces replay with the rest of the step.
+bool use_cuda_graph(const std::string& mode, const Device& device, bool anomaly);
 
 // ---------------------------------------------------------------- progress
 // A one-line progress bar on a terminal; a line every tenth of the way otherwise. label
@@ -257,8 +258,11 @@ class Trainer {
 
   // Times `timed` steps after `warmup` untimed ones (the first captures the CUDA graph): no
   // evaluation, checkpoint or hook but on_start. amount: samples or tokens of the timed steps.
+  // reduction_wait_ms: in a data-parallel job on GPUs with steps not graphed, the mean time
+  // a timed step's end of backward waited for its gradients' all-reduces
+  // (DistributedDataParallel::reduction_wait); NAN otherwise.
   struct Timing {
-    double seconds = 0, loss = NAN;
+    double seconds = 0, loss = NAN, reduction_wait_ms = NAN;
     int64_t amount = 0;
   };
   Timing benchmark(std::shared_ptr<const data::Dataset> data, data::DataLoaderOptions loader, int64_t warmup,
