@@ -39,7 +39,8 @@
 # PyTorch's torch.compile, then the byte-vocabulary model beside PyTorch and llm.c at B = 16;
 # GPT2_PEERS=0 leaves the peers out, GPT2_BYTES=0 the byte-vocabulary model, GPT2_RECOMPUTE and
 # GPT2_ATTENTION list --recompute modes and --attention engines to run, GPT2_PROFILE=1 adds ncu's
-# kernel table of a 2-layer step), gpt2curve (GPT-2 124M trained by PyTorch and by train-lm from
+# kernel table of a 2-layer step), gpt2dp (GPT-2 124M data-parallel on every GPU: graphed,
+# direct and sharded, their checkpoints compared, beside PyTorch DDP, ZeRO-1 and FSDP), gpt2curve (GPT-2 124M trained by PyTorch and by train-lm from
 # the same initial weights on the same windows, their train losses every 50 steps side by side),
 # hfgpt2 (transformers' GPT-2 checkpoints loaded by normcore and normcore's saved ones by
 # transformers, bench/hf_gpt2_reference.py), resnet (torchvision's ResNets loaded by load_resnet,
@@ -349,21 +350,76 @@ for section in "${sections[@]}"; do
       ;;
     distributed)
       echo "== data-parallel: the distributed tests (NCCL on the GPUs there are)"
-      "$run/normcore_tests" --gtest_filter='DistributedCuda.*:ProcessGroup*:DataParallel.*:TcpStore.*:AutogradHooks.*:Nccl.*' \
+      timeout 300 "$run/normcore_tests" --gtest_filter='DistributedCuda.*:ProcessGroup*:DataParallel.*:ShardedOptimizer.*:TcpStore.*:AutogradHooks.*:Nccl.*' \
         > "$out/distributed-tests.log" 2>&1
       echo "exit $?"; grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]" "$out/distributed-tests.log"
       echo "== one rank through the launcher (NCCL, DistributedDataParallel) against plain training"
-      dp=(--data "$data" --model mlp-layernorm --epochs 1 --cuda-graph off --seed 3)
-      "$run/normcore" train "${dp[@]}" --device cuda:0 --out "$out/plain.safetensors" | grep -E "^epoch 1/1:"
-      MASTER_PORT=29533 "$run/normcore" launch --nproc 1 -- "$run/normcore" train "${dp[@]}" --device cuda \
+      dp=(--data "$data" --model mlp-layernorm --epochs 1 --seed 3)
+      "$run/normcore" train "${dp[@]}" --cuda-graph off --device cuda:0 --out "$out/plain.safetensors" |
+        grep -E "^epoch 1/1:"
+      MASTER_PORT=29533 "$run/normcore" launch --nproc 1 -- "$run/normcore" train "${dp[@]}" --cuda-graph off --device cuda \
         --out "$out/dp1.safetensors" | grep -E "over nccl|epoch 1/1:"
       python3 bench/compare_checkpoints.py "$out/plain.safetensors" "$out/dp1.safetensors"
+      echo "identical parameters: exit $?"
+      echo "== the same, steps as CUDA graphs (the all-reduces replayed in them)"
+      "$run/normcore" train "${dp[@]}" --cuda-graph on --device cuda:0 \
+        --out "$out/plain-graphed.safetensors" | grep -E "^epoch 1/1:"
+      MASTER_PORT=29535 "$run/normcore" launch --nproc 1 -- "$run/normcore" train "${dp[@]}" --cuda-graph on \
+        --device cuda --out "$out/dp1-graphed.safetensors" | grep -E "with CUDA graphs|epoch 1/1:"
+      python3 bench/compare_checkpoints.py "$out/plain-graphed.safetensors" "$out/dp1-graphed.safetensors"
       echo "identical parameters: exit $?"
       gpus=$(nvidia-smi -L | wc -l)
       if [ "$gpus" -ge 2 ]; then
         echo "== train --nproc $gpus, defaults (mlp-layernorm, 12 epochs, batch 128 per rank)"
         MASTER_PORT=29534 "$run/normcore" train --data "$data" --nproc "$gpus" --out "$out/dp.safetensors" \
           | grep -E "over nccl|epoch [0-9]+/[0-9]+:"
+      fi
+      ;;
+    gpt2dp)
+      # GPT-2 124M (B = 16 a GPU, bf16) data-parallel on every GPU of the machine: one GPU, then
+      # all of them with the steps graphed, direct (timing how long backward's end waits for
+      # the all-reduces) and graphed with the optimizer state sharded; a 2-layer model's
+      # checkpoints after 30 steps of each (deterministic) compared: graphed against
+      # direct, sharded against whole, optimizer state included; then PyTorch under torchrun
+      # on one GPU (torch.compile) and on all (DDP, DDP with torch.compile,
+      # ZeroRedundancyOptimizer, FSDP): bench/gpt_ddp_torch.py. GPT2DP_PEERS=0 leaves PyTorch out.
+      gpus=$(nvidia-smi -L | wc -l)
+      shards=$(mktemp -d)
+      (cd "$shards" && python3 "$run/peers/llmc/mkdata.py" 2000000) > /dev/null
+      lm=("$run/normcore" train-lm --model gpt2 --data "$shards/train.bin" --val-data "$shards/val.bin" --device cuda
+        --precision bf16 --batch-size 16 --lr 6e-4 --warmup 10)
+      echo "== GPT-2 124M, B = 16 a GPU: one GPU, then $gpus"
+      "${lm[@]}" --benchmark 20 | grep -E "^benchmark"
+      port=29640
+      modes=("graphed:" "direct:--cuda-graph off" "sharded:--shard-optimizer on")
+      for mode in "${modes[@]}"; do
+        echo "-- $gpus GPUs, ${mode%%:*}"
+        # shellcheck disable=SC2086 # the mode's options split into words
+        MASTER_PORT=$((port++)) timeout 90 "${lm[@]}" --nproc "$gpus" ${mode#*:} --benchmark 20 | grep -E "benchmark"
+      done
+      # --attention native: with --deterministic on, the auto engine takes cuDNN's attention
+      # backward on Hopper, and two ranks on it made no progress (docs/DESIGN.md, data parallelism).
+      echo "== 2 layers, 30 steps on $gpus GPUs, --deterministic on --attention native: the checkpoints"
+      for mode in "${modes[@]}"; do
+        # shellcheck disable=SC2086
+        MASTER_PORT=$((port++)) timeout 90 "${lm[@]}" --layers 2 --nproc "$gpus" ${mode#*:} --steps 30 --eval-interval 30 \
+          --eval-batches 1 --deterministic on --attention native --out "$out/dp-${mode%%:*}.safetensors" |
+          grep -E "step 30/30"
+      done
+      python3 bench/compare_checkpoints.py "$out/dp-graphed.safetensors" "$out/dp-direct.safetensors" --skip none.
+      echo "graphed as direct: exit $?"
+      python3 bench/compare_checkpoints.py "$out/dp-sharded.safetensors" "$out/dp-graphed.safetensors" --skip none.
+      echo "sharded as whole: exit $?"
+      if [ "${GPT2DP_PEERS:-1}" = 1 ]; then
+        echo "== PyTorch under torchrun: one GPU (torch.compile), then $gpus"
+        export PYTHONUNBUFFERED=1
+        timeout 300 torchrun --master-port $((port++)) --nproc_per_node 1 bench/gpt_ddp_torch.py --compile 2>&1 |
+          grep -E "^torch|Error"
+        for mode in "ddp" "ddp --compile" "zero1" "fsdp"; do
+          # shellcheck disable=SC2086
+          timeout 300 torchrun --master-port $((port++)) --nproc_per_node "$gpus" bench/gpt_ddp_torch.py --mode $mode 2>&1 |
+            grep -E "^torch|Error"
+        done
       fi
       ;;
     gpt2)
