@@ -3,9 +3,8 @@
 // world_size pieces of ceil(total / world_size) elements (a parameter may straddle two
 // ranks); a rank's own optimizer (make_like, so it shares the learning rate, also in a
 // replayed CUDA graph) runs over views of its pieces, whose gradients are views of the whole
-// gradients. After its update each rank broadcasts its pieces, one
-// flat buffer per dtype. The whole state_dict is put together by broadcasts from each rank in
-// turn: a description of its entries (parameter, first element, name, dtype, shape) as i64,
+// gradients. After its update the ranks all-gather their pieces, one flat buffer per dtype.
+// The whole state_dict is put together by broadcasts from each rank in turn: a description of its entries (parameter, first element, name, dtype, shape) as i64,
 // then each entry; a piece's state of the piece's shape is a slice of the parameter's, a
 // 0-dim one (Adam's step count) the parameter's as it is.
 #include <algorithm>
@@ -121,28 +120,43 @@ void ShardedOptimizer::step_unless(const Tensor& found_inf) {
   share_parameters();
 }
 
+// Every rank's pieces to every rank: per dtype, one all_gather of each rank's pieces laid end
+// to end, padded to the longest rank's length (every rank knows every rank's pieces, so all
+// make the same calls in the same order).
 void ShardedOptimizer::share_parameters() {
   autograd::NoGradGuard no_grad;
-  for (int r = 0; r < group_.world_size(); ++r) {
-    std::map<DType, std::vector<const Piece*>> by_dtype;
-    for (const Piece& piece : pieces_[static_cast<size_t>(r)]) by_dtype[piece.view.dtype()].push_back(&piece);
-    for (const auto& [dtype, pieces] : by_dtype) {
-      int64_t total = 0;
-      for (const Piece* piece : pieces) total += piece->count;
-      Tensor flat;
-      if (r == group_.rank()) {
-        std::vector<Tensor> views;
-        for (const Piece* piece : pieces) views.push_back(piece->view);
-        flat = cat(views, 0);
-      } else {
-        flat = empty({total}, TensorOptions(dtype, pieces[0]->view.device()));
-      }
-      group_.broadcast(flat, r);
-      if (r == group_.rank()) continue;
-      int64_t offset = 0;
-      for (const Piece* piece : pieces) {
+  const int world = group_.world_size(), me = group_.rank();
+  std::map<DType, std::vector<std::vector<const Piece*>>> by_dtype;  // per dtype, per rank
+  for (int r = 0; r < world; ++r) {
+    for (const Piece& piece : pieces_[static_cast<size_t>(r)]) {
+      std::vector<std::vector<const Piece*>>& ranks = by_dtype[piece.view.dtype()];
+      ranks.resize(static_cast<size_t>(world));
+      ranks[static_cast<size_t>(r)].push_back(&piece);
+    }
+  }
+  for (const auto& [dtype, ranks] : by_dtype) {
+    int64_t longest = 0;
+    for (const std::vector<const Piece*>& pieces : ranks) {
+      int64_t n = 0;
+      for (const Piece* piece : pieces) n += piece->count;
+      longest = std::max(longest, n);
+    }
+    const TensorOptions options(dtype, group_.device());
+    std::vector<Tensor> mine;
+    int64_t count = 0;
+    for (const Piece* piece : ranks[static_cast<size_t>(me)]) {
+      mine.push_back(piece->view);
+      count += piece->count;
+    }
+    if (count < longest) mine.push_back(zeros({longest - count}, options));
+    Tensor gathered = empty({world * longest}, options);
+    group_.all_gather(gathered, cat(mine, 0));
+    for (int r = 0; r < world; ++r) {
+      if (r == me) continue;
+      int64_t offset = r * longest;
+      for (const Piece* piece : ranks[static_cast<size_t>(r)]) {
         Tensor view = piece->view;
-        view.copy_(flat.narrow(0, offset, piece->count));
+        view.copy_(gathered.narrow(0, offset, piece->count));
         offset += piece->count;
       }
     }

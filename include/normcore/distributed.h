@@ -370,8 +370,8 @@ class ShardedOptimizer {
   // Parameter elements this rank updates and holds state for.
   int64_t elements() const;
   // The piece's update at the optimizer's current learning rate (its other hyperparameters
-  // as they were when this was made, or as load_state_dict set them), then the pieces sent
-  // from each rank to the others, laid end to end: one broadcast per rank and dtype.
+  // as they were when this was made, or as load_state_dict set them), then every rank's
+  // pieces to every rank, laid end to end: one all_gather per dtype.
   void step();
   // The same with step_unless(found_inf) (GradScaler's skip).
   void step_unless(const Tensor& found_inf);

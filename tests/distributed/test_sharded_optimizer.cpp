@@ -2,7 +2,8 @@
 // even pieces; training the same, bit for bit, as data parallelism with the whole state on
 // every rank (AdamW with weight decay); the optimizer passed in holding no state; the whole
 // state_dict put together on every rank, equal to the unsharded one, and loadable at another
-// world size; ranks with other parameters refused, optimizers that cannot be cut refused.
+// world size; ranks with other parameters refused, optimizers that cannot be cut refused;
+// parameters of several dtypes gathered to every rank.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -235,4 +236,38 @@ TEST(ShardedOptimizer, OneRankOnCudaStepsAsThePlainOptimizer) {
         EXPECT_EQ(state_difference(shards.state_dict(), a->state_dict()), 0.0);
       },
       std::chrono::milliseconds(60000), /*cuda=*/true);
+}
+
+// Parameters of two dtypes cut over three ranks so that each dtype lives on some ranks only
+// (f32 on rank 0, f64 on ranks 1 and 2): the all-gather of each dtype pads the ranks without
+// it, and every rank ends with the plain optimizer's parameters.
+TEST(ShardedOptimizer, DTypesOnSomeRanksOnlyAreGatheredToAll) {
+  auto make = [] {
+    nc::Generator gen(5);
+    std::vector<nc::Tensor> params = {nc::randn({10}, nc::DType::F32, &gen), nc::randn({4, 5}, nc::DType::F64, &gen)};
+    for (nc::Tensor& p : params) p.requires_grad_(true);
+    return params;
+  };
+  auto set_grads = [](const std::vector<nc::Tensor>& params) {
+    for (const nc::Tensor& p : params) p.set_grad(nc::mul(nc::ones_like(p), 0.5));
+  };
+  const std::vector<nc::Tensor> expected = make();
+  nc::optim::SGD plain(expected, nc::optim::SGDOptions{0.1, 0.9});
+  for (int s = 0; s < 2; ++s) {
+    set_grads(expected);
+    plain.step();
+  }
+  std::vector<std::vector<nc::Tensor>> got(3);
+  run_ranks(3, [&](nd::ProcessGroup& g) {
+    const std::vector<nc::Tensor> params = make();
+    nc::optim::SGD opt(params, nc::optim::SGDOptions{0.1, 0.9});
+    nd::ShardedOptimizer shards(opt, g);
+    EXPECT_EQ(shards.elements(), 10);
+    for (int s = 0; s < 2; ++s) {
+      set_grads(params);
+      shards.step();
+    }
+    got[static_cast<size_t>(g.rank())] = params;
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(max_difference(got[static_cast<size_t>(r)], expected), 0.0) << "rank " << r;
 }
