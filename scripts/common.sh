@@ -28,7 +28,12 @@ launcher_args() {
 
 # ccache's settings for this tree: the clone's path out of the hashes (and of the debug
 # information's compilation directory), and the precompiled headers of the test suite
-# usable from the cache.
+# usable from the cache. Depend mode hashes the headers a compile read as they are on
+# disk: in the preprocessor mode a change to a header's comments alone left the hash of
+# the test suite's precompiled header unchanged, so a cached one built from the old header
+# came back, and GCC, which knows the headers in a precompiled header by their bytes, took
+# the changed header for another one and read it a second time (redefinition errors).
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(pwd)}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+export CCACHE_DEPEND=${CCACHE_DEPEND:-true}
