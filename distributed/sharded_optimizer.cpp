@@ -4,9 +4,10 @@
 // ranks); a rank's own optimizer (make_like, so it shares the learning rate, also in a
 // replayed CUDA graph) runs over views of its pieces, whose gradients are views of the whole
 // gradients. After its update the ranks all-gather their pieces, one flat buffer per dtype.
-// The whole state_dict is put together by broadcasts from each rank in turn: a description of its entries (parameter, first element, name, dtype, shape) as i64,
-// then each entry; a piece's state of the piece's shape is a slice of the parameter's, a
-// 0-dim one (Adam's step count) the parameter's as it is.
+// The whole state_dict is put together by broadcasts from each rank in turn: a description
+// of its entries (parameter, first element, name, dtype, shape) as i64, then each entry; a
+// piece's state of the piece's shape is a slice of the parameter's, a 0-dim one (Adam's step
+// count) the parameter's as it is.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -90,6 +91,20 @@ ShardedOptimizer::ShardedOptimizer(optim::Optimizer& optimizer, ProcessGroup& gr
     }
     start += n;
   }
+  // The all-gathers, the same on every rank (every rank knows every rank's pieces).
+  std::map<DType, Gather> by_dtype;
+  for (int r = 0; r < world; ++r) {
+    const std::vector<Piece>& pieces = pieces_[static_cast<size_t>(r)];
+    std::map<DType, int64_t> counts;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const DType dtype = pieces[k].view.dtype();
+      Gather& g = by_dtype.emplace(dtype, Gather{dtype, 0, std::vector<std::vector<size_t>>(world)}).first->second;
+      g.pieces[static_cast<size_t>(r)].push_back(k);
+      g.longest = std::max(g.longest, counts[dtype] += pieces[k].count);
+    }
+  }
+  for (auto& entry : by_dtype) gathers_.push_back(std::move(entry.second));
+
   const std::vector<Piece>& own = pieces_[static_cast<size_t>(group_.rank())];
   if (own.empty()) return;
   std::vector<Tensor> views;
@@ -120,44 +135,29 @@ void ShardedOptimizer::step_unless(const Tensor& found_inf) {
   share_parameters();
 }
 
-// Every rank's pieces to every rank: per dtype, one all_gather of each rank's pieces laid end
-// to end, padded to the longest rank's length (every rank knows every rank's pieces, so all
-// make the same calls in the same order).
+// Every rank's pieces to every rank: one all_gather per dtype (gathers_).
 void ShardedOptimizer::share_parameters() {
   autograd::NoGradGuard no_grad;
   const int world = group_.world_size(), me = group_.rank();
-  std::map<DType, std::vector<std::vector<const Piece*>>> by_dtype;  // per dtype, per rank
-  for (int r = 0; r < world; ++r) {
-    for (const Piece& piece : pieces_[static_cast<size_t>(r)]) {
-      std::vector<std::vector<const Piece*>>& ranks = by_dtype[piece.view.dtype()];
-      ranks.resize(static_cast<size_t>(world));
-      ranks[static_cast<size_t>(r)].push_back(&piece);
-    }
-  }
-  for (const auto& [dtype, ranks] : by_dtype) {
-    int64_t longest = 0;
-    for (const std::vector<const Piece*>& pieces : ranks) {
-      int64_t n = 0;
-      for (const Piece* piece : pieces) n += piece->count;
-      longest = std::max(longest, n);
-    }
-    const TensorOptions options(dtype, group_.device());
+  for (const Gather& g : gathers_) {
+    const TensorOptions options(g.dtype, group_.device());
     std::vector<Tensor> mine;
     int64_t count = 0;
-    for (const Piece* piece : ranks[static_cast<size_t>(me)]) {
-      mine.push_back(piece->view);
-      count += piece->count;
+    for (size_t k : g.pieces[static_cast<size_t>(me)]) {
+      mine.push_back(pieces_[static_cast<size_t>(me)][k].view);
+      count += pieces_[static_cast<size_t>(me)][k].count;
     }
-    if (count < longest) mine.push_back(zeros({longest - count}, options));
-    Tensor gathered = empty({world * longest}, options);
+    if (count < g.longest) mine.push_back(zeros({g.longest - count}, options));
+    Tensor gathered = empty({world * g.longest}, options);
     group_.all_gather(gathered, cat(mine, 0));
     for (int r = 0; r < world; ++r) {
       if (r == me) continue;
-      int64_t offset = r * longest;
-      for (const Piece* piece : ranks[static_cast<size_t>(r)]) {
-        Tensor view = piece->view;
-        view.copy_(gathered.narrow(0, offset, piece->count));
-        offset += piece->count;
+      int64_t offset = r * g.longest;
+      for (size_t k : g.pieces[static_cast<size_t>(r)]) {
+        const Piece& piece = pieces_[static_cast<size_t>(r)][k];
+        Tensor view = piece.view;
+        view.copy_(gathered.narrow(0, offset, piece.count));
+        offset += piece.count;
       }
     }
   }

@@ -389,10 +389,18 @@ class ShardedOptimizer {
     int64_t begin, count;
     Tensor view;
   };
+  // One all_gather of share_parameters: the pieces of one dtype, per rank (indices into
+  // pieces_[rank]), each rank's laid end to end and padded to `longest` elements.
+  struct Gather {
+    DType dtype;
+    int64_t longest = 0;
+    std::vector<std::vector<size_t>> pieces;  // per rank
+  };
   void share_parameters();
   optim::Optimizer& optimizer_;
   ProcessGroup& group_;
   std::vector<std::vector<Piece>> pieces_;  // per rank
+  std::vector<Gather> gathers_;             // per dtype, in dtype order; made once
   std::unique_ptr<optim::Optimizer> own_;   // over this rank's views; null when it has none
 };
 
