@@ -200,11 +200,17 @@ Tensor conv2d_fused(const Tensor& x_arg, const Tensor& weight_arg, const Tensor&
            ": has no backward (it is for inference); train with conv2d, add and relu, or run it ",
            "under NoGradGuard or InferenceModeGuard");
   const Device device = x.device();
-  // The CPU kernels take NCHW: NHWC operands are converted there and the result back.
-  const bool convert = g.channels_last && device.is_cpu();
+  // NHWC operands as the device's kernel takes them (kernels::NhwcForward): the weight
+  // [kh, kw, c, o] for the CPU's direct kernel (no copy where it lies so in memory: a permuted
+  // view of such a tensor), or everything converted to NCHW and the result back.
+  const kernels::NhwcForward how =
+      g.channels_last ? kernels::conv(device).nhwc_forward(g, x.dtype()) : kernels::NhwcForward::WeightOhwi;
+  const bool convert = how == kernels::NhwcForward::Convert;
   const auto nchw = [&](const Tensor& t) { return t.defined() ? t.permute({0, 3, 1, 2}).contiguous() : t; };
   const Tensor xc = convert ? nchw(x) : x.contiguous();
-  const Tensor wc = convert ? nchw(weight) : weight.contiguous();
+  const Tensor wc = convert                                   ? nchw(weight)
+                    : how == kernels::NhwcForward::WeightHwio ? weight.permute({1, 2, 3, 0}).contiguous()
+                                                              : weight.contiguous();
   const Tensor rc = convert ? nchw(r) : (r.defined() ? r.contiguous() : r);
   const Tensor bc = bias.defined() ? bias.contiguous() : bias;
   if (convert) g.channels_last = false;

@@ -14,8 +14,8 @@ namespace kernels {
 
 // One convolution's geometry: x [n, c, h, w], weight [o, c / groups, kh, kw],
 // y [n, o, out_h, out_w]; with channels_last the same tensors are laid out as x [n, h, w, c],
-// weight [o, kh, kw, c / groups] and y [n, out_h, out_w, o] (NHWC, the forward direction on
-// CUDA only).
+// weight [o, kh, kw, c / groups] and y [n, out_h, out_w, o] (NHWC, the forward direction only;
+// the CPU takes the weight [kh, kw, c, o], see NhwcForward).
 struct Conv2dGeometry {
   int64_t n, c, h, w;
   int64_t o, kh, kw;
@@ -33,6 +33,11 @@ struct ConvEpilogue {
   bool relu = false;
 };
 
+// How a device's forward kernel takes NHWC operands: with the weight [o, kh, kw, c / groups]
+// (CUDA), with the weight [kh, kw, c, o] (the CPU's direct kernel: f32, one group, AVX-512),
+// or not at all (the op converts x, the weight and the residual to NCHW and y back).
+enum class NhwcForward { WeightOhwi, WeightHwio, Convert };
+
 enum class ConvDirection { Forward, BackwardData, BackwardFilter };
 
 const char* conv_direction_name(ConvDirection d);
@@ -47,6 +52,10 @@ std::string last_conv_algorithm(ConvDirection d);
 
 class ConvKernels {
  public:
+  virtual NhwcForward nhwc_forward(const Conv2dGeometry& g, DType dtype) const {
+    (void)g, (void)dtype;
+    return NhwcForward::WeightOhwi;
+  }
   // y = the epilogue applied to conv(x, weight).
   virtual void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const ConvEpilogue& e,
                               const Tensor& y) const = 0;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "kernels/attention.h"
+#include "kernels/conv.h"
 #include "normcore/cuda.h"
 #include "onnx/proto.h"
 
@@ -80,13 +81,18 @@ struct Model::Impl {
     return (plans[signature] = std::make_unique<GraphPlan>()).get();
   }
   // Convolution weights in NHWC ([O, kh, kw, C]) per device, made by the first run that runs
-  // the convolution channels-last (outside any CUDA-graph capture: that run is eager).
+  // the convolution channels-last (outside any CUDA-graph capture: that run is eager). On the
+  // CPU the memory is [kh, kw, C, O], as its direct kernel reads it (kernels::NhwcForward),
+  // and the tensor a view of it with the [O, kh, kw, C] shape conv2d_fused takes.
   mutable std::mutex nhwc_mutex;
   mutable std::map<std::string, Tensor> nhwc_weights;  // by device and initializer name
   Tensor nhwc_weight(const std::string& name, const Tensor& w, Device device) const {
     std::lock_guard<std::mutex> lock(nhwc_mutex);
     Tensor& slot = nhwc_weights[device.str() + " " + name];
-    if (!slot.defined()) slot = w.permute({0, 2, 3, 1}).contiguous();
+    if (!slot.defined()) {
+      slot = device.is_cpu() ? w.permute({2, 3, 1, 0}).contiguous().permute({3, 0, 1, 2})
+                             : w.permute({0, 2, 3, 1}).contiguous();
+    }
     return slot;
   }
   // The initializers on each device a run has used, uploaded by the first such run.
@@ -384,12 +390,19 @@ class ChannelsLast {
   }
   // Whether the Conv node runs NHWC: on a GPU's tensor cores (f16, bf16, or f32 with TF32
   // allowed: cuDNN's f32 FMA kernels are slower in NHWC, 17.4 -> 21.0 ms for ResNet-50 at batch
-  // 64), 2-D, one group, its weight an initializer, and its input NHWC already or of 16
-  // channels or more (a 3-channel image stays NCHW, as the C++ ResNet's stem does).
+  // 64) or on the CPU's direct kernel (f32 with AVX-512: no im2col), 2-D, one group, its weight
+  // an initializer, and its input NHWC already or of 16 channels or more (a 3-channel image
+  // stays NCHW, as the C++ ResNet's stem does).
   bool nhwc_conv(const Model::Impl& m, const ::onnx::NodeProto& node) const {
-    if (!device_.is_cuda() || node.op_type() != "Conv" || node.input_size() < 2) return false;
+    if (node.op_type() != "Conv" || node.input_size() < 2) return false;
     const DType dtype = values_.at(node.input(0)).dtype();
-    if (!(dtype == DType::F16 || dtype == DType::BF16 || (dtype == DType::F32 && cuda::allow_tf32()))) return false;
+    if (device_.is_cpu()) {
+      kernels::Conv2dGeometry g{};
+      g.groups = 1, g.channels_last = true;
+      if (kernels::conv(device_).nhwc_forward(g, dtype) != kernels::NhwcForward::WeightHwio) return false;
+    } else if (!(dtype == DType::F16 || dtype == DType::BF16 || (dtype == DType::F32 && cuda::allow_tf32()))) {
+      return false;
+    }
     if (node.attribute_size() > 0) {
       for (const auto& a : node.attribute())
         if (a.name() == "group" && a.i() != 1) return false;

@@ -34,8 +34,10 @@ enum class ConvLayout { NCHW, NHWC };
 // output's shape, or undefined) and the ReLU applied in one pass over the convolution's output
 // on CUDA (three passes fewer than conv2d, add and relu). A BatchNorm in eval mode after a
 // convolution folds into its weight and bias (nn::fold_batch_norm). Records no backward: an
-// input that requires grad with grad mode on is a ValueError. NHWC runs on CUDA as it is and
-// on the CPU through NCHW copies.
+// input that requires grad with grad mode on is a ValueError. NHWC runs on CUDA as it is; on
+// the CPU, f32 with one group runs a direct NHWC kernel where the processor has AVX-512 (its
+// weight read [kh, kw, C / groups, O] as it lies in memory when the weight is a permuted view
+// of such a tensor, else copied so per call), and the rest through NCHW copies.
 Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual, bool relu,
                     Size2 stride = 1, Size2 padding = 0, Size2 dilation = 1, int64_t groups = 1,
                     ConvLayout layout = ConvLayout::NCHW);

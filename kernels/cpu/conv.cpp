@@ -4,12 +4,15 @@
 // as large as the input skip the copy: the product reads its panels from the image
 // (ImageColumns). f16/bf16 operands are widened to float once and the result rounded once;
 // f32 and f64 compute in their own type. Samples run in ranges on the thread pool
-// (kernels/cpu/parallel.h).
+// (kernels/cpu/parallel.h). Channels-last f32 convolutions of one group run the direct NHWC
+// kernel (kernels/cpu/conv_nhwc.h) where AVX-512 is in use.
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/cpu/conv_nhwc.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/parallel.h"
@@ -329,11 +332,37 @@ void backward_weight(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor
   gws.finish();
 }
 
+// The NHWC forward: x [n, h, w, c], weight [kh, kw, c, o], y [n, out_h, out_w, o].
+void forward_nhwc(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const kernels::ConvEpilogue& e,
+                  const Tensor& y) {
+  const std::vector<float> zeros(static_cast<size_t>(g.c), 0.0f);
+  NhwcConv a;
+  a.x = data_as<const float>(x), a.weight = data_as<const float>(weight), a.y = data_as<float>(y);
+  a.bias = e.bias.defined() ? data_as<const float>(e.bias) : nullptr;
+  a.residual = e.residual.defined() ? data_as<const float>(e.residual) : nullptr;
+  a.zeros = zeros.data();
+  a.n = g.n, a.h = g.h, a.w = g.w, a.c = g.c, a.o = g.o, a.kh = g.kh, a.kw = g.kw, a.out_h = g.out_h, a.out_w = g.out_w;
+  a.stride_h = g.stride_h, a.stride_w = g.stride_w, a.pad_h = g.pad_h, a.pad_w = g.pad_w;
+  a.dilation_h = g.dilation_h, a.dilation_w = g.dilation_w, a.relu = e.relu;
+  NC_CHECK(conv_nhwc(a), DeviceError,
+           "conv2d: the CPU's NHWC kernel needs AVX-512 (the op converts to NCHW without it)");
+}
+
 class CpuConv final : public kernels::ConvKernels {
  public:
+  kernels::NhwcForward nhwc_forward(const Conv2dGeometry& g, DType dtype) const override {
+    return dtype == DType::F32 && g.groups == 1 && conv_nhwc_in_use() ? kernels::NhwcForward::WeightHwio
+                                                                      : kernels::NhwcForward::Convert;
+  }
   void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const kernels::ConvEpilogue& e,
                       const Tensor& y) const override {
-    NC_CHECK(!g.channels_last, DeviceError, "conv2d: the CPU kernels take NCHW tensors (the op converts NHWC ones)");
+    if (g.channels_last) {
+      NC_CHECK(nhwc_forward(g, x.dtype()) == kernels::NhwcForward::WeightHwio, DeviceError,
+               "conv2d: the CPU kernels take NHWC tensors only in f32, one group, with AVX-512 (the op converts ",
+               "the others to NCHW), got ", x.dtype(), " and ", g.groups, " groups");
+      forward_nhwc(g, x, weight, e, y);
+      return;
+    }
     visit_float(x.dtype(), "conv2d", [&](auto tag) { forward<typename decltype(tag)::type>(g, x, weight, e, y); });
   }
   void conv2d_backward_data(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor& weight,
@@ -349,6 +378,41 @@ class CpuConv final : public kernels::ConvKernels {
 };
 
 }  // namespace
+
+bool conv_nhwc_in_use() { return std::strcmp(gemm_isa(), "avx512") == 0; }
+
+bool conv_nhwc(const NhwcConv& g) {
+#if defined(NORMCORE_GEMM_AVX512)
+  if (!conv_nhwc_in_use()) return false;
+  // Pieces fixed by the shape alone, at least one per 2^20 multiply-adds up to 16 (so that
+  // threads share the work evenly). Where there are more output channels than pixels (the
+  // weight is the larger operand: small images at batch 1), pieces of whole 64-channel tiles,
+  // each reading its part of the weight alone; else pieces of whole 6-pixel tiles by at most
+  // 256 channels, their partial sums (in y between the blocks of k) within 256 KiB.
+  const int64_t pixels = g.n * g.out_h * g.out_w, steps = g.kh * g.kw * g.c;
+  const int64_t tiles = range_count(pixels, 6);
+  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(16, pixels * g.o * steps >> 20));
+  int64_t channels = std::min<int64_t>(g.o, 256), per_piece = tiles * 6;
+  if (g.o >= pixels) {
+    channels = std::min(g.o, range_count(range_count(g.o, pieces), 64) * 64);
+  } else {
+    const int64_t wanted = std::min(tiles, std::max(range_count(pixels * channels, int64_t{1} << 16),
+                                                    range_count(pieces, range_count(g.o, channels))));
+    per_piece = range_count(tiles, wanted) * 6;
+  }
+  const int64_t channel_pieces = range_count(g.o, channels), pixel_pieces = range_count(pixels, per_piece);
+  parallel_for(channel_pieces * pixel_pieces, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t piece = begin; piece < end; ++piece) {
+      const int64_t p0 = piece / channel_pieces * per_piece, o0 = piece % channel_pieces * channels;
+      conv_nhwc_avx512(g, p0, std::min(pixels, p0 + per_piece), o0, std::min(g.o, o0 + channels));
+    }
+  });
+  return true;
+#else
+  (void)g;
+  return false;
+#endif
+}
 
 const kernels::ConvKernels& conv_kernels() {
   static const CpuConv kernels;
