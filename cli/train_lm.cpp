@@ -192,6 +192,15 @@ int train_lm(const Args& args) {
     return {{"loss", nc::models::evaluate_lm(*model, *data.validation, eval_windows, batch_size, device)}};
   });
   const nc::train::DataParallelJob& job = trainer.job();
+  // Two ranks on cuDNN's attention backward (Auto's pick under --deterministic on, on Hopper)
+  // made no progress on two H200s (docs/DESIGN.md, data parallelism); such a job keeps
+  // attention on normcore's kernels unless --attention cudnn asks for cuDNN.
+  if (attention == "auto" && deterministic == "on" && job.world_size() > 1) {
+    nc::cuda::set_attention_engine(nc::cuda::AttentionEngine::Native);
+    if (job.rank() == 0)
+      std::printf("normcore train-lm: --deterministic on with data parallelism: attention on normcore's kernels "
+                  "(--attention native; cuDNN's attention backward hung two ranks)\n");
+  }
   trainer.on_start([&](int64_t) {
     const std::string& preset = args.options.at("model");
     std::printf("normcore train-lm: GPT%s %lld layers, %lld heads, embed %lld, context %lld, %s, dropout %g "

@@ -377,11 +377,6 @@ Plan* plan_for(const PlanKey& key) {
   if (!slot.tried) {
     if (capturing(key.device)) return nullptr;
     DeviceGuard guard(key.device);
-    // Every stream of the device finishes first (once per key). Two data-parallel ranks
-    // whose first backward built its plan while their gradients' all-reduces were still
-    // running made no progress; building cuDNN 9 plans beside a running NCCL collective is a
-    // hang others have met too, fixed the same way: no collective in flight while building.
-    NC_CUDA_CHECK(cudaDeviceSynchronize());
     slot.plan = make_plan(cudnn_handle(key.device), key);
     slot.tried = true;
   }
