@@ -41,6 +41,9 @@ const std::vector<OptionSpec> kDataParallelOptions = {
     {"shard-optimizer", "off",
      "data-parallel: on: each rank keeps its share of the optimizer's state and updates those parameters "
      "(ZeRO stage 1; the same training, less memory a rank); checkpoints hold the whole state"},
+    {"reduce-precision", "auto",
+     "data-parallel: the dtype gradients are averaged in: auto (their own: fp32 under --precision bf16) or bf16 "
+     "(half the bytes between GPUs; the average rounded to bf16)"},
     {"timeout", "300",
      "data-parallel: seconds a rank waits for the others (meeting, a collective) before the job "
      "fails"},

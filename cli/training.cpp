@@ -49,6 +49,10 @@ nc::train::TrainerOptions trainer_options(const Args& args, const nc::Device& de
   NC_CHECK(!o.shard_optimizer || std::getenv("WORLD_SIZE") != nullptr, ValueError,
            "option --shard-optimizer on shares the optimizer's state among data-parallel ranks: give --nproc 2 or "
            "more (or run under normcore launch)");
+  const std::string& reduce = args.options.at("reduce-precision");
+  NC_CHECK(reduce == "auto" || reduce == "bf16", ValueError, "option --reduce-precision must be auto or bf16, got '",
+           reduce, "'");
+  if (reduce == "bf16") o.reduce_dtype = nc::DType::BF16;
   for (const auto& [k, v] : args.options)
     if (k != "resume" && k != "help" && k != "stop-after" && k != "max-restarts") o.options[k] = v;
   return o;

@@ -3,11 +3,12 @@
 // The Reducer keeps, per bucket, a flat buffer of its parameters' gradients and the count
 // of those not ready yet in this backward. A ready hook on each parameter (autograd.h)
 // counts it down; at zero, and once every earlier bucket has been launched, the bucket is
-// launched: its gradients are copied into the flat buffer on the current stream and the
-// buffer is all-reduced (avg) asynchronously, while backward goes on. A callback at the end
-// of backward launches what is left (buckets holding parameters that got no gradient), makes
-// the current stream wait for every reduction and makes each grad() a view of its average in
-// the flat buffer (no copy back). Nothing here reads the device, so a captured step replays
+// launched: its gradients are all-reduced (avg) asynchronously where they lie, as one group,
+// while backward goes on (those that cannot be, and all of them when the bucket reduces in
+// another dtype, are copied into the bucket's flat buffer first). A callback at the end of
+// backward launches what is left (buckets holding parameters that got no gradient), makes
+// the current stream wait for every reduction and makes each copied grad() a view of its
+// average in the flat buffer (no copy back). Nothing here reads the device, so a captured step replays
 // all of it.
 #include <algorithm>
 #include <map>
@@ -60,7 +61,10 @@ struct DistributedDataParallel::Reducer {
   struct Bucket {
     std::vector<size_t> params;
     std::vector<int64_t> offsets;  // of each parameter in flat
-    Tensor flat;
+    int64_t numel = 0;
+    Tensor flat;                 // in the parameters' dtype, made when first needed
+    Tensor wire;                 // in reduce_dtype where that differs: what is reduced
+    std::vector<char> in_place;  // per parameter: its gradient was reduced where it lies
     size_t pending = 0;
     Work work;
   };
@@ -94,7 +98,13 @@ struct DistributedDataParallel::Reducer {
         numel += params[i].numel();
         bucket_of[i] = k;
       }
-      b.flat = zeros({numel}, TensorOptions(params[b.params[0]].dtype(), group.device()));
+      const DType dtype = params[b.params[0]].dtype();
+      b.numel = numel;
+      if (options.reduce_dtype && *options.reduce_dtype != dtype && is_floating(dtype)) {
+        b.wire = zeros({numel}, TensorOptions(*options.reduce_dtype, group.device()));
+        b.flat = zeros({numel}, TensorOptions(dtype, group.device()));
+      }
+      b.in_place.assign(b.params.size(), 0);
       b.pending = b.params.size();
       buckets.push_back(std::move(b));
     }
@@ -129,20 +139,33 @@ struct DistributedDataParallel::Reducer {
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(buckets[next_launch++]);
   }
 
+  // A gradient that is contiguous and of its parameter's dtype is reduced where it lies (in
+  // one group with the bucket's others: no copy); the others are copied into the bucket's
+  // buffer first (made then: a model whose gradients all qualify holds no second copy of
+  // them), as is every gradient when the bucket reduces in another dtype (the copy converts).
   void launch(Bucket& b) {
     autograd::NoGradGuard no_grad;
+    std::vector<Tensor> targets;
     for (size_t j = 0; j < b.params.size(); ++j) {
       const Tensor& p = params[b.params[j]];
-      Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel());
       const Tensor grad = p.grad();
+      b.in_place[j] = !b.wire.defined() && grad.defined() && grad.is_contiguous() && grad.dtype() == p.dtype();
+      if (b.in_place[j]) {
+        targets.push_back(grad);
+        continue;
+      }
+      if (!b.flat.defined()) b.flat = zeros({b.numel}, TensorOptions(p.dtype(), group.device()));
+      Tensor slot = (b.wire.defined() ? b.wire : b.flat).narrow(0, b.offsets[j], p.numel());
       if (grad.defined()) {
         // (A parameter that got no gradient this time may still hold its last average.)
         if (grad.data_ptr() != slot.data_ptr()) slot.copy_(grad.reshape({-1}));
       } else {
         slot.zero_();
       }
+      if (!b.wire.defined()) targets.push_back(slot);
     }
-    b.work = group.all_reduce_async(b.flat, ReduceOp::Avg);
+    if (b.wire.defined()) targets.push_back(b.wire);
+    b.work = group.all_reduce_coalesced_async(targets, ReduceOp::Avg);
   }
 
   void finish() {
@@ -153,7 +176,9 @@ struct DistributedDataParallel::Reducer {
     const auto timed = begin_wait();
     for (Bucket& b : buckets) {
       b.work.wait();
+      if (b.wire.defined()) b.flat.copy_(b.wire);
       for (size_t j = 0; j < b.params.size(); ++j) {
+        if (b.in_place[j]) continue;  // its gradient holds the average
         const Tensor& p = params[b.params[j]];
         p.set_grad(b.flat.narrow(0, b.offsets[j], p.numel()).view(p.shape()));
       }
@@ -258,6 +283,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   NC_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0, ValueError, op,
            ": bucket sizes must be positive, got bucket_bytes ", options.bucket_bytes, " and first_bucket_bytes ",
            options.first_bucket_bytes);
+  NC_CHECK(!options.reduce_dtype || is_floating(*options.reduce_dtype), DTypeError, op, ": reduce_dtype ",
+           dtype_name(*options.reduce_dtype), " is not a floating dtype");
   std::vector<Tensor> params;
   for (const Tensor& p : module_->parameters()) {
     NC_CHECK(p.device() == group.device(), DeviceError, op, " (rank ", group.rank(), "): parameter ", describe(p),

@@ -118,6 +118,12 @@ struct ProcessGroup::Impl {
   virtual ~Impl() = default;
   virtual std::string backend() const = 0;
   virtual std::shared_ptr<Work::State> run(const Call& call, bool async) = 0;
+  // Several all-reduces as one collective; in turn unless a backend can do better.
+  virtual std::shared_ptr<Work::State> run_group(const std::vector<Call>& calls, bool async) {
+    std::shared_ptr<Work::State> last;
+    for (const Call& call : calls) last = run(call, async);
+    return last;
+  }
   virtual void barrier() = 0;
   virtual void watch(const std::string&) {}
 
@@ -300,7 +306,11 @@ class NcclBackend : public ProcessGroup::Impl {
     return detail::cat_str("nccl ", api_.version / 10000, ".", api_.version / 100 % 100, ".", api_.version % 100);
   }
 
-  std::shared_ptr<Work::State> run(const Call& call, bool async) override {
+  std::shared_ptr<Work::State> run(const Call& call, bool async) override { return run_group({call}, async); }
+
+  // One NCCL call, or several in one NCCL group (one launch; the tensors need not be
+  // adjacent in memory).
+  std::shared_ptr<Work::State> run_group(const std::vector<Call>& calls, bool async) override {
     check_failure();
     cuda::DeviceGuard guard(device.index);
     const cudaStream_t current = cuda::stream(device.index);
@@ -314,43 +324,53 @@ class NcclBackend : public ProcessGroup::Impl {
       release(ready);
       s = stream_;
     }
+    const Call& first = calls.front();
     nccl::Result result = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);  // NCCL calls on one communicator, one at a time
       NC_CHECK(failure_.empty(), DistributedError, failure_);
-      const nccl::DataType type = nccl_type(call.in.dtype());
-      switch (call.kind) {
-        case Kind::AllReduce:
-          result = api_.AllReduce(call.in.data_ptr(), call.out.data_ptr(), static_cast<size_t>(call.in.numel()), type,
-                                  nccl_op(call.op), comm_, s);
-          break;
-        case Kind::Broadcast:
-          result = api_.Broadcast(call.in.data_ptr(), call.out.data_ptr(), static_cast<size_t>(call.in.numel()), type,
-                                  call.root, comm_, s);
-          break;
-        case Kind::AllGather:
-          result = api_.AllGather(call.in.data_ptr(), call.out.data_ptr(), static_cast<size_t>(call.in.numel()), type,
-                                  comm_, s);
-          break;
-        case Kind::ReduceScatter:
-          result = api_.ReduceScatter(call.in.data_ptr(), call.out.data_ptr(), static_cast<size_t>(call.out.numel()),
-                                      type, nccl_op(call.op), comm_, s);
-          break;
+      const bool grouped = calls.size() > 1;
+      if (grouped) result = api_.GroupStart();
+      const bool started = result == 0;
+      for (size_t i = 0; i < calls.size() && result == 0; ++i) result = queue(calls[i], s);
+      if (grouped && started) {
+        const nccl::Result ended = api_.GroupEnd();
+        if (result == 0) result = ended;
       }
     }
     if (result != 0) {
-      fail(call.name, detail::cat_str("NCCL error ", result, ": ", api_.GetErrorString(result)));
+      fail(first.name, detail::cat_str("NCCL error ", result, ": ", api_.GetErrorString(result)));
       check_failure();
     }
     auto pending = std::make_shared<Pending>();
     pending->group = this;
-    pending->name = call.name;
+    pending->name = first.name;
     pending->done = event();
-    pending->keep = {call.in, call.out};
+    for (const Call& call : calls) {
+      pending->keep.push_back(call.in);
+      pending->keep.push_back(call.out);
+    }
     cudaEventRecord(pending->done, s);
-    if (!captured) track(call.name, s);
-    call.out.bump_version();  // written through its pointer
+    if (!captured) track(first.name, s);
+    for (const Call& call : calls) call.out.bump_version();  // written through its pointer
     return pending;
+  }
+
+  // Queues call's NCCL operation on s (the communicator's lock held).
+  nccl::Result queue(const Call& call, cudaStream_t s) {
+    const nccl::DataType type = nccl_type(call.in.dtype());
+    const auto count = static_cast<size_t>(call.in.numel());
+    switch (call.kind) {
+      case Kind::AllReduce:
+        return api_.AllReduce(call.in.data_ptr(), call.out.data_ptr(), count, type, nccl_op(call.op), comm_, s);
+      case Kind::Broadcast:
+        return api_.Broadcast(call.in.data_ptr(), call.out.data_ptr(), count, type, call.root, comm_, s);
+      case Kind::AllGather: return api_.AllGather(call.in.data_ptr(), call.out.data_ptr(), count, type, comm_, s);
+      case Kind::ReduceScatter:
+        return api_.ReduceScatter(call.in.data_ptr(), call.out.data_ptr(), static_cast<size_t>(call.out.numel()), type,
+                                  nccl_op(call.op), comm_, s);
+    }
+    return 0;
   }
 
   void watch(const std::string& what) override {
@@ -617,11 +637,24 @@ void ProcessGroup::all_gather(const Tensor& out, const Tensor& in) {
 void ProcessGroup::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op) {
   run(*impl_, reduce_scatter_call(*impl_, out, in, op), false);
 }
+void ProcessGroup::all_reduce_coalesced(const std::vector<Tensor>& ts, ReduceOp op) {
+  all_reduce_coalesced_async(ts, op).wait();
+}
 void ProcessGroup::barrier() { impl_->barrier(); }
 void ProcessGroup::watch(const std::string& what) { impl_->watch(what); }
 
 Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   return run(*impl_, all_reduce_call(*impl_, t, op), true);
+}
+Work ProcessGroup::all_reduce_coalesced_async(const std::vector<Tensor>& ts, ReduceOp op) {
+  NC_CHECK(!ts.empty(), ValueError, impl_->where("all_reduce_coalesced"), ": 'ts' is empty");
+  std::vector<Call> calls;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const std::string arg = detail::cat_str("ts[", i, "]");
+    check_tensor(*impl_, "all_reduce_coalesced", arg.c_str(), ts[i], true, op);
+    calls.push_back(Call{Kind::AllReduce, "all_reduce_coalesced", ts[i], ts[i], op, 0});
+  }
+  return Work(impl_->run_group(calls, true));
 }
 Work ProcessGroup::broadcast_async(const Tensor& t, int root) {
   return run(*impl_, broadcast_call(*impl_, t, root), true);

@@ -32,7 +32,7 @@ Device DataParallelJob::device(const std::string& spec) const {
 }
 
 void DataParallelJob::start(std::shared_ptr<nn::Module> model, Device device, Generator& gen, uint64_t seed,
-                            double timeout_s) {
+                            double timeout_s, const distributed::DataParallelOptions& ddp_options) {
   if (!active_) return;
   if (env_.rank > 0) {
     const uint64_t offset = gen.offset();
@@ -44,7 +44,7 @@ void DataParallelJob::start(std::shared_ptr<nn::Module> model, Device device, Ge
   distributed::ProcessGroupOptions options;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   group_ = std::make_unique<distributed::ProcessGroup>(env_, device, options);
-  ddp_ = std::make_unique<distributed::DistributedDataParallel>(std::move(model), *group_);
+  ddp_ = std::make_unique<distributed::DistributedDataParallel>(std::move(model), *group_, ddp_options);
 }
 
 std::string DataParallelJob::describe(const Device& device, bool sharded_optimizer) const {

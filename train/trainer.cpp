@@ -180,7 +180,9 @@ void Trainer::prepare(std::shared_ptr<const data::Dataset> data, data::DataLoade
     gen_->set_offset(resumed.rng_offset);
   }
   rng_seed_ = gen_->seed();
-  job_.start(model_, options_.device, *gen_, rng_seed_, options_.timeout_s);
+  distributed::DataParallelOptions ddp_options;
+  ddp_options.reduce_dtype = options_.reduce_dtype;
+  job_.start(model_, options_.device, *gen_, rng_seed_, options_.timeout_s, ddp_options);
   optimizers_ = optimizer_factory_(*model_);
   NC_CHECK(!optimizers_.empty(), ValueError, "Trainer: the optimizer factory made no optimizer");
   params_ = model_->parameters();

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -222,6 +223,9 @@ class ProcessGroup {
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   // t becomes root's t.
   void broadcast(const Tensor& t, int root = 0);
+  // Each tensor of ts becomes its reduction, as one collective (on NCCL one group of
+  // all-reduces, one launch): no copy into a flat buffer. ts: at least one tensor.
+  void all_reduce_coalesced(const std::vector<Tensor>& ts, ReduceOp op = ReduceOp::Sum);
   // out [world_size * n, ...] becomes every rank's in [n, ...], in rank order.
   void all_gather(const Tensor& out, const Tensor& in);
   // out [n, ...] becomes this rank's block (rows rank * n ...) of the reduction of every
@@ -232,6 +236,7 @@ class ProcessGroup {
   void barrier();
 
   Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum);
+  Work all_reduce_coalesced_async(const std::vector<Tensor>& ts, ReduceOp op = ReduceOp::Sum);
   Work broadcast_async(const Tensor& t, int root = 0);
   Work all_gather_async(const Tensor& out, const Tensor& in);
   Work reduce_scatter_async(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::Sum);
@@ -256,6 +261,10 @@ struct DataParallelOptions {
   // parameters, whose gradients come first) is kept small so communication starts early.
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;
+  // Floating gradients are averaged in this dtype (converted into a bucket buffer and back):
+  // BF16 halves what f32 gradients move, at bf16's precision for the average (PyTorch's
+  // bf16_compress_hook; llm.c reduces in bf16). Unset: their own dtype, where they lie.
+  std::optional<DType> reduce_dtype;
   // Broadcast rank 0's buffers (BatchNorm's running statistics) before every forward in
   // training mode, so that every rank evaluates and saves the same model.
   bool broadcast_buffers = true;
@@ -273,12 +282,13 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<Tensor>& param
 // DistributedDataParallel). The constructor checks that every rank has the same
 // parameters (count, shapes, dtypes), then copies rank 0's parameters and buffers to every
 // rank. From then on each backward() through the module averages the gradients over the
-// ranks: a hook on each parameter marks its gradient ready, a full bucket is copied into a
-// flat buffer and all-reduced (async, overlapping the rest of backward), buckets are
-// launched in the same order on every rank, and when backward ends each grad() becomes a
-// view of its bucket's buffer holding the average (as PyTorch's gradient_as_bucket_view:
-// the next reduction overwrites it; copy it to keep it). Parameters that got no gradient
-// count as zeros. The optimizer then steps as usual, and every rank holds the same
+// ranks: a hook on each parameter marks its gradient ready, a full bucket's gradients are
+// all-reduced where they lie, as one group (async, overlapping the rest of backward; with
+// reduce_dtype, or for a gradient that is not contiguous, copied into the bucket's flat
+// buffer first, and grad() then becomes a view of that buffer holding the average: the next
+// reduction overwrites it, copy it to keep it), buckets are launched in the same order on
+// every rank, and when backward ends every grad() holds the average. Parameters that got no
+// gradient count as zeros. The optimizer then steps as usual, and every rank holds the same
 // parameters. A step through it may be captured in a CUDA graph (GraphedStep): the copies
 // and all-reduces replay with the rest; ProcessGroup::watch times a replay.
 //

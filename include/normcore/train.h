@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -109,7 +110,9 @@ class DataParallelJob {
   // Joins the job and wraps model (rank 0's weights on every rank from here on). Ranks other
   // than 0 move gen to a seed of their own at the position every rank shares, so that a
   // checkpoint's generator offset resumes every rank. timeout_s in (0, 86400].
-  void start(std::shared_ptr<nn::Module> model, Device device, Generator& gen, uint64_t seed, double timeout_s);
+  // ddp_options go to DistributedDataParallel.
+  void start(std::shared_ptr<nn::Module> model, Device device, Generator& gen, uint64_t seed, double timeout_s,
+             const distributed::DataParallelOptions& ddp_options = {});
   // model's forward, through DistributedDataParallel once started.
   distributed::DistributedDataParallel* ddp() { return ddp_.get(); }
   // The job's process group once started (null outside a data-parallel job).
@@ -206,7 +209,8 @@ struct TrainerOptions {
   bool progress = true;                        // print the progress line
   double timeout_s = 300;                      // data-parallel: how long a rank waits for the others
   bool shard_optimizer = false;  // data-parallel: each rank keeps its share of the optimizers' state (ZeRO stage 1)
-  std::string model_name = "custom";                        // the checkpoint's "model"
+  std::optional<DType> reduce_dtype;  // data-parallel: gradients averaged in this dtype (unset: their own)
+  std::string model_name = "custom";  // the checkpoint's "model"
   std::map<std::string, std::string> description, options;  // the checkpoint's config.* and option.*
 };
 

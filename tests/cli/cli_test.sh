@@ -369,7 +369,7 @@ hang_start=$(date +%s)
 [ $(( $(date +%s) - hang_start )) -lt 60 ] || fail "a hanging rank was not found within the timeout"
 grep -q "restarting the job (restart 1 of 1) after rank 0 exited with status" dp-h.err ||
   fail "rank 0 did not fail on the hanging rank: $(cat dp-h.err)"
-grep -q "^\[rank 0\] normcore train: all_reduce (rank 0 of 2) over the store: rank 1's part did not come within 3000 ms" \
+grep -q "^\[rank 0\] normcore train: all_reduce_coalesced (rank 0 of 2) over the store: rank 1's part did not come within 3000 ms" \
   dp-h.err || fail "rank 0 did not say what it waited for: $(cat dp-h.err)"
 [ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-h.log)" ] ||
   fail "a job whose rank hung ended differently: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-h.log)"
@@ -388,6 +388,13 @@ grep -q "(rank 0 of 2 over store, optimizer state sharded)" dp-z.log ||
   --out dp-z1.safetensors > dp-z2.log
 [ "$(dp_summary 2 dp.log)" = "$(dp_summary 2 dp-z2.log)" ] ||
   fail "a sharded checkpoint resumed unsharded changed the run: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-z2.log)"
+# Gradients averaged in bf16: another run (the averages rounded), as accurate within a point.
+"$normcore" train "${common[@]}" --nproc 2 --batch-size 50 --epochs 2 --seed 7 --reduce-precision bf16 > dp-r.log
+[ -n "$(dp_summary 2 dp-r.log)" ] && [ "$(dp_summary 2 dp.log)" != "$(dp_summary 2 dp-r.log)" ] ||
+  fail "--reduce-precision bf16 did not change the averages: $(dp_summary 2 dp-r.log)"
+accuracy() { dp_summary 2 "$1" | sed -E 's/.*test accuracy ([0-9.]+)%.*/\1/'; }
+awk -v a="$(accuracy dp.log)" -v b="$(accuracy dp-r.log)" 'BEGIN { exit !(a - b < 1 && b - a < 1) }' ||
+  fail "--reduce-precision bf16 trained another model: $(dp_summary 2 dp.log) vs $(dp_summary 2 dp-r.log)"
 # Two launchers as two machines (--nnodes 2, two ranks each, meeting over this host's
 # loopback with a shared job secret) train as one launcher with four ranks does.
 "$normcore" train "${common[@]}" --nproc 4 --batch-size 25 --epochs 2 --seed 7 --out dp4.safetensors > dp4.log
@@ -405,6 +412,7 @@ grep -q "epoch" dp-n1.log && fail "ranks 2 and 3 printed epochs: $(cat dp-n1.log
   fail "two launchers of two ranks trained otherwise than one of four: $(dp_summary 2 dp4.log) vs $(dp_summary 2 dp-n0.log)"
 expect_error "shard-optimizer must be on or off" "$normcore" train "${common[@]}" --shard-optimizer yes
 expect_error "give --nproc 2 or more" "$normcore" train "${common[@]}" --shard-optimizer on
+expect_error "reduce-precision must be auto or bf16" "$normcore" train "${common[@]}" --reduce-precision fp16
 "$normcore" eval --checkpoint dp.safetensors --data "$small" --device cpu > dp-eval.log
 grep -q "test accuracy $dp_accuracy%" dp-eval.log || fail "eval of the data-parallel checkpoint: $(head -1 dp-eval.log)"
 expect_error "already a rank" env WORLD_SIZE=2 "$normcore" train "${common[@]}" --nproc 2

@@ -303,6 +303,13 @@ TEST(ProcessGroupStore, CollectivesGiveEveryRankTheRightValues) {
     g.reduce_scatter(out, in);
     EXPECT_EQ(values(out), (std::vector<double>{6.0 * 2 * r, 6.0 * (2 * r + 1)}));
 
+    // Several tensors, of two dtypes, as one collective.
+    t = mine();
+    nc::Tensor d = nc::full({2, 2}, r + 1.0, nc::DType::F64);
+    g.all_reduce_coalesced({t, d}, nd::ReduceOp::Avg);
+    EXPECT_EQ(values(t), (std::vector<double>{2, 20, -1}));
+    EXPECT_EQ(values(d), std::vector<double>(4, 2.0));
+
     t = mine();
     nd::Work work = g.all_reduce_async(t);
     work.wait();
@@ -338,6 +345,12 @@ TEST(ProcessGroupStore, BadArgumentsAreRefusedWithTheCollectiveAndRank) {
     throws<nc::DTypeError>([&] { g.all_gather(nc::zeros({2, 3}, nc::DType::F64), m); }, {"all_gather", "f64", "f32"})();
     throws<nc::ShapeError>([&] { g.reduce_scatter(nc::zeros({1, 3}), m); }, {"reduce_scatter", "[2, 3]"})();
     throws<nc::ValueError>([&] { g.all_reduce(nc::Tensor()); }, {"all_reduce", "undefined"})();
+    throws<nc::ValueError>([&] { g.all_reduce_coalesced({}); }, {"all_reduce_coalesced (rank 0 of 1)", "empty"})();
+    throws<nc::ShapeError>(
+        [&] {
+          g.all_reduce_coalesced({m, m.transpose(0, 1)});
+        },
+        {"all_reduce_coalesced", "ts[1]", "contiguous"})();
   });
   // A GPU group needs a GPU (and a CUDA build).
   auto store = std::make_shared<nd::TcpStore>("127.0.0.1", 0, 1, true, milliseconds(1000));
@@ -512,6 +525,10 @@ TEST(DistributedCuda, OneRankRunsEveryCollectiveAndTrainsAsPlainTraining) {
         nc::Tensor scattered = nc::zeros({4, 3}, gpu);
         g.reduce_scatter(scattered, nc::mul(nc::ones({4, 3}, gpu), 5.0), nd::ReduceOp::Sum);
         EXPECT_EQ(values(scattered.to(nc::Device::cpu())), std::vector<double>(12, 5.0));
+        nc::Tensor f = nc::full({5}, 2.5, gpu), h = nc::full({3, 3}, -1.0, nc::TensorOptions(nc::DType::BF16, gpu));
+        g.all_reduce_coalesced({f, h}, nd::ReduceOp::Avg);
+        EXPECT_EQ(values(f.to(nc::Device::cpu())), std::vector<double>(5, 2.5));
+        EXPECT_EQ(values(h.to(nc::Device::cpu())), std::vector<double>(9, -1.0));
         nc::Tensor big = nc::full({1 << 20}, 1.25, gpu);
         nd::Work work = g.all_reduce_async(big, nd::ReduceOp::Sum);
         work.synchronize();

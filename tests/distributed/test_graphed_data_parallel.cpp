@@ -3,10 +3,14 @@
 // sharded (ZeRO stage 1), with the learning rate changed before every step, trains exactly
 // as the same steps run directly; and what the graphs rely on, checked on the CPU: the
 // pieces of a sharded optimizer follow the learning rate set on the one they were cut from,
-// and grad() after a data-parallel backward is the average, kept until the next backward.
+// and grad() after a data-parallel backward is the average, kept until the next backward;
+// gradients averaged in bf16 are the bf16 roundings of the average.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "normcore/cuda.h"
@@ -24,6 +28,7 @@ using normcore_test::max_difference;
 using normcore_test::run_ranks;
 using normcore_test::shard;
 using normcore_test::small_mlp;
+using normcore_test::values_of;
 
 namespace {
 
@@ -39,8 +44,9 @@ struct GpuRun {
 
 // kSteps of data-parallel training of small_mlp(1) in f32 on cuda:0 .. cuda:world-1 (4 rows
 // a rank, rows of other steps' batches), AdamW with weight decay, clipped at a norm of 0.5, through a GraphedStep
-// (graphed) or directly, the optimizer's state whole or sharded.
-GpuRun train_on_gpus(int world, bool graphed, bool sharded) {
+// (graphed) or directly, the optimizer's state whole or sharded, the gradients averaged in
+// f32 or (reduce_bf16) in bf16.
+GpuRun train_on_gpus(int world, bool graphed, bool sharded, bool reduce_bf16 = false) {
   GpuRun out;
   run_ranks(
       world,
@@ -49,7 +55,9 @@ GpuRun train_on_gpus(int world, bool graphed, bool sharded) {
         auto model = small_mlp(1);
         model->to(nc::DType::F32);
         model->to(gpu);
-        nd::DistributedDataParallel ddp(model, g, nd::DataParallelOptions{600, 300});
+        nd::DataParallelOptions ddp_options{600, 300};
+        if (reduce_bf16) ddp_options.reduce_dtype = nc::DType::BF16;
+        nd::DistributedDataParallel ddp(model, g, ddp_options);
         const std::vector<nc::Tensor> params = model->parameters();
         nc::optim::AdamWOptions o;
         o.lr = lr_of_step(0);
@@ -105,6 +113,12 @@ TEST(DistributedCuda, GraphedDataParallelStepsTrainAsDirectSteps) {
     EXPECT_EQ(max_difference(graphed.params, direct.params), 0.0);
     EXPECT_GT(max_difference(direct.params, initial), 1e-3);  // it trained
   }
+  // Averaged in bf16: graphed as direct too, and not the f32 averages' training.
+  const GpuRun direct = train_on_gpus(1, false, false, true), graphed = train_on_gpus(1, true, false, true);
+  EXPECT_TRUE(graphed.captured);
+  EXPECT_EQ(graphed.losses, direct.losses);
+  EXPECT_EQ(max_difference(graphed.params, direct.params), 0.0);
+  EXPECT_GT(max_difference(direct.params, train_on_gpus(1, false, false).params), 0.0);
 }
 
 // The pieces a sharded optimizer updates are made by make_like and share the learning rate
@@ -177,4 +191,63 @@ TEST(DataParallel, GradientsAreTheAveragesAndStayUntilTheNextBackward) {
   // The first layers kept the first averages; the last bias got 2 * bias added.
   for (size_t i = 0; i + 1 < first[0].size(); ++i) EXPECT_EQ(max_difference({second[0][i]}, {first[0][i]}), 0.0) << i;
   EXPECT_GT(max_difference({second[0].back()}, {first[0].back()}), 0.0);
+}
+
+// reduce_dtype BF16: each rank's f64 gradients go into a bf16 buffer, the average is taken
+// there and comes back as f64: the same on every rank, every value a bf16 one, within bf16's
+// rounding of the f64 average. A dtype that is not floating is refused.
+TEST(DataParallel, GradientsAveragedInBf16AreRoundingsOfTheAverage) {
+  std::vector<std::vector<nc::Tensor>> exact(2), rounded(2);
+  for (bool bf16 : {false, true}) {
+    run_ranks(2, [&](nd::ProcessGroup& g) {
+      auto model = small_mlp(1);
+      nd::DataParallelOptions options{600, 300};
+      if (bf16) options.reduce_dtype = nc::DType::BF16;
+      nd::DistributedDataParallel ddp(model, g, options);
+      auto [x, y] = shard(0, g.rank());
+      nc::mse_loss(ddp(x), y).backward();
+      for (const nc::Tensor& p : model->parameters())
+        (bf16 ? rounded : exact)[static_cast<size_t>(g.rank())].push_back(p.grad().clone());
+    });
+  }
+  EXPECT_EQ(max_difference(rounded[0], rounded[1]), 0.0);
+  for (size_t i = 0; i < exact[0].size(); ++i) {
+    const nc::Tensor r = rounded[0][i];
+    EXPECT_EQ(r.dtype(), nc::DType::F64);
+    EXPECT_EQ(max_difference({r}, {r.to(nc::DType::BF16).to(nc::DType::F64)}), 0.0) << i;
+    const std::vector<double> want = values_of(exact[0][i]), got = values_of(r);
+    double largest = 0;
+    for (double v : want) largest = std::max(largest, std::abs(v));
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_LE(std::abs(got[k] - want[k]), 0x1p-5 * largest) << i << " " << k;
+  }
+  EXPECT_GT(max_difference(rounded[0], exact[0]), 0.0);
+
+  run_ranks(1, [](nd::ProcessGroup& g) {
+    nd::DataParallelOptions options;
+    options.reduce_dtype = nc::DType::I32;
+    try {
+      nd::DistributedDataParallel ddp(small_mlp(1), g, options);
+      ADD_FAILURE() << "an integer reduce_dtype was taken";
+    } catch (const nc::DTypeError& e) {
+      EXPECT_NE(std::string(e.what()).find("reduce_dtype i32"), std::string::npos) << e.what();
+    }
+  });
+}
+
+// Gradients are reduced where they lie; a parameter that got none this backward (after
+// zero_grad) is reduced from the bucket's buffer, made then, and reads zeros on every rank.
+TEST(DataParallel, ParametersWithoutAGradientGetZerosBesideTheOthersAverages) {
+  std::vector<std::vector<nc::Tensor>> grads(2);
+  run_ranks(2, [&](nd::ProcessGroup& g) {
+    auto model = small_mlp(1);
+    nd::DistributedDataParallel ddp(model, g, nd::DataParallelOptions{600, 300});
+    const std::vector<nc::Tensor> params = model->parameters();
+    nc::sum(nc::mul(params.back(), double(g.rank() + 1))).backward();  // the last bias alone
+    for (const nc::Tensor& p : params) grads[static_cast<size_t>(g.rank())].push_back(p.grad().clone());
+  });
+  EXPECT_EQ(max_difference(grads[0], grads[1]), 0.0);
+  for (size_t i = 0; i + 1 < grads[0].size(); ++i) {
+    EXPECT_EQ(values_of(grads[0][i]), std::vector<double>(static_cast<size_t>(grads[0][i].numel()), 0.0)) << i;
+  }
+  EXPECT_EQ(values_of(grads[0].back()), std::vector<double>(4, 1.5));  // (1 + 2) / 2
 }
