@@ -7,6 +7,7 @@
 // (kernels/cpu/parallel.h). Channels-last f32 convolutions of one group run the direct NHWC
 // kernel (kernels/cpu/conv_nhwc.h) where AVX-512 is in use.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -224,20 +225,26 @@ void forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, con
             continue;
         }
         if constexpr (std::is_same_v<C, float>) {
-          // im2col's columns a piece of output rows at a time, each used while in cache.
+          // im2col's columns a piece of output rows at a time, each used while in cache. The
+          // pieces are the thread pool's ranges, each thread making its own pieces' columns
+          // and product (nested, inline): one region a convolution, where a region for each
+          // piece's copy and one for its product cost more in waking the pool than they
+          // saved (ResNet-50's 3-channel stem: no faster on two threads than on one).
           const int64_t piece = direct ? g.out_h : column_piece_rows(g, d.k);
           if (piece < g.out_h) {
-            if (!cols) cols.reset(new C[static_cast<size_t>(d.k * piece * g.out_w)]);
-            bool done = true;
-            for (int64_t oy0 = 0; oy0 < g.out_h && done; oy0 += piece) {
-              const int64_t oy1 = std::min(g.out_h, oy0 + piece), first = oy0 * g.out_w,
-                            n_piece = (oy1 - oy0) * g.out_w;
-              im2col(g, image, d.cg, cols.get(), oy0, oy1);
-              done = parallel_gemm_rows(d.og, n_piece, d.k, kernel_data, d.k, cols.get(), n_piece, out + first, d.hw,
-                                        RowEpilogue{bias, residual ? residual + first : nullptr, d.hw, e.relu});
-            }
+            std::atomic<bool> done{true};
+            parallel_for(range_count(g.out_h, piece), 1, [&](int64_t p0, int64_t p1) {
+              std::unique_ptr<C[]> piece_cols(new C[static_cast<size_t>(d.k * piece * g.out_w)]);
+              for (int64_t p = p0; p < p1 && done; ++p) {
+                const int64_t oy0 = p * piece, oy1 = std::min(g.out_h, oy0 + piece), first = oy0 * g.out_w,
+                              n_piece = (oy1 - oy0) * g.out_w;
+                im2col(g, image, d.cg, piece_cols.get(), oy0, oy1);
+                if (!parallel_gemm_rows(d.og, n_piece, d.k, kernel_data, d.k, piece_cols.get(), n_piece, out + first,
+                                        d.hw, RowEpilogue{bias, residual ? residual + first : nullptr, d.hw, e.relu}))
+                  done = false;  // no AVX-512 product (known before any output is written)
+              }
+            });
             if (done) continue;
-            cols.reset();  // no AVX-512 product: the whole columns below
           }
         }
         if (!direct) {

@@ -54,6 +54,8 @@ const std::vector<Case>& cases() {
       {"odd channels", {2, 3, 8, 8}, {5, 3, 3, 3}, 2, 1, 1, true, true, true},
       // The CPU's im2col columns made in pieces of output rows (37 and 11 here).
       {"7x7 stride 2, columns in pieces", {2, 3, 96, 96}, {16, 3, 7, 7}, 2, 3, 1, true, true, true},
+      // One sample: the pieces are the thread pool's ranges.
+      {"7x7 stride 2, one sample's pieces", {1, 3, 96, 96}, {16, 3, 7, 7}, 2, 3, 1, true, true, true},
   };
   return c;
 }
