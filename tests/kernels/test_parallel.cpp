@@ -2,6 +2,7 @@
 // CPU kernels give the same bits at 1, 2, 3 and 4 threads (forward and backward of matmul,
 // convolution, the norms, pooling, reductions, element-wise ops and the optimizers).
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -52,6 +53,28 @@ TEST_F(Parallel, NestedRegionsRunInlineAndCoverEverything) {
     nc::cpu::parallel_for(100, 7, [&](int64_t begin, int64_t end) { total += end - begin; });
   });
   EXPECT_EQ(total.load(), 1600);
+}
+
+// Idle workers spin a while for the next region, then sleep: regions that come at once, after
+// a pause longer than the spin (the workers asleep) and with the thread count changed while
+// the workers spin all run every range once, with the workers taking part.
+TEST_F(Parallel, RegionsRightAfterEachOtherAndAfterTheWorkersSleep) {
+  for (int threads : {2, 3, 2}) {
+    nc::set_num_threads(threads);  // stops the spinning workers of the last count
+    for (int pause_ms : {0, 0, 5, 0, 20}) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+      std::vector<std::atomic<int>> hits(64);
+      std::atomic<int> workers{0};
+      const std::thread::id caller = std::this_thread::get_id();
+      nc::cpu::parallel_for(64, 1, [&](int64_t begin, int64_t end) {
+        if (std::this_thread::get_id() != caller) workers++;
+        std::this_thread::sleep_for(std::chrono::microseconds(300));  // long enough for a worker to join
+        for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (const std::atomic<int>& h : hits) ASSERT_EQ(h.load(), 1) << threads << " " << pause_ms;
+      EXPECT_GT(workers.load(), 0) << threads << " " << pause_ms;
+    }
+  }
 }
 
 TEST_F(Parallel, AnErrorInARangeReachesTheCallerAndThePoolGoesOn) {
