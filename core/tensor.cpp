@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "autograd/graph.h"
+#include "core/host_blocks.h"
 #include "core/internal.h"
 #include "kernels/elementwise.h"
 #include "kernels/scalar/dtype.h"
@@ -117,7 +118,7 @@ using namespace detail;
 // ---------------------------------------------------------------- storage
 namespace {
 
-void release_cpu(StorageImpl* s) { std::free(s->data); }
+void release_cpu(StorageImpl* s) { host_free(s->data, s->nbytes); }
 
 #ifdef NORMCORE_HAS_CUDA
 void release_cuda(StorageImpl* s) { cuda::device_free(s->data, s->nbytes, s->device.index); }
@@ -143,8 +144,7 @@ Storage allocate_storage(size_t nbytes, Device device, bool pinned) {
 #endif
     }
     if (nbytes) {
-      size_t rounded = (nbytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
-      s->data = std::aligned_alloc(64, rounded);
+      s->data = host_alloc(nbytes);
       NC_CHECK(s->data != nullptr, OutOfMemoryError, "allocate: cannot allocate ", nbytes, " bytes of host memory");
     }
     s->release = release_cpu;
