@@ -168,15 +168,13 @@ class Pool {
   void stop_workers() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-      stopping_.store(true);
+      stop_.store(true);
     }
     wake_.notify_all();
     for (std::thread& t : workers_) t.join();
     workers_.clear();
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = false;
-    stopping_.store(false);
+    stop_.store(false);
   }
 
   // Spins until done() or kSpin has passed.
@@ -193,10 +191,10 @@ class Pool {
     while (true) {
       // The next region usually comes within microseconds (one op's after the last's): wait
       // for it spinning a while, then sleep.
-      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stopping_.load(); });
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stop_.load(); });
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
-      if (stop_) return;
+      wake_.wait(lock, [&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; });
+      if (stop_.load()) return;
       seen = generation_.load(std::memory_order_acquire);
       Job* job = job_;
       if (!job) continue;
@@ -216,8 +214,7 @@ class Pool {
   Job* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};  // written under mutex_, read by spinning workers too
   std::atomic<int> active_{0};           // workers inside a job
-  bool stop_ = false;
-  std::atomic<bool> stopping_{false};  // stop_, for spinning workers
+  std::atomic<bool> stop_{false};        // written under mutex_, read by spinning workers too
 };
 
 Pool& pool() {
