@@ -9,7 +9,10 @@
 // steps are taken in blocks of 256 (a block of the weight, 64 KiB, stays in L2 while every
 // pixel tile of the range reads it, and the first tile of a block prefetches the next block);
 // a tile's partial sums go to y between blocks, and the last block adds the bias and
-// residual and applies the ReLU in registers before the store.
+// residual and applies the ReLU in registers before the store. While a tile runs it fetches
+// the next tile's lines of y and of the residual, one of each a step: at batch 64 these
+// tensors are hundreds of MB, and a tile of a 1x1 convolution over 64 channels runs only 64
+// steps, too few for the stores and the residual loads at its end to wait on memory unseen.
 //
 // CMake compiles this file with AVX-512 flags on x86-64 (NORMCORE_GEMM_AVX512); conv.cpp calls
 // it only when the processor has AVX-512. No std:: templates here (see gemm_rows_avx512.cpp).
@@ -53,6 +56,11 @@ struct Tile {
   // (7 x 7 images at batch 1), the block's first tile would otherwise wait on every row.
   const float* next;
   int64_t next_steps;
+  // The next tile's outputs and residual (the same channels, kRows pixels on), or null: their
+  // lines are fetched a step at a time while this tile runs, y's for writing.
+  float* ahead_y;
+  const float* ahead_residual;
+  int ahead_rows;      // the next tile's pixels (none past the range, which may be another thread's)
   __mmask16 last;      // the lanes of the last vector inside o
   bool first, finish;  // the first block (start from 0) and the last (epilogue, then store)
 };
@@ -71,6 +79,8 @@ void tile(const Tile& t) {
   }
   const float* next = t.next;
   int64_t next_steps = t.next_steps;
+  const int ahead_lines = t.ahead_y ? t.ahead_rows * V : 0;
+  int ahead = 0;  // the next tile's lines fetched so far
   for (int64_t k = t.k0; k < t.k1;) {
     // One tap's run of channels in this block.
     const int64_t tap = k / g.c, c0 = k % g.c, c1 = smaller(g.c, c0 + (t.k1 - k));
@@ -87,6 +97,12 @@ void tile(const Tile& t) {
 #pragma GCC unroll 4
         for (int v = 0; v < 4; ++v) _mm_prefetch(reinterpret_cast<const char*>(next + 16 * v), _MM_HINT_T1);
         next = --next_steps > 0 ? next + g.o : nullptr;
+      }
+      if (ahead < ahead_lines) {
+        const int64_t at = ahead / V * g.o + 16 * (ahead % V);
+        _mm_prefetch(reinterpret_cast<const char*>(t.ahead_y + at), _MM_HINT_ET0);
+        if (t.ahead_residual) _mm_prefetch(reinterpret_cast<const char*>(t.ahead_residual + at), _MM_HINT_T0);
+        ++ahead;
       }
       __m512 row[V];
 #pragma GCC unroll 4
@@ -186,6 +202,10 @@ void conv_nhwc_avx512(const NhwcConv& g, int64_t p0, int64_t p1, int64_t o0, int
         }
         t.y = g.y + p * g.o + j0;
         t.residual = g.residual ? g.residual + p * g.o + j0 : nullptr;
+        const bool more = p + kRows < p1;
+        t.ahead_rows = static_cast<int>(smaller(kRows, p1 - p - kRows));
+        t.ahead_y = more ? t.y + kRows * g.o : nullptr;
+        t.ahead_residual = more && t.residual && t.finish ? t.residual + kRows * g.o : nullptr;
         tile_for(rows, vectors)(t);
       }
     }
