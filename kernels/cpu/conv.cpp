@@ -342,7 +342,7 @@ void backward_weight(const Conv2dGeometry& g, const Tensor& grad_y, const Tensor
 // The NHWC forward: x [n, h, w, c], weight [kh, kw, c, o], y [n, out_h, out_w, o].
 void forward_nhwc(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const kernels::ConvEpilogue& e,
                   const Tensor& y) {
-  const std::vector<float> zeros(static_cast<size_t>(g.c), 0.0f);
+  const std::vector<float> zeros(static_cast<size_t>(g.kw * g.c), 0.0f);
   NhwcConv a;
   a.x = data_as<const float>(x), a.weight = data_as<const float>(weight), a.y = data_as<float>(y);
   a.bias = e.bias.defined() ? data_as<const float>(e.bias) : nullptr;

@@ -17,7 +17,7 @@ struct NhwcConv {
   const float* bias = nullptr;      // [o], or null
   const float* residual = nullptr;  // [n, out_h, out_w, o], or null
   float* y = nullptr;               // [n, out_h, out_w, o]
-  const float* zeros = nullptr;     // c zeros: what a tap in the padding reads
+  const float* zeros = nullptr;     // kw * c zeros: what a tap (or a row of taps) in the padding reads
   int64_t n = 0, h = 0, w = 0, c = 0, o = 0, kh = 0, kw = 0, out_h = 0, out_w = 0;
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
   bool relu = false;

@@ -62,6 +62,7 @@ struct Tile {
   const float* ahead_residual;
   int ahead_rows;      // the next tile's pixels (none past the range, which may be another thread's)
   __mmask16 last;      // the lanes of the last vector inside o
+  bool row_runs;       // every pixel's window lies inside the width (runs of kw * c steps)
   bool first, finish;  // the first block (start from 0) and the last (epilogue, then store)
 };
 
@@ -81,17 +82,21 @@ void tile(const Tile& t) {
   int64_t next_steps = t.next_steps;
   const int ahead_lines = t.ahead_y ? t.ahead_rows * V : 0;
   int ahead = 0;  // the next tile's lines fetched so far
+  // A run: the steps whose inputs lie one after another in x for every pixel of the tile, one
+  // tap's channels, or a whole row of taps' (kw * c) where the tile's windows lie inside the
+  // image's width (t.row_runs).
+  const int64_t run = t.row_runs ? g.kw * g.c : g.c;
   for (int64_t k = t.k0; k < t.k1;) {
-    // One tap's run of channels in this block.
-    const int64_t tap = k / g.c, c0 = k % g.c, c1 = smaller(g.c, c0 + (t.k1 - k));
-    const int64_t dy = tap / g.kw * g.dilation_h, dx = tap % g.kw * g.dilation_w;
+    // One run's steps in this block.
+    const int64_t at = k / run, c0 = k % run, c1 = smaller(run, c0 + (t.k1 - k));
+    const int64_t dy = (t.row_runs ? at : at / g.kw) * g.dilation_h, dx = t.row_runs ? 0 : at % g.kw * g.dilation_w;
     const float* in[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const int64_t iy = t.pixels.iy[r] + dy, ix = t.pixels.ix[r] + dx;
       in[r] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? t.pixels.sample[r] + (iy * g.w + ix) * g.c : g.zeros;
     }
-    const float* w = g.weight + (tap * g.c + c0) * g.o + t.j0;
+    const float* w = g.weight + k * g.o + t.j0;
     for (int64_t ch = c0; ch < c1; ++ch, w += g.o) {
       if (next) {
 #pragma GCC unroll 4
@@ -168,6 +173,7 @@ TileFn tile_for(int rows, int vectors) {
 
 void conv_nhwc_avx512(const NhwcConv& g, int64_t p0, int64_t p1, int64_t o0, int64_t o1) {
   const int64_t steps = g.kh * g.kw * g.c, plane = g.out_h * g.out_w;
+  const bool row_runs = g.kw > 1 && g.dilation_w == 1;  // then per tile, where its windows allow
   for (int64_t k0 = 0; k0 < steps; k0 += kKc) {
     const int64_t k1 = smaller(steps, k0 + kKc);
     for (int64_t j0 = o0; j0 < o1; j0 += 16 * kVectors) {
@@ -191,10 +197,12 @@ void conv_nhwc_avx512(const NhwcConv& g, int64_t p0, int64_t p1, int64_t o0, int
         t.next = p == p0 ? next : nullptr;
         t.next_steps = next_steps;
         const int rows = static_cast<int>(smaller(kRows, p1 - p));
+        t.row_runs = row_runs;
         for (int r = 0; r < rows; ++r) {
           t.pixels.sample[r] = g.x + sample * g.h * g.w * g.c;
           t.pixels.iy[r] = oy * g.stride_h - g.pad_h;
           t.pixels.ix[r] = ox * g.stride_w - g.pad_w;
+          t.row_runs = t.row_runs && t.pixels.ix[r] >= 0 && t.pixels.ix[r] + g.kw <= g.w;
           if (++ox == g.out_w) {
             ox = 0;
             if (++oy == g.out_h) oy = 0, ++sample;

@@ -118,7 +118,7 @@ TEST_F(ConvNhwcCpu, TheDirectKernelRunsWhereAvx512Does) {
   const Operands run = make(c, 7);
   const Tensor hwio = run.w.permute({1, 2, 3, 0}).contiguous();
   Tensor y = nc::empty({1, 14, 14, 96}, nc::TensorOptions(DType::F32));
-  const std::vector<float> zeros(32, 0.0f);
+  const std::vector<float> zeros(3 * 32, 0.0f);  // kw * c
   nc::cpu::NhwcConv g;
   g.x = run.x.data<float>(), g.weight = hwio.data<float>(), g.bias = run.b.data<float>();
   g.residual = run.r.data<float>(), g.y = y.data<float>(), g.zeros = zeros.data();
