@@ -3,6 +3,7 @@
 // ceil_mode included), runs the forward kernel of x's device (kernels/pool.h) on x made
 // contiguous and viewed as [N * C, H, W], and records one node whose backward is the
 // matching backward kernel; max pooling's is fed the argmax indices the forward saved.
+// Max pooling at inference on the CPU takes channels-last views as they lie.
 #include "kernels/pool.h"
 #include "autograd/graph.h"
 #include "core/internal.h"
@@ -101,6 +102,17 @@ Tensor max_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride, Size2 paddin
   const Pool2dShape shape = pooled_shape(op, x, window, ceil_mode);
   const bool grad = autograd::needs_grad(x);
   const Device device = x.device();
+  // An NCHW view of channels-last memory (x.permute({0, 2, 3, 1}) contiguous: NHWC
+  // activations) pooled for inference on the CPU stays channels last, as PyTorch keeps a
+  // channels_last tensor's memory format: the output is the same kind of view, and x is not
+  // copied to NCHW first.
+  if (!grad && device.is_cpu() && x.dim() == 4 && !x.is_contiguous() && x.permute({0, 2, 3, 1}).is_contiguous()) {
+    Pool2dShape nhwc = shape;
+    nhwc.channels = x.size(1);
+    Tensor out = new_tensor({x.size(0), shape.out_h, shape.out_w, x.size(1)}, x.dtype(), device);
+    if (out.numel() > 0) kernels::pool(device).max_pool2d_forward(x.permute({0, 2, 3, 1}), nhwc, window, out, Tensor());
+    return out.permute({0, 3, 1, 2});
+  }
   Tensor out = new_tensor(output_shape(x, shape), x.dtype(), device);
   // The argmax of each window, kept for the backward only.
   Tensor indices = grad ? new_tensor(out.shape(), DType::I64, device) : Tensor();

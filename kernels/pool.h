@@ -14,11 +14,15 @@
 namespace normcore {
 namespace kernels {
 
-// Input [planes, in_h, in_w] -> output [planes, out_h, out_w].
+// Input [planes, in_h, in_w] -> output [planes, out_h, out_w]. With channels > 0 both are
+// channels last instead, [planes / channels, in_h, in_w, channels] -> [planes / channels,
+// out_h, out_w, channels]: only max_pool2d_forward without indices on the CPU takes that
+// (inference on NHWC activations, core/pool.cpp).
 struct Pool2dShape {
   int64_t planes = 0;
   int64_t in_h = 0, in_w = 0;
   int64_t out_h = 0, out_w = 0;
+  int64_t channels = 0;
 };
 
 // Window (oh, ow) reads rows oh * stride_h - pad_h + i * dilation_h for i < kernel_h (and

@@ -45,10 +45,56 @@ TapSpan tap_span(int64_t start, int64_t kernel, int64_t dilation, int64_t size) 
   return {first, std::max(first, end)};
 }
 
+// Max pooling of channels-last images without indices: per output pixel, the window's taps in
+// row-major order, each one a run of channels (contiguous in x and in out), so the loop over
+// channels is the vector loop. The same taps in the same order as the planar path: the same
+// bits.
+void max_pool2d_channels_last(const Tensor& x, const Pool2dShape& s, const Pool2dWindow& w, const Tensor& out) {
+  visit_float(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const int64_t channels = s.channels, images = s.planes / channels;
+    const T* src = data_as<const T>(x);
+    T* dst = data_as<T>(out);
+    parallel_for(images * s.out_h, grain_for(s.out_w * channels * w.kernel_h * w.kernel_w),
+                 [&](int64_t begin, int64_t end) {
+                   std::vector<C> best(static_cast<size_t>(channels));
+                   for (int64_t row = begin; row < end; ++row) {
+                     const int64_t image = row / s.out_h, oh = row % s.out_h;
+                     const int64_t h0 = oh * w.stride_h - w.pad_h;
+                     const TapSpan rows = tap_span(h0, w.kernel_h, w.dilation_h, s.in_h);
+                     for (int64_t ow = 0; ow < s.out_w; ++ow) {
+                       const int64_t w0 = ow * w.stride_w - w.pad_w;
+                       const TapSpan cols = tap_span(w0, w.kernel_w, w.dilation_w, s.in_w);
+                       std::fill(best.begin(), best.end(), -std::numeric_limits<C>::infinity());
+                       C* b = best.data();
+                       for (int64_t i = rows.first; i < rows.end; ++i) {
+                         for (int64_t j = cols.first; j < cols.end; ++j) {
+                           const int64_t at = (image * s.in_h + h0 + i * w.dilation_h) * s.in_w + w0 + j * w.dilation_w;
+                           const T* in = src + at * channels;
+                           for (int64_t c = 0; c < channels; ++c) {
+                             const C v = convert<C>(in[c]);
+                             b[c] = kernels::max_pool_takes(v, b[c]) ? v : b[c];
+                           }
+                         }
+                       }
+                       T* o = dst + (row * s.out_w + ow) * channels;
+                       for (int64_t c = 0; c < channels; ++c) o[c] = convert<T>(b[c]);
+                     }
+                   }
+                 });
+  });
+}
+
 class CpuPool final : public kernels::PoolKernels {
  public:
   void max_pool2d_forward(const Tensor& x, const Pool2dShape& s, const Pool2dWindow& w, const Tensor& out,
                           const Tensor& indices) const override {
+    if (s.channels > 0) {
+      NC_CHECK(!indices.defined(), DeviceError, "max_pool2d: channels-last pooling keeps no indices");
+      max_pool2d_channels_last(x, s, w, out);
+      return;
+    }
     visit_float(x.dtype(), "max_pool2d", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = compute_t<T>;  // holds every T exactly, so comparing in it is comparing the Ts

@@ -184,6 +184,7 @@ class CudaPool final : public kernels::PoolKernels {
  public:
   void max_pool2d_forward(const Tensor& x, const Pool2dShape& s, const Pool2dWindow& w, const Tensor& out,
                           const Tensor& indices) const override {
+    NC_CHECK(s.channels == 0, DeviceError, "max_pool2d: the CUDA kernels pool NCHW planes only (core copies others)");
     const int64_t count = out.numel();
     if (count == 0) return;
     const Launcher launch("max_pool2d", out);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/conv_nhwc.h"
 #include "normcore/normcore.h"
 #include "onnx/proto.h"
 #include "tests/test_support.h"
@@ -239,6 +240,13 @@ TEST(Onnx, ConvAddReluAsOneEpilogue) {
   return m;
 }
 
+// n weights scale * (i % modulo - center): small, varied, exact in f32.
+std::vector<float> pattern(size_t n, int modulo, int center, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(static_cast<int>(i % modulo) - center);
+  return v;
+}
+
 // x [2, 16, 6, 6] -> Conv(3x3, pads 1) + Add(x) + Relu -> r; Conv(r, 2x2 to 8, auto_pad
 // SAME_UPPER: the odd pad below and right) -> c (an output); GlobalAveragePool(c) -> p (an
 // output). On a GPU both convolutions run NHWC.
@@ -250,13 +258,9 @@ TEST(Onnx, ConvAddReluAsOneEpilogue) {
   set_value(g->add_input(), "x", {2, 16, 6, 6});
   set_value(g->add_output(), "c", {2, 8, 6, 6});
   set_value(g->add_output(), "p", {2, 8, 1, 1});
-  std::vector<float> w1(16 * 16 * 9), b1(16), w2(8 * 16 * 4);
-  for (size_t i = 0; i < w1.size(); ++i) w1[i] = 0.02f * static_cast<float>(static_cast<int>(i % 13) - 6);
-  for (size_t i = 0; i < b1.size(); ++i) b1[i] = 0.1f * static_cast<float>(static_cast<int>(i % 5) - 2);
-  for (size_t i = 0; i < w2.size(); ++i) w2[i] = 0.05f * static_cast<float>(static_cast<int>(i % 7) - 3);
-  set_raw(g->add_initializer(), "w1", {16, 16, 3, 3}, w1);
-  set_raw(g->add_initializer(), "b1", {16}, b1);
-  set_raw(g->add_initializer(), "w2", {8, 16, 2, 2}, w2);
+  set_raw(g->add_initializer(), "w1", {16, 16, 3, 3}, pattern(16 * 16 * 9, 13, 6, 0.02f));
+  set_raw(g->add_initializer(), "b1", {16}, pattern(16, 5, 2, 0.1f));
+  set_raw(g->add_initializer(), "w2", {8, 16, 2, 2}, pattern(8 * 16 * 4, 7, 3, 0.05f));
   auto* conv = add_node(g, "Conv", {"x", "w1", "b1"}, "h");
   auto* pads = conv->add_attribute();
   pads->set_name("pads");
@@ -271,6 +275,74 @@ TEST(Onnx, ConvAddReluAsOneEpilogue) {
   auto_pad->set_s("SAME_UPPER");
   add_node(g, "GlobalAveragePool", {"c"}, "p");
   return m;
+}
+
+// x [2, 3, 13, 11] -> Conv(3x3 to 16, stride 2, pads 1) + Relu -> r; MaxPool(r, 3x3, stride
+// 2, pads 1) -> m; MaxPool(r, 2x2, pads 0 0 1 1: asymmetric, through a padded copy) -> q;
+// Conv(m, 1x1 to 8) -> c. Outputs c and q. An image of 3 channels, as a ResNet's stem.
+::onnx::ModelProto stem_model() {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  set_value(g->add_input(), "x", {2, 3, 13, 11});
+  set_value(g->add_output(), "c", {2, 8, 4, 3});
+  set_value(g->add_output(), "q", {2, 16, 7, 6});
+  set_raw(g->add_initializer(), "w1", {16, 3, 3, 3}, pattern(16 * 3 * 9, 11, 5, 0.05f));
+  set_raw(g->add_initializer(), "b1", {16}, pattern(16, 5, 2, 0.1f));
+  set_raw(g->add_initializer(), "w2", {8, 16, 1, 1}, pattern(8 * 16, 7, 3, 0.05f));
+  const auto ints = [](::onnx::NodeProto* node, const char* name, std::vector<int64_t> v) {
+    auto* a = node->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t i : v) a->add_ints(i);
+  };
+  auto* conv = add_node(g, "Conv", {"x", "w1", "b1"}, "h");
+  ints(conv, "strides", {2, 2});
+  ints(conv, "pads", {1, 1, 1, 1});
+  add_node(g, "Relu", {"h"}, "r");
+  auto* pool = add_node(g, "MaxPool", {"r"}, "m");
+  ints(pool, "kernel_shape", {3, 3});
+  ints(pool, "strides", {2, 2});
+  ints(pool, "pads", {1, 1, 1, 1});
+  auto* odd = add_node(g, "MaxPool", {"r"}, "q");
+  ints(odd, "kernel_shape", {2, 2});
+  ints(odd, "pads", {0, 0, 1, 1});
+  add_node(g, "Conv", {"m", "w2"}, "c");
+  return m;
+}
+
+// On the CPU, where the direct NHWC kernel runs (AVX-512), every convolution runs NHWC, a
+// 3-channel image's too, and a MaxPool of an NHWC value pools it channels last; the outputs
+// are the NCHW ops' (conv2d, relu, max_pool2d, the asymmetric pads as -1e30 around r), in NCHW.
+TEST(Onnx, CpuConvolutionsAndMaxPoolsRunChannelsLast) {
+  const nc::onnx::Model model = nc::onnx::Model::parse(bytes_of(stem_model()), "stem.onnx");
+  const Tensor x = nc::randn({2, 3, 13, 11});
+  const std::vector<Tensor> got = model.run({x});
+  const auto initializer = [](nc::Shape shape, int modulo, int center, float scale) {
+    return nc::from_vector(pattern(static_cast<size_t>(nc::empty(shape).numel()), modulo, center, scale), shape);
+  };
+  const Tensor r =
+      nc::relu(nc::conv2d(x, initializer({16, 3, 3, 3}, 11, 5, 0.05f), initializer({16}, 5, 2, 0.1f), 2, 1));
+  const Tensor c = nc::conv2d(nc::max_pool2d(r, 3, 2, 1), initializer({8, 16, 1, 1}, 7, 3, 0.05f));
+  const Tensor padded = nc::cat({r, nc::full({2, 16, 7, 1}, -1e30)}, 3);
+  const Tensor q = nc::max_pool2d(nc::cat({padded, nc::full({2, 16, 1, 7}, -1e30)}, 2), 2, 1);
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got[0].shape(), c.shape());
+  ASSERT_EQ(got[1].shape(), q.shape());
+  EXPECT_TRUE(got[0].is_contiguous());
+  EXPECT_TRUE(got[1].is_contiguous());
+  EXPECT_LT(normcore_test::relative_error(got[0], c), 1e-5);
+  EXPECT_LT(normcore_test::relative_error(got[1], q), 1e-5);  // the convolutions' sums differ in order
+  std::vector<std::string> ops;
+  for (const auto& t : model.profile({x})) ops.push_back(t.op);
+  std::sort(ops.begin(), ops.end());
+  if (nc::cpu::conv_nhwc_in_use()) {
+    // The asymmetric MaxPool pools a padded NCHW copy, its output made NHWC for the next node.
+    EXPECT_EQ(ops, (std::vector<std::string>{"Conv (NHWC)", "Conv+Relu (NHWC)", "MaxPool (NHWC)"}));
+  } else {
+    EXPECT_EQ(ops, (std::vector<std::string>{"Conv", "Conv+Relu", "MaxPool"}));
+  }
 }
 
 // On a GPU, convolutions of 16 channels and more run NHWC where tensor cores take them (this

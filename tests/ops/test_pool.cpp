@@ -319,6 +319,47 @@ TEST(Pool, NoGradGivesTheSameValues) {
   EXPECT_EQ(values(with_grad), values(without));
 }
 
+// A channels-last view (NHWC memory seen as NCHW) max-pooled for inference on the CPU stays
+// channels last and gives the planar path's bits, in every dtype and with padding, dilation,
+// ceil_mode and NaNs; recording a gradient takes the planar path.
+TEST(Pool, ChannelsLastViewsPoolChannelsLast) {
+  struct Window {
+    nc::Size2 kernel, stride, padding, dilation;
+    bool ceil_mode;
+  };
+  const std::vector<Window> windows = {
+      {3, 2, 1, 1, false}, {2, 2, 0, 1, false}, {3, 2, 1, 1, true}, {{3, 2}, {1, 2}, {1, 0}, {2, 1}, true}};
+  for (DType dtype : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+    SCOPED_TRACE(nc::dtype_name(dtype));
+    Tensor nhwc = nc::randn({2, 9, 7, 19}).to(dtype);
+    std::vector<float> with_nans = nhwc.to(DType::F32).to_vector<float>();
+    with_nans[5] = std::numeric_limits<float>::quiet_NaN();
+    with_nans[19 * 8 + 3] = std::numeric_limits<float>::quiet_NaN();
+    nhwc = nc::from_vector(with_nans, nhwc.shape()).to(dtype);
+    const Tensor view = nhwc.permute({0, 3, 1, 2}), planar = view.contiguous();
+    for (const Window& w : windows) {
+      nc::autograd::NoGradGuard no_grad;
+      const Tensor got = nc::max_pool2d(view, w.kernel, w.stride, w.padding, w.dilation, w.ceil_mode);
+      const Tensor want = nc::max_pool2d(planar, w.kernel, w.stride, w.padding, w.dilation, w.ceil_mode);
+      EXPECT_EQ(got.shape(), want.shape());
+      EXPECT_FALSE(got.is_contiguous());
+      EXPECT_TRUE(got.permute({0, 2, 3, 1}).is_contiguous());
+      const std::vector<double> a = values(got), b = values(want);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (std::isnan(b[i])) EXPECT_TRUE(std::isnan(a[i])) << i;
+        else EXPECT_EQ(a[i], b[i]) << i;
+      }
+    }
+  }
+  // With a gradient to record, the planar path and its indices.
+  Tensor x = nc::randn({1, 5, 5, 4}, DType::F64).permute({0, 3, 1, 2}).requires_grad_();
+  Tensor y = nc::max_pool2d(x, 2);
+  EXPECT_TRUE(y.is_contiguous());
+  nc::sum(y).backward();
+  EXPECT_EQ(values(nc::sum(x.grad())), std::vector<double>{16.0});
+}
+
 // ---------------------------------------------------------------- gradchecks
 struct GradCase {
   std::string name;
