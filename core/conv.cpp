@@ -9,6 +9,7 @@
 #include <string>
 
 #include "autograd/graph.h"
+#include "core/conv_panels.h"
 #include "core/internal.h"
 #include "kernels/conv.h"
 #include "normcore/autocast.h"
@@ -177,8 +178,13 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   return y;
 }
 
-Tensor conv2d_fused(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, const Tensor& residual_arg,
-                    bool relu, Size2 stride, Size2 padding, Size2 dilation, int64_t groups, ConvLayout layout) {
+namespace {
+
+// conv2d_fused, reading the weight from panels (conv_weight_panels(weight)) where the CPU's
+// direct kernel runs it.
+Tensor conv2d_fused_impl(const Tensor& x_arg, const Tensor& weight_arg, const Tensor* panels, const Tensor& bias_arg,
+                         const Tensor& residual_arg, bool relu, Size2 stride, Size2 padding, Size2 dilation,
+                         int64_t groups, ConvLayout layout) {
   const OpScope op("conv2d_fused");
   const Tensor x_in = autocast::to_lower(x_arg), weight = autocast::to_lower(weight_arg);
   const Tensor bias = autocast::to_lower(bias_arg), residual = autocast::to_lower(residual_arg);
@@ -208,7 +214,16 @@ Tensor conv2d_fused(const Tensor& x_arg, const Tensor& weight_arg, const Tensor&
   const bool convert = how == kernels::NhwcForward::Convert;
   const auto nchw = [&](const Tensor& t) { return t.defined() ? t.permute({0, 3, 1, 2}).contiguous() : t; };
   const Tensor xc = convert ? nchw(x) : x.contiguous();
-  const Tensor wc = convert                                   ? nchw(weight)
+  g.weight_panels = panels != nullptr && how == kernels::NhwcForward::WeightHwio;
+  if (g.weight_panels) {
+    const Shape want{(g.o + 63) / 64, g.kh, g.kw, g.c, 64};
+    NC_CHECK(panels->shape() == want && panels->dtype() == x.dtype() && panels->device() == device &&
+                 panels->is_contiguous(),
+             ShapeError, op, ": weight panels must be conv_weight_panels(weight), [", (g.o + 63) / 64, ", ", g.kh, ", ",
+             g.kw, ", ", g.c, ", 64] contiguous, got ", describe(*panels), " for weight ", describe(weight));
+  }
+  const Tensor wc = g.weight_panels                           ? *panels
+                    : convert                                 ? nchw(weight)
                     : how == kernels::NhwcForward::WeightHwio ? weight.permute({1, 2, 3, 0}).contiguous()
                                                               : weight.contiguous();
   const Tensor rc = convert ? nchw(r) : (r.defined() ? r.contiguous() : r);
@@ -218,6 +233,36 @@ Tensor conv2d_fused(const Tensor& x_arg, const Tensor& weight_arg, const Tensor&
   if (g.n > 0) kernels::conv(device).conv2d_forward(g, xc, wc, kernels::ConvEpilogue{bc, rc, relu}, y);
   if (convert) y = y.permute({0, 2, 3, 1}).contiguous();
   return batched ? y : y.squeeze(0);
+}
+
+}  // namespace
+
+Tensor conv2d_fused(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual, bool relu,
+                    Size2 stride, Size2 padding, Size2 dilation, int64_t groups, ConvLayout layout) {
+  return conv2d_fused_impl(x, weight, nullptr, bias, residual, relu, stride, padding, dilation, groups, layout);
+}
+
+Tensor detail::conv_weight_panels(const Tensor& weight) {
+  const OpScope op("conv_weight_panels");
+  check_defined(op, "weight", weight);
+  NC_CHECK(weight.dim() == 4, ShapeError, op, ": weight must be [out_channels, kh, kw, in_channels], got ",
+           describe(weight));
+  autograd::NoGradGuard no_grad;
+  const int64_t o = weight.size(0), panels = (o + 63) / 64;
+  Tensor padded = weight;
+  if (panels * 64 != o) {
+    padded = cat({weight, zeros({panels * 64 - o, weight.size(1), weight.size(2), weight.size(3)},
+                                TensorOptions(weight.dtype(), weight.device()))},
+                 0);
+  }
+  return padded.reshape({panels, 64, weight.size(1), weight.size(2), weight.size(3)})
+      .permute({0, 2, 3, 4, 1})
+      .contiguous();
+}
+
+Tensor detail::conv2d_nhwc_panels(const Tensor& x, const Tensor& weight, const Tensor& panels, const Tensor& bias,
+                                  const Tensor& residual, bool relu, Size2 stride, Size2 padding, Size2 dilation) {
+  return conv2d_fused_impl(x, weight, &panels, bias, residual, relu, stride, padding, dilation, 1, ConvLayout::NHWC);
 }
 
 }  // namespace normcore

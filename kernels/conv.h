@@ -23,6 +23,10 @@ struct Conv2dGeometry {
   int64_t groups;
   int64_t out_h, out_w;
   bool channels_last = false;
+  // With channels_last on the CPU's direct kernel (NhwcForward::WeightHwio): the weight is in
+  // panels of 64 output channels, [ceil(o / 64), kh, kw, c, 64] with zeros past o, each
+  // tile's rows one after another (core/conv_panels.h makes them once per model).
+  bool weight_panels = false;
 };
 
 // What the forward direction adds to the convolution before writing y:

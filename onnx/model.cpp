@@ -13,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/conv_panels.h"
 #include "kernels/attention.h"
 #include "kernels/conv.h"
 #include "normcore/cuda.h"
@@ -93,6 +94,14 @@ struct Model::Impl {
       slot = device.is_cpu() ? w.permute({2, 3, 1, 0}).contiguous().permute({3, 0, 1, 2})
                              : w.permute({0, 2, 3, 1}).contiguous();
     }
+    return slot;
+  }
+  // On the CPU, the weights in panels instead (core/conv_panels.h), by initializer name.
+  mutable std::map<std::string, Tensor> weight_panels;
+  Tensor panel_weight(const std::string& name, const Tensor& w) const {
+    std::lock_guard<std::mutex> lock(nhwc_mutex);
+    Tensor& slot = weight_panels[name];
+    if (!slot.defined()) slot = detail::conv_weight_panels(w.permute({0, 2, 3, 1}));
     return slot;
   }
   // The initializers on each device a run has used, uploaded by the first such run.
@@ -506,8 +515,12 @@ std::vector<Tensor> run_nodes(const Model::Impl& m, std::unordered_map<std::stri
     for (int k = 0; k < first.input_size(); ++k) {
       const std::string& input = first.input(k);
       if (input.empty()) run.inputs.push_back(Tensor());
-      else if (run.channels_last && k == 1) run.inputs.push_back(m.nhwc_weight(input, values.at(input), device));
-      else if ((run.channels_last && k == 0) || keeps_layout) run.inputs.push_back(layouts.nhwc(input));
+      else if (run.channels_last && k == 1 && device.is_cpu()) {
+        run.inputs.push_back(values.at(input).permute({0, 2, 3, 1}));
+        run.weight_panels = m.panel_weight(input, values.at(input));
+      } else if (run.channels_last && k == 1) {
+        run.inputs.push_back(m.nhwc_weight(input, values.at(input), device));
+      } else if ((run.channels_last && k == 0) || keeps_layout) run.inputs.push_back(layouts.nhwc(input));
       else if (pools_nhwc && k == 0) run.inputs.push_back(layouts.nhwc(input).permute({0, 3, 1, 2}));
       else run.inputs.push_back(layouts.nchw(input));
     }

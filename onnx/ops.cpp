@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/conv_panels.h"
 #include "onnx/proto.h"
 
 namespace normcore {
@@ -345,8 +346,14 @@ Tensor conv_padded(const NodeRun& n, const Tensor& x, const Tensor& w, Size2 str
         !r.defined() || (r.dtype() == x.dtype() && r.device() == x.device() &&
                          r.shape() == Shape{x.size(0), extent(x.size(1), w.size(1), stride.h, pad.h, dilation.h),
                                             extent(x.size(2), w.size(2), stride.w, pad.w, dilation.w), w.size(0)});
-    if (fits) return conv2d_fused(x, w, b, r, n.relu, stride, pad, dilation, groups, ConvLayout::NHWC);
-    const Tensor y = add(conv2d_fused(x, w, b, Tensor(), false, stride, pad, dilation, groups, ConvLayout::NHWC), r);
+    const auto fused = [&](const Tensor& residual, bool relu_too) {
+      if (n.weight_panels.defined()) {
+        return detail::conv2d_nhwc_panels(x, w, n.weight_panels, b, residual, relu_too, stride, pad, dilation);
+      }
+      return conv2d_fused(x, w, b, residual, relu_too, stride, pad, dilation, groups, ConvLayout::NHWC);
+    };
+    if (fits) return fused(r, n.relu);
+    const Tensor y = add(fused(Tensor(), false), r);
     return n.relu ? relu(y) : y;
   }
   if (!n.relu && !r.defined()) return conv2d(x, w, b, stride, pad, dilation, groups);

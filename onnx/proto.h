@@ -40,8 +40,11 @@ struct NodeRun {
   std::unordered_map<std::string, Tensor>* host_values = nullptr;
   const std::set<std::string>* static_values = nullptr;
   // For a Conv: x, the weight ([O, kh, kw, C]) and the residual are NHWC, and so must the
-  // output be (model.cpp decides, on a GPU).
+  // output be (model.cpp decides).
   bool channels_last = false;
+  // For a channels-last Conv on the CPU: the weight in panels (core/conv_panels.h), which the
+  // convolution reads instead of input 1 (then a view of the initializer, for its shape).
+  Tensor weight_panels;
 
   const ::onnx::AttributeProto* attribute(const std::string& name) const;
   int64_t int_attribute(const std::string& name, int64_t fallback) const;

@@ -350,7 +350,7 @@ void forward_nhwc(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight
   a.zeros = zeros.data();
   a.n = g.n, a.h = g.h, a.w = g.w, a.c = g.c, a.o = g.o, a.kh = g.kh, a.kw = g.kw, a.out_h = g.out_h, a.out_w = g.out_w;
   a.stride_h = g.stride_h, a.stride_w = g.stride_w, a.pad_h = g.pad_h, a.pad_w = g.pad_w;
-  a.dilation_h = g.dilation_h, a.dilation_w = g.dilation_w, a.relu = e.relu;
+  a.dilation_h = g.dilation_h, a.dilation_w = g.dilation_w, a.relu = e.relu, a.panels = g.weight_panels;
   NC_CHECK(conv_nhwc(a), DeviceError,
            "conv2d: the CPU's NHWC kernel needs AVX-512 (the op converts to NCHW without it)");
 }

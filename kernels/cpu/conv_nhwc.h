@@ -13,7 +13,7 @@ namespace cpu {
 
 struct NhwcConv {
   const float* x = nullptr;         // [n, h, w, c]
-  const float* weight = nullptr;    // [kh, kw, c, o]
+  const float* weight = nullptr;    // [kh, kw, c, o], or with panels [ceil(o / 64), kh, kw, c, 64]
   const float* bias = nullptr;      // [o], or null
   const float* residual = nullptr;  // [n, out_h, out_w, o], or null
   float* y = nullptr;               // [n, out_h, out_w, o]
@@ -21,6 +21,10 @@ struct NhwcConv {
   int64_t n = 0, h = 0, w = 0, c = 0, o = 0, kh = 0, kw = 0, out_h = 0, out_w = 0;
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
   bool relu = false;
+  // The weight in panels of 64 output channels, zeros past o: each tile's rows one after
+  // another in memory rather than 64 floats at a stride of o (a quarter faster where the
+  // weight is read from memory: ResNet-50's last stages at batch 1).
+  bool panels = false;
 };
 
 // The output pixels [p0, p1) (of n * out_h * out_w, row-major) and channels [o0, o1) of the

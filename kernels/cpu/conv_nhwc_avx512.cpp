@@ -2,10 +2,11 @@
 //
 // A tile holds 6 output pixels by 64 output channels (24 registers of 16 floats). Per step
 // along k = (tap, input channel) it loads the weight's 64 floats for that step (four vectors,
-// one contiguous row of [kh, kw, c, o]) and broadcasts one input value per pixel, read where it
-// lies in x (the pixel's input position for the tap, at the channel), into 24 fused
-// multiply-adds: the same balance as the NCHW product's tile (gemm_rows_avx512.cpp), with no
-// im2col copy and no panel copy. A tap that falls in the padding reads a row of zeros. The
+// one contiguous row of [kh, kw, c, o], or of a 64-channel panel where the caller packed the
+// weight once: the rows of a tile then follow one another) and broadcasts one input value per
+// pixel, read where it lies in x (the pixel's input position for the tap, at the channel), into
+// 24 fused multiply-adds: the same balance as the NCHW product's tile (gemm_rows_avx512.cpp),
+// with no im2col copy and no per-call packing. A tap that falls in the padding reads zeros. The
 // steps are taken in blocks of 256 (a block of the weight, 64 KiB, stays in L2 while every
 // pixel tile of the range reads it, and the first tile of a block prefetches the next block);
 // a tile's partial sums go to y between blocks, and the last block adds the bias and
@@ -36,6 +37,14 @@ constexpr int kVectors = 4;   // 16-channel vectors a tile holds
 constexpr int64_t kKc = 256;  // (tap, channel) steps a block takes
 
 inline int64_t smaller(int64_t x, int64_t y) { return x < y ? x : y; }
+
+// The weight's row for step k at output channel j (a multiple of 64 with panels), and the
+// distance from one step's row to the next.
+inline int64_t row_stride(const NhwcConv& g) { return g.panels ? 16 * kVectors : g.o; }
+inline const float* weight_row(const NhwcConv& g, int64_t k, int64_t j) {
+  if (!g.panels) return g.weight + k * g.o + j;
+  return g.weight + (j / (16 * kVectors) * g.kh * g.kw * g.c + k) * (16 * kVectors);
+}
 
 // Where each of a tile's pixels reads its input: the sample's first element and the input
 // position of tap (0, 0).
@@ -96,12 +105,12 @@ void tile(const Tile& t) {
       const int64_t iy = t.pixels.iy[r] + dy, ix = t.pixels.ix[r] + dx;
       in[r] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? t.pixels.sample[r] + (iy * g.w + ix) * g.c : g.zeros;
     }
-    const float* w = g.weight + k * g.o + t.j0;
-    for (int64_t ch = c0; ch < c1; ++ch, w += g.o) {
+    const float* w = weight_row(g, k, t.j0);
+    for (int64_t ch = c0; ch < c1; ++ch, w += row_stride(g)) {
       if (next) {
 #pragma GCC unroll 4
         for (int v = 0; v < 4; ++v) _mm_prefetch(reinterpret_cast<const char*>(next + 16 * v), _MM_HINT_T1);
-        next = --next_steps > 0 ? next + g.o : nullptr;
+        next = --next_steps > 0 ? next + row_stride(g) : nullptr;
       }
       if (ahead < ahead_lines) {
         const int64_t at = ahead / V * g.o + 16 * (ahead % V);
@@ -189,7 +198,7 @@ void conv_nhwc_avx512(const NhwcConv& g, int64_t p0, int64_t p1, int64_t o0, int
       // channels of the next block.
       const bool more_channels = j0 + 16 * kVectors < o1;
       const int64_t next_k0 = more_channels ? k0 : k1, next_j0 = more_channels ? j0 + 16 * kVectors : o0;
-      const float* next = next_k0 < steps ? g.weight + next_k0 * g.o + next_j0 : nullptr;
+      const float* next = next_k0 < steps ? weight_row(g, next_k0, next_j0) : nullptr;
       const int64_t next_steps = smaller(kKc, steps - next_k0);
       // The pixel p0 as (sample, oy, ox), stepped along without divisions.
       int64_t sample = p0 / plane, oy = p0 % plane / g.out_w, ox = p0 % g.out_w;

@@ -395,6 +395,7 @@ class CudaConv final : public kernels::ConvKernels {
  public:
   void conv2d_forward(const Conv2dGeometry& g, const Tensor& x, const Tensor& weight, const kernels::ConvEpilogue& e,
                       const Tensor& y) const override {
+    NC_CHECK(!g.weight_panels, DeviceError, "conv2d: weight panels are the CPU's direct kernel's layout");
     convolve(ConvDirection::Forward, g, x, weight, y);
     conv_epilogue(y, g.o, g.channels_last ? 1 : g.out_h * g.out_w, e.bias, e.residual, e.relu);
   }

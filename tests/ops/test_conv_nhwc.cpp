@@ -5,12 +5,13 @@
 // pixels of two samples in one tile, taps in the padding, strides, dilations, and pieces cut
 // by pixels and by channels. The weight given as a plain [O, kh, kw, C] tensor and as a view
 // of [kh, kw, C, O] memory (read without a copy) gives the same bits, and so do one and two
-// threads.
+// threads, and the weight in panels of 64 output channels (core/conv_panels.h).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "core/conv_panels.h"
 #include "kernels/cpu/conv_nhwc.h"
 #include "normcore/normcore.h"
 #include "tests/test_support.h"
@@ -126,4 +127,35 @@ TEST_F(ConvNhwcCpu, TheDirectKernelRunsWhereAvx512Does) {
   g.pad_h = 1, g.pad_w = 1, g.relu = true;
   ASSERT_TRUE(nc::cpu::conv_nhwc(g));
   EXPECT_LT(relative_error(y.permute({0, 3, 1, 2}), run.want), 1e-5);
+}
+
+TEST_F(ConvNhwcCpu, WeightPanelsGiveTheSameBits) {
+  uint64_t seed = 1300;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const Operands run = make(c, seed += 10);
+    const Tensor panels = nc::detail::conv_weight_panels(run.w);
+    const int64_t o = c.weight[0];
+    ASSERT_EQ(panels.shape(), (nc::Shape{(o + 63) / 64, c.weight[2], c.weight[3], c.weight[1], 64}));
+    // Panel p holds channels 64 p ... as its last dim; zeros past o.
+    const Tensor back = panels.permute({0, 4, 1, 2, 3}).reshape({-1, c.weight[2], c.weight[3], c.weight[1]});
+    EXPECT_EQ(back.narrow(0, 0, o).contiguous().to_vector<float>(), run.w.to_vector<float>());
+    if (back.size(0) > o) EXPECT_EQ(nc::max(nc::abs(back.narrow(0, o, back.size(0) - o))).item<float>(), 0.0f);
+    nc::autograd::NoGradGuard no_grad;
+    const Tensor got =
+        nc::detail::conv2d_nhwc_panels(run.x, run.w, panels, run.b, run.r, c.relu, c.stride, c.padding, c.dilation);
+    EXPECT_EQ(got.to_vector<float>(), fused(c, run, run.w).to_vector<float>());
+  }
+  // Panels of another weight's shape are refused, naming both.
+  const Operands run = make(cases().front(), 7);
+  const Tensor other = nc::detail::conv_weight_panels(nc::zeros({70, 3, 3, 21}));
+  nc::autograd::NoGradGuard no_grad;
+  try {
+    nc::detail::conv2d_nhwc_panels(run.x, run.w, other, run.b, Tensor(), true, 1, 1, 1);
+    if (nc::cpu::conv_nhwc_in_use()) ADD_FAILURE() << "no ShapeError";
+  } catch (const nc::ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("conv2d_fused"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[2, 3, 3, 21, 64]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[70, 3, 3, 20]"), std::string::npos) << e.what();
+  }
 }
