@@ -226,12 +226,13 @@ struct TcpStore::Server {
   std::list<Connection> connections;  // a list: a thread holds its element while others come and go
   bool stopping = false;
   std::multiset<std::string> waiting;  // the keys of gets blocked on an absent key
-  int answering = 0;                   // gets whose key came, replies not yet sent
+  int answering = 0;                   // requests applied (gets: whose key came), replies not yet sent
   std::condition_variable owed;        // waiting or answering changed
   int64_t refused = 0;                 // connections closed for breaking a rule
   std::string last_refusal;            // the last of them: its peer and why
 
-  // Whether some get is owed a reply: its key has come, its reply is not sent yet.
+  // Whether some request is owed a reply: a set or add applied, or a get whose key has come,
+  // its reply not sent yet.
   bool owes_replies() const {
     if (answering > 0) return true;
     for (const std::string& key : waiting)
@@ -292,9 +293,16 @@ struct TcpStore::Server {
     std::unique_lock<std::mutex> lock(mutex);
     std::optional<std::string> reply = table.apply(request);
     if (request.command != wire::kGet) {
+      // Owed from here: the set may end the barrier that lets this process exit, and the
+      // server must not close the connection before the setter hears it was done.
+      ++answering;
       lock.unlock();
       changed.notify_all();  // a set or add may be what a get waits for
-      return send_all(c.fd, reply->data(), reply->size());
+      const bool sent = send_all(c.fd, reply->data(), reply->size());
+      lock.lock();
+      --answering;
+      owed.notify_all();
+      return sent;
     }
     if (!reply) {
       const auto waiter = waiting.insert(request.key);
@@ -650,7 +658,12 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
 
 void TcpStore::barrier(const std::string& name) {
   const std::string key = "barrier/" + name + "/" + std::to_string(barriers_++);
-  if (add(key, 1) == world_size_) set(key + "/done", "1");
+  // The last to arrive ends it and asks no more: the server's process may be gone once the
+  // others have their replies (it waits for replies owed, not for requests yet to come).
+  if (add(key, 1) == world_size_) {
+    set(key + "/done", "1");
+    return;
+  }
   get(key + "/done");
 }
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -138,6 +139,30 @@ TEST(TcpStore, ServesSetGetAddAndBarriersToSeveralClients) {
   EXPECT_EQ(server.get("binary"), binary);
   server.set("binary", "");
   EXPECT_EQ(server.get("binary"), "");
+}
+
+// The server's process may destroy its store as soon as its last barrier ends, which the
+// last rank to arrive ends with a set: that rank must still hear its set was done, not find
+// the connection closed (the server owes the set's reply as it owes a get's).
+TEST(TcpStore, TheLastBarrierEndsForTheRankThatEndsIt) {
+  for (int round = 0; round < 200; ++round) {
+    SCOPED_TRACE(round);
+    auto server = std::make_unique<nd::TcpStore>("127.0.0.1", 0, 2, true, milliseconds(10000));
+    std::string error;
+    std::thread client([&, port = server->port()] {
+      try {
+        nd::TcpStore store("127.0.0.1", port, 2, false, milliseconds(10000));
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // arrives last: sets done
+        store.barrier("end");
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    server->barrier("end");
+    server.reset();
+    client.join();
+    ASSERT_EQ(error, "");
+  }
 }
 
 TEST(TcpStore, TimeoutsRefusalsAndALostServerAreErrors) {
