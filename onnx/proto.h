@@ -44,7 +44,7 @@ struct NodeRun {
   bool channels_last = false;
   // For a channels-last Conv on the CPU: the weight in panels (core/conv_panels.h), which the
   // convolution reads instead of input 1 (then a view of the initializer, for its shape).
-  Tensor weight_panels;
+  Tensor weight_panels = Tensor();
 
   const ::onnx::AttributeProto* attribute(const std::string& name) const;
   int64_t int_attribute(const std::string& name, int64_t fallback) const;
