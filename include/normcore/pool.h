@@ -22,6 +22,10 @@ namespace normcore {
 // ceil), at least 1. As in PyTorch, ties go to the first element in row-major window order
 // and, of several NaNs, to the last; a dilated window that holds padding only gives
 // -infinity and no gradient. N may be 0 (an empty result), C, H and W not (PyTorch's rule).
+// On the CPU, with no gradient to record, an x whose memory is channels last (an NCHW view of
+// an [N, H, W, C] tensor: x.permute({0, 2, 3, 1}) contiguous) is pooled as it lies and the
+// result is such a view too (as PyTorch keeps the channels_last memory format); the values are
+// the same either way.
 Tensor max_pool2d(const Tensor& x, Size2 kernel_size, Size2 stride = Size2(), Size2 padding = 0, Size2 dilation = 1,
                   bool ceil_mode = false);
 
